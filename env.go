@@ -1,0 +1,227 @@
+package hostfork
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+)
+
+// Env is a live handle on an environment.
+type Env struct {
+	h  *Host
+	mu sync.Mutex
+	// rec is the last record this handle wrote or read.
+	rec *registry.Env
+}
+
+// Create allocates the environment described by p: its record, its run
+// directory and (cgroup2 tier) its cgroup. Every OS mutation is preceded by
+// an intent in the ledger and followed by the resulting identity.
+func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
+	boot, err := linux.BootID()
+	if err != nil {
+		return nil, err
+	}
+	self, _ := linux.IdentityOf(os.Getpid())
+	id := newID()
+	rec := &registry.Env{
+		ID:           id,
+		State:        registry.EnvCreating,
+		CreatedAt:    time.Now().UTC(),
+		BootID:       boot,
+		Purpose:      p.Spec.Purpose,
+		Labels:       p.Spec.Labels,
+		Tier:         p.Tier,
+		RunDir:       filepath.Join(h.root, "runs", id),
+		OwnerExit:    p.OwnerExit,
+		Owner:        regIdentity(self),
+		UntilStopped: p.UntilStopped,
+		TTL:          p.MaxRuntime,
+		Grace:        p.Grace,
+	}
+	if b, err := json.Marshal(p.Spec); err == nil {
+		rec.Spec = b
+	}
+	if p.Tier == TierCgroup2 {
+		rec.CgroupPath = filepath.Join(p.CgroupParent, id)
+	}
+	var dirIntent, cgIntent int64
+	err = h.reg.Write(ctx, func(tx *registry.Tx) error {
+		if err := tx.InsertEnv(rec); err != nil {
+			return err
+		}
+		var err error
+		if dirIntent, err = tx.AddIntent(id, "", "dir", rec.RunDir); err != nil {
+			return err
+		}
+		if rec.CgroupPath != "" {
+			cgIntent, err = tx.AddIntent(id, "", "cgroup", rec.CgroupPath)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recording the new environment: %w", err)
+	}
+	fail := func(cause error) (*Env, error) {
+		h.abandonEnv(rec, cause)
+		return nil, cause
+	}
+	// Exclusive creation: an existing directory is never adopted.
+	if err := os.Mkdir(rec.RunDir, 0o700); err != nil {
+		return fail(fmt.Errorf("creating run directory: %w", err))
+	}
+	if err := os.Mkdir(filepath.Join(rec.RunDir, "commands"), 0o700); err != nil {
+		return fail(fmt.Errorf("creating run directory: %w", err))
+	}
+	var cgIno uint64
+	if rec.CgroupPath != "" {
+		g, err := cgroup.Create(rec.CgroupPath)
+		if err != nil {
+			return fail(fmt.Errorf("creating the environment's cgroup: %w", err))
+		}
+		if _, err := cgroup.Create(filepath.Join(rec.CgroupPath, "commands")); err != nil {
+			return fail(fmt.Errorf("creating the environment's cgroup: %w", err))
+		}
+		cgIno, _ = g.Inode()
+	}
+	// Activation: the deadline runs from here (DESIGN.md, Deadline).
+	rec.ActivatedMono = linux.MonotonicNow()
+	if rec.TTL > 0 {
+		rec.DeadlineMono = rec.ActivatedMono + rec.TTL
+		at := time.Now().Add(rec.TTL).UTC()
+		rec.DeadlineAt = &at
+	}
+	rec.State = registry.EnvActive
+	rec.CgroupInode = cgIno
+	err = h.reg.Write(ctx, func(tx *registry.Tx) error {
+		if err := tx.SettleIntent(dirIntent, registry.IntentCreated, identityJSON(rec.RunDir), ""); err != nil {
+			return err
+		}
+		if cgIntent != 0 {
+			if err := tx.SettleIntent(cgIntent, registry.IntentCreated, fmt.Sprintf(`{"inode":%d}`, cgIno), ""); err != nil {
+				return err
+			}
+		}
+		return tx.UpdateEnv(rec)
+	})
+	if err != nil {
+		return fail(fmt.Errorf("recording the environment's resources: %w", err))
+	}
+	e := &Env{h: h, rec: rec}
+	h.writeManifest(ctx, id)
+	return e, nil
+}
+
+// abandonEnv undoes a failed creation: it removes what was made (only the
+// exact recorded targets) and records the outcome. Errors are recorded,
+// never hidden.
+func (h *Host) abandonEnv(rec *registry.Env, cause error) {
+	ctx := context.Background()
+	var cleanup []string
+	if rec.CgroupPath != "" {
+		if err := cgroup.Open(rec.CgroupPath).Remove(); err != nil {
+			cleanup = append(cleanup, err.Error())
+		}
+	}
+	_ = os.Remove(filepath.Join(rec.RunDir, "commands"))
+	if err := os.Remove(rec.RunDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		cleanup = append(cleanup, err.Error())
+	}
+	_ = h.reg.Write(ctx, func(tx *registry.Tx) error {
+		cur, err := tx.Env(rec.ID)
+		if err != nil {
+			return err
+		}
+		cur.State = registry.EnvFailed
+		cur.Error = cause.Error()
+		cur.CleanupErrors = append(cur.CleanupErrors, cleanup...)
+		now := time.Now().UTC()
+		cur.StoppedAt = &now
+		if err := tx.UpdateEnv(cur); err != nil {
+			return err
+		}
+		return settleEnvIntents(tx, h, rec.ID, len(cleanup) == 0)
+	})
+}
+
+// settleEnvIntents marks the env's intents released (or abandoned when the
+// target does not exist), checking each exact target.
+func settleEnvIntents(tx *registry.Tx, h *Host, envID string, removed bool) error {
+	ins, err := h.reg.Intents(context.Background(), envID, registry.IntentPending, registry.IntentCreated)
+	if err != nil {
+		return err
+	}
+	for _, in := range ins {
+		if _, err := os.Stat(in.Target); err == nil {
+			continue // still there: stays on the ledger
+		}
+		state := registry.IntentReleased
+		if in.State == registry.IntentPending {
+			state = registry.IntentAbandoned
+		}
+		if err := tx.SettleIntent(in.ID, state, "", ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func identityJSON(path string) string {
+	st, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	b, _ := json.Marshal(map[string]any{"path": path, "inode": inodeOf(st)})
+	return string(b)
+}
+
+func regIdentity(id linux.Identity) *registry.Identity {
+	if !id.Valid() {
+		return nil
+	}
+	return &registry.Identity{BootID: id.BootID, PID: id.PID, StartTime: id.StartTime}
+}
+
+func linuxIdentity(id *registry.Identity) linux.Identity {
+	if id == nil {
+		return linux.Identity{}
+	}
+	return linux.Identity{BootID: id.BootID, PID: id.PID, StartTime: id.StartTime}
+}
+
+// ID is the environment's id.
+func (e *Env) ID() string { return e.rec.ID }
+
+// Record returns a copy of the environment's last known record.
+func (e *Env) Record() registry.Env {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return *e.rec
+}
+
+// OpenEnv returns a management handle on an existing environment (by id or
+// unique prefix). It restores management access, not another process's
+// wait handles or pipes.
+func (h *Host) OpenEnv(ctx context.Context, idPrefix string) (*Env, error) {
+	kind, id, err := h.reg.Resolve(ctx, idPrefix)
+	if err != nil {
+		return nil, err
+	}
+	if kind != "env" {
+		return nil, fmt.Errorf("%s is a command, not an environment: %w", id, ErrNotFound)
+	}
+	rec, err := h.reg.Env(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &Env{h: h, rec: rec}, nil
+}

@@ -1,0 +1,352 @@
+package cgroup
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNoCgroup2 reports that no writable cgroup2 hierarchy is available.
+var ErrNoCgroup2 = errors.New("no writable cgroup2 hierarchy")
+
+// ErrExists reports that a group to be created already exists; allocation
+// never adopts an existing group.
+var ErrExists = errors.New("cgroup already exists")
+
+// Mount describes the cgroup2 hierarchy hostfork can use.
+type Mount struct {
+	Path   string // mount point, e.g. /sys/fs/cgroup or /sys/fs/cgroup/unified
+	Hybrid bool   // v1 controllers are mounted beside it
+	Self   string // this process's cgroup2 path relative to the mount
+}
+
+// FindMount locates the cgroup2 mount from /proc/self/mountinfo and checks
+// that it is writable by this process.
+func FindMount() (Mount, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return Mount{}, fmt.Errorf("reading mountinfo: %w", err)
+	}
+	defer f.Close()
+	var m Mount
+	var v1 bool
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, s := range fields {
+			if s == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
+			continue
+		}
+		switch fields[sep+1] {
+		case "cgroup2":
+			if m.Path == "" || fields[4] == "/sys/fs/cgroup" {
+				m.Path = unescapeMountPath(fields[4])
+			}
+		case "cgroup":
+			v1 = true
+		}
+	}
+	if m.Path == "" {
+		return Mount{}, fmt.Errorf("%w: no cgroup2 filesystem is mounted (mount one with 'mount -t cgroup2 none /sys/fs/cgroup/unified')", ErrNoCgroup2)
+	}
+	m.Hybrid = v1
+	m.Self = selfPath()
+	return m, nil
+}
+
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func selfPath() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "/"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "0::") {
+			return strings.TrimSpace(line[3:])
+		}
+	}
+	return "/"
+}
+
+// Group is one cgroup2 directory.
+type Group struct {
+	Path string
+}
+
+// Open names an existing group; it does not touch the filesystem.
+func Open(path string) *Group { return &Group{Path: path} }
+
+// Create makes path exclusively: an existing directory is ErrExists, never
+// adopted. The parent must exist.
+func Create(path string) (*Group, error) {
+	if err := unix.Mkdir(path, 0o755); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("creating cgroup %s: %w", path, ErrExists)
+		}
+		return nil, &os.PathError{Op: "mkdir", Path: path, Err: err}
+	}
+	return &Group{Path: path}, nil
+}
+
+// EnsureParent creates path and its missing parents (for hostfork's own
+// fixed parent group, which is shared and long-lived).
+func EnsureParent(path string) error {
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return fmt.Errorf("creating cgroup parent %s: %w", path, err)
+	}
+	return nil
+}
+
+// Inode returns the group directory's inode number, which is also the
+// cgroup id the kernel reports.
+func (g *Group) Inode() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(g.Path, &st); err != nil {
+		return 0, &os.PathError{Op: "stat", Path: g.Path, Err: err}
+	}
+	return st.Ino, nil
+}
+
+// Exists reports whether the directory is present.
+func (g *Group) Exists() bool {
+	_, err := os.Stat(filepath.Join(g.Path, "cgroup.procs"))
+	return err == nil
+}
+
+// OpenFD opens the group for clone3(CLONE_INTO_CGROUP).
+func (g *Group) OpenFD() (int, error) {
+	fd, err := unix.Open(g.Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: g.Path, Err: err}
+	}
+	return fd, nil
+}
+
+func (g *Group) write(file, val string) error {
+	p := filepath.Join(g.Path, file)
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(val)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Kill writes 1 to cgroup.kill: SIGKILL to every process in the group and
+// its descendants, including ones forked during the kill.
+func (g *Group) Kill() error {
+	if err := g.write("cgroup.kill", "1"); err != nil {
+		return fmt.Errorf("killing cgroup %s: %w", g.Path, err)
+	}
+	return nil
+}
+
+// SetFrozen writes cgroup.freeze.
+func (g *Group) SetFrozen(frozen bool) error {
+	v := "0"
+	if frozen {
+		v = "1"
+	}
+	if err := g.write("cgroup.freeze", v); err != nil {
+		return fmt.Errorf("freezing cgroup %s: %w", g.Path, err)
+	}
+	return nil
+}
+
+// Events is the parsed cgroup.events file.
+type Events struct {
+	Populated bool
+	Frozen    bool
+}
+
+// Events reads cgroup.events.
+func (g *Group) Events() (Events, error) {
+	b, err := os.ReadFile(filepath.Join(g.Path, "cgroup.events"))
+	if err != nil {
+		return Events{}, err
+	}
+	return parseEvents(string(b)), nil
+}
+
+func parseEvents(s string) Events {
+	var e Events
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "populated":
+			e.Populated = v == "1"
+		case "frozen":
+			e.Frozen = v == "1"
+		}
+	}
+	return e
+}
+
+// Procs lists the PIDs directly in this group (not in child groups).
+func (g *Group) Procs() ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(g.Path, "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids, nil
+}
+
+// AllProcs lists the PIDs in this group and all its descendants.
+func (g *Group) AllProcs() ([]int, error) {
+	var all []int
+	err := filepath.WalkDir(g.Path, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		pids, err := Open(p).Procs()
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		all = append(all, pids...)
+		return nil
+	})
+	return all, err
+}
+
+// WaitEvent blocks until cond holds for cgroup.events, the group disappears
+// (reported as an unpopulated, unfrozen group), or ctx ends. It uses inotify
+// IN_MODIFY on cgroup.events, which the kernel raises on every change.
+func (g *Group) WaitEvent(ctx context.Context, cond func(Events) bool) (Events, error) {
+	ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return Events{}, os.NewSyscallError("inotify_init1", err)
+	}
+	defer unix.Close(ino)
+	if _, err := unix.InotifyAddWatch(ino, filepath.Join(g.Path, "cgroup.events"), unix.IN_MODIFY|unix.IN_DELETE_SELF|unix.IN_IGNORED); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return Events{}, nil
+		}
+		return Events{}, &os.PathError{Op: "inotify_add_watch", Path: g.Path, Err: err}
+	}
+	buf := make([]byte, 4096)
+	for {
+		ev, err := g.Events()
+		if errors.Is(err, os.ErrNotExist) {
+			return Events{}, nil
+		}
+		if err != nil {
+			return ev, err
+		}
+		if cond(ev) {
+			return ev, nil
+		}
+		timeout := 100 // ms; a bounded poll also covers a missed wakeup
+		if dl, ok := ctx.Deadline(); ok {
+			if left := time.Until(dl); left < 100*time.Millisecond {
+				timeout = int(left / time.Millisecond)
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return ev, err
+		}
+		if timeout <= 0 {
+			timeout = 1
+		}
+		fds := []unix.PollFd{{Fd: int32(ino), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, timeout); err != nil && err != unix.EINTR {
+			return ev, os.NewSyscallError("poll", err)
+		}
+		for {
+			if _, err := unix.Read(ino, buf); err != nil {
+				break
+			}
+		}
+	}
+}
+
+// WaitEmpty waits for populated 0.
+func (g *Group) WaitEmpty(ctx context.Context) error {
+	_, err := g.WaitEvent(ctx, func(e Events) bool { return !e.Populated })
+	return err
+}
+
+// Remove removes the group and its empty child groups, deepest first. A
+// group that still has processes gives EBUSY.
+func (g *Group) Remove() error {
+	var dirs []string
+	err := filepath.WalkDir(g.Path, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("listing cgroup %s: %w", g.Path, err)
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		var rerr error
+		for try := 0; try < 50; try++ {
+			rerr = unix.Rmdir(dirs[i])
+			if rerr != unix.EBUSY {
+				break
+			}
+			// A killed task may still be leaving the group.
+			time.Sleep(2 * time.Millisecond)
+		}
+		if rerr != nil && rerr != unix.ENOENT {
+			return &os.PathError{Op: "rmdir", Path: dirs[i], Err: rerr}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,5 @@
+// Package cli is hostfork's command line: cobra commands, one file per
+// verb, that turn flags into calls of the hostfork library and map its
+// errors to the documented exit codes (docs/exit-codes.md). Only
+// cmd/hostfork imports it.
+package cli

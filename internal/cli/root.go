@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/habemus-papadum/hostfork"
+)
+
+type globals struct {
+	root string
+	out  io.Writer
+	err  io.Writer
+}
+
+func (g *globals) open(ctx context.Context) (*hostfork.Host, error) {
+	return hostfork.Open(ctx, hostfork.Options{Root: g.root})
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// NewRoot builds the hostfork command tree.
+func NewRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
+	g := &globals{out: stdout, err: stderr}
+	root := &cobra.Command{
+		Use:   "hostfork",
+		Short: "Run owned command trees on a shared Linux host, with durable records",
+		Long: `hostfork runs commands in environments that own their whole process tree,
+bounds them with deadlines, and keeps durable records of what ran, why, where
+its output is, whether it is alive and whether it can be stopped.
+
+Exit codes: run/exec exit with the command's status (128+N for signal N);
+hostfork's own failures use 118-127 (see docs/exit-codes.md).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&g.root, "root", "", "store directory (default $HOSTFORK_ROOT, /var/lib/hostfork for root, else ~/.local/state/hostfork)")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErr("%v (see '%s --help')", err, c.CommandPath())
+	})
+	root.AddCommand(newRunCmd(g), newPsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newVersionCmd(g))
+	return root, g
+}
+
+// Main runs the CLI and returns the process exit status.
+func Main(args []string) int {
+	root, g := NewRoot(os.Stdout, os.Stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) && (strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag")) {
+		fmt.Fprintf(g.err, "hostfork: %v (see 'hostfork --help')\n", err)
+		return ExitUsage
+	}
+	return report(g.err, err)
+}
+
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErr("%s takes %s (see '%s --help')", c.CommandPath(), what, c.CommandPath())
+		}
+		return nil
+	}
+}

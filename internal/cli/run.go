@@ -1,0 +1,253 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// lifetimeFlags are shared by run (and later create/exec).
+type lifetimeFlags struct {
+	ttl          string
+	untilStopped bool
+	grace        string
+	ownerExit    string
+	purpose      string
+	labels       []string
+	tier         string
+}
+
+func (f *lifetimeFlags) add(c *cobra.Command) {
+	fl := c.Flags()
+	fl.StringVar(&f.ttl, "ttl", "", "maximum runtime from activation to force-stop, grace included (e.g. 20m)")
+	fl.BoolVar(&f.untilStopped, "until-stopped", false, "no deadline: keep running, also after this process exits, until 'hostfork stop'")
+	fl.StringVar(&f.grace, "grace", "", "termination grace inside every stop (default 2s)")
+	fl.StringVar(&f.ownerExit, "owner-exit", "", "when this process exits: stop (default) or detach")
+	fl.StringVar(&f.purpose, "purpose", "", "why this runs (shown by ps and status)")
+	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
+	fl.StringVar(&f.tier, "tier", "", "ownership tier: cgroup2 or subreaper (default: the strongest available)")
+}
+
+func (f *lifetimeFlags) spec(detach bool) (spec.Environment, error) {
+	var s spec.Environment
+	s.Purpose = f.purpose
+	s.Tier = f.tier
+	if len(f.labels) > 0 {
+		s.Labels = map[string]string{}
+		for _, l := range f.labels {
+			k, v, ok := strings.Cut(l, "=")
+			if !ok || k == "" {
+				return s, usageErr("--label %q: write it as KEY=VALUE", l)
+			}
+			s.Labels[k] = v
+		}
+	}
+	if f.ttl != "" {
+		d, err := spec.ParseDuration(f.ttl)
+		if err != nil {
+			return s, usageErr("--ttl: %v", err)
+		}
+		if d == 0 {
+			return s, usageErr("--ttl must be positive (or use --until-stopped)")
+		}
+		s.Lifetime.MaxRuntime = spec.Duration(d)
+	}
+	if f.grace != "" {
+		d, err := spec.ParseDuration(f.grace)
+		if err != nil {
+			return s, usageErr("--grace: %v", err)
+		}
+		s.Lifetime.Grace = spec.Duration(d)
+		if d == 0 {
+			s.Lifetime.Grace = spec.Duration(time.Nanosecond)
+		}
+	}
+	s.Lifetime.UntilStopped = f.untilStopped
+	s.Lifetime.OwnerExit = f.ownerExit
+	if s.Lifetime.OwnerExit == "" && (detach || f.untilStopped) {
+		s.Lifetime.OwnerExit = spec.OwnerExitDetach
+	}
+	if detach && s.Lifetime.OwnerExit == spec.OwnerExitStop {
+		return s, usageErr("--detach with --owner-exit stop would stop the run as soon as hostfork returns; drop --owner-exit")
+	}
+	if err := s.Validate(); err != nil {
+		return s, withCode(ExitUsage, err)
+	}
+	return s, nil
+}
+
+type runFlags struct {
+	lifetimeFlags
+	output string
+	cwd    string
+	detach bool
+	json   bool
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	f := &runFlags{}
+	c := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Run a command as an owned tree and exit with its status",
+		Long: `run creates an environment, runs CMD in it as an owned tree, and stops the
+environment when CMD's leader exits: any daemon it left behind is stopped, and
+the record says so. The exit status is CMD's (128+N for signal N).
+
+In the foreground, output streams to this terminal and is also written to the
+command's stdout/stderr files (--output pipe); --output inherit hands CMD this
+process's descriptors; --output files only writes the files. --detach prints
+the run id at once and leaves the run under its recorded expiry (--ttl or
+--until-stopped is required).`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErr("run needs a command: hostfork run [flags] -- CMD [ARGS...]")
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error { return runRun(c.Context(), g, f, args) },
+	}
+	f.add(c)
+	c.Flags().StringVar(&f.output, "output", "", "files, pipe (foreground default) or inherit")
+	c.Flags().StringVar(&f.cwd, "cwd", "", "working directory")
+	c.Flags().BoolVar(&f.detach, "detach", false, "return the run id at once; the run continues under --ttl or --until-stopped")
+	c.Flags().BoolVar(&f.json, "json", false, "with --detach: print the ids as JSON")
+	c.Flags().SetInterspersed(false)
+	return c
+}
+
+func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
+	s, err := f.spec(f.detach)
+	if err != nil {
+		return err
+	}
+	output := f.output
+	switch {
+	case output == "" && f.detach:
+		output = hostfork.OutputFiles
+	case output == "":
+		output = hostfork.OutputPipe
+	case output != hostfork.OutputFiles && output != hostfork.OutputPipe && output != hostfork.OutputInherit:
+		return usageErr("--output %q: use files, pipe or inherit", output)
+	case f.detach && output != hostfork.OutputFiles:
+		return usageErr("--detach writes output to files; drop --output %s or run in the foreground", output)
+	}
+	// Reject what can be known bad before anything is created.
+	if _, err := hostfork.LookPath(argv[0], nil); err != nil {
+		return err
+	}
+	if f.cwd != "" {
+		if st, err := os.Stat(f.cwd); err != nil || !st.IsDir() {
+			return usageErr("--cwd %s: no such directory", f.cwd)
+		}
+	}
+	h, err := g.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	plan, err := h.Plan(ctx, s)
+	if err != nil {
+		return err
+	}
+	env, err := h.Create(ctx, plan)
+	if err != nil {
+		return err
+	}
+	cmd := env.Command(argv...)
+	cmd.Output = output
+	cmd.Cwd = f.cwd
+	cmd.Purpose = f.purpose
+	if output == hostfork.OutputPipe {
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	}
+	if output == hostfork.OutputInherit && term.IsTerminal(int(os.Stdin.Fd())) {
+		cmd.Foreground = true
+	}
+	var sigs chan os.Signal
+	if !f.detach {
+		// Forward terminal signals to the leader, as a shell would.
+		sigs = make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+		defer signal.Stop(sigs)
+	}
+	if err := cmd.Start(ctx); err != nil {
+		_ = env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
+		return err
+	}
+	if f.detach {
+		if f.json {
+			return printJSON(g.out, map[string]string{"env": env.ID(), "command": cmd.ID()})
+		}
+		fmt.Fprintln(g.out, env.ID())
+		return nil
+	}
+	if cmd.Foreground {
+		// The workload owns the terminal now; we may need it back later.
+		signal.Ignore(syscall.SIGTTOU, syscall.SIGTTIN)
+	}
+	done := make(chan struct{})
+	go func() {
+		stops := 0
+		for {
+			select {
+			case <-done:
+				return
+			case sig := <-sigs:
+				if cmd.Foreground && (sig == syscall.SIGINT || sig == syscall.SIGQUIT) {
+					continue // the terminal already delivered it to the job
+				}
+				_ = cmd.Signal(sig.(syscall.Signal))
+				if sig == syscall.SIGTERM || sig == syscall.SIGHUP {
+					stops++
+					if stops > 1 {
+						go cmd.StopTree(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonUser})
+					}
+				}
+			}
+		}
+	}()
+	res, werr := cmd.Wait(ctx)
+	close(done)
+	if cmd.Foreground {
+		reclaimTerminal()
+	}
+	// The run has ended: stop whatever the command left behind.
+	serr := env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
+	if werr != nil {
+		return werr
+	}
+	if serr != nil {
+		fmt.Fprintf(g.err, "hostfork: %v\n", serr)
+	}
+	if res.Error != "" && res.ExitCode != nil && (*res.ExitCode == ExitNotFound || *res.ExitCode == ExitCannotExec) {
+		fmt.Fprintf(g.err, "hostfork: %s\n", res.Error)
+	}
+	status, ok := hostfork.ExitStatus(res)
+	if !ok {
+		return withCode(ExitIncomplete, errors.New("the command's exit status was not observed (see 'hostfork status "+cmd.ID()+"')"))
+	}
+	if status != 0 {
+		return withCode(status, nil)
+	}
+	return nil
+}
+
+// reclaimTerminal makes our process group the terminal's foreground again.
+func reclaimTerminal() {
+	fd := int(os.Stdin.Fd())
+	if !term.IsTerminal(fd) {
+		return
+	}
+	_ = tcsetpgrp(fd, syscall.Getpgrp())
+}

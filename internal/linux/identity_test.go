@@ -1,0 +1,72 @@
+package linux
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+)
+
+func TestParseStatOddName(t *testing.T) {
+	line := []byte("1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 98765 1000 10 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0")
+	st, err := parseStat(1234, line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != 'S' || st.PPID != 1 || st.StartTime != 98765 {
+		t.Fatalf("parsed %+v", st)
+	}
+	if _, err := parseStat(1, []byte("1 (x")); err == nil {
+		t.Fatal("malformed stat accepted")
+	}
+}
+
+func FuzzParseStat(f *testing.F) {
+	f.Add([]byte("1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 5 1000 10 1 1 1"))
+	f.Add([]byte("9 ()) R 1"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = parseStat(1, b) // must not panic
+	})
+}
+
+func TestAssessAndSignal(t *testing.T) {
+	self, err := IdentityOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Assess(self) != Alive {
+		t.Fatalf("self not alive")
+	}
+	other := self
+	other.BootID = "00000000-0000-0000-0000-000000000000"
+	if Assess(other) != Gone {
+		t.Fatalf("other boot should be gone")
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	id, err := IdentityOf(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := id
+	wrong.StartTime++
+	if err := SignalVerified(wrong, syscall.SIGKILL); err == nil {
+		t.Fatal("signalled a mismatched identity")
+	}
+	if Assess(id) != Alive {
+		t.Fatal("sleep should be alive")
+	}
+	if err := SignalVerified(id, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if Assess(id) != Gone {
+		t.Fatal("reaped sleep should be gone")
+	}
+	if err := SignalVerified(id, syscall.SIGKILL); err == nil {
+		t.Fatal("signalled a gone process")
+	}
+}

@@ -1,0 +1,110 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Pidfd is an open pidfd bound to a verified identity.
+type Pidfd struct {
+	fd int
+	ID Identity
+}
+
+// OpenVerified opens a pidfd for id.PID and then re-reads the start time, so
+// that the descriptor is known to refer to the recorded process and not to a
+// later user of the same PID. It returns ErrNoProcess or ErrIdentityMismatch
+// when the recorded process is gone.
+func OpenVerified(id Identity) (*Pidfd, error) {
+	boot, err := BootID()
+	if err != nil {
+		return nil, err
+	}
+	if id.BootID != boot {
+		return nil, fmt.Errorf("%v: recorded in boot %.8s, now boot %.8s: %w", id, id.BootID, boot, ErrIdentityMismatch)
+	}
+	fd, err := ignoringEINTR2(func() (int, error) { return unix.PidfdOpen(id.PID, 0) })
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil, ErrNoProcess
+		}
+		return nil, os.NewSyscallError("pidfd_open", err)
+	}
+	// The pidfd pins the process: its PID can't be reused while we hold it,
+	// so a start time read now belongs to the process the fd refers to.
+	st, err := ReadStat(id.PID)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if st.StartTime != id.StartTime {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%v: PID now has start time %d: %w", id, st.StartTime, ErrIdentityMismatch)
+	}
+	return &Pidfd{fd: fd, ID: id}, nil
+}
+
+// Signal sends sig through the pidfd. A process that already exited gives
+// ErrNoProcess.
+func (p *Pidfd) Signal(sig syscall.Signal) error {
+	err := ignoringEINTR(func() error { return unix.PidfdSendSignal(p.fd, sig, nil, 0) })
+	if errors.Is(err, unix.ESRCH) {
+		return ErrNoProcess
+	}
+	if err != nil {
+		return os.NewSyscallError("pidfd_send_signal", err)
+	}
+	return nil
+}
+
+// Fd returns the descriptor, for polling.
+func (p *Pidfd) Fd() int { return p.fd }
+
+// Exited reports whether the process has exited (the pidfd polls readable).
+func (p *Pidfd) Exited() bool {
+	fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
+	n, err := ignoringEINTR2(func() (int, error) { return unix.Poll(fds, 0) })
+	return err == nil && n > 0
+}
+
+// Close releases the descriptor.
+func (p *Pidfd) Close() error {
+	if p == nil || p.fd < 0 {
+		return nil
+	}
+	err := unix.Close(p.fd)
+	p.fd = -1
+	return err
+}
+
+// SignalVerified opens a pidfd for id, verifies it and signals through it.
+func SignalVerified(id Identity, sig syscall.Signal) error {
+	p, err := OpenVerified(id)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return p.Signal(sig)
+}
+
+func ignoringEINTR(fn func() error) error {
+	for {
+		err := fn()
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+func ignoringEINTR2[T any](fn func() (T, error)) (T, error) {
+	for {
+		v, err := fn()
+		if err != unix.EINTR {
+			return v, err
+		}
+	}
+}

@@ -1,0 +1,403 @@
+package registry
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Identity is a recorded process identity (boot id, PID, start time).
+type Identity struct {
+	BootID    string `json:"boot_id"`
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+}
+
+// Env states.
+const (
+	EnvCreating = "creating" // reserved; OS resources may be half-made
+	EnvActive   = "active"
+	EnvStopping = "stopping"
+	EnvStopped  = "stopped" // execution stop confirmed; files remain
+	EnvFailed   = "failed"  // creation failed; intents say what exists
+)
+
+// Env is an environment's record.
+type Env struct {
+	ID        string            `json:"id"`
+	Rev       int64             `json:"rev"`
+	State     string            `json:"state"`
+	CreatedAt time.Time         `json:"created_at"`
+	BootID    string            `json:"boot_id"`
+	Purpose   string            `json:"purpose,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	// Tier is the ownership tier: cgroup2 or subreaper.
+	Tier        string `json:"tier"`
+	CgroupPath  string `json:"cgroup_path,omitempty"`
+	CgroupInode uint64 `json:"cgroup_inode,omitempty"`
+	RunDir      string `json:"run_dir"`
+	// Lifetime.
+	OwnerExit     string          `json:"owner_exit"` // stop | detach
+	Owner         *Identity       `json:"owner,omitempty"`
+	UntilStopped  bool            `json:"until_stopped"`
+	TTL           time.Duration   `json:"ttl_ns,omitempty"`
+	Grace         time.Duration   `json:"grace_ns"`
+	ActivatedMono time.Duration   `json:"activated_mono_ns,omitempty"`
+	DeadlineMono  time.Duration   `json:"deadline_mono_ns,omitempty"`
+	DeadlineAt    *time.Time      `json:"deadline_at,omitempty"`
+	Spec          json.RawMessage `json:"spec,omitempty"`
+	// Stop.
+	StopReason      string     `json:"stop_reason,omitempty"`
+	StopRequestedAt *time.Time `json:"stop_requested_at,omitempty"`
+	StoppedAt       *time.Time `json:"stopped_at,omitempty"`
+	CleanupErrors   []string   `json:"cleanup_errors,omitempty"`
+	Error           string     `json:"error,omitempty"`
+}
+
+// Command record states.
+const (
+	CmdReserved = "reserved" // registered, guardian not yet released
+	CmdRunning  = "running"  // released; tree may be live
+	CmdExited   = "exited"   // tree exit observed
+	CmdFailed   = "failed"   // never started (launch aborted)
+	CmdUnknown  = "unverified"
+)
+
+// Leader and tree states.
+const (
+	Pending    = "pending"
+	Live       = "live"
+	Exited     = "exited"
+	Unverified = "unverified"
+	Unknown    = "unknown"
+)
+
+// StreamCapture is one stream's capture result.
+type StreamCapture struct {
+	State string `json:"state"` // complete | incomplete | failed | unknown
+	Bytes int64  `json:"bytes"`
+	Error string `json:"error,omitempty"`
+}
+
+// Command is one command's record.
+type Command struct {
+	ID         string            `json:"id"`
+	EnvID      string            `json:"env"`
+	Rev        int64             `json:"rev"`
+	State      string            `json:"record_state"`
+	CreatedAt  time.Time         `json:"created_at"`
+	Purpose    string            `json:"purpose,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Argv       []string          `json:"argv"`
+	Cwd        string            `json:"cwd,omitempty"`
+	Output     string            `json:"output"`
+	Dir        string            `json:"dir"`
+	StdoutPath string            `json:"stdout_path,omitempty"`
+	StderrPath string            `json:"stderr_path,omitempty"`
+
+	Tier        string     `json:"tier"`
+	Launcher    *Identity  `json:"launcher,omitempty"`
+	CgroupPath  string     `json:"cgroup_path,omitempty"`
+	CgroupInode uint64     `json:"cgroup_inode,omitempty"`
+	Guardian    *Identity  `json:"guardian,omitempty"`
+	ProofDev    uint64     `json:"proof_dev,omitempty"`
+	ProofIno    uint64     `json:"proof_ino,omitempty"`
+	Workload    *Identity  `json:"workload,omitempty"`
+	StartedAt   *time.Time `json:"started_at,omitempty"`
+
+	// Result.
+	ExitCode       *int                     `json:"exit_code"`
+	Signal         *int                     `json:"signal"`
+	LeaderState    string                   `json:"leader_state"`
+	LeaderExitedAt *time.Time               `json:"leader_exited_at,omitempty"`
+	TreeState      string                   `json:"tree_state"`
+	TreeExitedAt   *time.Time               `json:"tree_exited_at,omitempty"`
+	TreeEvidence   string                   `json:"tree_evidence,omitempty"`
+	StopReason     string                   `json:"stop_reason,omitempty"`
+	OOM            *bool                    `json:"oom"`
+	Capture        map[string]StreamCapture `json:"capture,omitempty"`
+	CleanupErrors  []string                 `json:"cleanup_errors,omitempty"`
+	Error          string                   `json:"error,omitempty"`
+}
+
+// Terminal reports whether the command's record is final.
+func (c *Command) Terminal() bool { return c.State == CmdExited || c.State == CmdFailed }
+
+// InsertEnv adds a new environment at revision 1.
+func (t *Tx) InsertEnv(e *Env) error {
+	e.Rev = 1
+	return t.insert(envsTable, e.ID, e.State, e.CreatedAt, nil, e)
+}
+
+// UpdateEnv writes e if e.Rev is still current, and advances e.Rev.
+func (t *Tx) UpdateEnv(e *Env) error {
+	old := e.Rev
+	e.Rev++
+	if err := t.update(envsTable, e.ID, old, e.State, e); err != nil {
+		e.Rev = old
+		return err
+	}
+	return nil
+}
+
+// InsertCommand adds a new command at revision 1.
+func (t *Tx) InsertCommand(c *Command) error {
+	c.Rev = 1
+	return t.insert(commandsTable, c.ID, c.State, c.CreatedAt, map[string]any{"env_id": c.EnvID}, c)
+}
+
+// UpdateCommand writes c if c.Rev is still current, and advances c.Rev.
+func (t *Tx) UpdateCommand(c *Command) error {
+	old := c.Rev
+	c.Rev++
+	if err := t.update(commandsTable, c.ID, old, c.State, c); err != nil {
+		c.Rev = old
+		return err
+	}
+	return nil
+}
+
+// Env reads one environment.
+func (d *DB) Env(ctx context.Context, id string) (*Env, error) {
+	var e Env
+	rev, err := getRow(ctx, d.db, envsTable, id, &e)
+	if err != nil {
+		return nil, err
+	}
+	e.Rev = rev
+	return &e, nil
+}
+
+// Env reads one environment inside the transaction.
+func (t *Tx) Env(id string) (*Env, error) {
+	var e Env
+	rev, err := getRow(t.ctx, t.tx, envsTable, id, &e)
+	if err != nil {
+		return nil, err
+	}
+	e.Rev = rev
+	return &e, nil
+}
+
+// Command reads one command.
+func (d *DB) Command(ctx context.Context, id string) (*Command, error) {
+	var c Command
+	rev, err := getRow(ctx, d.db, commandsTable, id, &c)
+	if err != nil {
+		return nil, err
+	}
+	c.Rev = rev
+	return &c, nil
+}
+
+// Command reads one command inside the transaction.
+func (t *Tx) Command(id string) (*Command, error) {
+	var c Command
+	rev, err := getRow(t.ctx, t.tx, commandsTable, id, &c)
+	if err != nil {
+		return nil, err
+	}
+	c.Rev = rev
+	return &c, nil
+}
+
+// EnvFilter selects environments.
+type EnvFilter struct {
+	States []string // empty: all
+}
+
+// Envs lists environments, oldest first.
+func (d *DB) Envs(ctx context.Context, f EnvFilter) ([]*Env, error) {
+	q, args := "SELECT rev, data FROM envs", []any{}
+	if len(f.States) > 0 {
+		q += " WHERE state IN (" + placeholders(len(f.States)) + ")"
+		for _, s := range f.States {
+			args = append(args, s)
+		}
+	}
+	q += " ORDER BY created_at, id"
+	var out []*Env
+	err := scanRows(ctx, d.db, q, args, func(rev int64, data []byte) error {
+		var e Env
+		if err := json.Unmarshal(data, &e); err != nil {
+			return err
+		}
+		e.Rev = rev
+		out = append(out, &e)
+		return nil
+	})
+	return out, err
+}
+
+// CommandFilter selects commands.
+type CommandFilter struct {
+	EnvID  string
+	States []string
+}
+
+// Commands lists commands, oldest first.
+func (d *DB) Commands(ctx context.Context, f CommandFilter) ([]*Command, error) {
+	q, args := "SELECT rev, data FROM commands WHERE 1=1", []any{}
+	if f.EnvID != "" {
+		q += " AND env_id = ?"
+		args = append(args, f.EnvID)
+	}
+	if len(f.States) > 0 {
+		q += " AND state IN (" + placeholders(len(f.States)) + ")"
+		for _, s := range f.States {
+			args = append(args, s)
+		}
+	}
+	q += " ORDER BY created_at, id"
+	var out []*Command
+	err := scanRows(ctx, d.db, q, args, func(rev int64, data []byte) error {
+		var c Command
+		if err := json.Unmarshal(data, &c); err != nil {
+			return err
+		}
+		c.Rev = rev
+		out = append(out, &c)
+		return nil
+	})
+	return out, err
+}
+
+// Commands lists an environment's commands inside the transaction.
+func (t *Tx) Commands(envID string) ([]*Command, error) {
+	var out []*Command
+	err := scanRows(t.ctx, t.tx, "SELECT rev, data FROM commands WHERE env_id = ? ORDER BY created_at, id", []any{envID}, func(rev int64, data []byte) error {
+		var c Command
+		if err := json.Unmarshal(data, &c); err != nil {
+			return err
+		}
+		c.Rev = rev
+		out = append(out, &c)
+		return nil
+	})
+	return out, err
+}
+
+func scanRows(ctx context.Context, q querier, query string, args []any, fn func(rev int64, data []byte) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rev int64
+		var data []byte
+		if err := rows.Scan(&rev, &data); err != nil {
+			return err
+		}
+		if err := fn(rev, data); err != nil {
+			return fmt.Errorf("registry row is corrupt: %w", err)
+		}
+	}
+	return rows.Err()
+}
+
+func placeholders(n int) string {
+	s := make([]byte, 0, 2*n)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			s = append(s, ',')
+		}
+		s = append(s, '?')
+	}
+	return string(s)
+}
+
+// Intent states.
+const (
+	IntentPending   = "pending"   // recorded before the OS mutation
+	IntentCreated   = "created"   // the resource exists; Identity says which
+	IntentReleased  = "released"  // the resource was removed
+	IntentAbandoned = "abandoned" // the mutation never produced a resource
+)
+
+// Intent is one allocation-ledger entry.
+type Intent struct {
+	ID        int64     `json:"id"`
+	Rev       int64     `json:"rev"`
+	EnvID     string    `json:"env"`
+	CommandID string    `json:"command,omitempty"`
+	Kind      string    `json:"kind"` // cgroup | dir
+	Target    string    `json:"target"`
+	State     string    `json:"state"`
+	Identity  string    `json:"identity,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// AddIntent records that Target is about to be created.
+func (t *Tx) AddIntent(envID, commandID, kind, target string) (int64, error) {
+	res, err := t.tx.ExecContext(t.ctx, "INSERT INTO intents (env_id, command_id, rev, kind, target, state, created_at) VALUES (?, ?, 1, ?, ?, ?, ?)", envID, commandID, kind, target, IntentPending, now())
+	if err != nil {
+		return 0, fmt.Errorf("registry: recording intent for %s: %w", target, err)
+	}
+	return res.LastInsertId()
+}
+
+// SettleIntent moves an intent to state, with the resource identity (for
+// created) or an error text.
+func (t *Tx) SettleIntent(id int64, state, identity, errText string) error {
+	res, err := t.tx.ExecContext(t.ctx, "UPDATE intents SET rev = rev + 1, state = ?, identity = CASE WHEN ? = '' THEN identity ELSE ? END, error = ?, settled_at = ? WHERE id = ?", state, identity, identity, errText, now(), id)
+	if err != nil {
+		return fmt.Errorf("registry: settling intent %d: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("intent %d: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// Intents lists ledger entries, optionally only those of an env and/or in
+// the given states.
+func (d *DB) Intents(ctx context.Context, envID string, states ...string) ([]Intent, error) {
+	q, args := "SELECT id, rev, env_id, command_id, kind, target, state, identity, error, created_at FROM intents WHERE 1=1", []any{}
+	if envID != "" {
+		q += " AND env_id = ?"
+		args = append(args, envID)
+	}
+	if len(states) > 0 {
+		q += " AND state IN (" + placeholders(len(states)) + ")"
+		for _, s := range states {
+			args = append(args, s)
+		}
+	}
+	q += " ORDER BY id"
+	rows, err := d.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	defer rows.Close()
+	var out []Intent
+	for rows.Next() {
+		var in Intent
+		var created int64
+		if err := rows.Scan(&in.ID, &in.Rev, &in.EnvID, &in.CommandID, &in.Kind, &in.Target, &in.State, &in.Identity, &in.Error, &created); err != nil {
+			return nil, err
+		}
+		in.CreatedAt = time.Unix(0, created).UTC()
+		out = append(out, in)
+	}
+	return out, rows.Err()
+}
+
+// Setting reads a store-wide setting; ok is false when unset.
+func (d *DB) Setting(ctx context.Context, key string) (value string, ok bool, err error) {
+	err = d.db.QueryRowContext(ctx, "SELECT value FROM settings WHERE key = ?", key).Scan(&value)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return value, err == nil, err
+}
+
+// SetSetting writes a store-wide setting.
+func (t *Tx) SetSetting(key, value string) error {
+	_, err := t.tx.ExecContext(t.ctx, "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
+	return err
+}

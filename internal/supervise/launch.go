@@ -1,0 +1,240 @@
+package supervise
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
+)
+
+// StartSpec says how to start one guardian.
+type StartSpec struct {
+	// Exe is hostfork's own executable (re-executed in guardian mode).
+	Exe string
+	// GuardianCgroup is the cgroup2 directory the guardian is cloned into
+	// (empty in the subreaper tier).
+	GuardianCgroup string
+	// Receipt is the proof/receipt file, created exclusively by the caller.
+	Receipt *os.File
+	// Stdin, Stdout, Stderr are handed to the workload (files or inherited
+	// descriptors). Nil stdin is /dev/null.
+	Stdin, Stdout, Stderr *os.File
+	// Forward asks for pipe mode: the guardian tees the output to the
+	// files above and to pipes returned in Guardian.Forward*.
+	Forward bool
+	// Log receives the guardian's own diagnostics.
+	Log *os.File
+	// Setsid detaches the guardian from the caller's session (everything
+	// but foreground terminal use).
+	Setsid bool
+}
+
+// Guardian is the launcher's handle on a started guardian.
+type Guardian struct {
+	ID         linux.Identity
+	cmd        *exec.Cmd
+	control    *os.File
+	events     *os.File
+	ForwardOut *os.File
+	ForwardErr *os.File
+	pidfd      *linux.Pidfd
+	released   bool
+}
+
+// Start starts a guardian and leaves it blocked at the gate. The caller
+// records g.ID durably, then calls Release, or Abort on failure.
+func Start(s StartSpec) (*Guardian, error) {
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	evR, evW, err := os.Pipe()
+	if err != nil {
+		ctlR.Close()
+		ctlW.Close()
+		return nil, err
+	}
+	var closeAfter []*os.File
+	closeAfter = append(closeAfter, ctlR, evW)
+	defer func() {
+		for _, f := range closeAfter {
+			f.Close()
+		}
+	}()
+	stdin := s.Stdin
+	if stdin == nil {
+		devnull, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, err
+		}
+		closeAfter = append(closeAfter, devnull)
+		stdin = devnull
+	}
+	g := &Guardian{control: ctlW, events: evR}
+	extra := []*os.File{ctlR, evW, s.Receipt, stdin, s.Stdout, s.Stderr}
+	if s.Forward {
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		errR, errW, err := os.Pipe()
+		if err != nil {
+			outR.Close()
+			outW.Close()
+			return nil, err
+		}
+		closeAfter = append(closeAfter, outW, errW)
+		g.ForwardOut, g.ForwardErr = outR, errR
+		extra = append(extra, outW, errW)
+	}
+	cmd := &exec.Cmd{
+		Path:       s.Exe,
+		Args:       []string{"hostfork-guardian", GuardianMode},
+		Env:        []string{},
+		ExtraFiles: extra,
+		Stderr:     s.Log,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid: s.Setsid,
+		},
+	}
+	if s.GuardianCgroup != "" {
+		fd, err := unix.Open(s.GuardianCgroup, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			g.closeAll()
+			return nil, &os.PathError{Op: "open", Path: s.GuardianCgroup, Err: err}
+		}
+		defer unix.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = fd
+	}
+	if err := cmd.Start(); err != nil {
+		g.closeAll()
+		return nil, fmt.Errorf("starting guardian: %w", err)
+	}
+	g.cmd = cmd
+	// Our unreaped child: its PID can't be reused, so this identity and
+	// pidfd are the guardian's.
+	id, err := linux.IdentityOf(cmd.Process.Pid)
+	if err == nil {
+		g.pidfd, err = linux.OpenVerified(id)
+	}
+	if err != nil {
+		g.Abort()
+		return nil, fmt.Errorf("reading guardian identity: %w", err)
+	}
+	g.ID = id
+	return g, nil
+}
+
+func (g *Guardian) closeAll() {
+	for _, f := range []*os.File{g.control, g.events, g.ForwardOut, g.ForwardErr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	g.pidfd.Close()
+}
+
+// Release opens the gate: the guardian starts the workload with cfg.
+func (g *Guardian) Release(cfg *Config) error {
+	if _, err := g.control.Write(marshalLine(controlMsg{Op: "release", Config: cfg})); err != nil {
+		return fmt.Errorf("releasing guardian: %w", err)
+	}
+	g.released = true
+	return nil
+}
+
+// Abort revokes an unreleased gate: the guardian exits without starting
+// anything, and is reaped.
+func (g *Guardian) Abort() {
+	g.control.Close()
+	if g.cmd != nil {
+		_ = g.cmd.Wait()
+	}
+	g.closeAll()
+}
+
+// Signal asks the guardian to send sig to the workload leader.
+func (g *Guardian) Signal(sig syscall.Signal) error {
+	_, err := g.control.Write(marshalLine(controlMsg{Op: "signal", Signal: int(sig)}))
+	return err
+}
+
+// RequestStop asks the guardian to stop its tree (SIGTERM, grace, SIGKILL).
+func (g *Guardian) RequestStop(reason string) error {
+	_, err := g.control.Write(marshalLine(controlMsg{Op: "stop", Reason: reason}))
+	return err
+}
+
+// Detach closes the owner channel without any stop: with owner-exit
+// "detach" the guardian keeps running.
+func (g *Guardian) Detach() {
+	g.control.Close()
+}
+
+// Events reads guardian events until the guardian closes its end; the
+// channel is closed afterwards. Call once.
+func (g *Guardian) Events() <-chan Event {
+	ch := make(chan Event, 8)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(g.events)
+		for sc.Scan() {
+			var ev Event
+			if json.Unmarshal(sc.Bytes(), &ev) == nil {
+				ch <- ev
+			}
+		}
+	}()
+	return ch
+}
+
+// Reap waits for the guardian process itself (it is our child).
+func (g *Guardian) Reap() error {
+	err := g.cmd.Wait()
+	g.events.Close()
+	g.pidfd.Close()
+	return err
+}
+
+// ReadReceipt reads and verifies a receipt file: it must still be the file
+// registered (device and inode) and name the expected command.
+func ReadReceipt(path string, commandID string, dev, ino uint64) (*Receipt, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Dev != dev || st.Ino != ino {
+		return nil, fmt.Errorf("receipt %s was replaced (device/inode %d/%d, registered %d/%d)", path, st.Dev, st.Ino, dev, ino)
+	}
+	var last error
+	for try := 0; try < 3; try++ {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) == 0 {
+			return nil, ErrNoReceipt
+		}
+		var r Receipt
+		if err := json.Unmarshal(b, &r); err != nil {
+			last = err // the guardian may be mid-write; read again
+			continue
+		}
+		if r.CommandID != commandID || r.ProofDev != dev || r.ProofIno != ino {
+			return nil, fmt.Errorf("receipt %s does not belong to command %s", path, commandID)
+		}
+		return &r, nil
+	}
+	return nil, fmt.Errorf("receipt %s is unreadable: %w", path, last)
+}
+
+// ErrNoReceipt: the guardian has not written anything yet.
+var ErrNoReceipt = errors.New("no receipt written yet")

@@ -1,0 +1,147 @@
+// Package spec defines hostfork's request types: what an environment is
+// asked to be (lifetime, labels, and later trees, view and limits), with one
+// Validate. Spec files (YAML or JSON) and CLI flags compile to these types.
+// It is pure data: it imports nothing from hostfork and touches no OS state,
+// so any package, including non-Linux ones, may import it.
+package spec
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// ErrInvalid wraps every validation error.
+var ErrInvalid = errors.New("invalid request")
+
+// Duration is a time.Duration written as a Go duration string ("20m",
+// "1h30m", "2s") in spec files.
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON accepts a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string such as \"20m\" or \"2s\"")
+	}
+	v, err := ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// UnmarshalText accepts a duration string (YAML).
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ParseDuration is time.ParseDuration that also accepts a "d" (24h) unit
+// and rejects negative values.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf("empty duration: %w", ErrInvalid)
+	}
+	var total time.Duration
+	if i := strings.Index(s, "d"); i > 0 {
+		var days int
+		if _, err := fmt.Sscanf(s[:i], "%d", &days); err != nil || days < 0 || fmt.Sprint(days) != s[:i] {
+			return 0, fmt.Errorf("bad duration %q (use e.g. 30s, 20m, 2h, 7d): %w", s, ErrInvalid)
+		}
+		total = time.Duration(days) * 24 * time.Hour
+		s = s[i+1:]
+		if s == "" {
+			return total, nil
+		}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("bad duration %q (use e.g. 30s, 20m, 2h, 7d): %w", s, ErrInvalid)
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("negative duration %q: %w", s, ErrInvalid)
+	}
+	return total + v, nil
+}
+
+// Owner-exit policies.
+const (
+	OwnerExitStop   = "stop"
+	OwnerExitDetach = "detach"
+)
+
+// Lifetime bounds an environment (DESIGN.md, "Linux execution": Deadline).
+type Lifetime struct {
+	// MaxRuntime runs from environment activation to force-stop, grace
+	// included. Zero with UntilStopped false means "not chosen".
+	MaxRuntime Duration `json:"max_runtime,omitempty" yaml:"max_runtime,omitempty"`
+	// UntilStopped explicitly asks for no deadline.
+	UntilStopped bool `json:"until_stopped,omitempty" yaml:"until_stopped,omitempty"`
+	// Grace is the termination grace inside every stop (default 2s).
+	Grace Duration `json:"grace,omitempty" yaml:"grace,omitempty"`
+	// OwnerExit is what happens when the creating process exits: stop
+	// (default) or detach.
+	OwnerExit string `json:"owner_exit,omitempty" yaml:"owner_exit,omitempty"`
+}
+
+// DefaultGrace is the termination grace when none is given.
+const DefaultGrace = 2 * time.Second
+
+// Environment is a request for one environment.
+type Environment struct {
+	Purpose  string            `json:"purpose,omitempty" yaml:"purpose,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
+	Lifetime Lifetime          `json:"lifetime" yaml:"lifetime"`
+	// Tier asks for an ownership tier: "" (best available), "cgroup2" or
+	// "subreaper" (an explicit choice of the weaker tier).
+	Tier string `json:"tier,omitempty" yaml:"tier,omitempty"`
+}
+
+var labelKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
+
+// Validate checks the request and fills defaults (grace, owner exit).
+func (e *Environment) Validate() error {
+	l := &e.Lifetime
+	if l.Grace == 0 {
+		l.Grace = Duration(DefaultGrace)
+	}
+	if l.OwnerExit == "" {
+		l.OwnerExit = OwnerExitStop
+	}
+	if l.OwnerExit != OwnerExitStop && l.OwnerExit != OwnerExitDetach {
+		return fmt.Errorf("owner_exit %q: use stop or detach: %w", l.OwnerExit, ErrInvalid)
+	}
+	if l.UntilStopped && l.MaxRuntime > 0 {
+		return fmt.Errorf("both a max runtime (--ttl) and until-stopped were given; choose one: %w", ErrInvalid)
+	}
+	if l.MaxRuntime > 0 && time.Duration(l.MaxRuntime) <= time.Duration(l.Grace) {
+		return fmt.Errorf("max runtime %v must be longer than the grace %v (it includes the grace): %w", time.Duration(l.MaxRuntime), time.Duration(l.Grace), ErrInvalid)
+	}
+	if l.OwnerExit == OwnerExitDetach && l.MaxRuntime == 0 && !l.UntilStopped {
+		return fmt.Errorf("a detached environment needs --ttl DUR or --until-stopped: %w", ErrInvalid)
+	}
+	for k := range e.Labels {
+		if !labelKey.MatchString(k) {
+			return fmt.Errorf("label key %q: use letters, digits, '.', '_', '-', '/' (max 63): %w", k, ErrInvalid)
+		}
+	}
+	switch e.Tier {
+	case "", "cgroup2", "subreaper":
+	default:
+		return fmt.Errorf("tier %q: use cgroup2 or subreaper: %w", e.Tier, ErrInvalid)
+	}
+	return nil
+}
