@@ -3,8 +3,14 @@ package hostfork
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
+	"github.com/habemus-papadum/hostfork/internal/plan"
+	"github.com/habemus-papadum/hostfork/internal/view"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -14,8 +20,20 @@ const (
 	TierSubreaper = "subreaper"
 )
 
+// PlannedTree is one private tree as planned.
+type PlannedTree struct {
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+	Baseline string `json:"baseline,omitempty"`
+	Source   string `json:"source"`
+	// Target is the path the workload uses.
+	Target string `json:"target"`
+	// Consistency says what the tree guarantees about its contents.
+	Consistency string `json:"consistency"`
+}
+
 // Plan is a resolved request: what Create will do, decided before anything
-// is allocated.
+// is allocated. A plan with Unsupported entries can't be created.
 type Plan struct {
 	Spec spec.Environment `json:"spec"`
 	// Tier is the ownership tier the environment gets.
@@ -27,9 +45,21 @@ type Plan struct {
 	Grace        time.Duration `json:"grace_ns"`
 	OwnerExit    string        `json:"owner_exit"`
 	UntilStopped bool          `json:"until_stopped"`
+	// DeadlineEnforcer names what enforces the deadline independently of
+	// the registry and the caller.
+	DeadlineEnforcer string `json:"deadline_enforcer,omitempty"`
+
+	Trees []PlannedTree  `json:"trees,omitempty"`
+	View  *plan.Result   `json:"view,omitempty"`
+	Notes []string       `json:"notes,omitempty"`
+	// Unsupported lists requests this host can't honour, with the reason.
+	Unsupported []string `json:"unsupported,omitempty"`
+
+	baselines map[string]*baselineInfo
 }
 
-// Plan validates s against this host and resolves it.
+// Plan validates s against this host and resolves it. Errors are for
+// malformed requests; what the host can't do is listed in Unsupported.
 func (h *Host) Plan(ctx context.Context, s spec.Environment) (*Plan, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -41,6 +71,7 @@ func (h *Host) Plan(ctx context.Context, s spec.Environment) (*Plan, error) {
 		Grace:        time.Duration(s.Lifetime.Grace),
 		OwnerExit:    s.Lifetime.OwnerExit,
 		UntilStopped: s.Lifetime.UntilStopped,
+		baselines:    map[string]*baselineInfo{},
 	}
 	switch s.Tier {
 	case TierCgroup2:
@@ -62,5 +93,73 @@ func (h *Host) Plan(ctx context.Context, s spec.Environment) (*Plan, error) {
 	if p.Tier == TierCgroup2 {
 		p.CgroupParent = caps.CgroupParent
 	}
+	if p.MaxRuntime > 0 {
+		p.DeadlineEnforcer = "guardian timers (and the keeper's, with a view): independent of the registry, storage and caller; 'hostfork reap' is the backstop"
+	}
+	if err := h.planView(ctx, p); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+func (h *Host) planView(ctx context.Context, p *Plan) error {
+	s := &p.Spec
+	if s.View.Empty() {
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		p.Unsupported = append(p.Unsupported, "a view needs a private mount namespace, which needs root here (rootless views through user namespaces are not implemented yet)")
+	}
+	mounts, err := view.ReadMountinfo()
+	if err != nil {
+		return fmt.Errorf("reading the host's mounts: %w", err)
+	}
+	facts := plan.Facts{
+		Resolve: func(p string) (string, bool) {
+			r, err := filepath.EvalSymlinks(p)
+			if err != nil {
+				return p, false
+			}
+			return r, true
+		},
+		Protected: []string{h.root},
+	}
+	if exe, err := os.Executable(); err == nil {
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+		if strings.Contains(exe, "/go-build") {
+			p.Notes = append(p.Notes, "the hostfork binary "+exe+" is a temporary 'go run'/'go test' build; it is not protected from the view")
+		} else {
+			facts.Protected = append(facts.Protected, exe)
+		}
+	}
+	for _, m := range mounts {
+		facts.Mounts = append(facts.Mounts, plan.Mount{Target: m.Target, FSType: m.FSType, Options: m.Options})
+	}
+	res, err := plan.View(s, facts)
+	if err != nil {
+		return err
+	}
+	p.View = res
+	names := make([]string, 0, len(s.Trees))
+	for n := range s.Trees {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	targetOf := map[string]string{}
+	for _, r := range res.Rules {
+		if r.Tree != "" {
+			targetOf[r.Tree] = r.Target
+		}
+	}
+	for _, n := range names {
+		t := s.Trees[n]
+		pt := PlannedTree{Name: n, Kind: t.Kind, Baseline: t.Baseline, Source: t.Source, Target: targetOf[n]}
+		if err := h.planTree(ctx, p, &pt); err != nil {
+			return err
+		}
+		p.Trees = append(p.Trees, pt)
+	}
+	return nil
 }

@@ -107,10 +107,17 @@ type Environment struct {
 	Lifetime Lifetime          `json:"lifetime" yaml:"lifetime"`
 	// Tier asks for an ownership tier: "" (best available), "cgroup2" or
 	// "subreaper" (an explicit choice of the weaker tier).
-	Tier string `json:"tier,omitempty" yaml:"tier,omitempty"`
+	Tier      string          `json:"tier,omitempty" yaml:"tier,omitempty"`
+	Trees     map[string]Tree `json:"trees,omitempty" yaml:"trees,omitempty"`
+	View      View            `json:"view" yaml:"view,omitempty"`
+	Limits    Limits          `json:"limits" yaml:"limits,omitempty"`
+	Retention Retention       `json:"retention" yaml:"retention,omitempty"`
 }
 
-var labelKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
+var (
+	labelKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
+	treeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+)
 
 // Validate checks the request and fills defaults (grace, owner exit).
 func (e *Environment) Validate() error {
@@ -143,5 +150,5 @@ func (e *Environment) Validate() error {
 	default:
 		return fmt.Errorf("tier %q: use cgroup2 or subreaper: %w", e.Tier, ErrInvalid)
 	}
-	return nil
+	return e.validateView()
 }

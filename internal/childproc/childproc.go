@@ -9,10 +9,12 @@ import (
 	"os"
 
 	"github.com/habemus-papadum/hostfork/internal/supervise"
+	"github.com/habemus-papadum/hostfork/internal/view"
 )
 
 var modes = map[string]func() int{
 	supervise.GuardianMode: supervise.GuardianMain,
+	view.KeeperMode:        view.KeeperMain,
 }
 
 // Dispatch runs the child mode named by os.Args[1], if any, and exits with

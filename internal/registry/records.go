@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -49,12 +50,102 @@ type Env struct {
 	DeadlineMono  time.Duration   `json:"deadline_mono_ns,omitempty"`
 	DeadlineAt    *time.Time      `json:"deadline_at,omitempty"`
 	Spec          json.RawMessage `json:"spec,omitempty"`
+	// The view: trees, keeper and planned rules.
+	Trees  []TreeRecord    `json:"trees,omitempty"`
+	Keeper *Identity       `json:"keeper,omitempty"`
+	View   json.RawMessage `json:"view,omitempty"`
 	// Stop.
 	StopReason      string     `json:"stop_reason,omitempty"`
 	StopRequestedAt *time.Time `json:"stop_requested_at,omitempty"`
 	StoppedAt       *time.Time `json:"stopped_at,omitempty"`
 	CleanupErrors   []string   `json:"cleanup_errors,omitempty"`
 	Error           string     `json:"error,omitempty"`
+}
+
+// TreeRecord is one private tree of an environment.
+type TreeRecord struct {
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+	Baseline string `json:"baseline,omitempty"`
+	Source   string `json:"source"`
+	// HostPath is where the tree's own files are on the host (the
+	// snapshot or copy directory; the upper directory of an overlay).
+	HostPath string `json:"host_path"`
+	// WorkloadPath is the path the workload uses inside the view.
+	WorkloadPath string `json:"workload_path"`
+	// Storage is the backend's identity record (opaque here).
+	Storage json.RawMessage `json:"storage,omitempty"`
+	State   string          `json:"state"` // allocated | removed
+	Note    string          `json:"note,omitempty"`
+}
+
+// Baseline is a registered, prepared source for private trees.
+type Baseline struct {
+	Name      string    `json:"name"`
+	Rev       int64     `json:"rev"`
+	Path      string    `json:"path"`
+	Kind      string    `json:"kind"` // btrfs-subvolume | directory
+	Device    uint64    `json:"device"`
+	Inode     uint64    `json:"inode"`
+	FSType    string    `json:"fs_type"`
+	Offers    []string  `json:"offers"` // tree kinds it can back
+	Notes     []string  `json:"notes,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// InsertBaseline registers a baseline; the name must be new.
+func (t *Tx) InsertBaseline(b *Baseline) error {
+	b.Rev = 1
+	data, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	_, err = t.tx.ExecContext(t.ctx, "INSERT INTO baselines (name, rev, state, created_at, data) VALUES (?, 1, 'registered', ?, ?)", b.Name, b.CreatedAt.UnixNano(), string(data))
+	if err != nil {
+		if strings.Contains(err.Error(), "UNIQUE") {
+			return fmt.Errorf("baseline %q is already registered (remove it first with 'hostfork baseline rm %s'): %w", b.Name, b.Name, ErrConflict)
+		}
+		return fmt.Errorf("registry: %w", err)
+	}
+	return nil
+}
+
+// DeleteBaseline unregisters a baseline (its files are never touched).
+func (t *Tx) DeleteBaseline(name string) error {
+	res, err := t.tx.ExecContext(t.ctx, "DELETE FROM baselines WHERE name = ?", name)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("no baseline named %q: %w", name, ErrNotFound)
+	}
+	return nil
+}
+
+// Baseline reads one baseline.
+func (d *DB) Baseline(ctx context.Context, name string) (*Baseline, error) {
+	var b Baseline
+	rev, err := getRow(ctx, d.db, "baselines", name, &b)
+	if err != nil {
+		return nil, err
+	}
+	b.Rev = rev
+	return &b, nil
+}
+
+// Baselines lists registered baselines by name.
+func (d *DB) Baselines(ctx context.Context) ([]*Baseline, error) {
+	var out []*Baseline
+	err := scanRows(ctx, d.db, "SELECT rev, data FROM baselines ORDER BY name", nil, func(rev int64, data []byte) error {
+		var b Baseline
+		if err := json.Unmarshal(data, &b); err != nil {
+			return err
+		}
+		b.Rev = rev
+		out = append(out, &b)
+		return nil
+	})
+	return out, err
 }
 
 // Command record states.

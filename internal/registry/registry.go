@@ -204,7 +204,11 @@ type querier interface {
 func getRow(ctx context.Context, q querier, tb table, id string, v any) (int64, error) {
 	var rev int64
 	var data string
-	err := q.QueryRowContext(ctx, "SELECT rev, data FROM "+string(tb)+" WHERE id = ?", id).Scan(&rev, &data)
+	key := "id"
+	if tb == "baselines" {
+		key = "name"
+	}
+	err := q.QueryRowContext(ctx, "SELECT rev, data FROM "+string(tb)+" WHERE "+key+" = ?", id).Scan(&rev, &data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("%s %s: %w", tb, id, ErrNotFound)
 	}

@@ -43,6 +43,16 @@ CREATE TABLE settings (
 	value TEXT NOT NULL
 );
 `,
+	// 2: registered baselines (host preparation).
+	`
+CREATE TABLE baselines (
+	name       TEXT PRIMARY KEY,
+	rev        INTEGER NOT NULL,
+	state      TEXT NOT NULL,
+	created_at INTEGER NOT NULL,
+	data       TEXT NOT NULL
+);
+`,
 }
 
 // SchemaVersion is the version this build writes.

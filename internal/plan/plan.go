@@ -1,0 +1,225 @@
+// Package plan is hostfork's pure view planner: from a validated request
+// and facts about the host (its mount table, the paths hostfork itself
+// needs, resolved symlinks), it decides the ordered mount rules of an
+// environment's view and reports nested mounts, overlaps, aliases,
+// inherited writable areas and self-shadowing — before anything is
+// allocated. It performs no I/O; the hostfork library gathers the facts and
+// applies the result. Any package may import it.
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// ErrShadowing reports a view that would hide a path hostfork needs.
+var ErrShadowing = errors.New("view hides a path hostfork needs")
+
+// Rule kinds.
+const (
+	Replace  = "replace"
+	Scratch  = "scratch"
+	ReadOnly = "read_only"
+	Share    = "share"
+)
+
+// Mount is one entry of the host's mount table.
+type Mount struct {
+	Target  string
+	FSType  string
+	Options string // per-mount options, e.g. "rw,nosuid"
+}
+
+// Facts are what the planner needs to know about the host.
+type Facts struct {
+	Mounts []Mount
+	// Resolve maps a requested path to its symlink-free form; missing
+	// paths map to themselves with Exists false.
+	Resolve func(p string) (resolved string, exists bool)
+	// Protected are paths that must stay reachable in the view: the store
+	// root and the hostfork executable.
+	Protected []string
+}
+
+// Rule is one planned step, in application order.
+type Rule struct {
+	Kind   string `json:"kind"`
+	Target string `json:"target"`
+	// Requested is the path as written, when it differs from Target
+	// (a symlink alias was resolved).
+	Requested string `json:"requested,omitempty"`
+	Tree      string `json:"tree,omitempty"`
+	// Restore: a share that must be put back on top of a covering rule.
+	Restore bool `json:"restore,omitempty"`
+	// Mkdir: the target is missing on the host but lies inside a private
+	// layer created earlier in the view, where it will be created.
+	Mkdir bool `json:"mkdir,omitempty"`
+	// Hides lists host mounts below Target that the rule covers.
+	Hides []string `json:"hides,omitempty"`
+	Note  string   `json:"note,omitempty"`
+}
+
+// Result is the planned view.
+type Result struct {
+	Rules []Rule `json:"rules"`
+	// Overlaps lists pairs of rules whose targets nest.
+	Overlaps []string `json:"overlaps,omitempty"`
+	// InheritedWritable lists host mounts that stay writable in the view.
+	InheritedWritable []string `json:"inherited_writable,omitempty"`
+}
+
+func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
+
+func under(p, dir string) bool {
+	p, dir = filepath.Clean(p), filepath.Clean(dir)
+	return p == dir || strings.HasPrefix(p, dir+"/") || dir == "/"
+}
+
+// View plans the view of e (which must already be validated).
+func View(e *spec.Environment, f Facts) (*Result, error) {
+	type req struct {
+		kind, path, tree string
+	}
+	var reqs []req
+	for t, tree := range e.View.Replace {
+		reqs = append(reqs, req{Replace, t, tree})
+	}
+	for _, p := range e.View.Scratch {
+		reqs = append(reqs, req{Scratch, p, ""})
+	}
+	for _, p := range e.View.ReadOnly {
+		reqs = append(reqs, req{ReadOnly, p, ""})
+	}
+	for _, p := range e.View.Share {
+		reqs = append(reqs, req{Share, p, ""})
+	}
+	res := &Result{}
+	seen := map[string]string{}
+	var cover, shares []Rule
+	for _, r := range reqs {
+		clean := filepath.Clean(r.path)
+		target, exists := clean, true
+		if f.Resolve != nil {
+			target, exists = f.Resolve(clean)
+		}
+		rule := Rule{Kind: r.kind, Target: target, Tree: r.tree}
+		if target != clean {
+			rule.Requested = clean
+			rule.Note = "alias: " + clean + " resolves to " + target
+		}
+		if prev, ok := seen[target]; ok {
+			return nil, fmt.Errorf("view: %s (%s) and %s name the same directory %s; give it one rule: %w", prev, r.kind, r.path, target, spec.ErrInvalid)
+		}
+		seen[target] = r.kind + " " + clean
+		if !exists {
+			rule.Mkdir = true // validated below: only allowed inside a private layer
+		}
+		if r.kind == Share {
+			shares = append(shares, rule)
+		} else {
+			cover = append(cover, rule)
+		}
+	}
+	// Shallow targets first, so deeper rules apply on top of them.
+	sort.SliceStable(cover, func(i, j int) bool {
+		if di, dj := depth(cover[i].Target), depth(cover[j].Target); di != dj {
+			return di < dj
+		}
+		return cover[i].Target < cover[j].Target
+	})
+	for i := range cover {
+		r := &cover[i]
+		if r.Mkdir {
+			inside := false
+			for _, o := range cover[:i] {
+				if (o.Kind == Replace || o.Kind == Scratch) && under(r.Target, o.Target) && r.Target != o.Target {
+					inside = true
+				}
+			}
+			if !inside {
+				return nil, fmt.Errorf("view %s: %s does not exist on the host; create the directory first (hostfork never creates host paths): %w", r.Kind, r.Target, spec.ErrInvalid)
+			}
+		}
+		for _, m := range f.Mounts {
+			if m.Target != r.Target && under(m.Target, r.Target) && r.Kind != ReadOnly {
+				r.Hides = append(r.Hides, m.Target)
+			}
+		}
+		for _, o := range cover[:i] {
+			if under(r.Target, o.Target) {
+				res.Overlaps = append(res.Overlaps, fmt.Sprintf("%s %s applies on top of %s %s", r.Kind, r.Target, o.Kind, o.Target))
+			}
+		}
+	}
+	// A share that lies under a covering rule is restored on top of it.
+	for i := range shares {
+		s := &shares[i]
+		for _, c := range cover {
+			if under(s.Target, c.Target) {
+				s.Restore = true
+				s.Note = strings.TrimPrefix(s.Note+"; ", "; ") + "restored over " + c.Kind + " " + c.Target
+			}
+		}
+		if s.Mkdir {
+			return nil, fmt.Errorf("view share: %s does not exist on the host; only live host paths can be shared: %w", s.Target, spec.ErrInvalid)
+		}
+		if !s.Restore {
+			s.Note = strings.TrimPrefix(s.Note+"; ", "; ") + "already the live host path (nothing covers it)"
+		}
+	}
+	sort.SliceStable(shares, func(i, j int) bool { return depth(shares[i].Target) < depth(shares[j].Target) })
+	res.Rules = append(cover, shares...)
+	// Self-shadowing: a protected path under a covering rule must be
+	// restored by a share at or below that rule.
+	for _, p := range f.Protected {
+		for _, c := range cover {
+			if !under(p, c.Target) {
+				continue
+			}
+			restored := false
+			for _, s := range shares {
+				if under(p, s.Target) && under(s.Target, c.Target) {
+					restored = true
+				}
+			}
+			if !restored {
+				return nil, fmt.Errorf("view %s %s would hide %s, which hostfork needs; add it under view.share (--share %s) to restore it, or choose another target: %w", c.Kind, c.Target, p, p, ErrShadowing)
+			}
+		}
+	}
+	// Inherited writable areas: rw host mounts of real filesystems that no
+	// rule covers (or that a share restores).
+	for _, m := range f.Mounts {
+		if pseudoFS[m.FSType] || !hasOpt(m.Options, "rw") {
+			continue
+		}
+		covered := false
+		for _, c := range cover {
+			if under(m.Target, c.Target) {
+				covered = true
+			}
+		}
+		if !covered {
+			res.InheritedWritable = append(res.InheritedWritable, m.Target+" ("+m.FSType+")")
+		}
+	}
+	return res, nil
+}
+
+var pseudoFS = map[string]bool{"proc": true, "sysfs": true, "cgroup": true, "cgroup2": true, "devpts": true, "mqueue": true,
+	"debugfs": true, "tracefs": true, "securityfs": true, "pstore": true, "bpf": true, "configfs": true, "fusectl": true,
+	"hugetlbfs": true, "autofs": true, "binfmt_misc": true, "nsfs": true, "efivarfs": true, "rpc_pipefs": true, "devtmpfs": true}
+
+func hasOpt(opts, o string) bool {
+	for _, x := range strings.Split(opts, ",") {
+		if x == o {
+			return true
+		}
+	}
+	return false
+}

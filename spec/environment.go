@@ -1,0 +1,222 @@
+package spec
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Tree kinds.
+const (
+	KindBtrfs   = "btrfs"
+	KindOverlay = "overlay"
+	KindCopy    = "copy"
+)
+
+// Tree asks for one private tree.
+type Tree struct {
+	// Kind is btrfs, overlay or copy; selection is explicit, never a
+	// silent fallback.
+	Kind string `json:"kind" yaml:"kind"`
+	// Baseline names a registered baseline (hostfork baseline add).
+	Baseline string `json:"baseline,omitempty" yaml:"baseline,omitempty"`
+	// Source is a host path used directly (overlay lower, copy source, or
+	// btrfs subvolume to snapshot). Exactly one of Baseline and Source.
+	Source string `json:"source,omitempty" yaml:"source,omitempty"`
+}
+
+// View describes how the environment's mount namespace differs from the
+// host's (DESIGN.md, "Storage and the view").
+type View struct {
+	// Replace maps a host directory (the target) to a tree name.
+	Replace map[string]string `json:"replace,omitempty" yaml:"replace,omitempty"`
+	// ReadOnly paths are bind-mounted read-only onto themselves.
+	ReadOnly []string `json:"read_only,omitempty" yaml:"read_only,omitempty"`
+	// Share paths stay the host's live directories, restored on top of any
+	// replacement or scratch that would hide them (e.g. a socket dir).
+	Share []string `json:"share,omitempty" yaml:"share,omitempty"`
+	// Scratch paths get a private, empty tmpfs (only when asked).
+	Scratch []string `json:"scratch,omitempty" yaml:"scratch,omitempty"`
+}
+
+// Empty reports whether the view changes nothing.
+func (v View) Empty() bool {
+	return len(v.Replace) == 0 && len(v.ReadOnly) == 0 && len(v.Share) == 0 && len(v.Scratch) == 0
+}
+
+// Limits are aggregate budgets over the environment (keeper included).
+type Limits struct {
+	Memory Size    `json:"memory,omitempty" yaml:"memory,omitempty"`
+	CPUs   float64 `json:"cpus,omitempty" yaml:"cpus,omitempty"`
+	Pids   int64   `json:"pids,omitempty" yaml:"pids,omitempty"`
+	// AllowWeaker accepts limits the host can only partly enforce.
+	AllowWeaker bool `json:"allow_weaker,omitempty" yaml:"allow_weaker,omitempty"`
+}
+
+// Empty reports whether no limit is asked for.
+func (l Limits) Empty() bool { return l.Memory == 0 && l.CPUs == 0 && l.Pids == 0 }
+
+// Retention says how long private trees and evidence are kept after the
+// environment's confirmed stop.
+type Retention struct {
+	Trees    *Duration `json:"trees,omitempty" yaml:"trees,omitempty"`
+	Evidence *Duration `json:"evidence,omitempty" yaml:"evidence,omitempty"`
+}
+
+// Size is a byte count written as "512M", "8GiB", "1073741824".
+type Size int64
+
+// UnmarshalText parses a size.
+func (s *Size) UnmarshalText(b []byte) error {
+	v, err := ParseSize(string(b))
+	if err != nil {
+		return err
+	}
+	*s = Size(v)
+	return nil
+}
+
+// MarshalText writes the size in bytes.
+func (s Size) MarshalText() ([]byte, error) { return []byte(strconv.FormatInt(int64(s), 10)), nil }
+
+// ParseSize accepts a byte count with an optional unit: K, M, G, T (powers
+// of 1024, also written KiB, MiB, GiB, TiB, KB, MB, GB, TB, k).
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
+		i++
+	}
+	if i == 0 {
+		return 0, fmt.Errorf("bad size %q (use e.g. 512M, 8GiB): %w", s, ErrInvalid)
+	}
+	n, err := strconv.ParseFloat(t[:i], 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad size %q (use e.g. 512M, 8GiB): %w", s, ErrInvalid)
+	}
+	mult := map[string]float64{"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
+		"G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
+	m, ok := mult[strings.ToUpper(strings.TrimSpace(t[i:]))]
+	if !ok {
+		return 0, fmt.Errorf("bad size unit in %q (use K, M, G or T): %w", s, ErrInvalid)
+	}
+	v := n * m
+	if v > 1<<62 {
+		return 0, fmt.Errorf("size %q is too large: %w", s, ErrInvalid)
+	}
+	return int64(v), nil
+}
+
+// Parse reads a spec file (YAML or JSON; JSON is read as YAML). Unknown
+// fields are errors that name the line.
+func Parse(data []byte) (*Environment, error) {
+	var e Environment
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&e); err != nil {
+		if err.Error() == "EOF" {
+			return &e, nil // an empty file is an empty request
+		}
+		return nil, fmt.Errorf("spec: %s: %w", strings.TrimPrefix(err.Error(), "yaml: "), ErrInvalid)
+	}
+	var extra any
+	if err := dec.Decode(&extra); err == nil {
+		return nil, fmt.Errorf("spec: more than one document in the file: %w", ErrInvalid)
+	}
+	return &e, nil
+}
+
+// validateView checks the trees and view for what can be known without
+// looking at the host.
+func (e *Environment) validateView() error {
+	names := make([]string, 0, len(e.Trees))
+	for n := range e.Trees {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t := e.Trees[n]
+		if !treeName.MatchString(n) {
+			return fmt.Errorf("tree name %q: use letters, digits, '-', '_' (max 63): %w", n, ErrInvalid)
+		}
+		switch t.Kind {
+		case KindBtrfs, KindOverlay, KindCopy:
+		case "":
+			return fmt.Errorf("tree %s: kind is required (btrfs, overlay or copy): %w", n, ErrInvalid)
+		default:
+			return fmt.Errorf("tree %s: kind %q: use btrfs, overlay or copy: %w", n, t.Kind, ErrInvalid)
+		}
+		if (t.Baseline == "") == (t.Source == "") {
+			return fmt.Errorf("tree %s: give exactly one of baseline (a registered name) or source (an absolute path): %w", n, ErrInvalid)
+		}
+		if t.Source != "" && !filepath.IsAbs(t.Source) {
+			return fmt.Errorf("tree %s: source %q must be an absolute path: %w", n, t.Source, ErrInvalid)
+		}
+	}
+	used := map[string]bool{}
+	seen := map[string]string{}
+	check := func(rule, p string) error {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("view %s: %q must be an absolute path: %w", rule, p, ErrInvalid)
+		}
+		c := filepath.Clean(p)
+		if c == "/" {
+			return fmt.Errorf("view %s: the root directory itself can't be a target: %w", rule, ErrInvalid)
+		}
+		if prev, ok := seen[c]; ok {
+			return fmt.Errorf("view: %s is both %s and %s; give each path one rule: %w", c, prev, rule, ErrInvalid)
+		}
+		seen[c] = rule
+		return nil
+	}
+	targets := make([]string, 0, len(e.View.Replace))
+	for t := range e.View.Replace {
+		targets = append(targets, t)
+	}
+	sort.Strings(targets)
+	for _, t := range targets {
+		name := e.View.Replace[t]
+		if err := check("replace", t); err != nil {
+			return err
+		}
+		if _, ok := e.Trees[name]; !ok {
+			return fmt.Errorf("view replace %s: no tree named %q (define it under trees): %w", t, name, ErrInvalid)
+		}
+		if used[name] {
+			return fmt.Errorf("view: tree %q replaces two paths; use one tree per path: %w", name, ErrInvalid)
+		}
+		used[name] = true
+	}
+	for _, p := range e.View.ReadOnly {
+		if err := check("read_only", p); err != nil {
+			return err
+		}
+	}
+	for _, p := range e.View.Share {
+		if err := check("share", p); err != nil {
+			return err
+		}
+	}
+	for _, p := range e.View.Scratch {
+		if err := check("scratch", p); err != nil {
+			return err
+		}
+	}
+	for _, n := range names {
+		if !used[n] {
+			return fmt.Errorf("tree %q is not used by any view replace rule: %w", n, ErrInvalid)
+		}
+	}
+	if e.Limits.CPUs < 0 || e.Limits.Pids < 0 || e.Limits.Memory < 0 {
+		return fmt.Errorf("limits must not be negative: %w", ErrInvalid)
+	}
+	if e.Limits.Memory != 0 && e.Limits.Memory < 4<<20 {
+		return fmt.Errorf("memory limit %d bytes is too small to run anything (at least 4M): %w", e.Limits.Memory, ErrInvalid)
+	}
+	return nil
+}
