@@ -19,6 +19,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
+	"github.com/habemus-papadum/hostfork/internal/view"
 )
 
 // Output modes.
@@ -58,6 +59,10 @@ type Command struct {
 	Foreground bool
 	Purpose    string
 	Labels     map[string]string
+	// OwnerExit overrides the environment's owner-exit policy for this
+	// command: "stop" ends the tree when the starting process exits,
+	// "detach" lets it run on under the environment's deadline.
+	OwnerExit string
 
 	env        *Env
 	id         string
@@ -115,6 +120,44 @@ func LookPath(argv0 string, env []string) (string, error) {
 		env = InheritedEnv()
 	}
 	return lookPath(argv0, env)
+}
+
+// lookPathIn resolves argv0 as seen below root ("" = the host); the
+// returned path is the one to exec inside that root.
+func lookPathIn(root, argv0 string, env []string) (string, error) {
+	if root == "" {
+		return lookPath(argv0, env)
+	}
+	p, err := lookPath(filepathJoinRoot(root, argv0), env)
+	if err == nil || strings.Contains(argv0, "/") {
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimPrefix(p, root), nil
+	}
+	path := ""
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			path = kv[5:]
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		cand := filepath.Join(dir, argv0)
+		if st, err := os.Stat(root + cand); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return cand, nil
+		}
+	}
+	return "", fmt.Errorf("%q not found in PATH inside the environment's view: %w (install it or give its full path)", argv0, ErrExecutableNotFound)
+}
+
+func filepathJoinRoot(root, p string) string {
+	if strings.Contains(p, "/") && filepath.IsAbs(p) {
+		return root + p
+	}
+	return p
 }
 
 func lookPath(argv0 string, env []string) (string, error) {
@@ -175,7 +218,20 @@ func (c *Command) Start(ctx context.Context) error {
 	if envv == nil {
 		envv = InheritedEnv()
 	}
-	path, err := lookPath(c.Argv[0], envv)
+	envRec := e.Record()
+	if envRec.State != registry.EnvActive {
+		return fmt.Errorf("environment %s is %s; create a new one: %w", envRec.ID, envRec.State, ErrEnvNotActive)
+	}
+	// With a view, paths are resolved inside it: through the keeper's
+	// root (/proc/KEEPER/root), never as an open host directory.
+	viewRoot := ""
+	if envRec.Keeper != nil {
+		if linux.Assess(linuxIdentity(envRec.Keeper)) != linux.Alive {
+			return fmt.Errorf("environment %s: %w; new commands are refused (stop it and create a new one): %w", envRec.ID, view.ErrKeeperLost, ErrEnvNotActive)
+		}
+		viewRoot = fmt.Sprintf("/proc/%d/root", envRec.Keeper.PID)
+	}
+	path, err := lookPathIn(viewRoot, c.Argv[0], envv)
 	if err != nil {
 		return err
 	}
@@ -188,13 +244,21 @@ func (c *Command) Start(ctx context.Context) error {
 			}
 			cwd = abs
 		}
-		if st, err := os.Stat(cwd); err != nil || !st.IsDir() {
-			return fmt.Errorf("working directory %s does not exist or is not a directory: %w", cwd, ErrInvalid)
+		if st, err := os.Stat(viewRoot + cwd); err != nil || !st.IsDir() {
+			where := ""
+			if viewRoot != "" {
+				where = " in the environment's view"
+			}
+			return fmt.Errorf("working directory %s does not exist%s or is not a directory: %w", cwd, where, ErrInvalid)
 		}
 	} else if wd, err := os.Getwd(); err == nil {
 		cwd = wd
+		if viewRoot != "" {
+			if st, err := os.Stat(viewRoot + cwd); err != nil || !st.IsDir() {
+				cwd = "/"
+			}
+		}
 	}
-	envRec := e.Record()
 	boot, _ := linux.BootID()
 	self, _ := linux.IdentityOf(os.Getpid())
 	id := newID()
@@ -357,6 +421,12 @@ func (c *Command) Start(ctx context.Context) error {
 		Grace:          envRec.Grace,
 		OwnerExit:      envRec.OwnerExit,
 		Foreground:     c.Foreground,
+	}
+	if envRec.Keeper != nil {
+		cfg.ViewPID = envRec.Keeper.PID
+	}
+	if c.OwnerExit != "" {
+		cfg.OwnerExit = c.OwnerExit
 	}
 	if envRec.DeadlineMono > 0 && envRec.BootID == boot {
 		cfg.DeadlineMono = envRec.DeadlineMono

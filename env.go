@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/view"
 )
 
 // Env is a live handle on an environment.
@@ -21,12 +24,18 @@ type Env struct {
 	mu sync.Mutex
 	// rec is the last record this handle wrote or read.
 	rec *registry.Env
+	// keeper is set in the process that created the environment: it holds
+	// the keeper's owner channel until this process exits.
+	keeper *view.Keeper
 }
 
 // Create allocates the environment described by p: its record, its run
 // directory and (cgroup2 tier) its cgroup. Every OS mutation is preceded by
 // an intent in the ledger and followed by the resulting identity.
 func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
+	if len(p.Unsupported) > 0 {
+		return nil, fmt.Errorf("the plan can't run on this host: %s: %w", strings.Join(p.Unsupported, "; "), ErrCapability)
+	}
 	boot, err := linux.BootID()
 	if err != nil {
 		return nil, err
@@ -93,8 +102,52 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 		}
 		cgIno, _ = g.Inode()
 	}
+	var keeper *view.Keeper
+	if p.View != nil {
+		trees, err := h.allocateTrees(ctx, rec, p)
+		rec.Trees = trees
+		if err != nil {
+			return fail(err)
+		}
+		ops, err := viewOps(p, trees)
+		if err != nil {
+			return fail(err)
+		}
+		kcg := ""
+		if rec.CgroupPath != "" {
+			kcg = filepath.Join(rec.CgroupPath, "keeper")
+			if _, err := cgroup.Create(kcg); err != nil {
+				return fail(fmt.Errorf("creating the keeper's cgroup: %w", err))
+			}
+		}
+		klog, err := os.OpenFile(filepath.Join(rec.RunDir, "keeper.log"), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return fail(fmt.Errorf("creating keeper log: %w", err))
+		}
+		// Activation happens before the view is built: setup after
+		// activation counts against the deadline (DESIGN.md, Deadline).
+		rec.ActivatedMono = linux.MonotonicNow()
+		kc := &view.KeeperConfig{EnvID: id, Ops: ops, OwnerExit: p.OwnerExit, Grace: p.Grace}
+		if rec.CgroupPath != "" {
+			kc.CommandsCgroup = filepath.Join(rec.CgroupPath, "commands")
+		}
+		if p.MaxRuntime > 0 {
+			kc.DeadlineMono = rec.ActivatedMono + p.MaxRuntime
+		}
+		keeper, err = view.StartKeeper(h.opts.Exe, kcg, klog, kc)
+		klog.Close()
+		if err != nil {
+			return fail(err)
+		}
+		rec.Keeper = regIdentity(keeper.ID)
+		if b, err := json.Marshal(p.View); err == nil {
+			rec.View = b
+		}
+	}
 	// Activation: the deadline runs from here (DESIGN.md, Deadline).
-	rec.ActivatedMono = linux.MonotonicNow()
+	if rec.ActivatedMono == 0 {
+		rec.ActivatedMono = linux.MonotonicNow()
+	}
 	if rec.TTL > 0 {
 		rec.DeadlineMono = rec.ActivatedMono + rec.TTL
 		at := time.Now().Add(rec.TTL).UTC()
@@ -116,7 +169,7 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 	if err != nil {
 		return fail(fmt.Errorf("recording the environment's resources: %w", err))
 	}
-	e := &Env{h: h, rec: rec}
+	e := &Env{h: h, rec: rec, keeper: keeper}
 	h.writeManifest(ctx, id)
 	return e, nil
 }
@@ -127,11 +180,21 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 func (h *Host) abandonEnv(rec *registry.Env, cause error) {
 	ctx := context.Background()
 	var cleanup []string
+	if rec.Keeper != nil {
+		_ = linux.SignalVerified(linuxIdentity(rec.Keeper), syscall.SIGKILL)
+	}
 	if rec.CgroupPath != "" {
-		if err := cgroup.Open(rec.CgroupPath).Remove(); err != nil {
+		g := cgroup.Open(rec.CgroupPath)
+		_ = g.Kill()
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = g.WaitEmpty(wctx)
+		cancel()
+		if err := g.Remove(); err != nil {
 			cleanup = append(cleanup, err.Error())
 		}
 	}
+	cleanup = append(cleanup, h.removeTrees(ctx, rec.Trees)...)
+	_ = os.Remove(filepath.Join(rec.RunDir, "keeper.log"))
 	_ = os.Remove(filepath.Join(rec.RunDir, "commands"))
 	if err := os.Remove(rec.RunDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		cleanup = append(cleanup, err.Error())
@@ -143,6 +206,7 @@ func (h *Host) abandonEnv(rec *registry.Env, cause error) {
 		}
 		cur.State = registry.EnvFailed
 		cur.Error = cause.Error()
+		cur.Trees = rec.Trees
 		cur.CleanupErrors = append(cur.CleanupErrors, cleanup...)
 		now := time.Now().UTC()
 		cur.StoppedAt = &now

@@ -49,9 +49,9 @@ type Plan struct {
 	// the registry and the caller.
 	DeadlineEnforcer string `json:"deadline_enforcer,omitempty"`
 
-	Trees []PlannedTree  `json:"trees,omitempty"`
-	View  *plan.Result   `json:"view,omitempty"`
-	Notes []string       `json:"notes,omitempty"`
+	Trees []PlannedTree `json:"trees,omitempty"`
+	View  *plan.Result  `json:"view,omitempty"`
+	Notes []string      `json:"notes,omitempty"`
 	// Unsupported lists requests this host can't honour, with the reason.
 	Unsupported []string `json:"unsupported,omitempty"`
 

@@ -395,6 +395,11 @@ func (h *Host) stopEnv(ctx context.Context, id string, opts StopOptions) (*regis
 		}
 	}
 	var cleanup []string
+	if env.Keeper != nil {
+		// The view is released once its keeper and the commands that
+		// joined it are gone. Trees stay.
+		stopKeeper(ctx, env.Keeper)
+	}
 	if env.CgroupPath != "" {
 		g := cgroup.Open(env.CgroupPath)
 		if ev, err := g.Events(); err == nil && ev.Populated {
@@ -462,4 +467,23 @@ func settleEnvIntentsKind(tx *registry.Tx, h *Host, envID, kind string) error {
 		}
 	}
 	return nil
+}
+
+// stopKeeper ends a keeper: SIGTERM through a verified pidfd, a bounded
+// wait, then SIGKILL.
+func stopKeeper(ctx context.Context, id *registry.Identity) {
+	p, err := linux.OpenVerified(linuxIdentity(id))
+	if err != nil {
+		return
+	}
+	defer p.Close()
+	_ = p.Signal(syscall.SIGTERM)
+	fds := []unix.PollFd{{Fd: int32(p.Fd()), Events: unix.POLLIN}}
+	end := time.Now().Add(2 * time.Second)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if n, _ := unix.Poll(fds, 50); n > 0 {
+			return
+		}
+	}
+	_ = p.Signal(syscall.SIGKILL)
 }

@@ -2,8 +2,8 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,7 +51,8 @@ hostfork's own failures use 118-127 (see docs/exit-codes.md).`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see '%s --help')", err, c.CommandPath())
 	})
-	root.AddCommand(newRunCmd(g), newPsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newVersionCmd(g))
+	root.AddCommand(newRunCmd(g), newPsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newVersionCmd(g),
+		newPlanCmd(g), newCreateCmd(g), newExecCmd(g), newShellCmd(g), newBaselineCmd(g))
 	return root, g
 }
 

@@ -6,89 +6,16 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/habemus-papadum/hostfork"
-	"github.com/habemus-papadum/hostfork/spec"
 )
 
-// lifetimeFlags are shared by run (and later create/exec).
-type lifetimeFlags struct {
-	ttl          string
-	untilStopped bool
-	grace        string
-	ownerExit    string
-	purpose      string
-	labels       []string
-	tier         string
-}
-
-func (f *lifetimeFlags) add(c *cobra.Command) {
-	fl := c.Flags()
-	fl.StringVar(&f.ttl, "ttl", "", "maximum runtime from activation to force-stop, grace included (e.g. 20m)")
-	fl.BoolVar(&f.untilStopped, "until-stopped", false, "no deadline: keep running, also after this process exits, until 'hostfork stop'")
-	fl.StringVar(&f.grace, "grace", "", "termination grace inside every stop (default 2s)")
-	fl.StringVar(&f.ownerExit, "owner-exit", "", "when this process exits: stop (default) or detach")
-	fl.StringVar(&f.purpose, "purpose", "", "why this runs (shown by ps and status)")
-	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
-	fl.StringVar(&f.tier, "tier", "", "ownership tier: cgroup2 or subreaper (default: the strongest available)")
-}
-
-func (f *lifetimeFlags) spec(detach bool) (spec.Environment, error) {
-	var s spec.Environment
-	s.Purpose = f.purpose
-	s.Tier = f.tier
-	if len(f.labels) > 0 {
-		s.Labels = map[string]string{}
-		for _, l := range f.labels {
-			k, v, ok := strings.Cut(l, "=")
-			if !ok || k == "" {
-				return s, usageErr("--label %q: write it as KEY=VALUE", l)
-			}
-			s.Labels[k] = v
-		}
-	}
-	if f.ttl != "" {
-		d, err := spec.ParseDuration(f.ttl)
-		if err != nil {
-			return s, usageErr("--ttl: %v", err)
-		}
-		if d == 0 {
-			return s, usageErr("--ttl must be positive (or use --until-stopped)")
-		}
-		s.Lifetime.MaxRuntime = spec.Duration(d)
-	}
-	if f.grace != "" {
-		d, err := spec.ParseDuration(f.grace)
-		if err != nil {
-			return s, usageErr("--grace: %v", err)
-		}
-		s.Lifetime.Grace = spec.Duration(d)
-		if d == 0 {
-			s.Lifetime.Grace = spec.Duration(time.Nanosecond)
-		}
-	}
-	s.Lifetime.UntilStopped = f.untilStopped
-	s.Lifetime.OwnerExit = f.ownerExit
-	if s.Lifetime.OwnerExit == "" && (detach || f.untilStopped) {
-		s.Lifetime.OwnerExit = spec.OwnerExitDetach
-	}
-	if detach && s.Lifetime.OwnerExit == spec.OwnerExitStop {
-		return s, usageErr("--detach with --owner-exit stop would stop the run as soon as hostfork returns; drop --owner-exit")
-	}
-	if err := s.Validate(); err != nil {
-		return s, withCode(ExitUsage, err)
-	}
-	return s, nil
-}
-
 type runFlags struct {
-	lifetimeFlags
+	envFlags
 	output string
 	cwd    string
 	detach bool
@@ -131,6 +58,12 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	if err != nil {
 		return err
 	}
+	if s.View.Empty() {
+		// Reject what can be known bad before anything is created.
+		if _, err := hostfork.LookPath(argv[0], nil); err != nil {
+			return err
+		}
+	}
 	output := f.output
 	switch {
 	case output == "" && f.detach:
@@ -142,11 +75,7 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	case f.detach && output != hostfork.OutputFiles:
 		return usageErr("--detach writes output to files; drop --output %s or run in the foreground", output)
 	}
-	// Reject what can be known bad before anything is created.
-	if _, err := hostfork.LookPath(argv[0], nil); err != nil {
-		return err
-	}
-	if f.cwd != "" {
+	if f.cwd != "" && s.View.Empty() {
 		if st, err := os.Stat(f.cwd); err != nil || !st.IsDir() {
 			return usageErr("--cwd %s: no such directory", f.cwd)
 		}
@@ -174,13 +103,6 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	if output == hostfork.OutputInherit && term.IsTerminal(int(os.Stdin.Fd())) {
 		cmd.Foreground = true
 	}
-	var sigs chan os.Signal
-	if !f.detach {
-		// Forward terminal signals to the leader, as a shell would.
-		sigs = make(chan os.Signal, 4)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-		defer signal.Stop(sigs)
-	}
 	if err := cmd.Start(ctx); err != nil {
 		_ = env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
 		return err
@@ -192,8 +114,21 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 		fmt.Fprintln(g.out, env.ID())
 		return nil
 	}
+	// The run ends when the leader exits: stop whatever it left behind.
+	return foreground(ctx, g, cmd, func() error {
+		return env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
+	})
+}
+
+// foreground forwards terminal signals to a started command's leader,
+// waits for the leader, runs finish (which stops what is left), and turns
+// the leader's status into the exit status.
+func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, finish func() error) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
 	if cmd.Foreground {
-		// The workload owns the terminal now; we may need it back later.
+		// The workload owns the terminal now; we need it back later.
 		signal.Ignore(syscall.SIGTTOU, syscall.SIGTTIN)
 	}
 	done := make(chan struct{})
@@ -222,8 +157,7 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	if cmd.Foreground {
 		reclaimTerminal()
 	}
-	// The run has ended: stop whatever the command left behind.
-	serr := env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
+	serr := finish()
 	if werr != nil {
 		return werr
 	}

@@ -8,9 +8,9 @@
 package plan
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -18,7 +18,7 @@ import (
 )
 
 // ErrShadowing reports a view that would hide a path hostfork needs.
-var ErrShadowing = errors.New("view hides a path hostfork needs")
+var ErrShadowing = fmt.Errorf("view hides a path hostfork needs: %w", spec.ErrInvalid)
 
 // Rule kinds.
 const (
@@ -204,8 +204,9 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 				covered = true
 			}
 		}
-		if !covered {
-			res.InheritedWritable = append(res.InheritedWritable, m.Target+" ("+m.FSType+")")
+		entry := m.Target + " (" + m.FSType + ")"
+		if !covered && !slices.Contains(res.InheritedWritable, entry) {
+			res.InheritedWritable = append(res.InheritedWritable, entry)
 		}
 	}
 	return res, nil

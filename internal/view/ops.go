@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/storage"
 )
 
 // Op kinds, applied in the order given.
@@ -17,6 +19,7 @@ const (
 	OpTmpfs    = "tmpfs"    // private empty tmpfs on Target
 	OpReadOnly = "readonly" // make Target (recursively) read-only
 	OpRestore  = "restore"  // put the host's live Target back on top
+	OpMount    = "mount"    // apply a storage mount (a private tree) on Target
 )
 
 // Op is one mount operation of a view.
@@ -27,6 +30,8 @@ type Op struct {
 	Lower  string `json:"lower,omitempty"`
 	Upper  string `json:"upper,omitempty"`
 	Work   string `json:"work,omitempty"`
+	// Mount is the tree's mount, as data (OpMount).
+	Mount *storage.Mount `json:"mount,omitempty"`
 	// Mkdir creates Target inside a private layer when it is missing there
 	// (never on the host: the planner only sets it under a private layer).
 	Mkdir bool `json:"mkdir,omitempty"`
@@ -46,6 +51,10 @@ func (o Op) String() string {
 		return fmt.Sprintf("read-only %s", o.Target)
 	case OpRestore:
 		return fmt.Sprintf("restore host %s (shared)", o.Target)
+	case OpMount:
+		if o.Mount != nil {
+			return fmt.Sprintf("%s %s -> %s", o.Mount.Type, o.Mount.Source, o.Target)
+		}
 	}
 	return o.Kind + " " + o.Target
 }
@@ -83,6 +92,12 @@ func apply(ops []Op) error {
 		case OpOverlay:
 			opts := "lowerdir=" + escapeOpt(o.Lower) + ",upperdir=" + escapeOpt(o.Upper) + ",workdir=" + escapeOpt(o.Work)
 			err = mount("overlay", o.Target, "overlay", 0, opts)
+		case OpMount:
+			if o.Mount == nil {
+				err = errors.New("mount op without a mount")
+			} else {
+				err = o.Mount.Apply(o.Target)
+			}
 		case OpTmpfs:
 			mode := "1777"
 			if st, serr := os.Stat(o.Target); serr == nil {
@@ -98,9 +113,6 @@ func apply(ops []Op) error {
 			}
 		case OpRestore:
 			fd := restore[o.Target]
-			if o.Mkdir {
-				// already created above
-			}
 			if merr := unix.MoveMount(fd, "", unix.AT_FDCWD, o.Target, unix.MOVE_MOUNT_F_EMPTY_PATH); merr != nil {
 				err = &os.PathError{Op: "move_mount", Path: o.Target, Err: merr}
 			}

@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// envFlags are the options that describe an environment; they compile,
+// together with an optional spec file, to one spec.Environment.
+type envFlags struct {
+	specFile     string
+	ttl          string
+	untilStopped bool
+	grace        string
+	ownerExit    string
+	purpose      string
+	labels       []string
+	tier         string
+	trees        []string
+	replace      []string
+	ro           []string
+	share        []string
+	scratch      []string
+	memory       string
+	cpus         string
+	pids         int64
+	allowWeaker  bool
+}
+
+func (f *envFlags) add(c *cobra.Command) {
+	fl := c.Flags()
+	fl.StringVar(&f.specFile, "spec", "", "environment spec file (YAML or JSON); flags add to or override it")
+	fl.StringVar(&f.ttl, "ttl", "", "maximum runtime from activation to force-stop, grace included (e.g. 20m)")
+	fl.BoolVar(&f.untilStopped, "until-stopped", false, "no deadline: keep running, also after this process exits, until 'hostfork stop'")
+	fl.StringVar(&f.grace, "grace", "", "termination grace inside every stop (default 2s)")
+	fl.StringVar(&f.ownerExit, "owner-exit", "", "when this process exits: stop (default) or detach")
+	fl.StringVar(&f.purpose, "purpose", "", "why this runs (shown by ps and status)")
+	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
+	fl.StringVar(&f.tier, "tier", "", "ownership tier: cgroup2 or subreaper (default: the strongest available)")
+	fl.StringArrayVar(&f.trees, "tree", nil, "private tree NAME=KIND:SOURCE (KIND btrfs|overlay|copy; SOURCE a baseline name or an absolute path)")
+	fl.StringArrayVar(&f.replace, "replace", nil, "replace host directory TARGET=TREE in the view")
+	fl.StringArrayVar(&f.ro, "ro", nil, "make PATH read-only in the view")
+	fl.StringArrayVar(&f.share, "share", nil, "keep PATH the live host directory, restored over other rules (e.g. a socket dir)")
+	fl.StringArrayVar(&f.scratch, "scratch", nil, "give PATH a private empty tmpfs (e.g. /tmp)")
+	fl.StringVar(&f.memory, "memory", "", "memory budget for the whole environment (e.g. 8G)")
+	fl.StringVar(&f.cpus, "cpus", "", "CPU budget in cores, fractional allowed (e.g. 1.5)")
+	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes in the environment")
+	fl.BoolVar(&f.allowWeaker, "allow-weaker", false, "accept limits the host can enforce only in a weaker form")
+}
+
+// spec builds the request. detach says the caller returns at once (so the
+// owner-exit policy defaults to detach and an expiry is required).
+func (f *envFlags) spec(detach bool) (spec.Environment, error) {
+	var s spec.Environment
+	if f.specFile != "" {
+		b, err := os.ReadFile(f.specFile)
+		if err != nil {
+			return s, usageErr("--spec: %v", err)
+		}
+		p, err := spec.Parse(b)
+		if err != nil {
+			return s, withCode(ExitUsage, err)
+		}
+		s = *p
+	}
+	if f.purpose != "" {
+		s.Purpose = f.purpose
+	}
+	if f.tier != "" {
+		s.Tier = f.tier
+	}
+	for _, l := range f.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return s, usageErr("--label %q: write it as KEY=VALUE", l)
+		}
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[k] = v
+	}
+	for _, t := range f.trees {
+		name, rest, ok := strings.Cut(t, "=")
+		kind, src, ok2 := strings.Cut(rest, ":")
+		if !ok || !ok2 || name == "" || src == "" {
+			return s, usageErr("--tree %q: write it as NAME=KIND:SOURCE, e.g. project=overlay:/srv/base/project", t)
+		}
+		if s.Trees == nil {
+			s.Trees = map[string]spec.Tree{}
+		}
+		tr := spec.Tree{Kind: kind}
+		if strings.HasPrefix(src, "/") {
+			tr.Source = src
+		} else {
+			tr.Baseline = src
+		}
+		s.Trees[name] = tr
+	}
+	for _, r := range f.replace {
+		target, tree, ok := strings.Cut(r, "=")
+		if !ok || target == "" || tree == "" {
+			return s, usageErr("--replace %q: write it as TARGET=TREE, e.g. /work/project=project", r)
+		}
+		if s.View.Replace == nil {
+			s.View.Replace = map[string]string{}
+		}
+		s.View.Replace[target] = tree
+	}
+	s.View.ReadOnly = append(s.View.ReadOnly, f.ro...)
+	s.View.Share = append(s.View.Share, f.share...)
+	s.View.Scratch = append(s.View.Scratch, f.scratch...)
+	if f.memory != "" {
+		v, err := spec.ParseSize(f.memory)
+		if err != nil {
+			return s, usageErr("--memory: %v", err)
+		}
+		s.Limits.Memory = spec.Size(v)
+	}
+	if f.cpus != "" {
+		v, err := strconv.ParseFloat(f.cpus, 64)
+		if err != nil || v <= 0 {
+			return s, usageErr("--cpus %q: give a positive number of cores, e.g. 0.5 or 2", f.cpus)
+		}
+		s.Limits.CPUs = v
+	}
+	if f.pids != 0 {
+		s.Limits.Pids = f.pids
+	}
+	if f.allowWeaker {
+		s.Limits.AllowWeaker = true
+	}
+	if f.ttl != "" {
+		d, err := spec.ParseDuration(f.ttl)
+		if err != nil {
+			return s, usageErr("--ttl: %v", err)
+		}
+		if d == 0 {
+			return s, usageErr("--ttl must be positive (or use --until-stopped)")
+		}
+		s.Lifetime.MaxRuntime = spec.Duration(d)
+		s.Lifetime.UntilStopped = false
+	}
+	if f.grace != "" {
+		d, err := spec.ParseDuration(f.grace)
+		if err != nil {
+			return s, usageErr("--grace: %v", err)
+		}
+		if d == 0 {
+			d = time.Nanosecond
+		}
+		s.Lifetime.Grace = spec.Duration(d)
+	}
+	if f.untilStopped {
+		s.Lifetime.UntilStopped = true
+		s.Lifetime.MaxRuntime = 0
+	}
+	if f.ownerExit != "" {
+		s.Lifetime.OwnerExit = f.ownerExit
+	}
+	if s.Lifetime.OwnerExit == "" && (detach || s.Lifetime.UntilStopped) {
+		s.Lifetime.OwnerExit = spec.OwnerExitDetach
+	}
+	if detach && s.Lifetime.OwnerExit == spec.OwnerExitStop {
+		return s, usageErr("--owner-exit stop would stop the environment as soon as hostfork returns; drop --owner-exit or stay in the foreground")
+	}
+	if err := s.Validate(); err != nil {
+		return s, withCode(ExitUsage, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/habemus-papadum/hostfork"
+)
+
+func newPlanCmd(g *globals) *cobra.Command {
+	f := &envFlags{}
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "plan [--spec FILE] [flags]",
+		Short: "Show what an environment would be, before anything is allocated",
+		Long: `plan resolves an environment request against this host and shows each
+tree's mechanism and consistency, the view's mounts in the order they are
+applied (with nested mounts they hide, overlaps, aliases and the host areas
+that stay writable), the effective lifetime and ownership tier, and every
+request the host can't honour, with the reason. It exits 121 when the plan
+can't run here.`,
+		Args: exactArgs(0, "no arguments (use --spec FILE and flags)"),
+		RunE: func(c *cobra.Command, args []string) error {
+			s, err := f.spec(false)
+			if err != nil {
+				return err
+			}
+			h, err := g.open(c.Context())
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			p, err := h.Plan(c.Context(), s)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := printJSON(g.out, p); err != nil {
+					return err
+				}
+			} else {
+				printPlan(g.out, p)
+			}
+			if len(p.Unsupported) > 0 {
+				return withCode(ExitCapability, nil)
+			}
+			return nil
+		},
+	}
+	f.add(c)
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func printPlan(w io.Writer, p *hostfork.Plan) {
+	fmt.Fprintf(w, "ownership tier: %s\n", p.Tier)
+	if p.TierNote != "" {
+		fmt.Fprintf(w, "  note: %s\n", p.TierNote)
+	}
+	switch {
+	case p.UntilStopped:
+		fmt.Fprintf(w, "lifetime: until stopped (no deadline), grace %s, owner exit %s\n", p.Grace, p.OwnerExit)
+	case p.MaxRuntime > 0:
+		fmt.Fprintf(w, "lifetime: max runtime %s from activation (grace %s included), owner exit %s\n", p.MaxRuntime, p.Grace, p.OwnerExit)
+		fmt.Fprintf(w, "  deadline enforced by: %s\n", p.DeadlineEnforcer)
+	default:
+		fmt.Fprintf(w, "lifetime: while its owner runs (owner exit %s), grace %s\n", p.OwnerExit, p.Grace)
+	}
+	if len(p.Trees) > 0 {
+		fmt.Fprintln(w, "trees:")
+		for _, t := range p.Trees {
+			src := t.Source
+			if t.Baseline != "" {
+				src = "baseline " + t.Baseline + " (" + t.Source + ")"
+			}
+			fmt.Fprintf(w, "  %s: %s of %s, at %s\n    %s\n", t.Name, t.Kind, src, t.Target, t.Consistency)
+		}
+	}
+	if p.View != nil {
+		fmt.Fprintln(w, "view (applied in this order, over the host's mounts with private propagation):")
+		for i, r := range p.View.Rules {
+			line := fmt.Sprintf("  %d. %s %s", i+1, r.Kind, r.Target)
+			if r.Tree != "" {
+				line += " <- tree " + r.Tree
+			}
+			if r.Mkdir {
+				line += " (created inside the private layer)"
+			}
+			fmt.Fprintln(w, line)
+			if r.Note != "" {
+				fmt.Fprintf(w, "     %s\n", r.Note)
+			}
+			if len(r.Hides) > 0 {
+				fmt.Fprintf(w, "     hides host mounts: %s\n", strings.Join(r.Hides, ", "))
+			}
+		}
+		for _, o := range p.View.Overlaps {
+			fmt.Fprintf(w, "  overlap: %s\n", o)
+		}
+		if len(p.View.InheritedWritable) > 0 {
+			fmt.Fprintf(w, "  inherited writable host areas: %s\n", strings.Join(p.View.InheritedWritable, ", "))
+		}
+	} else {
+		fmt.Fprintln(w, "view: the host's own (no private trees or mount changes)")
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if len(p.Unsupported) > 0 {
+		fmt.Fprintln(w, "unsupported on this host (the plan can't run):")
+		for _, u := range p.Unsupported {
+			fmt.Fprintf(w, "  - %s\n", u)
+		}
+	}
+}
