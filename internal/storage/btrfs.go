@@ -1,0 +1,335 @@
+package storage
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Btrfs is the snapshot backend: Prepare takes a writable snapshot of a
+// baseline subvolume with BTRFS_IOC_SNAP_CREATE_V2 at Dest/tree, which must
+// be on the same Btrfs filesystem. The snapshot does not depend on the
+// baseline: it stays readable after the baseline is deleted. Nested
+// subvolumes of the baseline are not part of the snapshot (they appear as
+// empty directories) and must be described as trees of their own.
+type Btrfs struct{}
+
+var _ Backend = Btrfs{}
+
+// Kind returns KindBtrfs.
+func (Btrfs) Kind() Kind { return KindBtrfs }
+
+// Subvolume is the identity of a Btrfs subvolume.
+type Subvolume struct {
+	ID   uint64 `json:"id"`             // subvolume (tree) id
+	UUID string `json:"uuid,omitempty"` // empty before Linux 4.18
+	Root FileID `json:"root"`           // its root directory, inode 256
+}
+
+// InspectSubvolume returns the identity of the subvolume whose root is
+// path. It fails with ErrNotBtrfs or ErrNotSubvolume when path is not one.
+func InspectSubvolume(path string) (Subvolume, error) {
+	fd, err := openDir(path)
+	if err != nil {
+		return Subvolume{}, err
+	}
+	defer unix.Close(fd)
+	return inspectSubvolumeFd(path, fd)
+}
+
+func inspectSubvolumeFd(path string, fd int) (Subvolume, error) {
+	var sf unix.Statfs_t
+	if err := ignoringEINTR(func() error { return unix.Fstatfs(fd, &sf) }); err != nil {
+		return Subvolume{}, &os.PathError{Op: "fstatfs", Path: path, Err: err}
+	}
+	if uint32(sf.Type) != unix.BTRFS_SUPER_MAGIC {
+		return Subvolume{}, fmt.Errorf("%s: filesystem type %#x: %w", path, uint32(sf.Type), ErrNotBtrfs)
+	}
+	var st unix.Stat_t
+	if err := ignoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
+		return Subvolume{}, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Ino != btrfsFirstFreeObjectID {
+		return Subvolume{}, fmt.Errorf("%s is a directory inside a subvolume, not a subvolume's root (inode %d): %w", path, st.Ino, ErrNotSubvolume)
+	}
+	sv := Subvolume{Root: FileID{
+		Dev:  st.Dev,
+		Ino:  st.Ino,
+		FSID: uint64(uint32(sf.Fsid.Val[0]))<<32 | uint64(uint32(sf.Fsid.Val[1])),
+	}}
+	// With tree id 0 and the subvolume root's object id, INO_LOOKUP
+	// returns the tree id of fd's subvolume; this form needs no privilege.
+	lk := btrfsInoLookupArgs{ObjectID: btrfsFirstFreeObjectID}
+	if err := ioctlPtr(fd, btrfsIocInoLookup, unsafe.Pointer(&lk)); err != nil {
+		return Subvolume{}, &os.PathError{Op: "ioctl BTRFS_IOC_INO_LOOKUP", Path: path, Err: err}
+	}
+	sv.ID = lk.TreeID
+	var info btrfsGetSubvolInfoArgs
+	switch err := ioctlPtr(fd, btrfsIocGetSubvolInfo, unsafe.Pointer(&info)); {
+	case err == nil:
+		if info.TreeID != sv.ID {
+			return Subvolume{}, fmt.Errorf("%s: subvolume id %d from INO_LOOKUP, %d from GET_SUBVOL_INFO: %w", path, sv.ID, info.TreeID, ErrIdentityMismatch)
+		}
+		sv.UUID = formatUUID(info.UUID)
+	case errors.Is(err, unix.ENOTTY):
+		// Before Linux 4.18: identity rests on the id and root FileID.
+	default:
+		return Subvolume{}, &os.PathError{Op: "ioctl BTRFS_IOC_GET_SUBVOL_INFO", Path: path, Err: err}
+	}
+	return sv, nil
+}
+
+// Same reports whether s and o are the same subvolume: same id, same root
+// identity, and the same UUID where both have one.
+func (s Subvolume) Same(o Subvolume) bool {
+	if s.ID != o.ID || !s.Root.Same(o.Root) {
+		return false
+	}
+	return s.UUID == "" || o.UUID == "" || s.UUID == o.UUID
+}
+
+func formatUUID(u [btrfsUUIDSize]byte) string {
+	var zero [btrfsUUIDSize]byte
+	if u == zero {
+		return ""
+	}
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// CreateSubvolume creates an empty subvolume at path, exclusively. It is
+// host preparation (a baseline, a doctor probe, a test), never part of
+// launching an environment.
+func CreateSubvolume(path string) error {
+	parent, name := filepath.Split(filepath.Clean(path))
+	if len(name) > btrfsPathNameMax {
+		return &os.PathError{Op: "create subvolume", Path: path, Err: unix.ENAMETOOLONG}
+	}
+	fd, err := openDir(parent)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var args btrfsVolArgs
+	copy(args.Name[:], name)
+	if err := ioctlPtr(fd, btrfsIocSubvolCreate, unsafe.Pointer(&args)); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("creating subvolume %s: %w", path, ErrExists)
+		}
+		if errors.Is(err, unix.ENOTTY) {
+			return fmt.Errorf("creating subvolume %s: %w", path, ErrNotBtrfs)
+		}
+		return &os.PathError{Op: "ioctl BTRFS_IOC_SUBVOL_CREATE", Path: path, Err: err}
+	}
+	return nil
+}
+
+// Prepare snapshots req.Source, a subvolume, at req.Dest/tree.
+func (Btrfs) Prepare(ctx context.Context, req Request) (Tree, error) {
+	if err := checkRequest(KindBtrfs, req); err != nil {
+		return Tree{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Tree{}, fmt.Errorf("preparing btrfs tree: %w", err)
+	}
+	srcFd, err := openDir(req.Source)
+	if err != nil {
+		return Tree{}, fmt.Errorf("preparing btrfs tree: opening the baseline: %w", err)
+	}
+	defer unix.Close(srcFd)
+	src, err := inspectSubvolumeFd(req.Source, srcFd)
+	if err != nil {
+		return Tree{}, fmt.Errorf("preparing btrfs tree: the baseline must be a btrfs subvolume: %w", err)
+	}
+	var sf unix.Statfs_t
+	parent := filepath.Dir(req.Dest)
+	if err := ignoringEINTR(func() error { return unix.Statfs(parent, &sf) }); err != nil {
+		return Tree{}, fmt.Errorf("preparing btrfs tree: %w", &os.PathError{Op: "statfs", Path: parent, Err: err})
+	}
+	if uint32(sf.Type) != unix.BTRFS_SUPER_MAGIC {
+		return Tree{}, fmt.Errorf("preparing btrfs tree: destination parent %s: %w", parent, ErrNotBtrfs)
+	}
+	if err := checkNoOverlap(KindBtrfs, req.Source, req.Dest); err != nil {
+		return Tree{}, err
+	}
+
+	destID, err := makeDest(KindBtrfs, req.Dest)
+	if err != nil {
+		return Tree{}, err
+	}
+	t := Tree{Kind: KindBtrfs, Dest: req.Dest, DestID: destID, Path: filepath.Join(req.Dest, treeDirName)}
+	destFd, err := openDir(req.Dest)
+	if err != nil {
+		_ = os.Remove(req.Dest)
+		return Tree{}, fmt.Errorf("preparing btrfs tree: %w", err)
+	}
+	defer unix.Close(destFd)
+
+	args := btrfsVolArgsV2{Fd: int64(srcFd)}
+	copy(args.Name[:], treeDirName)
+	if err := ioctlPtr(destFd, btrfsIocSnapCreateV2, unsafe.Pointer(&args)); err != nil {
+		_ = os.Remove(req.Dest)
+		perr := &os.PathError{Op: "ioctl BTRFS_IOC_SNAP_CREATE_V2", Path: t.Path, Err: err}
+		if errors.Is(err, unix.EXDEV) {
+			return Tree{}, fmt.Errorf("snapshotting %s: %w: %w", req.Source, perr, ErrCrossFilesystem)
+		}
+		return Tree{}, fmt.Errorf("snapshotting %s: %w", req.Source, perr)
+	}
+	snap, err := InspectSubvolume(t.Path)
+	if err != nil {
+		rerr := destroySubvolume(destFd, t.Path, treeDirName, 0)
+		if rerr == nil {
+			_ = os.Remove(req.Dest)
+		}
+		return Tree{}, errors.Join(fmt.Errorf("reading the new snapshot's identity: %w", err), rerr)
+	}
+	t.Btrfs = &BtrfsTree{
+		Source:      req.Source,
+		SourceID:    src.ID,
+		SourceUUID:  src.UUID,
+		SubvolumeID: snap.ID,
+		UUID:        snap.UUID,
+		Root:        snap.Root,
+	}
+	return t, nil
+}
+
+func (Btrfs) check(t Tree) error {
+	if err := checkTree(KindBtrfs, t); err != nil {
+		return err
+	}
+	if t.Btrfs == nil || t.Btrfs.SubvolumeID == 0 || t.Path != filepath.Join(t.Dest, treeDirName) {
+		return fmt.Errorf("btrfs tree record at %s is incomplete: %w", t.Dest, ErrInvalidRequest)
+	}
+	return nil
+}
+
+func (t *BtrfsTree) subvolume() Subvolume {
+	return Subvolume{ID: t.SubvolumeID, UUID: t.UUID, Root: t.Root}
+}
+
+// verifySnapshot checks that fd (opened on t.Path) is the recorded snapshot.
+func verifySnapshot(t Tree, fd int) error {
+	got, err := inspectSubvolumeFd(t.Path, fd)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w: %w", t.Path, err, ErrIdentityMismatch)
+	}
+	if want := t.Btrfs.subvolume(); !got.Same(want) {
+		return fmt.Errorf("snapshot %s is now subvolume %d (uuid %s), recorded %d (uuid %s): %w",
+			t.Path, got.ID, got.UUID, want.ID, want.UUID, ErrIdentityMismatch)
+	}
+	return nil
+}
+
+// Mounts returns a bind mount of the snapshot.
+func (b Btrfs) Mounts(t Tree) ([]Mount, error) {
+	if err := b.check(t); err != nil {
+		return nil, err
+	}
+	return []Mount{{Type: "bind", Source: t.Path, Options: []string{"bind"}}}, nil
+}
+
+// Verify checks the destination and the snapshot's subvolume identity.
+func (b Btrfs) Verify(ctx context.Context, t Tree) error {
+	if err := b.check(t); err != nil {
+		return err
+	}
+	if err := checkID("destination", t.Dest, t.DestID); err != nil {
+		return err
+	}
+	fd, err := openDir(t.Path)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return verifySnapshot(t, fd)
+}
+
+// Remove destroys the snapshot by its recorded subvolume id and removes the
+// destination. The baseline is never touched.
+func (b Btrfs) Remove(ctx context.Context, t Tree) error {
+	if err := b.check(t); err != nil {
+		return err
+	}
+	if err := checkID("destination", t.Dest, t.DestID); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("removing btrfs tree: %w", err)
+	}
+	fd, err := openDir(t.Path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// Destroyed earlier; only the destination is left.
+	case err != nil:
+		return fmt.Errorf("removing btrfs tree: %w", err)
+	default:
+		verr := verifySnapshot(t, fd)
+		unix.Close(fd)
+		if verr != nil {
+			return fmt.Errorf("removing btrfs tree: %w", verr)
+		}
+		if err := refuseMounts(t.Path); err != nil {
+			return fmt.Errorf("removing btrfs tree: %w", err)
+		}
+		destFd, err := openDir(t.Dest)
+		if err != nil {
+			return fmt.Errorf("removing btrfs tree: %w", err)
+		}
+		err = destroySubvolume(destFd, t.Path, treeDirName, t.Btrfs.SubvolumeID)
+		unix.Close(destFd)
+		if err != nil {
+			return fmt.Errorf("removing btrfs tree: %w", err)
+		}
+	}
+	if err := removeDest(t); err != nil {
+		return fmt.Errorf("removing btrfs tree: %w", err)
+	}
+	return nil
+}
+
+// destroySubvolume deletes the subvolume named name in the directory
+// parentFd. With id != 0 it names the subvolume by id
+// (BTRFS_IOC_SNAP_DESTROY_V2, BTRFS_SUBVOL_SPEC_BY_ID), so exactly the
+// verified subvolume goes even if the name was swapped meanwhile; kernels
+// before 5.7 fall back to BTRFS_IOC_SNAP_DESTROY by name.
+func destroySubvolume(parentFd int, path, name string, id uint64) error {
+	op := "ioctl BTRFS_IOC_SNAP_DESTROY_V2"
+	var err error
+	if id != 0 {
+		args := btrfsVolArgsV2{Flags: btrfsSubvolSpecByID}
+		*(*uint64)(unsafe.Pointer(&args.Name[0])) = id
+		err = ioctlPtr(parentFd, btrfsIocSnapDestroyV2, unsafe.Pointer(&args))
+	}
+	if id == 0 || errors.Is(err, unix.ENOTTY) {
+		op = "ioctl BTRFS_IOC_SNAP_DESTROY"
+		var args btrfsVolArgs
+		copy(args.Name[:], name)
+		err = ioctlPtr(parentFd, btrfsIocSnapDestroy, unsafe.Pointer(&args))
+	}
+	if err == nil {
+		return nil
+	}
+	perr := &os.PathError{Op: op, Path: path, Err: err}
+	if errors.Is(err, unix.EPERM) && os.Geteuid() != 0 {
+		return fmt.Errorf("%w: %w", perr, ErrRemoveNotPermitted)
+	}
+	return perr
+}
+
+// openDir opens path as a directory without following a final symlink.
+func openDir(path string) (int, error) {
+	fd, err := ignoringEINTR2(func() (int, error) {
+		return unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return fd, nil
+}
