@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
@@ -312,6 +313,7 @@ func (c *Command) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("registering the command: %w", err)
 	}
+	fault.Point(fault.CommandReserved)
 	c.id = id
 	c.rec = rec
 	c.leaderDone = make(chan struct{})
@@ -389,6 +391,7 @@ func (c *Command) Start(ctx context.Context) error {
 	if err != nil {
 		return abort(err)
 	}
+	fault.Point(fault.GuardianStarted)
 	closeOpened()
 	rec.Guardian = regIdentity(g.ID)
 	rec.State = registry.CmdRunning
@@ -409,6 +412,7 @@ func (c *Command) Start(ctx context.Context) error {
 		rec.State = registry.CmdReserved
 		return abort(fmt.Errorf("registering the guardian: %w", err))
 	}
+	fault.Point(fault.GuardianRegistered)
 	cfg := &supervise.Config{
 		CommandID:      id,
 		EnvID:          envRec.ID,
@@ -444,6 +448,7 @@ func (c *Command) Start(ctx context.Context) error {
 		c.closeWaiters()
 		return fmt.Errorf("releasing the command: %w", err)
 	}
+	fault.Point(fault.Released)
 	go c.watch()
 	return nil
 }

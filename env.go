@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/view"
@@ -80,6 +81,7 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("recording the new environment: %w", err)
 	}
+	fault.Point(fault.CreateRecorded)
 	fail := func(cause error) (*Env, error) {
 		h.abandonEnv(rec, cause)
 		return nil, cause
@@ -101,6 +103,7 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 			return fail(fmt.Errorf("creating the environment's cgroup: %w", err))
 		}
 		cgIno, _ = g.Inode()
+		fault.Point(fault.CreateCgroup)
 	}
 	var keeper *view.Keeper
 	if p.View != nil {
@@ -140,6 +143,7 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 			return fail(err)
 		}
 		rec.Keeper = regIdentity(keeper.ID)
+		fault.Point(fault.KeeperStarted)
 		if b, err := json.Marshal(p.View); err == nil {
 			rec.View = b
 		}
@@ -168,6 +172,11 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 	})
 	if err != nil {
 		return fail(fmt.Errorf("recording the environment's resources: %w", err))
+	}
+	if keeper != nil {
+		if err := keeper.Commit(); err != nil {
+			return fail(fmt.Errorf("confirming the keeper: %w", err))
+		}
 	}
 	e := &Env{h: h, rec: rec, keeper: keeper}
 	h.writeManifest(ctx, id)

@@ -98,6 +98,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err := os.MkdirAll(filepath.Join(root, "runs"), 0o700); err != nil {
 		return nil, fmt.Errorf("store root %s: %v: %w", root, err, ErrStore)
 	}
+	ensureConfig(root)
 	reg, err := registry.Open(ctx, root)
 	if err != nil {
 		return nil, fmt.Errorf("%v: %w", err, ErrStore)

@@ -191,3 +191,7 @@ func (h *Host) Command(ctx context.Context, id string) (*registry.Command, error
 	}
 	return n, nil
 }
+
+func assessIdentity(boot string, pid int, start uint64) string {
+	return linux.Assess(linux.Identity{BootID: boot, PID: pid, StartTime: start}).String()
+}

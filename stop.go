@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
@@ -125,10 +126,12 @@ func (h *Host) stopCommand(ctx context.Context, env *registry.Env, c *registry.C
 			}
 		}
 	}
+	fault.Point(fault.StopRecorded)
 	var stopErr error
 	var cleanup []string
 	if cur.CgroupPath != "" {
 		stopErr = stopCgroupTree(ctx, filepath.Join(cur.CgroupPath, "workload"), grace)
+		fault.Point(fault.StopKilled)
 		// The guardian now reaps what is left and writes its receipt.
 		waitGuardian(ctx, cur, 2*time.Second)
 		if linux.Assess(linuxIdentity(cur.Guardian)) == linux.Alive {
@@ -240,7 +243,7 @@ func stopCgroupTree(ctx context.Context, path string, grace time.Duration) error
 		return killErr
 	}
 	if werr != nil {
-		return fmt.Errorf("tree still populated after kill: %w", werr)
+		return fmt.Errorf("tree still populated after kill (%v): %w", werr, ErrStopIncomplete)
 	}
 	return nil
 }
@@ -411,6 +414,7 @@ func (h *Host) stopEnv(ctx context.Context, id string, opts StopOptions) (*regis
 			cleanup = append(cleanup, err.Error())
 		}
 	}
+	fault.Point(fault.Finalize)
 	stopped := time.Now().UTC()
 	var final *registry.Env
 	for try := 0; try < 5; try++ {

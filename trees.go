@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/plan"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/storage"
@@ -62,6 +63,7 @@ func (h *Host) allocateTrees(ctx context.Context, rec *registry.Env, p *Plan) ([
 			})
 			return out, fmt.Errorf("preparing tree %s (%s of %s): %w", pt.Name, pt.Kind, pt.Source, err)
 		}
+		fault.Point(fault.TreePrepared)
 		raw, _ := json.Marshal(t)
 		tr := registry.TreeRecord{
 			Name: pt.Name, Kind: pt.Kind, Baseline: pt.Baseline, Source: pt.Source,

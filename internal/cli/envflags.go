@@ -31,6 +31,8 @@ type envFlags struct {
 	cpus         string
 	pids         int64
 	allowWeaker  bool
+	retainTrees  string
+	retainEvid   string
 }
 
 func (f *envFlags) add(c *cobra.Command) {
@@ -52,6 +54,8 @@ func (f *envFlags) add(c *cobra.Command) {
 	fl.StringVar(&f.cpus, "cpus", "", "CPU budget in cores, fractional allowed (e.g. 1.5)")
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes in the environment")
 	fl.BoolVar(&f.allowWeaker, "allow-weaker", false, "accept limits the host can enforce only in a weaker form")
+	fl.StringVar(&f.retainTrees, "retain-trees", "", "keep this environment's private trees this long after its stop (0s: at the next gc)")
+	fl.StringVar(&f.retainEvid, "retain-evidence", "", "keep this environment's records and logs this long after its stop")
 }
 
 // spec builds the request. detach says the caller returns at once (so the
@@ -134,6 +138,20 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 	}
 	if f.allowWeaker {
 		s.Limits.AllowWeaker = true
+	}
+	for _, r := range []struct {
+		flag, val string
+		dst       **spec.Duration
+	}{{"--retain-trees", f.retainTrees, &s.Retention.Trees}, {"--retain-evidence", f.retainEvid, &s.Retention.Evidence}} {
+		if r.val == "" {
+			continue
+		}
+		d, err := spec.ParseDuration(r.val)
+		if err != nil {
+			return s, usageErr("%s: %v", r.flag, err)
+		}
+		sd := spec.Duration(d)
+		*r.dst = &sd
 	}
 	if f.ttl != "" {
 		d, err := spec.ParseDuration(f.ttl)

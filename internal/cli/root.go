@@ -52,7 +52,8 @@ hostfork's own failures use 118-127 (see docs/exit-codes.md).`,
 		return usageErr("%v (see '%s --help')", err, c.CommandPath())
 	})
 	root.AddCommand(newRunCmd(g), newPsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newVersionCmd(g),
-		newPlanCmd(g), newCreateCmd(g), newExecCmd(g), newShellCmd(g), newBaselineCmd(g))
+		newPlanCmd(g), newCreateCmd(g), newExecCmd(g), newShellCmd(g), newBaselineCmd(g),
+		newReapCmd(g), newGCCmd(g), newUsageCmd(g))
 	return root, g
 }
 

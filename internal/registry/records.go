@@ -492,3 +492,58 @@ func (t *Tx) SetSetting(key, value string) error {
 	_, err := t.tx.ExecContext(t.ctx, "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
 	return err
 }
+
+// DeleteEnv removes an environment's rows (the environment, its commands
+// and its intents). Retention calls it after the evidence files are gone;
+// it refuses while any intent still names an existing resource.
+func (t *Tx) DeleteEnv(id string) error {
+	var n int
+	if err := t.tx.QueryRowContext(t.ctx, "SELECT count(*) FROM intents WHERE env_id = ? AND state IN (?, ?)", id, IntentPending, IntentCreated).Scan(&n); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	if n > 0 {
+		return fmt.Errorf("environment %s still has %d unsettled resources on the ledger: %w", id, n, ErrConflict)
+	}
+	for _, q := range []string{"DELETE FROM intents WHERE env_id = ?", "DELETE FROM commands WHERE env_id = ?", "DELETE FROM envs WHERE id = ?"} {
+		if _, err := t.tx.ExecContext(t.ctx, q, id); err != nil {
+			return fmt.Errorf("registry: %w", err)
+		}
+	}
+	return nil
+}
+
+// SettleIntentsOf settles every created/pending intent of an environment
+// whose target satisfies gone (the resource no longer exists).
+func (t *Tx) SettleIntentsOf(envID string, gone func(kind, target string) bool) error {
+	rows, err := t.tx.QueryContext(t.ctx, "SELECT id, kind, target, state FROM intents WHERE env_id = ? AND state IN (?, ?)", envID, IntentPending, IntentCreated)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	type row struct {
+		id                  int64
+		kind, target, state string
+	}
+	var rs []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.id, &r.kind, &r.target, &r.state); err != nil {
+			rows.Close()
+			return err
+		}
+		rs = append(rs, r)
+	}
+	rows.Close()
+	for _, r := range rs {
+		if !gone(r.kind, r.target) {
+			continue
+		}
+		st := IntentReleased
+		if r.state == IntentPending {
+			st = IntentAbandoned
+		}
+		if err := t.SettleIntent(r.id, st, "", ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -72,8 +72,17 @@ func KeeperMain() int {
 
 	stop := make(chan string, 3)
 	go func() {
-		// The owner channel: EOF means the creating process is gone.
-		_, _ = bufio.NewReader(os.NewFile(kfdOwner, "owner")).ReadString('\n')
+		// The owner channel. The creator first writes "committed" once the
+		// registry holds our identity; EOF before that is an aborted
+		// creation (nothing must outlive it), EOF after it means the
+		// creating process is gone.
+		r := bufio.NewReader(os.NewFile(kfdOwner, "owner"))
+		line, err := r.ReadString('\n')
+		if err != nil || line != "committed\n" {
+			stop <- "aborted"
+			return
+		}
+		_, _ = r.ReadString('\n')
 		stop <- "owner-exit"
 	}()
 	term := make(chan os.Signal, 1)
@@ -95,6 +104,10 @@ func KeeperMain() int {
 			stopCommands(cfg, cfg.DeadlineMono-linux.MonotonicNow())
 			return 0
 		case why := <-stop:
+			if why == "aborted" {
+				stopCommands(cfg, 0)
+				return 0
+			}
 			if why == "owner-exit" && cfg.OwnerExit != "stop" {
 				continue // detached: keep holding the view
 			}
@@ -222,6 +235,13 @@ func StartKeeper(exe, cgroupDir string, log *os.File, cfg *KeeperConfig) (*Keepe
 	// outlives a detached creator. Reap it in the background while we live.
 	go func() { _ = cmd.Wait() }()
 	return k, nil
+}
+
+// Commit tells the keeper that its identity is durably recorded; until
+// then, losing the owner channel makes the keeper exit at once.
+func (k *Keeper) Commit() error {
+	_, err := k.owner.Write([]byte("committed\n"))
+	return err
 }
 
 // Detach closes the owner channel: with owner-exit "stop" this stops the

@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+func newReapCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "reap",
+		Short: "Finish what a crash interrupted: settle records, stop expired or orphaned environments",
+		Long: `reap reconciles the ledger with what exists: it settles command records from
+guardian receipts and kernel evidence, stops environments whose deadline
+passed, whose owner is gone (owner-exit stop) or whose keeper is lost,
+completes interrupted stops and creations, and settles intents that never
+produced a resource. It is idempotent and safe beside live runs and other
+reapers. It exits 0 even with pending items; they are listed with reasons.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, args []string) error {
+			h, err := g.open(c.Context())
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			rep, err := h.Reap(c.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(g.out, rep)
+			}
+			fmt.Fprintf(g.out, "checked %d environment(s): %d action(s), %d pending\n", rep.Checked, len(rep.Actions), len(rep.Pending))
+			for _, a := range rep.Actions {
+				who := a.Env
+				if a.Command != "" {
+					who += "/" + a.Command
+				}
+				fmt.Fprintf(g.out, "  %s %s %s\n", a.Action, who, a.Detail)
+			}
+			for _, p := range rep.Pending {
+				fmt.Fprintf(g.out, "  pending %s %s: %s\n", p.Env, p.What, p.Reason)
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func newGCCmd(g *globals) *cobra.Command {
+	var asJSON, dry bool
+	var trees, evidence string
+	var force []string
+	c := &cobra.Command{
+		Use:   "gc [--dry-run] [--retain-trees DUR] [--retain-evidence DUR] [--force ENV]...",
+		Short: "Apply retention: delete private trees and evidence of stopped environments",
+		Long: `gc deletes what retention allows, counted from each environment's confirmed
+stop: private trees (default 1 day) and then evidence — records, logs,
+receipts, manifests, exports (default 7 days) — configured in config.yaml
+under the store root, overridable per environment and per call. Holds (an
+unfinished export, a tree another environment builds on, unverified
+commands) are reported. Borrowed baselines are never deleted.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, args []string) error {
+			opts := hostfork.GCOptions{DryRun: dry, Force: force}
+			for _, x := range []struct {
+				flag, val string
+				dst       **time.Duration
+			}{{"--retain-trees", trees, &opts.RetainTrees}, {"--retain-evidence", evidence, &opts.RetainEvidence}} {
+				if x.val == "" {
+					continue
+				}
+				d, err := spec.ParseDuration(x.val)
+				if err != nil {
+					return usageErr("%s: %v", x.flag, err)
+				}
+				*x.dst = &d
+			}
+			h, err := g.open(c.Context())
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			rep, err := h.GC(c.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := printJSON(g.out, rep); err != nil {
+					return err
+				}
+			} else {
+				verb := "deleted"
+				if dry {
+					verb = "would delete"
+				}
+				for _, d := range rep.Deleted {
+					fmt.Fprintf(g.out, "%s %s %s (%s)\n", verb, d.Env, d.What, d.Reason)
+				}
+				for _, d := range rep.Held {
+					fmt.Fprintf(g.out, "held %s %s: %s\n", d.Env, d.What, d.Reason)
+				}
+				for _, d := range rep.Errors {
+					fmt.Fprintf(g.out, "error %s %s: %s\n", d.Env, d.What, d.Reason)
+				}
+				if len(rep.Deleted)+len(rep.Held)+len(rep.Errors) == 0 {
+					fmt.Fprintln(g.out, "nothing is due")
+				}
+			}
+			if len(rep.Errors) > 0 {
+				return withCode(ExitFailed, nil)
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&dry, "dry-run", false, "report, delete nothing")
+	c.Flags().StringVar(&trees, "retain-trees", "", "keep trees this long after stop, for this call")
+	c.Flags().StringVar(&evidence, "retain-evidence", "", "keep evidence this long after stop, for this call")
+	c.Flags().StringArrayVar(&force, "force", nil, "discard this stopped environment's trees and evidence now (repeatable)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func newUsageCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "usage",
+		Short: "Active and retained runs, bytes, pools, cleanup backlog, failures",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, args []string) error {
+			h, err := g.open(c.Context())
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			u, err := h.Usage(c.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(g.out, u)
+			}
+			fmt.Fprintf(g.out, "environments: %d active, %d retained, %d failed\n", u.ActiveEnvs, u.RetainedEnvs, u.FailedEnvs)
+			fmt.Fprintf(g.out, "commands:     %d alive, %d unverified\n", u.LiveCommands, u.UnverifiedCmds)
+			fmt.Fprintf(g.out, "logs:         %s (apparent)\nexports:      %s (apparent)\n", human(u.LogBytes), human(u.ExportBytes))
+			fmt.Fprintf(g.out, "trees:        %v\n", u.TreesByKind)
+			for _, p := range u.Pools {
+				fmt.Fprintf(g.out, "pool %s (%s): %s free of %s, %d tree(s)\n", p.Path, p.FSType, human(int64(p.FreeBytes)), human(int64(p.TotalBytes)), p.Trees)
+			}
+			fmt.Fprintf(g.out, "cleanup backlog: %d", u.CleanupBacklog)
+			if u.OldestBacklog != "" {
+				fmt.Fprintf(g.out, " (oldest overdue %s)", u.OldestBacklog)
+			}
+			fmt.Fprintf(g.out, "\nfailed operations: %d; pending intents: %d\npending reclamation: %s\n", u.FailedOperations, u.PendingIntents, u.PendingReclamation)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,70 @@
+// Package fault provides fault points for crash testing: at a named point,
+// a process whose HOSTFORK_FAULT environment variable names that point
+// kills itself with SIGKILL, exactly as a crash would, leaving whatever it
+// had half-done for the reaper. With the variable unset a point costs one
+// string comparison. Library code calls Point between ledger writes and OS
+// mutations; only tests set the variable.
+package fault
+
+import (
+	"os"
+	"strings"
+	"syscall"
+)
+
+// Env is the variable that arms a fault point. Its value is a point name,
+// optionally "name@N" to fire on the N-th time the point is reached
+// (counting from 1) in this process.
+const Env = "HOSTFORK_FAULT"
+
+// The fault points, in the order a launch meets them.
+const (
+	CreateRecorded     = "create-recorded"     // env + intents recorded, nothing made
+	CreateCgroup       = "create-cgroup"       // env cgroup made, not yet recorded
+	TreePrepared       = "tree-prepared"       // a tree exists, its identity not recorded
+	KeeperStarted      = "keeper-started"      // keeper running, not yet recorded
+	CommandReserved    = "command-reserved"    // command row + intents recorded
+	GuardianStarted    = "guardian-started"    // guardian at the gate, not registered
+	GuardianRegistered = "guardian-registered" // registered, gate not released
+	Released           = "released"            // workload released
+	StopRecorded       = "stop-recorded"       // stop decision recorded, nothing killed
+	StopKilled         = "stop-killed"         // tree killed, not yet finalized
+	Finalize           = "finalize"            // env cgroup removed, record not final
+	GCDelete           = "gc-delete"           // deletion decided, files partly gone
+)
+
+// All lists every point, for test matrices.
+var All = []string{CreateRecorded, CreateCgroup, TreePrepared, KeeperStarted, CommandReserved, GuardianStarted,
+	GuardianRegistered, Released, StopRecorded, StopKilled, Finalize, GCDelete}
+
+var (
+	armed = os.Getenv(Env)
+	count int
+)
+
+// Point kills the process if the armed fault names this point.
+func Point(name string) {
+	if armed == "" {
+		return
+	}
+	want, nth := armed, 1
+	if i := strings.IndexByte(armed, '@'); i > 0 {
+		want = armed[:i]
+		n := 0
+		for _, c := range armed[i+1:] {
+			if c < '0' || c > '9' {
+				return
+			}
+			n = n*10 + int(c-'0')
+		}
+		nth = n
+	}
+	if want != name {
+		return
+	}
+	count++
+	if count == nth {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // never returns
+	}
+}

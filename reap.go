@@ -1,0 +1,279 @@
+package hostfork
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/storage"
+)
+
+// ReapAction is one thing a reap did.
+type ReapAction struct {
+	Env     string `json:"env"`
+	Command string `json:"command,omitempty"`
+	Action  string `json:"action"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// ReapPending is something a reap could not settle, with the reason.
+type ReapPending struct {
+	Env    string `json:"env"`
+	What   string `json:"what"`
+	Reason string `json:"reason"`
+}
+
+// ReapReport is the outcome of one reap pass.
+type ReapReport struct {
+	Checked int           `json:"checked_envs"`
+	Actions []ReapAction  `json:"actions"`
+	Pending []ReapPending `json:"pending"`
+}
+
+// Reap reconciles what the ledger recorded with what exists and finishes
+// interrupted work: it settles command records from receipts and kernel
+// evidence, stops expired or orphaned environments, completes interrupted
+// stops and creations, and settles intents that never produced a resource.
+// It is idempotent and safe to run concurrently with itself and with live
+// runs: each environment is handled under its own lock, every record change
+// is a compare-and-set, and nothing a live or unverified owner might use is
+// deleted. What it cannot settle is reported as pending, with the reason.
+func (h *Host) Reap(ctx context.Context) (*ReapReport, error) {
+	rep := &ReapReport{Actions: []ReapAction{}, Pending: []ReapPending{}}
+	envs, err := h.reg.Envs(ctx, registry.EnvFilter{States: []string{registry.EnvCreating, registry.EnvActive, registry.EnvStopping}})
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range envs {
+		rep.Checked++
+		if err := h.reapEnv(ctx, e, rep); err != nil {
+			rep.Pending = append(rep.Pending, ReapPending{Env: e.ID, What: "environment", Reason: err.Error()})
+		}
+	}
+	// Intents of finished environments that were never settled.
+	if err := h.reapIntents(ctx, rep); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// envLock serializes reapers (and gc) on one environment. It is taken
+// without waiting: a busy environment is being handled by someone else.
+func envLock(runDir string) (func(), bool) {
+	f, err := os.OpenFile(filepath.Join(runDir, "reap.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return func() {}, !errors.Is(err, os.ErrNotExist)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false
+	}
+	return func() { f.Close() }, true
+}
+
+func (h *Host) reapEnv(ctx context.Context, e *registry.Env, rep *ReapReport) error {
+	unlock, ok := envLock(e.RunDir)
+	if !ok {
+		rep.Pending = append(rep.Pending, ReapPending{Env: e.ID, What: "environment", Reason: "another reaper or stop holds it"})
+		return nil
+	}
+	defer unlock()
+	// Re-read under the lock: the decision must be based on current state.
+	e, err := h.reg.Env(ctx, e.ID)
+	if err != nil {
+		return err
+	}
+	boot, _ := linux.BootID()
+	owner := linux.Assess(linuxIdentity(e.Owner))
+	otherBoot := e.BootID != boot
+	switch e.State {
+	case registry.EnvCreating:
+		if owner == linux.Alive && !otherBoot {
+			rep.Pending = append(rep.Pending, ReapPending{Env: e.ID, What: "creation", Reason: "its creator is still running"})
+			return nil
+		}
+		if owner == linux.Unverified && !otherBoot {
+			rep.Pending = append(rep.Pending, ReapPending{Env: e.ID, What: "creation", Reason: "its creator's liveness is unverified"})
+			return nil
+		}
+		h.abandonInterrupted(ctx, e, rep)
+		return nil
+	case registry.EnvStopping:
+		_, err := h.stopEnv(ctx, e.ID, StopOptions{Reason: e.StopReason})
+		rep.Actions = append(rep.Actions, ReapAction{Env: e.ID, Action: "completed-stop", Detail: errText(err)})
+		return err
+	}
+	// Active: settle commands first.
+	cmds, err := h.reg.Commands(ctx, registry.CommandFilter{EnvID: e.ID})
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if c.Terminal() {
+			continue
+		}
+		n, err := h.settleCommand(ctx, c)
+		if err == nil && n != nil && n.Rev != c.Rev {
+			rep.Actions = append(rep.Actions, ReapAction{Env: e.ID, Command: c.ID, Action: "settled", Detail: "tree " + n.TreeState})
+		}
+		if n != nil && n.TreeState == registry.Unverified {
+			rep.Pending = append(rep.Pending, ReapPending{Env: e.ID, What: "command " + c.ID, Reason: "its guardian's liveness and its tree's exit can't be verified; evidence and capacity are kept"})
+		}
+	}
+	reason := ""
+	switch {
+	case otherBoot:
+		reason = ReasonDeadline
+		if e.DeadlineMono == 0 {
+			reason = "reboot"
+		}
+	case e.DeadlineMono > 0 && linux.MonotonicNow() >= e.DeadlineMono:
+		reason = ReasonDeadline
+	case e.OwnerExit == OwnerExitStop && owner == linux.Gone:
+		reason = ReasonOwnerExit
+	case e.Keeper != nil && linux.Assess(linuxIdentity(e.Keeper)) == linux.Gone:
+		reason = "keeper-lost"
+	}
+	if reason == "" {
+		return nil
+	}
+	_, err = h.stopEnv(ctx, e.ID, StopOptions{Reason: reason})
+	rep.Actions = append(rep.Actions, ReapAction{Env: e.ID, Action: "stopped", Detail: reason + errSuffix(err)})
+	return err
+}
+
+// OwnerExit policies, as recorded.
+const (
+	OwnerExitStop   = "stop"
+	OwnerExitDetach = "detach"
+)
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return ": " + err.Error()
+}
+
+// abandonInterrupted finishes a creation whose creator died: whatever the
+// ledger shows was made is killed and removed (exact targets only), and the
+// environment is recorded as failed.
+func (h *Host) abandonInterrupted(ctx context.Context, e *registry.Env, rep *ReapReport) {
+	ins, _ := h.reg.Intents(ctx, e.ID, registry.IntentPending, registry.IntentCreated)
+	for _, in := range ins {
+		if in.Kind == "tree" && in.State == registry.IntentCreated {
+			found := false
+			for _, t := range e.Trees {
+				if filepathHasPrefix(t.HostPath, in.Target) {
+					found = true
+				}
+			}
+			if !found {
+				// The identity is only in the intent: rebuild the record.
+				var st storage.Tree
+				if json.Unmarshal([]byte(in.Identity), &st) == nil {
+					raw, _ := json.Marshal(st)
+					e.Trees = append(e.Trees, registry.TreeRecord{Name: filepath.Base(in.Target), Kind: string(st.Kind), HostPath: st.Path, Storage: raw, State: TreeAllocated})
+				}
+			}
+		}
+		if in.Kind == "tree" && in.State == registry.IntentPending {
+			if _, err := os.Stat(in.Target); err == nil {
+				rep.Pending = append(rep.Pending, ReapPending{Env: e.ID, What: "tree " + in.Target, Reason: "preparation was interrupted before its identity was recorded; remove the directory by hand after checking it (hostfork never deletes what it can't identify)"})
+			}
+		}
+	}
+	h.abandonEnv(e, errors.New("creation interrupted: its creator exited before the environment was active"))
+	rep.Actions = append(rep.Actions, ReapAction{Env: e.ID, Action: "abandoned-creation"})
+}
+
+func filepathHasPrefix(p, dir string) bool {
+	return p == dir || len(p) > len(dir) && p[:len(dir)] == dir && p[len(dir)] == '/'
+}
+
+// reapIntents settles ledger entries of finished environments: an intent
+// whose target never appeared is abandoned; an empty cgroup left behind is
+// removed and released.
+func (h *Host) reapIntents(ctx context.Context, rep *ReapReport) error {
+	ins, err := h.reg.Intents(ctx, "", registry.IntentPending, registry.IntentCreated)
+	if err != nil {
+		return err
+	}
+	envState := map[string]string{}
+	for _, in := range ins {
+		st, ok := envState[in.EnvID]
+		if !ok {
+			e, err := h.reg.Env(ctx, in.EnvID)
+			if err != nil {
+				continue
+			}
+			st = e.State
+			envState[in.EnvID] = st
+		}
+		if st != registry.EnvStopped && st != registry.EnvFailed {
+			continue
+		}
+		if in.CommandID != "" {
+			if c, err := h.reg.Command(ctx, in.CommandID); err == nil && !c.Terminal() {
+				continue
+			}
+		}
+		_, statErr := os.Stat(in.Target)
+		missing := errors.Is(statErr, os.ErrNotExist)
+		switch {
+		case missing && in.State == registry.IntentPending:
+			h.settleIntent(ctx, in.ID, registry.IntentAbandoned)
+			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "intent-abandoned", Detail: in.Kind + " " + in.Target})
+		case missing:
+			h.settleIntent(ctx, in.ID, registry.IntentReleased)
+			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "intent-released", Detail: in.Kind + " " + in.Target})
+		case in.Kind == "cgroup":
+			g := cgroup.Open(in.Target)
+			if ev, err := g.Events(); err == nil && ev.Populated {
+				rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: "still has processes after its environment stopped; run 'hostfork stop " + in.EnvID + "'"})
+				continue
+			}
+			if err := g.Remove(); err != nil {
+				rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: err.Error()})
+				continue
+			}
+			h.settleIntent(ctx, in.ID, registry.IntentReleased)
+			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "cgroup-removed", Detail: in.Target})
+		case in.State == registry.IntentPending && in.Kind == "dir":
+			// The directory exists: the creation got that far. It is
+			// evidence, kept and now recorded.
+			h.settleIntentIdentity(ctx, in.ID, identityJSON(in.Target))
+			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "intent-recorded", Detail: in.Target})
+		}
+	}
+	return nil
+}
+
+func (h *Host) settleIntent(ctx context.Context, id int64, state string) {
+	_ = h.reg.Write(ctx, func(tx *registry.Tx) error { return tx.SettleIntent(id, state, "", "") })
+}
+
+func (h *Host) settleIntentIdentity(ctx context.Context, id int64, identity string) {
+	_ = h.reg.Write(ctx, func(tx *registry.Tx) error {
+		return tx.SettleIntent(id, registry.IntentCreated, identity, "")
+	})
+}
+
+var _ = fmt.Sprint
+var _ = time.Now
