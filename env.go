@@ -3,7 +3,6 @@ package hostfork
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -203,11 +202,8 @@ func (h *Host) abandonEnv(rec *registry.Env, cause error) {
 		}
 	}
 	cleanup = append(cleanup, h.removeTrees(ctx, rec.Trees)...)
-	_ = os.Remove(filepath.Join(rec.RunDir, "keeper.log"))
-	_ = os.Remove(filepath.Join(rec.RunDir, "commands"))
-	if err := os.Remove(rec.RunDir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		cleanup = append(cleanup, err.Error())
-	}
+	// The run directory stays: its logs (keeper.log) are the evidence of
+	// the failure; retention removes it like any other evidence.
 	_ = h.reg.Write(ctx, func(tx *registry.Tx) error {
 		cur, err := tx.Env(rec.ID)
 		if err != nil {
@@ -216,6 +212,7 @@ func (h *Host) abandonEnv(rec *registry.Env, cause error) {
 		cur.State = registry.EnvFailed
 		cur.Error = cause.Error()
 		cur.Trees = rec.Trees
+		cur.Keeper = rec.Keeper
 		cur.CleanupErrors = append(cur.CleanupErrors, cleanup...)
 		now := time.Now().UTC()
 		cur.StoppedAt = &now

@@ -53,7 +53,7 @@ hostfork's own failures use 118-127 (see docs/exit-codes.md).`,
 	})
 	root.AddCommand(newRunCmd(g), newPsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newVersionCmd(g),
 		newPlanCmd(g), newCreateCmd(g), newExecCmd(g), newShellCmd(g), newBaselineCmd(g),
-		newReapCmd(g), newGCCmd(g), newUsageCmd(g))
+		newReapCmd(g), newGCCmd(g), newUsageCmd(g), newExportCmd(g))
 	return root, g
 }
 

@@ -111,6 +111,12 @@ type copier struct {
 	n     int
 
 	files, cloned, bytes int64
+
+	// tolerate: record per-entry errors (failed, errs) and go on.
+	tolerate bool
+	failed   int64
+	errs     []string
+	progress func(files, bytes int64)
 }
 
 type dirMeta struct {
@@ -119,62 +125,8 @@ type dirMeta struct {
 }
 
 func (c *copier) copyTree(src, dst string) error {
-	err := filepath.WalkDir(src, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if c.n++; c.n%256 == 0 {
-			if err := c.ctx.Err(); err != nil {
-				return err
-			}
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		var st unix.Stat_t
-		if err := ignoringEINTR(func() error { return unix.Lstat(p, &st) }); err != nil {
-			return &os.PathError{Op: "lstat", Path: p, Err: err}
-		}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFDIR:
-			if err := ignoringEINTR(func() error { return unix.Mkdir(target, 0o700) }); err != nil {
-				return &os.PathError{Op: "mkdir", Path: target, Err: err}
-			}
-			c.dirs = append(c.dirs, dirMeta{target, st})
-			return nil
-		case unix.S_IFREG:
-			if st.Nlink > 1 {
-				key := [2]uint64{st.Dev, st.Ino}
-				if first, ok := c.links[key]; ok {
-					return os.Link(first, target)
-				}
-				c.links[key] = target
-			}
-			return c.copyFile(p, target, &st)
-		case unix.S_IFLNK:
-			dest, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(dest, target); err != nil {
-				return err
-			}
-			return c.setMeta(target, &st, true)
-		default: // fifo, socket, character or block device
-			if st.Nlink > 1 {
-				key := [2]uint64{st.Dev, st.Ino}
-				if first, ok := c.links[key]; ok {
-					return os.Link(first, target)
-				}
-				c.links[key] = target
-			}
-			if err := ignoringEINTR(func() error { return unix.Mknod(target, st.Mode, int(st.Rdev)) }); err != nil {
-				return &os.PathError{Op: "mknod", Path: target, Err: err}
-			}
-			return c.setMeta(target, &st, false)
-		}
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		return c.tolerated(p, d, c.copyEntry(src, dst, p, err))
 	})
 	if err != nil {
 		return err
@@ -183,10 +135,86 @@ func (c *copier) copyTree(src, dst string) error {
 	// contents doesn't change a copied mtime or hit a read-only mode.
 	for i := len(c.dirs) - 1; i >= 0; i-- {
 		if err := c.setMeta(c.dirs[i].path, &c.dirs[i].st, false); err != nil {
-			return err
+			if err = c.tolerated(c.dirs[i].path, nil, err); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// tolerated lets a tolerant copy record a per-entry error and go on
+// (skipping a directory it could not create); a strict copy stops.
+func (c *copier) tolerated(p string, d fs.DirEntry, err error) error {
+	if err == nil || !c.tolerate || c.ctx.Err() != nil {
+		return err
+	}
+	c.failed++
+	if len(c.errs) < 20 {
+		c.errs = append(c.errs, err.Error())
+	}
+	if d != nil && d.IsDir() {
+		return filepath.SkipDir
+	}
+	return nil
+}
+
+func (c *copier) copyEntry(src, dst, p string, err error) error {
+	if err != nil {
+		return err
+	}
+	if c.n++; c.n%256 == 0 {
+		if err := c.ctx.Err(); err != nil {
+			return err
+		}
+	}
+	rel, err := filepath.Rel(src, p)
+	if err != nil {
+		return err
+	}
+	target := filepath.Join(dst, rel)
+	var st unix.Stat_t
+	if err := ignoringEINTR(func() error { return unix.Lstat(p, &st) }); err != nil {
+		return &os.PathError{Op: "lstat", Path: p, Err: err}
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		if err := ignoringEINTR(func() error { return unix.Mkdir(target, 0o700) }); err != nil {
+			return &os.PathError{Op: "mkdir", Path: target, Err: err}
+		}
+		c.dirs = append(c.dirs, dirMeta{target, st})
+		return nil
+	case unix.S_IFREG:
+		if st.Nlink > 1 {
+			key := [2]uint64{st.Dev, st.Ino}
+			if first, ok := c.links[key]; ok {
+				return os.Link(first, target)
+			}
+			c.links[key] = target
+		}
+		return c.copyFile(p, target, &st)
+	case unix.S_IFLNK:
+		dest, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		if err := os.Symlink(dest, target); err != nil {
+			return err
+		}
+		return c.setMeta(target, &st, true)
+	default: // fifo, socket, character or block device
+		if st.Nlink > 1 {
+			key := [2]uint64{st.Dev, st.Ino}
+			if first, ok := c.links[key]; ok {
+				return os.Link(first, target)
+			}
+			c.links[key] = target
+		}
+		if err := ignoringEINTR(func() error { return unix.Mknod(target, st.Mode, int(st.Rdev)) }); err != nil {
+			return &os.PathError{Op: "mknod", Path: target, Err: err}
+		}
+		return c.setMeta(target, &st, false)
+	}
 }
 
 // setMeta applies ownership (as root), mode and times of st to path.
@@ -246,6 +274,9 @@ func (c *copier) copyFile(src, dst string, st *unix.Stat_t) error {
 	}
 	c.files++
 	c.bytes += st.Size
+	if c.progress != nil {
+		c.progress(c.files, c.bytes)
+	}
 	ts := []unix.Timespec{st.Atim, st.Mtim}
 	if err := ignoringEINTR(func() error { return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 		return &os.PathError{Op: "utimensat", Path: dst, Err: err}
