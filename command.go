@@ -45,9 +45,16 @@ type Command struct {
 	Argv []string
 	// Cwd is the working directory ("" = the caller's).
 	Cwd string
-	// Env is the environment; nil means the caller's environment without
-	// inherited Git redirections (GIT_DIR, GIT_WORK_TREE, ...).
+	// Env is the environment, used as given (with EnvSet applied); nil
+	// means the one EnvPolicy resolves.
 	Env []string
+	// EnvPolicy is inherit, clean, host-shell or toolchain (spec.Env*);
+	// "" means the environment's env_policy, else inherit. Every policy
+	// removes inherited Git redirections (GIT_DIR, GIT_WORK_TREE, ...).
+	EnvPolicy string
+	// EnvSet holds explicit K=V variables applied last; they may set Git
+	// redirections.
+	EnvSet []string
 	// Output is files (default), pipe or inherit.
 	Output string
 	// Stdin, Stdout, Stderr: with OutputInherit they are the workload's
@@ -74,6 +81,11 @@ type Command struct {
 	treeDone   chan struct{}
 	fwd        sync.WaitGroup
 	fwdStop    chan struct{}
+	// capture: what the launcher observed of each forwarded stream.
+	capOut, capErr *StreamCapture
+	// CaptureLimit bounds the bytes kept in memory per stream by Capture
+	// (default MaxCapture); the artifact files keep everything.
+	CaptureLimit int
 }
 
 // Command prepares a command in the environment.
@@ -215,9 +227,9 @@ func (c *Command) Start(ctx context.Context) error {
 	default:
 		return fmt.Errorf("output mode %q: use files, pipe or inherit: %w", c.Output, ErrInvalid)
 	}
-	envv := c.Env
-	if envv == nil {
-		envv = InheritedEnv()
+	envv, envPolicy, envNote, err := h.commandEnv(ctx, e, c)
+	if err != nil {
+		return err
 	}
 	envRec := e.Record()
 	if envRec.State != registry.EnvActive {
@@ -280,6 +292,7 @@ func (c *Command) Start(ctx context.Context) error {
 		LeaderState: registry.Pending,
 		TreeState:   registry.Pending,
 	}
+	rec.EnvPolicy, rec.EnvPolicyNote = envPolicy, envNote
 	if c.Output != OutputInherit {
 		rec.StdoutPath = filepath.Join(dir, "stdout")
 		rec.StderrPath = filepath.Join(dir, "stderr")
@@ -438,8 +451,10 @@ func (c *Command) Start(ctx context.Context) error {
 	c.g = g
 	if g.ForwardOut != nil {
 		c.fwdStop = make(chan struct{})
-		c.forward(g.ForwardOut, c.Stdout)
-		c.forward(g.ForwardErr, c.Stderr)
+		c.capOut = newStreamCapture(c.captureLimit())
+		c.capErr = newStreamCapture(c.captureLimit())
+		c.forward(g.ForwardOut, c.Stdout, c.capOut)
+		c.forward(g.ForwardErr, c.Stderr, c.capErr)
 	}
 	if err := g.Release(cfg); err != nil {
 		// The guardian is registered; it exits on its own at EOF. The
@@ -483,7 +498,7 @@ func mergeLabels(a, b map[string]string) map[string]string {
 
 // forward copies a forwarded stream to w until EOF, or until the final
 // drain after leader exit has passed.
-func (c *Command) forward(r *os.File, w io.Writer) {
+func (c *Command) forward(r *os.File, w io.Writer, st *StreamCapture) {
 	if w == nil {
 		w = io.Discard
 	}
@@ -496,8 +511,10 @@ func (c *Command) forward(r *os.File, w io.Writer) {
 			n, err := r.Read(buf)
 			if n > 0 {
 				_, _ = w.Write(buf[:n])
+				st.add(buf[:n])
 			}
 			if err != nil {
+				st.finish(err)
 				return
 			}
 		}

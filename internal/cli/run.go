@@ -16,10 +16,11 @@ import (
 
 type runFlags struct {
 	envFlags
-	output string
-	cwd    string
-	detach bool
-	json   bool
+	output  string
+	cwd     string
+	detach  bool
+	json    bool
+	capture bool
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -49,6 +50,7 @@ the run id at once and leaves the run under its recorded expiry (--ttl or
 	c.Flags().StringVar(&f.cwd, "cwd", "", "working directory")
 	c.Flags().BoolVar(&f.detach, "detach", false, "return the run id at once; the run continues under --ttl or --until-stopped")
 	c.Flags().BoolVar(&f.json, "json", false, "with --detach: print the ids as JSON")
+	c.Flags().BoolVar(&f.capture, "capture", false, "take the output back: print one JSON object with stdout, stderr (at most 16 MiB each), their capture states and the result")
 	c.Flags().SetInterspersed(false)
 	return c
 }
@@ -58,13 +60,19 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	if err != nil {
 		return err
 	}
-	if s.View.Empty() {
+	if s.View.Empty() && !s.MayChangePath() {
 		// Reject what can be known bad before anything is created.
 		if _, err := hostfork.LookPath(argv[0], nil); err != nil {
 			return err
 		}
 	}
 	output := f.output
+	if f.capture {
+		if f.detach || (output != "" && output != hostfork.OutputPipe) {
+			return usageErr("--capture takes the output back in the foreground; drop --detach/--output")
+		}
+		output = hostfork.OutputPipe
+	}
 	switch {
 	case output == "" && f.detach:
 		output = hostfork.OutputFiles
@@ -85,6 +93,7 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 		return err
 	}
 	defer h.Close()
+	f.recapture(ctx, g, h)
 	plan, err := h.Plan(ctx, s)
 	if err != nil {
 		return err
@@ -97,7 +106,7 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	cmd.Output = output
 	cmd.Cwd = f.cwd
 	cmd.Purpose = f.purpose
-	if output == hostfork.OutputPipe {
+	if output == hostfork.OutputPipe && !f.capture {
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	}
 	if output == hostfork.OutputInherit && term.IsTerminal(int(os.Stdin.Fd())) {
@@ -107,12 +116,16 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 		_ = env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
 		return err
 	}
+	warnEnvNote(g, cmd)
 	if f.detach {
 		if f.json {
 			return printJSON(g.out, map[string]string{"env": env.ID(), "command": cmd.ID()})
 		}
 		fmt.Fprintln(g.out, env.ID())
 		return nil
+	}
+	if f.capture {
+		return runCapture(ctx, g, env, cmd)
 	}
 	// The run ends when the leader exits: stop whatever it left behind.
 	return foreground(ctx, g, cmd, func() error {
@@ -184,4 +197,41 @@ func reclaimTerminal() {
 		return
 	}
 	_ = tcsetpgrp(fd, syscall.Getpgrp())
+}
+
+// runCapture waits for the leader with the capture contract, stops the
+// environment, and prints the result as one JSON object.
+func runCapture(ctx context.Context, g *globals, env *hostfork.Env, cmd *hostfork.Command) error {
+	res, err := cmd.Capture(ctx)
+	serr := env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
+	if err != nil {
+		return err
+	}
+	if serr != nil {
+		fmt.Fprintf(g.err, "hostfork: %v\n", serr)
+	}
+	status, ok := hostfork.ExitStatus(res.Record)
+	out := map[string]any{
+		"command":       res.Record.ID,
+		"env":           res.Record.EnvID,
+		"exit_status":   status,
+		"exit_observed": ok,
+		"exit_code":     res.Record.ExitCode,
+		"signal":        res.Record.Signal,
+		"complete":      res.Complete(),
+		"stdout":        string(res.Stdout.Data),
+		"stderr":        string(res.Stderr.Data),
+		"capture":       map[string]hostfork.StreamResult{"stdout": res.Stdout, "stderr": res.Stderr},
+		"receipt":       res.Receipt,
+	}
+	if err := printJSON(g.out, out); err != nil {
+		return err
+	}
+	if !ok {
+		return withCode(ExitIncomplete, nil)
+	}
+	if status != 0 {
+		return withCode(status, nil)
+	}
+	return nil
 }
