@@ -1,0 +1,389 @@
+package admit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// SampleHost reads the host's logical cores (the CPUs this process may run
+// on, from sched_getaffinity, else runtime.NumCPU) and MemAvailable (nil
+// when /proc/meminfo lacks it).
+func SampleHost() Host {
+	h := Host{Cores: runtime.NumCPU()}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err == nil && set.Count() > 0 {
+		h.Cores = set.Count()
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		h.MemAvailable = memAvailable(b)
+	}
+	return h
+}
+
+// memAvailable parses MemAvailable (kB) from /proc/meminfo content.
+func memAvailable(meminfo []byte) *uint64 {
+	for _, line := range bytes.Split(meminfo, []byte("\n")) {
+		rest, ok := bytes.CutPrefix(line, []byte("MemAvailable:"))
+		if !ok {
+			continue
+		}
+		f := bytes.Fields(rest)
+		if len(f) == 0 {
+			return nil
+		}
+		n, err := strconv.ParseUint(string(f[0]), 10, 64)
+		if err != nil {
+			return nil
+		}
+		if len(f) > 1 && string(f[1]) == "kB" {
+			n *= 1024
+		}
+		return &n
+	}
+	return nil
+}
+
+// Sample is one workload tree's memory.
+type Sample struct {
+	// Bytes is the larger of the two readings.
+	Bytes uint64 `json:"bytes"`
+	// Complete: every member of the tree could be read, both times.
+	Complete bool `json:"complete"`
+	// Stable: both readings were complete and within the tolerance.
+	Stable bool `json:"stable"`
+	// Members is the number of processes read (0 for a cgroup counter).
+	Members int `json:"members"`
+	// Source names the counter: memory.current, memory.usage_in_bytes,
+	// pss, rss.
+	Source string `json:"source"`
+	// Note says why the sample is incomplete or unstable.
+	Note string `json:"note,omitempty"`
+}
+
+// Target names one workload tree to sample: a cgroup directory (its
+// memory counter; without one, the processes in it and its descendants),
+// or else the roots of a PID tree (all their descendants are included).
+type Target struct {
+	Cgroup string
+	PIDs   []int
+}
+
+// Sampler samples workload trees twice, at least Gap apart, and calls a tree stable
+// when the readings differ by at most max(Slack, Tolerance × the larger).
+// The zero value uses 2 ms, 5 % and 1 MiB.
+type Sampler struct {
+	Gap       time.Duration
+	Tolerance float64
+	Slack     uint64
+	// RSSOnly reads VmRSS from /proc/PID/status instead of Pss from
+	// /proc/PID/smaps_rollup: cheaper, but shared pages count in every
+	// process that maps them.
+	RSSOnly bool
+}
+
+// reading is one pass over one target.
+type reading struct {
+	bytes    uint64
+	members  []int
+	source   string
+	complete bool
+	note     string
+}
+
+// Sample samples every target and returns one Sample per target, in order.
+// Only ctx ending is an error; an unreadable tree is an incomplete Sample.
+func (s Sampler) Sample(ctx context.Context, targets []Target) ([]Sample, error) {
+	gap, tol, slack := s.Gap, s.Tolerance, s.Slack
+	if gap == 0 {
+		gap = 2 * time.Millisecond
+	}
+	if tol == 0 {
+		tol = 0.05
+	}
+	if slack == 0 {
+		slack = 1 << 20
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sampling workload memory: %w", err)
+	}
+	var table map[int][]int // parent → children, built once if any target needs it
+	for _, t := range targets {
+		if t.Cgroup == "" {
+			var err error
+			if table, err = procTable(); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	// Each target's second reading comes at least gap after its first;
+	// the time the first pass takes counts towards the gap.
+	first := make([]reading, len(targets))
+	at := make([]time.Time, len(targets))
+	for i, t := range targets {
+		at[i] = time.Now()
+		first[i] = s.read(t, table, nil)
+	}
+	out := make([]Sample, len(targets))
+	for i, t := range targets {
+		if wait := gap - time.Since(at[i]); wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return nil, fmt.Errorf("sampling workload memory: %w", ctx.Err())
+			case <-timer.C:
+			}
+		}
+		// The second pass rereads the members found by the first: a member
+		// that exited in between makes the sample incomplete.
+		b := s.read(t, table, first[i].members)
+		a := first[i]
+		o := Sample{Bytes: max(a.bytes, b.bytes), Members: len(b.members), Source: b.source}
+		o.Complete = a.complete && b.complete
+		diff := max(a.bytes, b.bytes) - min(a.bytes, b.bytes)
+		o.Stable = o.Complete && float64(diff) <= max(float64(slack), tol*float64(o.Bytes))
+		switch {
+		case a.note != "":
+			o.Note = a.note
+		case b.note != "":
+			o.Note = b.note
+		case !o.Stable:
+			o.Note = fmt.Sprintf("readings of %d and %d bytes at least %v apart", a.bytes, b.bytes, gap)
+		}
+		out[i] = o
+	}
+	return out, nil
+}
+
+// read takes one reading of t; members, when given, fixes the PID set.
+func (s Sampler) read(t Target, table map[int][]int, members []int) reading {
+	if t.Cgroup != "" && members == nil {
+		for _, f := range []string{"memory.current", "memory.usage_in_bytes"} {
+			b, err := os.ReadFile(filepath.Join(t.Cgroup, f))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return reading{source: f, note: err.Error()}
+			}
+			n, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
+			if err != nil {
+				return reading{source: f, note: fmt.Sprintf("parsing %s: %v", f, err)}
+			}
+			return reading{bytes: n, source: f, complete: true}
+		}
+	}
+	r := reading{complete: true, members: members}
+	if r.members == nil {
+		var err error
+		if t.Cgroup != "" {
+			r.members, err = cgroupMembers(t.Cgroup)
+		} else {
+			r.members, err = descendants(table, t.PIDs)
+		}
+		if err != nil {
+			return reading{note: err.Error()}
+		}
+		if len(r.members) == 0 {
+			// Nothing to read is not a complete observation of a tree.
+			return reading{note: "no live members"}
+		}
+	}
+	for _, pid := range r.members {
+		n, src, err := s.procMemory(pid)
+		if err != nil {
+			r.complete = false
+			r.note = err.Error()
+			continue
+		}
+		r.bytes += n
+		if r.source == "" || r.source == src {
+			r.source = src
+		} else {
+			r.source = "pss+rss"
+		}
+	}
+	return r
+}
+
+// procMemory reads one process's memory: Pss from smaps_rollup, or VmRSS
+// from status (when RSSOnly, or smaps_rollup is not readable). A process
+// without a mm (a zombie) has none and reads as 0.
+func (s Sampler) procMemory(pid int) (uint64, string, error) {
+	if !s.RSSOnly {
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup"); err == nil {
+			n, ok := kBField(b, "Pss:")
+			if ok || len(b) == 0 {
+				return n, "pss", nil
+			}
+		}
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, "rss", fmt.Errorf("reading memory of pid %d: %w", pid, err)
+	}
+	n, _ := kBField(b, "VmRSS:")
+	return n, "rss", nil
+}
+
+// kBField finds "<name> N kB" in a /proc file and returns N in bytes.
+func kBField(b []byte, name string) (uint64, bool) {
+	i := bytes.Index(b, []byte(name))
+	if i < 0 || (i > 0 && b[i-1] != '\n') {
+		return 0, false
+	}
+	rest := b[i+len(name):]
+	if j := bytes.IndexByte(rest, '\n'); j >= 0 {
+		rest = rest[:j]
+	}
+	f := bytes.Fields(rest)
+	if len(f) == 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(f[0]), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return n * 1024, true
+}
+
+// procTable maps every process's parent PID to its children, from
+// /proc/PID/stat. (/proc/PID/task/TID/children needs CONFIG_PROC_CHILDREN,
+// which hosts like this one lack.)
+func procTable() (map[int][]int, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	table := make(map[int][]int, len(names))
+	buf := make([]byte, 512)
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		ppid, ok := readPPID(name, buf)
+		if !ok {
+			continue // exited while listing
+		}
+		table[ppid] = append(table[ppid], pid)
+	}
+	return table, nil
+}
+
+// readPPID reads field 4 of /proc/PID/stat (after the parenthesised comm,
+// which may itself hold spaces and parentheses).
+func readPPID(pid string, buf []byte) (int, bool) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Open("/proc/"+pid+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return 0, false
+	}
+	var n int
+	for {
+		n, err = unix.Read(fd, buf)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	unix.Close(fd)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	b := buf[:n]
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(b[i+1:]) // state ppid ...
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(string(f[1]))
+	return ppid, err == nil
+}
+
+// descendants returns roots and all their descendants that are alive in
+// table (roots first). A root that is not a live process is an error: the
+// tree can't be observed.
+func descendants(table map[int][]int, roots []int) ([]int, error) {
+	if len(roots) == 0 {
+		return nil, errors.New("no root PIDs given")
+	}
+	seen := make(map[int]bool, len(roots))
+	out := make([]int, 0, len(roots))
+	for _, r := range roots {
+		if r <= 0 || unix.Kill(r, 0) == unix.ESRCH {
+			return nil, fmt.Errorf("root pid %d is not running", r)
+		}
+		if !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	for i := 0; i < len(out); i++ {
+		for _, c := range table[out[i]] {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// cgroupMembers lists the processes in dir and its descendant groups (the
+// cgroup.procs files; a v1 group's children included).
+func cgroupMembers(dir string) ([]int, error) {
+	var pids []int
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p != dir && errors.Is(err, fs.ErrNotExist) {
+				return nil // a child group removed while walking
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			if p != dir && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		for _, f := range bytes.Fields(b) {
+			if n, err := strconv.Atoi(string(f)); err == nil {
+				pids = append(pids, n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing members of cgroup %s: %w", dir, err)
+	}
+	return pids, nil
+}

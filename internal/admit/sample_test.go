@@ -1,0 +1,176 @@
+package admit
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/testutil"
+	"golang.org/x/sys/unix"
+)
+
+func TestMemAvailable(t *testing.T) {
+	if got := memAvailable([]byte("MemTotal: 100 kB\nMemAvailable:   24349796 kB\n")); got == nil || *got != 24349796*1024 {
+		t.Errorf("got %v", got)
+	}
+	if got := memAvailable([]byte("MemTotal: 100 kB\nMemFree: 5 kB\n")); got != nil {
+		t.Errorf("old kernel without MemAvailable: got %d, want unknown", *got)
+	}
+	if got := memAvailable([]byte("MemAvailable: x kB\n")); got != nil {
+		t.Errorf("garbage: got %d", *got)
+	}
+}
+
+func TestKBField(t *testing.T) {
+	b := []byte("Rss:  100 kB\nPss:    40 kB\nPss_Anon: 7 kB\n")
+	if n, ok := kBField(b, "Pss:"); !ok || n != 40*1024 {
+		t.Errorf("Pss: %d %v", n, ok)
+	}
+	if _, ok := kBField([]byte("Name: x\n"), "VmRSS:"); ok {
+		t.Error("missing field found")
+	}
+}
+
+func TestDescendants(t *testing.T) {
+	self := os.Getpid()
+	table := map[int][]int{self: {1001, 1002}, 1001: {1003}, 1003: {1004}, 77: {78}}
+	got, err := descendants(table, []int{self})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{self, 1001, 1002, 1003, 1004}; !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if _, err := descendants(table, []int{1 << 30}); err == nil {
+		t.Error("a dead root gave a tree")
+	}
+}
+
+func TestSampleHost(t *testing.T) {
+	h := SampleHost()
+	if h.Cores < 1 {
+		t.Errorf("cores %d", h.Cores)
+	}
+	if h.MemAvailable == nil || *h.MemAvailable == 0 {
+		t.Errorf("no MemAvailable on a Linux host")
+	}
+	t.Logf("host: %d cores, %d MiB available", h.Cores, *h.MemAvailable>>20)
+}
+
+// startTree starts sh with two sleeping children and waits until all three
+// exist; cleanup kills the group by PID.
+func startTree(t testing.TB, attr *syscall.SysProcAttr) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", "sleep 3600 & sleep 3600 & wait")
+	if attr == nil {
+		attr = &syscall.SysProcAttr{}
+	}
+	attr.Setpgid = true
+	cmd.SysProcAttr = attr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		table, err := procTable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(table[cmd.Process.Pid]) == 2 {
+			return cmd
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("tree never had two children")
+		}
+	}
+}
+
+func TestSamplePIDTree(t *testing.T) {
+	cmd := startTree(t, nil)
+	for _, s := range []Sampler{{}, {RSSOnly: true}} {
+		got, err := s.Sample(context.Background(), []Target{{PIDs: []int{cmd.Process.Pid}}, {PIDs: []int{1 << 30}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree, dead := got[0], got[1]
+		t.Logf("tree: %+v", tree)
+		if !tree.Complete || !tree.Stable || tree.Members != 3 || tree.Bytes == 0 {
+			t.Errorf("idle 3-process tree: %+v", tree)
+		}
+		if want := map[bool]string{false: "pss", true: "rss"}[s.RSSOnly]; tree.Source != want {
+			t.Errorf("source %q, want %q", tree.Source, want)
+		}
+		if dead.Complete || dead.Stable || dead.Note == "" {
+			t.Errorf("dead root: %+v", dead)
+		}
+	}
+}
+
+func TestSampleCgroupCounter(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "memory.usage_in_bytes"), []byte("123456789\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "memory.current"), []byte("max\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Sampler{}.Sample(context.Background(), []Target{{Cgroup: dir}, {Cgroup: bad}, {Cgroup: filepath.Join(dir, "gone")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got[0]; g.Bytes != 123456789 || !g.Complete || !g.Stable || g.Source != "memory.usage_in_bytes" {
+		t.Errorf("v1 counter: %+v", g)
+	}
+	for _, g := range got[1:] {
+		if g.Complete || g.Stable || g.Note == "" {
+			t.Errorf("unreadable group sampled as complete: %+v", g)
+		}
+	}
+}
+
+// On a cgroup2 group without the memory controller (this hybrid host's
+// unified hierarchy), the sample is the sum over the group's members.
+func TestSampleCgroupMembers(t *testing.T) {
+	parent := testutil.CgroupParent(t)
+	g, err := cgroup.Create(filepath.Join(parent, "w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := g.OpenFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	startTree(t, &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd})
+	got, err := Sampler{}.Sample(context.Background(), []Target{{Cgroup: parent}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := got[0]
+	t.Logf("cgroup %s: %+v", parent, s)
+	if !s.Complete || !s.Stable || s.Bytes == 0 {
+		t.Errorf("sample %+v", s)
+	}
+	if !strings.HasPrefix(s.Source, "memory.") && s.Members != 3 {
+		t.Errorf("members %d, want 3", s.Members)
+	}
+}
+
+func TestSampleHonoursContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := (Sampler{Gap: time.Hour}).Sample(ctx, []Target{{PIDs: []int{os.Getpid()}}}); err == nil {
+		t.Fatal("cancelled sample returned no error")
+	}
+}
