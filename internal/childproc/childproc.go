@@ -3,6 +3,12 @@
 // that launches commands — calls Dispatch before anything else; a matching
 // hidden argv[1] runs that mode and exits. Only cmd/hostfork and tests
 // import it.
+//
+// The guardian is the exception that proves the rule: it is C, dispatched
+// by an ELF constructor in internal/supervise (guardian.c) before the Go
+// runtime starts, in every binary that links that package. Its entry here
+// only runs if that constructor did not: it reports the fault and exits
+// 125 rather than letting the guardian's arguments reach the CLI.
 package childproc
 
 import (
@@ -13,7 +19,7 @@ import (
 )
 
 var modes = map[string]func() int{
-	supervise.GuardianMode: supervise.GuardianMain,
+	supervise.GuardianMode: supervise.GuardianNotDispatched,
 	view.KeeperMode:        view.KeeperMain,
 }
 

@@ -142,9 +142,16 @@ func (g *Guardian) closeAll() {
 	g.pidfd.Close()
 }
 
-// Release opens the gate: the guardian starts the workload with cfg.
+// Release opens the gate: the guardian starts the workload with cfg. The
+// message is framed as documented in protocol.go; a config the guardian
+// can't accept (a NUL byte in argv or env, an oversized id) is refused here
+// and leaves the gate closed.
 func (g *Guardian) Release(cfg *Config) error {
-	if _, err := g.control.Write(marshalLine(controlMsg{Op: "release", Config: cfg})); err != nil {
+	msg, err := encodeRelease(cfg)
+	if err != nil {
+		return err
+	}
+	if _, err := g.control.Write(msg); err != nil {
 		return fmt.Errorf("releasing guardian: %w", err)
 	}
 	g.released = true
@@ -163,13 +170,17 @@ func (g *Guardian) Abort() {
 
 // Signal asks the guardian to send sig to the workload leader.
 func (g *Guardian) Signal(sig syscall.Signal) error {
-	_, err := g.control.Write(marshalLine(controlMsg{Op: "signal", Signal: int(sig)}))
+	_, err := g.control.Write(encodeSignal(int(sig)))
 	return err
 }
 
 // RequestStop asks the guardian to stop its tree (SIGTERM, grace, SIGKILL).
 func (g *Guardian) RequestStop(reason string) error {
-	_, err := g.control.Write(marshalLine(controlMsg{Op: "stop", Reason: reason}))
+	msg, err := encodeStop(reason)
+	if err != nil {
+		return err
+	}
+	_, err = g.control.Write(msg)
 	return err
 }
 
@@ -187,8 +198,7 @@ func (g *Guardian) Events() <-chan Event {
 		defer close(ch)
 		sc := bufio.NewScanner(g.events)
 		for sc.Scan() {
-			var ev Event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil {
+			if ev, err := decodeEvent(sc.Bytes()); err == nil {
 				ch <- ev
 			}
 		}

@@ -1,11 +1,21 @@
 package supervise
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
-// Descriptor numbers in the guardian (ExtraFiles start at 3).
+// GuardianMode is the hidden argv[1] that selects the guardian. The
+// guardian itself is C (guardian.c), run by an ELF constructor before the Go
+// runtime starts; see doc.go.
+const GuardianMode = "__hostfork_guardian"
+
+// Descriptor numbers in the guardian (ExtraFiles start at 3). guardian.h
+// holds the same numbers; guardian_cgo.go checks them at compile time.
 const (
 	fdControl = 3 // launcher → guardian: release, signal, stop; EOF = owner gone
 	fdEvents  = 4 // guardian → launcher: JSON lines
@@ -15,6 +25,46 @@ const (
 	fdStderr  = 8
 	fdFwdOut  = 9 // pipe mode: forward copies of stdout to the launcher
 	fdFwdErr  = 10
+)
+
+// The control channel (fdControl, launcher → guardian) carries no JSON: the
+// guardian is C and parses only this framing.
+//
+// Release, exactly once, first: the byte 'R', then NUL-terminated
+// "key=value" strings, ended by an empty string (a lone NUL):
+//
+//	'R' "command_id=ID\0" "env_id=ID\0" "path=/usr/bin/sleep\0"
+//	"argv=sleep\0" "argv=60\0" "env=HOME=/root\0" ... "\0"
+//
+// The value runs from the first '=' to the NUL, so it may contain '=' and
+// newlines but not NUL. Keys (the JSON names of Config's fields):
+// command_id, env_id (at most maxID bytes), path, argv (repeated, in
+// order), env (repeated, in order), cwd, output, workload_cgroup (at most
+// maxPath bytes), deadline_mono_ns and grace_ns (decimal nanoseconds),
+// owner_exit, foreground ("1" or "0"), view_pid (decimal). An unknown key
+// or a message longer than maxRelease makes the guardian exit 125 without
+// starting anything; EOF before the terminator is an aborted launch (exit
+// 0, nothing started).
+//
+// After the release, newline-terminated text lines:
+//
+//	"s<signo>\n"   send signal signo to the leader (while it is unreaped)
+//	"t<reason>\n"  stop the tree (SIGTERM, grace, SIGKILL); the first
+//	               reason is recorded; reason has no newline, at most
+//	               maxReason bytes
+//
+// Unknown lines are ignored. EOF after the release means the owner is gone:
+// with owner_exit "stop" the guardian stops the tree with reason
+// "owner-exit".
+const (
+	msgRelease = 'R'
+	msgSignal  = 's'
+	msgStop    = 't'
+
+	maxID      = 255
+	maxPath    = 4095
+	maxReason  = 255
+	maxRelease = 16 << 20
 )
 
 // Output modes.
@@ -39,7 +89,8 @@ const (
 	ReasonLimit     = "limit"
 )
 
-// Config is what the guardian receives at release.
+// Config is what the guardian receives at release (see encodeRelease for
+// the wire format; the JSON names are the release keys).
 type Config struct {
 	CommandID string   `json:"command_id"`
 	EnvID     string   `json:"env_id"`
@@ -62,14 +113,6 @@ type Config struct {
 	// ViewPID, when set, is the keeper whose mount namespace the workload
 	// joins before exec.
 	ViewPID int `json:"view_pid,omitempty"`
-}
-
-// control messages, launcher → guardian.
-type controlMsg struct {
-	Op     string  `json:"op"` // release | signal | stop
-	Config *Config `json:"config,omitempty"`
-	Signal int     `json:"signal,omitempty"`
-	Reason string  `json:"reason,omitempty"`
 }
 
 // Event is one guardian → launcher message.
@@ -106,7 +149,83 @@ type Receipt struct {
 	Complete      bool       `json:"complete"`
 }
 
-func marshalLine(v any) []byte {
-	b, _ := json.Marshal(v)
-	return append(b, '\n')
+// encodeRelease frames cfg as the release message. It refuses values the
+// guardian would reject or that execve can't carry (NUL bytes).
+func encodeRelease(cfg *Config) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte(msgRelease)
+	var bad error
+	put := func(key, val string) {
+		if strings.IndexByte(val, 0) >= 0 && bad == nil {
+			bad = fmt.Errorf("release: %s contains a NUL byte", key)
+		}
+		b.WriteString(key)
+		b.WriteByte('=')
+		b.WriteString(val)
+		b.WriteByte(0)
+	}
+	if cfg.Path == "" {
+		return nil, fmt.Errorf("release: no executable path")
+	}
+	if len(cfg.CommandID) > maxID || len(cfg.EnvID) > maxID {
+		return nil, fmt.Errorf("release: command or environment id longer than %d bytes", maxID)
+	}
+	if len(cfg.WorkloadCgroup) > maxPath {
+		return nil, fmt.Errorf("release: workload cgroup path longer than %d bytes", maxPath)
+	}
+	put("command_id", cfg.CommandID)
+	put("env_id", cfg.EnvID)
+	put("path", cfg.Path)
+	for _, a := range cfg.Argv {
+		put("argv", a)
+	}
+	for _, e := range cfg.Env {
+		put("env", e)
+	}
+	if cfg.Cwd != "" {
+		put("cwd", cfg.Cwd)
+	}
+	put("output", cfg.Output)
+	if cfg.WorkloadCgroup != "" {
+		put("workload_cgroup", cfg.WorkloadCgroup)
+	}
+	if cfg.DeadlineMono > 0 {
+		put("deadline_mono_ns", strconv.FormatInt(int64(cfg.DeadlineMono), 10))
+	}
+	put("grace_ns", strconv.FormatInt(int64(cfg.Grace), 10))
+	put("owner_exit", cfg.OwnerExit)
+	if cfg.Foreground {
+		put("foreground", "1")
+	}
+	if cfg.ViewPID > 0 {
+		put("view_pid", strconv.Itoa(cfg.ViewPID))
+	}
+	b.WriteByte(0)
+	if bad != nil {
+		return nil, bad
+	}
+	if b.Len() > maxRelease {
+		return nil, fmt.Errorf("release: argv and environment take %d bytes, more than %d", b.Len(), maxRelease)
+	}
+	return b.Bytes(), nil
+}
+
+// encodeStop frames a stop request.
+func encodeStop(reason string) ([]byte, error) {
+	if reason == "" || len(reason) > maxReason || strings.ContainsAny(reason, "\n\x00") {
+		return nil, fmt.Errorf("stop reason %q: want 1 to %d bytes without newline or NUL", reason, maxReason)
+	}
+	return []byte(string(msgStop) + reason + "\n"), nil
+}
+
+// encodeSignal frames a signal for the leader.
+func encodeSignal(sig int) []byte {
+	return []byte(string(msgSignal) + strconv.Itoa(sig) + "\n")
+}
+
+// decodeEvent parses one event line.
+func decodeEvent(line []byte) (Event, error) {
+	var ev Event
+	err := json.Unmarshal(line, &ev)
+	return ev, err
 }

@@ -1,0 +1,114 @@
+package supervise
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCGuardianModeMatches(t *testing.T) {
+	if got := cGuardianMode(); got != GuardianMode {
+		t.Fatalf("C guardian mode %q, Go %q", got, GuardianMode)
+	}
+}
+
+func TestEncodeRelease(t *testing.T) {
+	cfg := &Config{
+		CommandID:      "c1",
+		EnvID:          "e1",
+		Argv:           []string{"sh", "-c", "a=b\nc"},
+		Path:           "/bin/sh",
+		Env:            []string{"X=1", "Y="},
+		Cwd:            "/tmp",
+		Output:         OutputPipe,
+		WorkloadCgroup: "/sys/fs/cgroup/x/workload",
+		DeadlineMono:   5 * time.Second,
+		Grace:          2 * time.Second,
+		OwnerExit:      OwnerExitStop,
+		Foreground:     true,
+		ViewPID:        42,
+	}
+	b, err := encodeRelease(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "R" + strings.Join([]string{
+		"command_id=c1", "env_id=e1", "path=/bin/sh",
+		"argv=sh", "argv=-c", "argv=a=b\nc", "env=X=1", "env=Y=",
+		"cwd=/tmp", "output=pipe", "workload_cgroup=/sys/fs/cgroup/x/workload",
+		"deadline_mono_ns=5000000000", "grace_ns=2000000000", "owner_exit=stop",
+		"foreground=1", "view_pid=42",
+	}, "\x00") + "\x00\x00"
+	if string(b) != want {
+		t.Fatalf("release\n%q\nwant\n%q", b, want)
+	}
+	bad := *cfg
+	bad.Env = []string{"X=a\x00b"}
+	if _, err := encodeRelease(&bad); err == nil {
+		t.Fatal("NUL in env accepted")
+	}
+	bad = *cfg
+	bad.CommandID = strings.Repeat("x", maxID+1)
+	if _, err := encodeRelease(&bad); err == nil {
+		t.Fatal("oversized id accepted")
+	}
+	if _, err := encodeStop("a\nb"); err == nil {
+		t.Fatal("newline in reason accepted")
+	}
+	if m, _ := encodeStop(ReasonUser); string(m) != "tuser\n" {
+		t.Fatalf("stop %q", m)
+	}
+	if m := encodeSignal(15); string(m) != "s15\n" {
+		t.Fatalf("signal %q", m)
+	}
+}
+
+// A malformed release makes the guardian exit 125 without starting
+// anything (no cgroup needed: nothing may run).
+func TestBadReleaseExits125(t *testing.T) {
+	dir := t.TempDir()
+	rf, err := os.OpenFile(dir+"/receipt", os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rf.Close()
+	log, err := os.Create(dir + "/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, msg := range []string{"X", "Rcommand_id=c\x00bogus_key=1\x00\x00", "Rcommand_id=c\x00\x00"} {
+		g, err := Start(StartSpec{Exe: exe, Receipt: rf, Stdout: log, Stderr: log, Log: log, Setsid: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.control.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		g.Detach()
+		err = g.Reap()
+		var ee *exec.ExitError
+		if !asExit(err, &ee) || ee.ExitCode() != 125 {
+			t.Fatalf("release %q: guardian exit %v, want 125", msg, err)
+		}
+	}
+	if st, _ := rf.Stat(); st.Size() != 0 {
+		t.Fatal("a bad release wrote a receipt")
+	}
+	if b, _ := os.ReadFile(dir + "/log"); !bytes.Contains(b, []byte("bad release message")) {
+		t.Fatalf("guardian log %q", b)
+	}
+}
+
+func asExit(err error, ee **exec.ExitError) bool {
+	e, ok := err.(*exec.ExitError)
+	*ee = e
+	return ok
+}
