@@ -189,3 +189,5 @@ func (h *Host) planTree(ctx context.Context, p *Plan, t *PlannedTree) error {
 	}
 	return nil
 }
+
+func ensureDir(p string) error { return os.MkdirAll(p, 0o755) }

@@ -400,9 +400,21 @@ func (c *Command) Start(ctx context.Context) error {
 		}
 		rec.CgroupInode, _ = cgroup.Open(rec.CgroupPath).Inode()
 	}
+	if n, ok := oomCount(&envRec); ok {
+		rec.OOMBaseline = &n
+	}
 	g, err := supervise.Start(ss)
 	if err != nil {
 		return abort(err)
+	}
+	if lg := limitGroup(&envRec); lg != nil {
+		// cgroup v1 has no clone-into: the gated guardian joins the
+		// environment's limit groups before anything runs; the workload
+		// inherits them.
+		if err := lg.Join(g.ID.PID); err != nil {
+			g.Abort()
+			return abort(fmt.Errorf("placing the command in its limit groups: %w", err))
+		}
 	}
 	fault.Point(fault.GuardianStarted)
 	closeOpened()

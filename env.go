@@ -13,6 +13,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/fault"
+	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/view"
@@ -104,6 +105,17 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 		cgIno, _ = g.Inode()
 		fault.Point(fault.CreateCgroup)
 	}
+	var lg *limits.Group
+	if !p.Spec.Limits.Empty() {
+		g, err := h.createLimits(ctx, rec, p)
+		if err != nil {
+			return fail(err)
+		}
+		lg = g
+		if b, err := json.Marshal(g); err == nil {
+			rec.Limits = b
+		}
+	}
 	var keeper *view.Keeper
 	if p.View != nil {
 		trees, err := h.allocateTrees(ctx, rec, p)
@@ -142,6 +154,12 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 			return fail(err)
 		}
 		rec.Keeper = regIdentity(keeper.ID)
+		if lg != nil {
+			// The keeper counts against the budget (v1: join by PID).
+			if err := lg.Join(keeper.ID.PID); err != nil {
+				return fail(err)
+			}
+		}
 		fault.Point(fault.KeeperStarted)
 		if b, err := json.Marshal(p.View); err == nil {
 			rec.View = b
@@ -201,6 +219,11 @@ func (h *Host) abandonEnv(rec *registry.Env, cause error) {
 			cleanup = append(cleanup, err.Error())
 		}
 	}
+	if g := limitGroup(rec); g != nil {
+		if err := g.Remove(ctx); err != nil {
+			cleanup = append(cleanup, err.Error())
+		}
+	}
 	cleanup = append(cleanup, h.removeTrees(ctx, rec.Trees)...)
 	// The run directory stays: its logs (keeper.log) are the evidence of
 	// the failure; retention removes it like any other evidence.
@@ -213,6 +236,7 @@ func (h *Host) abandonEnv(rec *registry.Env, cause error) {
 		cur.Error = cause.Error()
 		cur.Trees = rec.Trees
 		cur.Keeper = rec.Keeper
+		cur.Limits = rec.Limits
 		cur.CleanupErrors = append(cur.CleanupErrors, cleanup...)
 		now := time.Now().UTC()
 		cur.StoppedAt = &now

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
@@ -133,8 +134,11 @@ type EnvStatus struct {
 	// unverified).
 	OwnerAlive string `json:"owner_alive"`
 	// Expired is true once the deadline has passed.
-	Expired  bool                `json:"expired"`
-	Commands []*registry.Command `json:"commands"`
+	Expired bool `json:"expired"`
+	// LimitsNow is the kernel's counters for the environment's budget,
+	// read now (nil once the groups are gone; see limit_evidence).
+	LimitsNow *limits.Evidence    `json:"limits_now,omitempty"`
+	Commands  []*registry.Command `json:"commands"`
 }
 
 // Status resolves id (env or command, unique prefix) and returns its
@@ -162,6 +166,10 @@ func (h *Host) Status(ctx context.Context, idPrefix string) (env *EnvStatus, cmd
 		}
 	}
 	st := &EnvStatus{Env: e, Commands: cmds, OwnerAlive: linux.Assess(linuxIdentity(e.Owner)).String()}
+	if g := limitGroup(e); g != nil && (e.State == registry.EnvActive || e.State == registry.EnvStopping) {
+		ev := g.Evidence()
+		st.LimitsNow = &ev
+	}
 	if e.DeadlineMono > 0 {
 		boot, _ := linux.BootID()
 		st.Expired = e.BootID != boot || linux.MonotonicNow() >= e.DeadlineMono

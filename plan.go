@@ -49,9 +49,10 @@ type Plan struct {
 	// the registry and the caller.
 	DeadlineEnforcer string `json:"deadline_enforcer,omitempty"`
 
-	Trees []PlannedTree `json:"trees,omitempty"`
-	View  *plan.Result  `json:"view,omitempty"`
-	Notes []string      `json:"notes,omitempty"`
+	Trees  []PlannedTree  `json:"trees,omitempty"`
+	Limits []PlannedLimit `json:"limits,omitempty"`
+	View   *plan.Result   `json:"view,omitempty"`
+	Notes  []string       `json:"notes,omitempty"`
 	// Unsupported lists requests this host can't honour, with the reason.
 	Unsupported []string `json:"unsupported,omitempty"`
 
@@ -97,6 +98,9 @@ func (h *Host) Plan(ctx context.Context, s spec.Environment) (*Plan, error) {
 		p.DeadlineEnforcer = "guardian timers (and the keeper's, with a view): independent of the registry, storage and caller; 'hostfork reap' is the backstop"
 	}
 	if err := h.planView(ctx, p); err != nil {
+		return nil, err
+	}
+	if err := h.planLimits(p); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -3,6 +3,7 @@ package hostfork
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -69,6 +70,18 @@ func (h *Host) assess(c *registry.Command) (*registry.Command, bool) {
 			changed = true
 		}
 		return &n, changed
+	}
+	// The guardian is gone, so its receipt can no longer change: read it
+	// again. The read above may predate the guardian's last writes (the
+	// leader's exit, the tree's exit); concluding "guardian lost" from it
+	// would drop the recorded result.
+	if n.ProofIno != 0 {
+		if r, err := supervise.ReadReceipt(filepath.Join(n.Dir, "receipt"), n.ID, n.ProofDev, n.ProofIno); err == nil {
+			changed = mergeReceipt(&n, r) || changed
+			if n.Terminal() {
+				return &n, changed
+			}
+		}
 	}
 	// The guardian is gone without a complete receipt.
 	now := time.Now().UTC()
@@ -160,6 +173,9 @@ func (h *Host) settleCommand(ctx context.Context, c *registry.Command) (*registr
 	cur := c
 	for try := 0; try < 5; try++ {
 		n, changed := h.assess(cur)
+		if changed && n.Terminal() && n.OOM == nil {
+			h.oomEvidence(ctx, n)
+		}
 		if !changed {
 			return n, nil
 		}
@@ -194,4 +210,23 @@ func (h *Host) Command(ctx context.Context, id string) (*registry.Command, error
 
 func assessIdentity(boot string, pid int, start uint64) string {
 	return linux.Assess(linux.Identity{BootID: boot, PID: pid, StartTime: start}).String()
+}
+
+// oomEvidence sets OOM from the kernel's counters: true when the
+// environment's OOM-kill counter rose during the command's life, false when
+// it provably did not, and unknown (nil) when the evidence can't be read —
+// never inferred from a signal.
+func (h *Host) oomEvidence(ctx context.Context, n *registry.Command) {
+	e, err := h.reg.Env(ctx, n.EnvID)
+	if err != nil || len(e.Limits) == 0 {
+		return
+	}
+	now, ok := oomCount(e)
+	if !ok || n.OOMBaseline == nil {
+		n.OOMEvidence = "the kernel's OOM counters could not be read when the tree exit was observed"
+		return
+	}
+	v := now > *n.OOMBaseline
+	n.OOM = &v
+	n.OOMEvidence = fmt.Sprintf("environment oom_kill counter %d at start, %d after the tree exited", *n.OOMBaseline, now)
 }

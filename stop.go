@@ -2,6 +2,7 @@ package hostfork
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -414,6 +415,14 @@ func (h *Host) stopEnv(ctx context.Context, id string, opts StopOptions) (*regis
 			cleanup = append(cleanup, err.Error())
 		}
 	}
+	if lg := limitGroup(env); lg != nil {
+		if ev, err := json.Marshal(lg.Evidence()); err == nil {
+			env.LimitEvidence = ev
+		}
+		if err := lg.Remove(ctx); err != nil {
+			cleanup = append(cleanup, err.Error())
+		}
+	}
 	fault.Point(fault.Finalize)
 	stopped := time.Now().UTC()
 	var final *registry.Env
@@ -428,8 +437,14 @@ func (h *Host) stopEnv(ctx context.Context, id string, opts StopOptions) (*regis
 			n.StoppedAt = &stopped
 		}
 		n.CleanupErrors = append(n.CleanupErrors, cleanup...)
+		if env.LimitEvidence != nil {
+			n.LimitEvidence = env.LimitEvidence
+		}
 		err = h.reg.Write(ctx, func(tx *registry.Tx) error {
 			if err := tx.UpdateEnv(&n); err != nil {
+				return err
+			}
+			if err := settleEnvIntentsKind(tx, h, id, "cgroup-v1"); err != nil {
 				return err
 			}
 			return settleEnvIntentsKind(tx, h, id, "cgroup")

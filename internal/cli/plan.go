@@ -106,6 +106,16 @@ func printPlan(w io.Writer, p *hostfork.Plan) {
 	} else {
 		fmt.Fprintln(w, "view: the host's own (no private trees or mount changes)")
 	}
+	if len(p.Limits) > 0 {
+		fmt.Fprintln(w, "limits:")
+		for _, l := range p.Limits {
+			mech := l.Mechanism
+			if mech == "" {
+				mech = "not enforced"
+			}
+			fmt.Fprintf(w, "  %s %s via %s: %s\n", l.Resource, l.Value, mech, l.Note)
+		}
+	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

@@ -54,6 +54,11 @@ type Env struct {
 	Trees  []TreeRecord    `json:"trees,omitempty"`
 	Keeper *Identity       `json:"keeper,omitempty"`
 	View   json.RawMessage `json:"view,omitempty"`
+	// Limits is the limit group record (mechanisms and group paths).
+	Limits json.RawMessage `json:"limits,omitempty"`
+	// LimitEvidence is the kernel's counters read at the confirmed stop,
+	// just before the limit groups were removed.
+	LimitEvidence json.RawMessage `json:"limit_evidence,omitempty"`
 	// Stop.
 	StopReason      string     `json:"stop_reason,omitempty"`
 	StopRequestedAt *time.Time `json:"stop_requested_at,omitempty"`
@@ -189,6 +194,12 @@ type Command struct {
 	StdoutPath string            `json:"stdout_path,omitempty"`
 	StderrPath string            `json:"stderr_path,omitempty"`
 
+	// EnvPolicy is the launch environment policy applied ("" when the
+	// caller gave the environment explicitly); EnvPolicyNote says when it
+	// could not be followed (a failed login-shell capture).
+	EnvPolicy     string `json:"env_policy,omitempty"`
+	EnvPolicyNote string `json:"env_policy_note,omitempty"`
+
 	Tier        string     `json:"tier"`
 	Launcher    *Identity  `json:"launcher,omitempty"`
 	CgroupPath  string     `json:"cgroup_path,omitempty"`
@@ -200,18 +211,22 @@ type Command struct {
 	StartedAt   *time.Time `json:"started_at,omitempty"`
 
 	// Result.
-	ExitCode       *int                     `json:"exit_code"`
-	Signal         *int                     `json:"signal"`
-	LeaderState    string                   `json:"leader_state"`
-	LeaderExitedAt *time.Time               `json:"leader_exited_at,omitempty"`
-	TreeState      string                   `json:"tree_state"`
-	TreeExitedAt   *time.Time               `json:"tree_exited_at,omitempty"`
-	TreeEvidence   string                   `json:"tree_evidence,omitempty"`
-	StopReason     string                   `json:"stop_reason,omitempty"`
-	OOM            *bool                    `json:"oom"`
-	Capture        map[string]StreamCapture `json:"capture,omitempty"`
-	CleanupErrors  []string                 `json:"cleanup_errors,omitempty"`
-	Error          string                   `json:"error,omitempty"`
+	ExitCode       *int       `json:"exit_code"`
+	Signal         *int       `json:"signal"`
+	LeaderState    string     `json:"leader_state"`
+	LeaderExitedAt *time.Time `json:"leader_exited_at,omitempty"`
+	TreeState      string     `json:"tree_state"`
+	TreeExitedAt   *time.Time `json:"tree_exited_at,omitempty"`
+	TreeEvidence   string     `json:"tree_evidence,omitempty"`
+	StopReason     string     `json:"stop_reason,omitempty"`
+	OOM            *bool      `json:"oom"`
+	// OOMBaseline is the environment's OOM-kill counter when the command
+	// started; OOM is true when it rose during the command's life.
+	OOMBaseline   *uint64                  `json:"oom_baseline,omitempty"`
+	OOMEvidence   string                   `json:"oom_evidence,omitempty"`
+	Capture       map[string]StreamCapture `json:"capture,omitempty"`
+	CleanupErrors []string                 `json:"cleanup_errors,omitempty"`
+	Error         string                   `json:"error,omitempty"`
 }
 
 // Terminal reports whether the command's record is final.
