@@ -207,6 +207,9 @@ func (Btrfs) check(t Tree) error {
 	if t.Btrfs == nil || t.Btrfs.SubvolumeID == 0 || t.Path != filepath.Join(t.Dest, treeDirName) {
 		return fmt.Errorf("btrfs tree record at %s is incomplete: %w", t.Dest, ErrInvalidRequest)
 	}
+	if bt := t.Btrfs; bt.SubvolumeID == bt.SourceID || (bt.UUID != "" && bt.UUID == bt.SourceUUID) {
+		return fmt.Errorf("btrfs tree record at %s names its baseline as the snapshot: %w", t.Dest, ErrIdentityMismatch)
+	}
 	return nil
 }
 

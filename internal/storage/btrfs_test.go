@@ -263,3 +263,33 @@ func copyExecutable(t testing.TB, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// A record whose snapshot identity is the baseline's is refused before
+// anything is opened, so a corrupted record can't destroy a baseline.
+func TestBtrfsRemoveNeverDestroysTheBaseline(t *testing.T) {
+	mnt := testutil.LoopBtrfs(t, "")
+	base := filepath.Join(mnt, "baseline")
+	if err := storage.CreateSubvolume(base); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = storage.DestroySubvolumeForTest(base) })
+	tree, err := storage.Btrfs{}.Prepare(context.Background(), storage.Request{Dest: filepath.Join(mnt, "env"), Source: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = (storage.Btrfs{}).Remove(context.Background(), tree) })
+	src, err := storage.InspectSubvolume(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := tree
+	bt := *tree.Btrfs
+	forged.Btrfs = &bt
+	bt.SubvolumeID, bt.UUID, bt.Root = src.ID, src.UUID, src.Root
+	if err := (storage.Btrfs{}).Remove(context.Background(), forged); !errors.Is(err, storage.ErrIdentityMismatch) {
+		t.Errorf("Remove of a record naming the baseline: %v, want ErrIdentityMismatch", err)
+	}
+	if _, err := storage.InspectSubvolume(base); err != nil {
+		t.Errorf("baseline after the refused Remove: %v", err)
+	}
+}

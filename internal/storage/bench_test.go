@@ -1,0 +1,185 @@
+package storage_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/testutil"
+	"golang.org/x/sys/unix"
+)
+
+// benchSizes are the tree sizes (files) to measure: 20000 unless
+// HOSTFORK_BENCH_FILES lists others (e.g. 2000,20000,200000).
+func benchSizes(b *testing.B) []int {
+	s := os.Getenv("HOSTFORK_BENCH_FILES")
+	if s == "" {
+		return []int{20000}
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("HOSTFORK_BENCH_FILES: %q", s)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// buildTree writes n files of 10 KiB, 100 per directory (about 200 MB for
+// 20,000 files, like the figures in issue 3).
+func buildTree(b *testing.B, dir string, n int) {
+	b.Helper()
+	data := make([]byte, 10<<10)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	for i := 0; i < n; i++ {
+		d := filepath.Join(dir, fmt.Sprintf("d%04d", i/100))
+		if i%100 == 0 {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		data[0] = byte(i)
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d", i%100)), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchPrepareRemove measures Prepare + Remove of one tree per iteration
+// and reports the two halves separately.
+func benchPrepareRemove(b *testing.B, be storage.Backend, src, pool string, mode storage.ReflinkMode) {
+	ctx := context.Background()
+	var prep, rem time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		tree, err := be.Prepare(ctx, storage.Request{Dest: filepath.Join(pool, "t"+strconv.Itoa(i)), Source: src, Reflink: mode})
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := be.Remove(ctx, tree); err != nil {
+			b.Fatal(err)
+		}
+		prep += t1.Sub(t0)
+		rem += time.Since(t1)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(prep.Microseconds())/1000/float64(b.N), "prepare-ms/op")
+	b.ReportMetric(float64(rem.Microseconds())/1000/float64(b.N), "remove-ms/op")
+}
+
+func BenchmarkPrepareRemove(b *testing.B) {
+	testutil.RequireRoot(b)
+	for _, n := range benchSizes(b) {
+		b.Run(fmt.Sprintf("btrfs/files=%d", n), func(b *testing.B) {
+			mnt := testutil.LoopBtrfs(b, "")
+			src := filepath.Join(mnt, "baseline")
+			if err := storage.CreateSubvolume(src); err != nil {
+				b.Fatal(err)
+			}
+			buildTree(b, src, n)
+			pool := filepath.Join(mnt, "pool")
+			if err := os.Mkdir(pool, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			unix.Sync()
+			benchPrepareRemove(b, storage.Btrfs{}, src, pool, "")
+			_ = storage.DestroySubvolumeForTest(src)
+		})
+		b.Run(fmt.Sprintf("overlay-tmpfs/files=%d", n), func(b *testing.B) {
+			dir := tmpfsDir(b)
+			src := filepath.Join(dir, "lower")
+			buildTree(b, src, n)
+			benchPrepareRemove(b, storage.Overlay{}, src, dir, "")
+		})
+		b.Run(fmt.Sprintf("copy-tmpfs/files=%d", n), func(b *testing.B) {
+			dir := tmpfsDir(b)
+			src := filepath.Join(dir, "src")
+			buildTree(b, src, n)
+			benchPrepareRemove(b, storage.Copy{}, src, dir, storage.ReflinkAuto)
+		})
+		b.Run(fmt.Sprintf("copy-btrfs-reflink/files=%d", n), func(b *testing.B) {
+			mnt := testutil.LoopBtrfs(b, "")
+			src := filepath.Join(mnt, "src")
+			buildTree(b, src, n)
+			unix.Sync()
+			benchPrepareRemove(b, storage.Copy{}, src, mnt, storage.ReflinkAlways)
+		})
+	}
+}
+
+// BenchmarkViewMount measures applying and unmounting a tree's mounts in a
+// private mount namespace (a locked OS thread that unshared its namespace
+// and is discarded afterwards), as the keeper will.
+func BenchmarkViewMount(b *testing.B) {
+	testutil.RequireRoot(b)
+	for _, n := range benchSizes(b) {
+		dir := tmpfsDir(b)
+		src := filepath.Join(dir, "lower")
+		buildTree(b, src, n)
+		for _, be := range []storage.Backend{storage.Overlay{}, storage.Copy{}} {
+			tree, err := be.Prepare(context.Background(), storage.Request{Dest: filepath.Join(dir, string(be.Kind())), Source: src})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ms, err := be.Mounts(tree)
+			if err != nil {
+				b.Fatal(err)
+			}
+			name := "overlay"
+			if be.Kind() == storage.KindCopy {
+				name = "bind"
+			}
+			b.Run(fmt.Sprintf("%s/files=%d", name, n), func(b *testing.B) {
+				target := b.TempDir()
+				done := make(chan error)
+				go func() {
+					// Never unlocked: the thread, and its namespace,
+					// end with this goroutine.
+					runtime.LockOSThread()
+					if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+						done <- err
+						return
+					}
+					if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+						done <- err
+						return
+					}
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						for _, m := range ms {
+							if err := m.Apply(target); err != nil {
+								done <- err
+								return
+							}
+						}
+						if err := storage.Unmount(target, 0); err != nil {
+							done <- err
+							return
+						}
+					}
+					b.StopTimer()
+					done <- nil
+				}()
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+			})
+			if err := be.Remove(context.Background(), tree); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
