@@ -71,6 +71,12 @@ type Command struct {
 	// command: "stop" ends the tree when the starting process exits,
 	// "detach" lets it run on under the environment's deadline.
 	OwnerExit string
+	// Workload "agent" makes the command take part in admission with
+	// Admit (wait, the default for agents; fail; skip). OnAdmissionWait is
+	// called once if the command has to wait.
+	Workload        string
+	Admit           string
+	OnAdmissionWait func(reason string)
 
 	env        *Env
 	id         string
@@ -231,6 +237,22 @@ func (c *Command) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var admitted func()
+	var decision string
+	if c.Workload == WorkloadAgent {
+		rel, d, err := h.admitCommand(ctx, c.Admit, c.OnAdmissionWait)
+		if err != nil {
+			return err
+		}
+		admitted, decision = rel, d
+		defer func() {
+			if admitted != nil {
+				admitted()
+			}
+		}()
+	} else if c.Workload != "" {
+		return fmt.Errorf("workload kind %q: the only kind is %q: %w", c.Workload, WorkloadAgent, ErrInvalid)
+	}
 	envRec := e.Record()
 	if envRec.State != registry.EnvActive {
 		return fmt.Errorf("environment %s is %s; create a new one: %w", envRec.ID, envRec.State, ErrEnvNotActive)
@@ -277,20 +299,22 @@ func (c *Command) Start(ctx context.Context) error {
 	id := newID()
 	dir := filepath.Join(envRec.RunDir, "commands", id)
 	rec := &registry.Command{
-		ID:          id,
-		EnvID:       envRec.ID,
-		State:       registry.CmdReserved,
-		CreatedAt:   time.Now().UTC(),
-		Purpose:     firstNonEmpty(c.Purpose, envRec.Purpose),
-		Labels:      mergeLabels(envRec.Labels, c.Labels),
-		Argv:        c.Argv,
-		Cwd:         cwd,
-		Output:      c.Output,
-		Dir:         dir,
-		Tier:        envRec.Tier,
-		Launcher:    regIdentity(self),
-		LeaderState: registry.Pending,
-		TreeState:   registry.Pending,
+		ID:           id,
+		EnvID:        envRec.ID,
+		State:        registry.CmdReserved,
+		CreatedAt:    time.Now().UTC(),
+		Purpose:      firstNonEmpty(c.Purpose, envRec.Purpose),
+		Labels:       mergeLabels(envRec.Labels, c.Labels),
+		Argv:         c.Argv,
+		Cwd:          cwd,
+		Output:       c.Output,
+		Dir:          dir,
+		Tier:         envRec.Tier,
+		Launcher:     regIdentity(self),
+		LeaderState:  registry.Pending,
+		TreeState:    registry.Pending,
+		WorkloadKind: c.Workload,
+		Admission:    decision,
 	}
 	rec.EnvPolicy, rec.EnvPolicyNote = envPolicy, envNote
 	if c.Output != OutputInherit {
@@ -325,6 +349,11 @@ func (c *Command) Start(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("registering the command: %w", err)
+	}
+	if admitted != nil {
+		// Registered: the command now counts as live for the next decision.
+		admitted()
+		admitted = nil
 	}
 	fault.Point(fault.CommandReserved)
 	c.id = id

@@ -30,11 +30,21 @@ const defaultConfig = `# hostfork store configuration.
 retention:
   trees: 24h      # private trees (snapshots, overlay uppers, copies)
   evidence: 168h  # records, logs, receipts, manifests, exports
+# Soft admission of agent workloads (run/exec --workload agent): the share
+# of logical cores and of available memory they may use; each reserves at
+# least 2 GiB. At least one slot always exists.
+admission:
+  share: 0.70
 `
 
 // Config is the parsed store configuration.
 type Config struct {
 	Retention spec.Retention `yaml:"retention"`
+	Admission struct {
+		// Share of logical cores and available memory that admitted agent
+		// workloads may use (default 0.70).
+		Share float64 `yaml:"share"`
+	} `yaml:"admission"`
 }
 
 // ensureConfig writes the default configuration when the store has none.

@@ -17,6 +17,7 @@ const (
 	ExitNoSuchID   = 119 // no environment or command has that id
 	ExitIncomplete = 120 // a result is unknown or incomplete
 	ExitCapability = 121 // the host lacks a requested capability
+	ExitAdmission  = 124 // admission refused: host at capacity or paused (--admit fail)
 	ExitUsage      = 122 // bad flags, arguments or request
 	ExitStore      = 123 // the store root is unusable
 	ExitInternal   = 125 // any other failure of hostfork itself
@@ -65,6 +66,8 @@ func codeFor(err error) int {
 		return ExitUsage
 	case errors.Is(err, hostfork.ErrStore):
 		return ExitStore
+	case errors.Is(err, hostfork.ErrAdmissionRefused):
+		return ExitAdmission
 	case errors.Is(err, hostfork.ErrCapability):
 		return ExitCapability
 	case errors.Is(err, hostfork.ErrStopIncomplete):
@@ -80,6 +83,11 @@ func report(w io.Writer, err error) int {
 	if errors.As(err, &ee) && ee.err == nil {
 		return code
 	}
-	fmt.Fprintf(w, "hostfork: %v\n", err)
+	hint := ""
+	if code == ExitNoSuchID {
+		// The registry's message says what is missing; this names the fix.
+		hint = " (list ids with 'hostfork ps --all')"
+	}
+	fmt.Fprintf(w, "hostfork: %v%s\n", err, hint)
 	return code
 }

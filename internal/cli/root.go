@@ -53,7 +53,8 @@ hostfork's own failures use 118-127 (see docs/exit-codes.md).`,
 	})
 	root.AddCommand(newRunCmd(g), newPsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newVersionCmd(g),
 		newPlanCmd(g), newCreateCmd(g), newExecCmd(g), newShellCmd(g), newBaselineCmd(g),
-		newReapCmd(g), newGCCmd(g), newUsageCmd(g), newExportCmd(g))
+		newReapCmd(g), newGCCmd(g), newUsageCmd(g), newExportCmd(g),
+		newCapacityCmd(g), newPauseCmd(g, true), newPauseCmd(g, false))
 	return root, g
 }
 

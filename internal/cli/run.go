@@ -16,6 +16,7 @@ import (
 
 type runFlags struct {
 	envFlags
+	admitFlags
 	output  string
 	cwd     string
 	detach  bool
@@ -45,11 +46,12 @@ the run id at once and leaves the run under its recorded expiry (--ttl or
 		},
 		RunE: func(c *cobra.Command, args []string) error { return runRun(c.Context(), g, f, args) },
 	}
-	f.add(c)
+	f.envFlags.add(c)
 	c.Flags().StringVar(&f.output, "output", "", "files, pipe (foreground default) or inherit")
 	c.Flags().StringVar(&f.cwd, "cwd", "", "working directory")
 	c.Flags().BoolVar(&f.detach, "detach", false, "return the run id at once; the run continues under --ttl or --until-stopped")
 	c.Flags().BoolVar(&f.json, "json", false, "with --detach: print the ids as JSON")
+	f.admitFlags.add(c)
 	c.Flags().BoolVar(&f.capture, "capture", false, "take the output back: print one JSON object with stdout, stderr (at most 16 MiB each), their capture states and the result")
 	c.Flags().SetInterspersed(false)
 	return c
@@ -103,6 +105,10 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 		return err
 	}
 	cmd := env.Command(argv...)
+	if err := f.admitFlags.apply(cmd, g); err != nil {
+		_ = env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
+		return err
+	}
 	cmd.Output = output
 	cmd.Cwd = f.cwd
 	cmd.Purpose = f.purpose

@@ -221,6 +221,10 @@ type Command struct {
 	StopReason     string     `json:"stop_reason,omitempty"`
 	OOM            *bool      `json:"oom"`
 	// OOMBaseline is the environment's OOM-kill counter when the command
+	// WorkloadKind is the workload kind ("agent" takes part in admission)
+	// and Admission the admission decision it started under.
+	WorkloadKind string `json:"workload_kind,omitempty"`
+	Admission    string `json:"admission,omitempty"`
 	// started; OOM is true when it rose during the command's life.
 	OOMBaseline   *uint64                  `json:"oom_baseline,omitempty"`
 	OOMEvidence   string                   `json:"oom_evidence,omitempty"`
