@@ -119,7 +119,7 @@ terminal (inherited descriptors), and stops the environment when bash exits.`,
 			return runRun(c.Context(), g, f, []string{bash})
 		},
 	}
-	f.add(c)
+	f.envFlags.add(c)
 	c.Flags().StringVar(&f.cwd, "cwd", "", "working directory, resolved inside the view")
 	return c
 }
