@@ -112,6 +112,8 @@ type Environment struct {
 	View      View            `json:"view" yaml:"view,omitempty"`
 	Limits    Limits          `json:"limits" yaml:"limits,omitempty"`
 	Retention Retention       `json:"retention" yaml:"retention,omitempty"`
+	// Launch holds env_policy and env (spec/policy.go).
+	Launch `yaml:",inline"`
 }
 
 var (
@@ -149,6 +151,9 @@ func (e *Environment) Validate() error {
 	case "", "cgroup2", "subreaper":
 	default:
 		return fmt.Errorf("tier %q: use cgroup2 or subreaper: %w", e.Tier, ErrInvalid)
+	}
+	if err := e.validateLaunch(); err != nil {
+		return err
 	}
 	return e.validateView()
 }

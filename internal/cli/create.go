@@ -30,6 +30,7 @@ outlives this command, so an expiry (--ttl) or --until-stopped is required.`,
 				return err
 			}
 			defer h.Close()
+			f.recapture(c.Context(), g, h)
 			p, err := h.Plan(c.Context(), s)
 			if err != nil {
 				return err

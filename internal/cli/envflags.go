@@ -33,6 +33,7 @@ type envFlags struct {
 	allowWeaker  bool
 	retainTrees  string
 	retainEvid   string
+	launchEnvFlags
 }
 
 func (f *envFlags) add(c *cobra.Command) {
@@ -56,6 +57,7 @@ func (f *envFlags) add(c *cobra.Command) {
 	fl.BoolVar(&f.allowWeaker, "allow-weaker", false, "accept limits the host can enforce only in a weaker form")
 	fl.StringVar(&f.retainTrees, "retain-trees", "", "keep this environment's private trees this long after its stop (0s: at the next gc)")
 	fl.StringVar(&f.retainEvid, "retain-evidence", "", "keep this environment's records and logs this long after its stop")
+	f.launchEnvFlags.add(c, c.Name() != "plan")
 }
 
 // spec builds the request. detach says the caller returns at once (so the
@@ -152,6 +154,9 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 		}
 		sd := spec.Duration(d)
 		*r.dst = &sd
+	}
+	if err := f.launchEnvFlags.apply(&s.Launch); err != nil {
+		return s, err
 	}
 	if f.ttl != "" {
 		d, err := spec.ParseDuration(f.ttl)

@@ -10,12 +10,15 @@ import (
 	"golang.org/x/term"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/spec"
 )
 
 func newExecCmd(g *globals) *cobra.Command {
 	var detach, asJSON bool
+	af := &admitFlags{}
 	var cwd, output, purpose string
 	var labels []string
+	var lf launchEnvFlags
 	c := &cobra.Command{
 		Use:   "exec ENV [--detach] [--cwd DIR] -- CMD [ARGS...]",
 		Short: "Run a command as an owned tree in an existing environment",
@@ -54,20 +57,29 @@ expiry.`,
 				}
 				lm[k] = v
 			}
+			var launch spec.Launch
+			if err := lf.apply(&launch); err != nil {
+				return err
+			}
 			h, err := g.open(ctx)
 			if err != nil {
 				return err
 			}
 			defer h.Close()
+			lf.recapture(ctx, g, h)
 			env, err := h.OpenEnv(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			cmd := env.Command(args[1:]...)
+			if err := af.apply(cmd, g); err != nil {
+				return err
+			}
 			cmd.Output = output
 			cmd.Cwd = cwd
 			cmd.Purpose = purpose
 			cmd.Labels = lm
+			cmd.EnvPolicy, cmd.EnvSet = launch.EnvPolicy, lf.envVars
 			cmd.OwnerExit = "stop"
 			if detach {
 				cmd.OwnerExit = "detach"
@@ -81,6 +93,7 @@ expiry.`,
 			if err := cmd.Start(ctx); err != nil {
 				return err
 			}
+			warnEnvNote(g, cmd)
 			if detach {
 				if asJSON {
 					return printJSON(g.out, map[string]string{"env": env.ID(), "command": cmd.ID()})
@@ -93,12 +106,14 @@ expiry.`,
 			})
 		},
 	}
+	af.add(c)
 	c.Flags().BoolVar(&detach, "detach", false, "print the command id and return; it runs under the environment's deadline")
 	c.Flags().StringVar(&cwd, "cwd", "", "working directory, resolved inside the view")
 	c.Flags().StringVar(&output, "output", "", "files, pipe (foreground default) or inherit")
 	c.Flags().StringVar(&purpose, "purpose", "", "why this command runs")
 	c.Flags().StringArrayVar(&labels, "label", nil, "label K=V (repeatable)")
 	c.Flags().BoolVar(&asJSON, "json", false, "with --detach: print the ids as JSON")
+	lf.add(c, true)
 	return c
 }
 
