@@ -115,6 +115,11 @@ func (h *Host) stopCommand(ctx context.Context, env *registry.Env, c *registry.C
 	if cur.Terminal() {
 		return cur, nil
 	}
+	if boot, _ := linux.BootID(); env.BootID != boot {
+		// Another boot: the whole former lifetime ended; nothing is
+		// signalled or killed (settleCommand proves the exit).
+		return cur, fmt.Errorf("stopping %s: recorded in another boot, yet not settled: %w", cur.ID, ErrStopIncomplete)
+	}
 	// Record the decision first; a full disk must not prevent the kill.
 	if cur.StopReason == "" {
 		n := *cur
@@ -399,14 +404,16 @@ func (h *Host) stopEnv(ctx context.Context, id string, opts StopOptions) (*regis
 		}
 	}
 	var cleanup []string
-	if env.Keeper != nil {
+	boot, _ := linux.BootID()
+	otherBoot := env.BootID != boot
+	if env.Keeper != nil && !otherBoot {
 		// The view is released once its keeper and the commands that
 		// joined it are gone. Trees stay.
 		stopKeeper(ctx, env.Keeper)
 	}
 	if env.CgroupPath != "" {
 		g := cgroup.Open(env.CgroupPath)
-		if ev, err := g.Events(); err == nil && ev.Populated {
+		if ev, err := g.Events(); err == nil && ev.Populated && !otherBoot {
 			// Anything left (a command whose stop failed, a stray member)
 			// is killed with the environment.
 			_ = stopCgroupTree(ctx, env.CgroupPath, 0)

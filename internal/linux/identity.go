@@ -25,10 +25,20 @@ var (
 	bootErr  error
 )
 
-// BootID returns the kernel's boot id (/proc/sys/kernel/random/boot_id).
-// The value is read once per process.
+// BootIDEnv overrides the boot id this process believes in. It exists
+// to simulate a reboot in recovery tests (records of the "previous boot"
+// must then be released without signalling anything); never set it in
+// production.
+const BootIDEnv = "HOSTFORK_SIMULATED_BOOT_ID"
+
+// BootID returns the kernel's boot id (/proc/sys/kernel/random/boot_id),
+// or the simulated one (BootIDEnv). The value is read once per process.
 func BootID() (string, error) {
 	bootOnce.Do(func() {
+		if v := os.Getenv(BootIDEnv); v != "" {
+			bootID = v
+			return
+		}
 		b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 		if err != nil {
 			bootErr = fmt.Errorf("reading boot id: %w", err)
