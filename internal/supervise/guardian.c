@@ -102,6 +102,7 @@ static struct {
 	const char *stop_reason;
 } R;
 static size_t rec_len; /* length of the last receipt written */
+#define RECEIPT_MIN 512
 
 /* Pipe mode: the workload writes into src; the guardian copies to the
  * artifact file and, while it accepts data, to the forward pipe. */
@@ -367,8 +368,8 @@ static void sb_time(struct sb *b, const struct timespec *ts)
 static char rec_buf[16 << 10];
 
 /* write_receipt rewrites the receipt in place (the file keeps the identity
- * registered by the launcher), padded with spaces so it never shrinks. It
- * is fsynced when it becomes complete. */
+ * registered by the launcher), padded with spaces so it never shrinks (and
+ * to at least RECEIPT_MIN bytes). It is fsynced when it becomes complete. */
 static void write_receipt(void)
 {
 	struct sb b = {rec_buf, 0, sizeof rec_buf - 1};
@@ -417,7 +418,11 @@ static void write_receipt(void)
 		sb_time(&b, &R.tree_at);
 	}
 	sb_s(&b, R.complete ? ",\"complete\":true}\n" : ",\"complete\":false}\n");
-	while (b.len < rec_len && b.len < b.cap)
+	/* Padding: the text never shrinks, and from the first write on it
+	 * rarely grows, so a concurrent reader does not see new text cut at an
+	 * old file size (ReadReceipt retries a torn read anyway). */
+	size_t pad = rec_len > RECEIPT_MIN ? rec_len : RECEIPT_MIN;
+	while (b.len < pad && b.len < b.cap)
 		b.p[b.len++] = ' ';
 	rec_len = b.len;
 	size_t off = 0;

@@ -706,6 +706,29 @@ func TestSubreaperSIGTERMStopsTree(t *testing.T) {
 	}
 }
 
+// SIGTERM that reaches the guardian at the gate is not lost: the release
+// still starts the workload (its identity is then on record) and the tree
+// is stopped at once with reason "user".
+func TestSIGTERMAtGateStopsAfterRelease(t *testing.T) {
+	h := launch(t, launchOpts{subreaper: true})
+	time.Sleep(20 * time.Millisecond)
+	if err := linux.SignalVerified(h.g.ID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if linux.Assess(h.g.ID) != linux.Alive {
+		t.Fatal("SIGTERM at the gate killed the guardian")
+	}
+	h.release(h.config("sleep", "60"))
+	h.next("started", 10*time.Second)
+	leader := h.next("leader", 10*time.Second)
+	tree := h.next("tree", 10*time.Second)
+	h.finish()
+	if leader.Signal == nil || *leader.Signal != int(syscall.SIGTERM) || tree.Reason != supervise.ReasonUser {
+		t.Fatalf("leader %+v tree %+v", leader, tree)
+	}
+}
+
 // The guardian's anonymous memory while it supervises a sleeping workload
 // stays under 1 MiB (it is C; the Go runtime never starts).
 func TestGuardianMemory(t *testing.T) {

@@ -55,7 +55,9 @@ const (
 //
 // Unknown lines are ignored. EOF after the release means the owner is gone:
 // with owner_exit "stop" the guardian stops the tree with reason
-// "owner-exit".
+// "owner-exit". SIGTERM to the guardian (what `hostfork stop` sends in the
+// subreaper tier) stops the tree with reason "user"; received at the gate,
+// it takes effect right after the release.
 const (
 	msgRelease = 'R'
 	msgSignal  = 's'
@@ -115,7 +117,8 @@ type Config struct {
 	ViewPID int `json:"view_pid,omitempty"`
 }
 
-// Event is one guardian → launcher message.
+// Event is one guardian → launcher message: one JSON line on fdEvents.
+// A dead launcher only loses events; the receipt is the durable channel.
 type Event struct {
 	Kind      string    `json:"ev"` // started | exec-failed | leader | tree
 	PID       int       `json:"pid,omitempty"`
@@ -129,7 +132,12 @@ type Event struct {
 
 // Receipt is the guardian's durable record, written through fdReceipt.
 // It grows as the command progresses; Complete is set only after the
-// kernel reported that the guardian has no children left (ECHILD).
+// kernel reported that the guardian has no children left (ECHILD). The
+// guardian rewrites it in place (pwrite at offset 0, so the file keeps the
+// device and inode registered at launch): one JSON object and a newline,
+// padded with spaces to at least 512 bytes and never shorter than the
+// previous text. Times are RFC 3339 with nanoseconds, UTC. It is fsynced
+// when it becomes complete.
 type Receipt struct {
 	CommandID string `json:"command_id"`
 	EnvID     string `json:"env_id"`
