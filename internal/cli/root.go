@@ -55,6 +55,7 @@ hostfork's own failures use 118-127 (see docs/exit-codes.md).`,
 		newPlanCmd(g), newCreateCmd(g), newExecCmd(g), newShellCmd(g), newBaselineCmd(g),
 		newReapCmd(g), newGCCmd(g), newUsageCmd(g), newExportCmd(g),
 		newCapacityCmd(g), newPauseCmd(g, true), newPauseCmd(g, false))
+	root.AddCommand(newDoctorCmd(g))
 	return root, g
 }
 
