@@ -116,8 +116,9 @@ func reserve(w Workload) Reservation {
 //   - memory: every live workload reserves max(2 GiB, observed), where only
 //     a complete, stable sample counts as observed; new workloads get the
 //     2 GiB floor from what is left of share × available memory. The
-//     workloads' own stable usage is added back to MemAvailable, since it
-//     is already missing from it and is counted in their reservations;
+//     workloads' own complete, stable usage is added back to MemAvailable,
+//     since it is already missing from it and is counted in their
+//     reservations;
 //   - no host memory telemetry: exactly one slot;
 //   - always at least one slot.
 //
@@ -145,9 +146,9 @@ func Compute(in Input) (Capacity, error) {
 		r := reserve(w)
 		c.Reserved += r.Bytes
 		c.Reservations = append(c.Reservations, r)
-		// A stable reading is memory the tree holds now (a lower bound
-		// when incomplete); an unstable one may be a spike already gone.
-		if s := w.Sample; s != nil && s.Stable {
+		// Only a complete, stable reading is known to be held now; an
+		// unstable one may be a spike already gone.
+		if s := w.Sample; s != nil && s.Complete && s.Stable {
 			addBack += s.Bytes
 		}
 	}

@@ -12,7 +12,7 @@ func mem(n uint64) *uint64 { return &n }
 
 func stable(b uint64) *Sample   { return &Sample{Bytes: b, Complete: true, Stable: true} }
 func unstable(b uint64) *Sample { return &Sample{Bytes: b, Complete: true} }
-func partial(b uint64) *Sample  { return &Sample{Bytes: b, Stable: true} }
+func partial(b uint64) *Sample  { return &Sample{Bytes: b, Stable: true} } // as a caller might build it
 
 func live(samples ...*Sample) []Workload {
 	var ws []Workload
@@ -82,10 +82,10 @@ func TestCompute(t *testing.T) {
 			reserved: 5 * gib, reasons: []string{ReasonObserved},
 		},
 		{
-			name: "an incomplete 5 GiB sample keeps the floor",
-			// budget 0.7*(10+5)=10.5; reserved 2; fresh 8.5/2=4; mem 5
+			name: "an incomplete 5 GiB sample keeps the floor and is not added back",
+			// budget 0.7*10=7; reserved 2; fresh 5/2=2; mem 3
 			in:    Input{Host: Host{Cores: 32, MemAvailable: mem(10 * gib)}, Live: live(partial(5 * gib))},
-			slots: 5, free: 4, bound: BoundMemory, memSlots: 5,
+			slots: 3, free: 2, bound: BoundMemory, memSlots: 3,
 			reserved: 2 * gib, reasons: []string{ReasonIncomplete},
 		},
 		{

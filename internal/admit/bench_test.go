@@ -78,11 +78,11 @@ func BenchmarkAdmitPIDTrees(b *testing.B) {
 		targets = append(targets, Target{PIDs: []int{cmd.Process.Pid}})
 		ids = append(ids, fmt.Sprint(i))
 	}
-	for _, rss := range []bool{false, true} {
-		b.Run(fmt.Sprintf("rss-only=%v", rss), func(b *testing.B) {
+	for _, pss := range []bool{false, true} {
+		b.Run(fmt.Sprintf("pss=%v", pss), func(b *testing.B) {
 			defer cpuTime(b)()
 			for b.Loop() {
-				admitOnce(b, Sampler{RSSOnly: rss}, targets, ids)
+				admitOnce(b, Sampler{PSS: pss}, targets, ids)
 			}
 		})
 	}

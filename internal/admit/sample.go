@@ -78,17 +78,22 @@ type Target struct {
 	PIDs   []int
 }
 
-// Sampler samples workload trees twice, at least Gap apart, and calls a tree stable
-// when the readings differ by at most max(Slack, Tolerance × the larger).
-// The zero value uses 2 ms, 5 % and 1 MiB.
+// Sampler samples workload trees twice, at least Gap apart, and calls a
+// tree stable when the readings differ by at most max(Slack, Tolerance ×
+// the larger). The zero value uses 2 ms, 5 % and 1 MiB. A cgroup's counter
+// (memory.current, memory.usage_in_bytes) includes the group's page cache;
+// a PID tree's sum does not.
 type Sampler struct {
 	Gap       time.Duration
 	Tolerance float64
 	Slack     uint64
-	// RSSOnly reads VmRSS from /proc/PID/status instead of Pss from
-	// /proc/PID/smaps_rollup: cheaper, but shared pages count in every
-	// process that maps them.
-	RSSOnly bool
+	// PSS sums Pss from /proc/PID/smaps_rollup instead of the resident
+	// set from /proc/PID/statm. Pss shares each shared page among the
+	// processes mapping it, where the resident set counts it in every one
+	// (overstating a tree of many processes — the conservative side); but
+	// smaps_rollup walks every mapping, which costs far more than statm's
+	// O(1) counters and grows with the process's size.
+	PSS bool
 }
 
 // reading is one pass over one target.
@@ -126,13 +131,14 @@ func (s Sampler) Sample(ctx context.Context, targets []Target) ([]Sample, error)
 			break
 		}
 	}
+	buf := make([]byte, 4096)
 	// Each target's second reading comes at least gap after its first;
 	// the time the first pass takes counts towards the gap.
 	first := make([]reading, len(targets))
 	at := make([]time.Time, len(targets))
 	for i, t := range targets {
 		at[i] = time.Now()
-		first[i] = s.read(t, table, nil)
+		first[i] = s.read(t, table, nil, buf)
 	}
 	out := make([]Sample, len(targets))
 	for i, t := range targets {
@@ -147,7 +153,7 @@ func (s Sampler) Sample(ctx context.Context, targets []Target) ([]Sample, error)
 		}
 		// The second pass rereads the members found by the first: a member
 		// that exited in between makes the sample incomplete.
-		b := s.read(t, table, first[i].members)
+		b := s.read(t, table, first[i].members, buf)
 		a := first[i]
 		o := Sample{Bytes: max(a.bytes, b.bytes), Members: len(b.members), Source: b.source}
 		o.Complete = a.complete && b.complete
@@ -167,10 +173,10 @@ func (s Sampler) Sample(ctx context.Context, targets []Target) ([]Sample, error)
 }
 
 // read takes one reading of t; members, when given, fixes the PID set.
-func (s Sampler) read(t Target, table map[int][]int, members []int) reading {
+func (s Sampler) read(t Target, table map[int][]int, members []int, buf []byte) reading {
 	if t.Cgroup != "" && members == nil {
 		for _, f := range []string{"memory.current", "memory.usage_in_bytes"} {
-			b, err := os.ReadFile(filepath.Join(t.Cgroup, f))
+			b, err := readOnce(filepath.Join(t.Cgroup, f), buf)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
@@ -201,7 +207,7 @@ func (s Sampler) read(t Target, table map[int][]int, members []int) reading {
 		}
 	}
 	for _, pid := range r.members {
-		n, src, err := s.procMemory(pid)
+		n, src, err := s.procMemory(pid, buf)
 		if err != nil {
 			r.complete = false
 			r.note = err.Error()
@@ -217,24 +223,33 @@ func (s Sampler) read(t Target, table map[int][]int, members []int) reading {
 	return r
 }
 
-// procMemory reads one process's memory: Pss from smaps_rollup, or VmRSS
-// from status (when RSSOnly, or smaps_rollup is not readable). A process
-// without a mm (a zombie) has none and reads as 0.
-func (s Sampler) procMemory(pid int) (uint64, string, error) {
-	if !s.RSSOnly {
-		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup"); err == nil {
+// procMemory reads one process's memory: the resident set from statm, or
+// with PSS, Pss from smaps_rollup (falling back to statm when that is not
+// readable, e.g. another user's process). A process without a mm (a
+// zombie) reads as 0.
+func (s Sampler) procMemory(pid int, buf []byte) (uint64, string, error) {
+	p := "/proc/" + strconv.Itoa(pid)
+	if s.PSS {
+		if b, err := readOnce(p+"/smaps_rollup", buf); err == nil {
 			n, ok := kBField(b, "Pss:")
 			if ok || len(b) == 0 {
 				return n, "pss", nil
 			}
 		}
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	b, err := readOnce(p+"/statm", buf)
 	if err != nil {
 		return 0, "rss", fmt.Errorf("reading memory of pid %d: %w", pid, err)
 	}
-	n, _ := kBField(b, "VmRSS:")
-	return n, "rss", nil
+	f := bytes.Fields(b) // size resident shared text lib data dt, in pages
+	if len(f) < 2 {
+		return 0, "rss", fmt.Errorf("reading memory of pid %d: malformed statm %q", pid, b)
+	}
+	n, err := strconv.ParseUint(string(f[1]), 10, 64)
+	if err != nil {
+		return 0, "rss", fmt.Errorf("reading memory of pid %d: %w", pid, err)
+	}
+	return n * uint64(os.Getpagesize()), "rss", nil
 }
 
 // kBField finds "<name> N kB" in a /proc file and returns N in bytes.
@@ -272,7 +287,7 @@ func procTable() (map[int][]int, error) {
 		return nil, fmt.Errorf("listing processes: %w", err)
 	}
 	table := make(map[int][]int, len(names))
-	buf := make([]byte, 512)
+	buf := make([]byte, 1024)
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
 		if err != nil {
@@ -290,29 +305,10 @@ func procTable() (map[int][]int, error) {
 // readPPID reads field 4 of /proc/PID/stat (after the parenthesised comm,
 // which may itself hold spaces and parentheses).
 func readPPID(pid string, buf []byte) (int, bool) {
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Open("/proc/"+pid+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	b, err := readOnce("/proc/"+pid+"/stat", buf)
 	if err != nil {
 		return 0, false
 	}
-	var n int
-	for {
-		n, err = unix.Read(fd, buf)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	unix.Close(fd)
-	if err != nil || n <= 0 {
-		return 0, false
-	}
-	b := buf[:n]
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0, false
@@ -323,6 +319,43 @@ func readPPID(pid string, buf []byte) (int, bool) {
 	}
 	ppid, err := strconv.Atoi(string(f[1]))
 	return ppid, err == nil
+}
+
+// errTooBig: a file did not fit the buffer readOnce was given.
+var errTooBig = errors.New("file larger than the read buffer")
+
+// readOnce reads a small single-record kernel file (/proc/PID/stat, statm,
+// smaps_rollup, a cgroup counter) with one read(2) into buf: the kernel
+// produces such files whole, so a read that doesn't fill buf has it all.
+// Three syscalls instead of os.ReadFile's six make sampling a hundred
+// trees cheap. Not for multi-record files such as cgroup.procs.
+func readOnce(path string, buf []byte) ([]byte, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var n int
+	for {
+		n, err = unix.Read(fd, buf)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "read", Path: path, Err: err}
+	}
+	if n == len(buf) {
+		return nil, &os.PathError{Op: "read", Path: path, Err: errTooBig}
+	}
+	return buf[:n], nil
 }
 
 // descendants returns roots and all their descendants that are alive in

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,8 +65,13 @@ func TestSampleHost(t *testing.T) {
 	t.Logf("host: %d cores, %d MiB available", h.Cores, *h.MemAvailable>>20)
 }
 
-// startTree starts sh with two sleeping children and waits until all three
-// exist; cleanup kills the group by PID.
+func comm(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	return strings.TrimSpace(string(b))
+}
+
+// startTree starts sh with two sleeping children and waits until both
+// run sleep; cleanup kills the process group (by the leader's PID).
 func startTree(t testing.TB, attr *syscall.SysProcAttr) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", "sleep 3600 & sleep 3600 & wait")
@@ -86,7 +92,10 @@ func startTree(t testing.TB, attr *syscall.SysProcAttr) *exec.Cmd {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(table[cmd.Process.Pid]) == 2 {
+		if kids := table[cmd.Process.Pid]; len(kids) == 2 && comm(kids[0]) == "sleep" && comm(kids[1]) == "sleep" {
+			// Both children have exec'd; give the loader a moment so the
+			// tree is idle and its memory stable.
+			time.Sleep(20 * time.Millisecond)
 			return cmd
 		}
 		if time.Now().After(deadline) {
@@ -97,7 +106,7 @@ func startTree(t testing.TB, attr *syscall.SysProcAttr) *exec.Cmd {
 
 func TestSamplePIDTree(t *testing.T) {
 	cmd := startTree(t, nil)
-	for _, s := range []Sampler{{}, {RSSOnly: true}} {
+	for _, s := range []Sampler{{}, {PSS: true}} {
 		got, err := s.Sample(context.Background(), []Target{{PIDs: []int{cmd.Process.Pid}}, {PIDs: []int{1 << 30}}})
 		if err != nil {
 			t.Fatal(err)
@@ -107,7 +116,7 @@ func TestSamplePIDTree(t *testing.T) {
 		if !tree.Complete || !tree.Stable || tree.Members != 3 || tree.Bytes == 0 {
 			t.Errorf("idle 3-process tree: %+v", tree)
 		}
-		if want := map[bool]string{false: "pss", true: "rss"}[s.RSSOnly]; tree.Source != want {
+		if want := map[bool]string{true: "pss", false: "rss"}[s.PSS]; tree.Source != want {
 			t.Errorf("source %q, want %q", tree.Source, want)
 		}
 		if dead.Complete || dead.Stable || dead.Note == "" {
