@@ -138,7 +138,7 @@ func probeCapabilities(parent string) Capabilities {
 	}
 	if parent == "" {
 		if os.Geteuid() != 0 {
-			d, ok := delegatedSubtree(m)
+			d, ok := cgroup.DelegatedSubtree(m.Path, m.Self, os.Geteuid())
 			if !ok {
 				c.Cgroup2Reason = "no delegated cgroup2 subtree for this user: this process's cgroup " + m.Self + " is not inside a directory this user owns (ask the administrator to delegate one — chown it to you, or use a systemd user session with Delegate=yes — and run from inside it, or set HOSTFORK_CGROUP_PARENT)"
 				return c
@@ -174,24 +174,4 @@ func newID() string {
 		b[i] = alphabet[b[i]&31]
 	}
 	return string(b[:])
-}
-
-// delegatedSubtree finds the outermost ancestor of this process's cgroup
-// that this user owns and can write: a subtree delegated to the user. A
-// command cgroup below it shares that ancestor with this process, which is
-// what the kernel requires to clone into it without privileges.
-func delegatedSubtree(m cgroup.Mount) (string, bool) {
-	uid := uint32(os.Geteuid())
-	best := ""
-	for p := filepath.Join(m.Path, m.Self); strings.HasPrefix(p, m.Path) && p != m.Path; p = filepath.Dir(p) {
-		var st unix.Stat_t
-		if unix.Stat(p, &st) != nil || st.Uid != uid {
-			break
-		}
-		if unix.Access(filepath.Join(p, "cgroup.procs"), unix.W_OK) != nil || unix.Access(p, unix.W_OK) != nil {
-			break
-		}
-		best = p
-	}
-	return best, best != ""
 }

@@ -350,3 +350,25 @@ func (g *Group) Remove() error {
 	}
 	return nil
 }
+
+// DelegatedSubtree finds the outermost ancestor of the cgroup self (a path
+// relative to the cgroup2 mount v2) that uid owns and can write: a subtree
+// delegated to that user (chowned by an administrator, or by systemd with
+// Delegate=yes). A group created below it shares that ancestor with the
+// calling process, which is what the kernel requires to clone into it
+// without privileges.
+func DelegatedSubtree(v2, self string, uid int) (string, bool) {
+	v2 = filepath.Clean(v2)
+	best := ""
+	for p := filepath.Join(v2, self); strings.HasPrefix(p, v2+"/"); p = filepath.Dir(p) {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil || st.Uid != uint32(uid) {
+			break
+		}
+		if unix.Access(filepath.Join(p, "cgroup.procs"), unix.W_OK) != nil || unix.Access(p, unix.W_OK) != nil {
+			break
+		}
+		best = p
+	}
+	return best, best != ""
+}

@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -123,7 +125,7 @@ func readCgroup(mounts []Mount, parent string, euid int) CgroupFacts {
 		parent, c.ParentSource = filepath.Join(v2, "hostfork"), "default for root"
 	}
 	if parent == "" {
-		if d, ok := delegatedSubtree(v2, c.Self, euid); ok {
+		if d, ok := cgroup.DelegatedSubtree(v2, c.Self, euid); ok {
 			parent, c.ParentSource = filepath.Join(d, "hostfork"), "delegated to this user: the outermost owned ancestor of this process's cgroup"
 		}
 	}
@@ -159,24 +161,6 @@ func readCgroup(mounts []Mount, parent string, euid int) CgroupFacts {
 		c.ParentControls = readWords(filepath.Join(anc, "cgroup.subtree_control"))
 	}
 	return c
-}
-
-// delegatedSubtree finds the outermost ancestor of this process's cgroup
-// that the user owns and can write, the library's rule for a non-root user
-// (hostfork.go, delegatedSubtree).
-func delegatedSubtree(v2, self string, euid int) (string, bool) {
-	best := ""
-	for p := filepath.Join(v2, self); within(v2, p) && p != filepath.Clean(v2); p = filepath.Dir(p) {
-		var st unix.Stat_t
-		if unix.Stat(p, &st) != nil || st.Uid != uint32(euid) {
-			break
-		}
-		if unix.Access(filepath.Join(p, "cgroup.procs"), unix.W_OK) != nil || unix.Access(p, unix.W_OK) != nil {
-			break
-		}
-		best = p
-	}
-	return best, best != ""
 }
 
 func readSystemd(ctx context.Context, euid int) SystemdFacts {
