@@ -120,8 +120,16 @@ func (h *Host) stopCommand(ctx context.Context, env *registry.Env, c *registry.C
 		// signalled or killed (settleCommand proves the exit).
 		return cur, fmt.Errorf("stopping %s: recorded in another boot, yet not settled: %w", cur.ID, ErrStopIncomplete)
 	}
+	// A tree whose leader has exited and whose workload group is already
+	// empty ended on its own: nobody stops it, so no reason is recorded
+	// (run stops its environment at every leader exit).
+	endedByItself := false
+	if cur.CgroupPath != "" && cur.LeaderState == registry.Exited {
+		ev, err := cgroup.Open(filepath.Join(cur.CgroupPath, "workload")).Events()
+		endedByItself = errors.Is(err, os.ErrNotExist) || (err == nil && !ev.Populated)
+	}
 	// Record the decision first; a full disk must not prevent the kill.
-	if cur.StopReason == "" {
+	if cur.StopReason == "" && !endedByItself {
 		n := *cur
 		n.StopReason = opts.Reason
 		if err := h.reg.Write(ctx, func(tx *registry.Tx) error { return tx.UpdateCommand(&n) }); err == nil {

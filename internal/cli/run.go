@@ -39,7 +39,7 @@ process's descriptors; --output files only writes the files. --detach prints
 the run id at once and leaves the run under its recorded expiry (--ttl or
 --until-stopped is required).`,
 		Args: func(c *cobra.Command, args []string) error {
-			if len(args) == 0 {
+			if len(args) == 0 || args[0] == "" {
 				return usageErr("run needs a command: hostfork run [flags] -- CMD [ARGS...]")
 			}
 			return nil

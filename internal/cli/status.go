@@ -30,9 +30,9 @@ func newStatusCmd(g *globals) *cobra.Command {
 			}
 			if asJSON {
 				if env != nil {
-					return printJSON(g.out, env)
+					return printJSON(g.out, envView(env))
 				}
-				return printJSON(g.out, cmd)
+				return printJSON(g.out, commandView(cmd))
 			}
 			if env != nil {
 				printEnv(g.out, env)
@@ -44,6 +44,39 @@ func newStatusCmd(g *globals) *cobra.Command {
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
+}
+
+// commandJSON is a command record as status and stop print it: every
+// result field is present, also before it has a value (the record's own
+// encoding omits empty ones). capture stays null until it is recorded, like
+// oom.
+type commandJSON struct {
+	*registry.Command
+	StopReason    string                            `json:"stop_reason"`
+	Capture       map[string]registry.StreamCapture `json:"capture"`
+	CleanupErrors []string                          `json:"cleanup_errors"`
+}
+
+func commandView(c *registry.Command) commandJSON {
+	v := commandJSON{Command: c, StopReason: c.StopReason, Capture: c.Capture, CleanupErrors: c.CleanupErrors}
+	if v.CleanupErrors == nil {
+		v.CleanupErrors = []string{}
+	}
+	return v
+}
+
+// envJSON is an environment's status with its commands as commandJSON.
+type envJSON struct {
+	*hostfork.EnvStatus
+	Commands []commandJSON `json:"commands"`
+}
+
+func envView(e *hostfork.EnvStatus) envJSON {
+	v := envJSON{EnvStatus: e, Commands: make([]commandJSON, len(e.Commands))}
+	for i, c := range e.Commands {
+		v.Commands[i] = commandView(c)
+	}
+	return v
 }
 
 func tstr(t *time.Time) string {

@@ -50,7 +50,7 @@ func newStopCmd(g *globals) *cobra.Command {
 			}
 			rec, err := h.StopCommand(c.Context(), cmd.ID, opts)
 			if asJSON && rec != nil {
-				if perr := printJSON(g.out, rec); perr != nil {
+				if perr := printJSON(g.out, commandView(rec)); perr != nil {
 					return perr
 				}
 			} else if err == nil {
