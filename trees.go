@@ -147,7 +147,9 @@ func viewOps(p *Plan, trees []registry.TreeRecord) ([]view.Op, error) {
 			ops = append(ops, view.Op{Kind: view.OpReadOnly, Target: r.Target, Mkdir: r.Mkdir, Why: why})
 		case plan.Share:
 			if r.Restore {
-				ops = append(ops, view.Op{Kind: view.OpRestore, Target: r.Target, Why: why})
+				// The covering rule may lack the path (an empty scratch, a
+				// tree without it): the mount point is made in that layer.
+				ops = append(ops, view.Op{Kind: view.OpRestore, Target: r.Target, Mkdir: true, Why: why})
 			}
 		}
 	}

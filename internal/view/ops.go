@@ -80,7 +80,7 @@ func apply(ops []Op) error {
 		restore[o.Target] = fd
 	}
 	for _, o := range ops {
-		if o.Mkdir {
+		if o.Mkdir && o.Kind != OpRestore {
 			if err := os.MkdirAll(o.Target, 0o755); err != nil {
 				return fmt.Errorf("creating mount point %s: %w", o.Target, err)
 			}
@@ -113,8 +113,13 @@ func apply(ops []Op) error {
 			}
 		case OpRestore:
 			fd := restore[o.Target]
-			if merr := unix.MoveMount(fd, "", unix.AT_FDCWD, o.Target, unix.MOVE_MOUNT_F_EMPTY_PATH); merr != nil {
-				err = &os.PathError{Op: "move_mount", Path: o.Target, Err: merr}
+			if o.Mkdir {
+				err = makeMountPoint(fd, o.Target)
+			}
+			if err == nil {
+				if merr := unix.MoveMount(fd, "", unix.AT_FDCWD, o.Target, unix.MOVE_MOUNT_F_EMPTY_PATH); merr != nil {
+					err = &os.PathError{Op: "move_mount", Path: o.Target, Err: merr}
+				}
 			}
 		default:
 			err = fmt.Errorf("unknown view op %q", o.Kind)
@@ -124,6 +129,32 @@ func apply(ops []Op) error {
 		}
 	}
 	return nil
+}
+
+// makeMountPoint creates target when it is missing, as a directory or an
+// empty file like the mount captured in fd. A restored share lies under a
+// covering rule, so a missing target is missing from a private layer (an
+// empty scratch, a tree without that path) and is created there, never on
+// the host.
+func makeMountPoint(fd int, target string) error {
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: target, Err: err}
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return os.Mkdir(target, os.FileMode(st.Mode&0o777))
+	}
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 func modeSticky(m os.FileMode) uint32 {

@@ -1,0 +1,258 @@
+package hostfork_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/testutil"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// envBenchSizes are the tree sizes (files) to measure: 2000 and 20000
+// unless HOSTFORK_BENCH_FILES lists others (e.g. 2000,20000,200000).
+func envBenchSizes(b *testing.B) []int {
+	s := os.Getenv("HOSTFORK_BENCH_FILES")
+	if s == "" {
+		return []int{2000, 20000}
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("HOSTFORK_BENCH_FILES: %q", s)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// benchTree writes n files of 10 KiB, 100 per directory (about 200 MB for
+// 20,000 files, as in issue 3's reference figures).
+func benchTree(b *testing.B, dir string, n int) {
+	b.Helper()
+	data := make([]byte, 10<<10)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	for i := 0; i < n; i++ {
+		d := filepath.Join(dir, fmt.Sprintf("d%04d", i/100))
+		if i%100 == 0 {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		data[0] = byte(i)
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d", i%100)), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchHost opens a store on tmpfs (so that overlay uppers and plain
+// copies are not measured against the slow ext4 root) with its own cgroup
+// parent; both go at cleanup.
+func benchHost(b *testing.B) *hostfork.Host {
+	b.Helper()
+	parent := testutil.CgroupParent(b)
+	h, err := hostfork.Open(context.Background(), hostfork.Options{Root: filepath.Join(tmpfsDir(b), "store"), CgroupParent: parent})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Close() })
+	return h
+}
+
+// durations collects one figure per iteration and reports its median.
+type durations []time.Duration
+
+func (d durations) median() time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func (d durations) report(b *testing.B, unit string) {
+	b.ReportMetric(float64(d.median().Microseconds())/1000, unit)
+}
+
+// BenchmarkEnvCreateToFirstExit measures, per tree mechanism and tree
+// size, an environment's creation (plan, tree, cgroups, keeper and view)
+// up to the exit of its first command (true), and separately its stop plus
+// the deletion of its tree. Reported: the medians, "ms/create-to-exit" and
+// "ms/stop+delete". Run with a fixed count, e.g.
+//
+//	go test -run '^$' -bench EnvCreateToFirstExit -benchtime 15x .
+func BenchmarkEnvCreateToFirstExit(b *testing.B) {
+	testutil.RequireRoot(b)
+	mnt := testutil.LoopBtrfs(b, "")
+	shm := tmpfsDir(b)
+	for _, n := range envBenchSizes(b) {
+		lower := filepath.Join(shm, fmt.Sprintf("tree-%d", n))
+		benchTree(b, lower, n)
+		subvol := filepath.Join(mnt, fmt.Sprintf("base-%d", n))
+		if err := storage.CreateSubvolume(subvol); err != nil {
+			b.Fatal(err)
+		}
+		benchTree(b, subvol, n)
+		unix.Sync()
+		for _, m := range []struct{ name, kind, source string }{
+			{"btrfs", spec.KindBtrfs, subvol},
+			{"overlay-tmpfs", spec.KindOverlay, lower},
+			{"copy-tmpfs", spec.KindCopy, lower},
+			{"copy-btrfs-reflink", spec.KindCopy, subvol},
+		} {
+			b.Run(fmt.Sprintf("%s/files=%d", m.name, n), func(b *testing.B) {
+				h := benchHost(b)
+				target := b.TempDir()
+				s := spec.Environment{
+					Trees: map[string]spec.Tree{"proj": {Kind: m.kind, Source: m.source}},
+					View:  spec.View{Replace: map[string]string{target: "proj"}},
+				}
+				benchCreateToExit(b, h, s)
+			})
+		}
+	}
+}
+
+func benchCreateToExit(b *testing.B, h *hostfork.Host, s spec.Environment) {
+	ctx := context.Background()
+	var up, down durations
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		p, err := h.Plan(ctx, s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		env, err := h.Create(ctx, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd := env.Command("true")
+		if err := cmd.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		r, err := cmd.WaitTree(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		b.StopTimer()
+		if st, ok := hostfork.ExitStatus(r); !ok || st != 0 {
+			b.Fatalf("true: %+v", r)
+		}
+		if err := env.Stop(ctx, hostfork.StopOptions{Grace: -1}); err != nil {
+			b.Fatal(err)
+		}
+		removeTrees(b, h, env.ID())
+		up = append(up, t1.Sub(t0))
+		down = append(down, time.Since(t1))
+		b.StartTimer()
+	}
+	b.StopTimer()
+	up.report(b, "ms/create-to-exit")
+	down.report(b, "ms/stop+delete")
+}
+
+// BenchmarkExecVsRun compares a command in an existing environment (exec)
+// with a whole run without a view (create, the command, stop), which is
+// what 'hostfork run -- true' does. Reported: the median, "ms/op-median".
+//
+//	go test -run '^$' -bench ExecVsRun -benchtime 200x .
+func BenchmarkExecVsRun(b *testing.B) {
+	testutil.RequireRoot(b)
+	ctx := context.Background()
+	b.Run("run-no-view", func(b *testing.B) {
+		h := benchHost(b)
+		benchRun(b, func() {
+			p, err := h.Plan(ctx, spec.Environment{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			env, err := h.Create(ctx, p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchTrue(b, env)
+			if err := env.Stop(ctx, hostfork.StopOptions{Grace: -1}); err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
+	b.Run("exec-no-view", func(b *testing.B) {
+		h := benchHost(b)
+		env := benchEnv(b, h, spec.Environment{})
+		benchRun(b, func() { benchTrue(b, env) })
+	})
+	b.Run("exec-overlay-view", func(b *testing.B) {
+		h := benchHost(b)
+		lower := filepath.Join(tmpfsDir(b), "lower")
+		benchTree(b, lower, 2000)
+		env := benchEnv(b, h, spec.Environment{
+			Trees: map[string]spec.Tree{"proj": {Kind: spec.KindOverlay, Source: lower}},
+			View:  spec.View{Replace: map[string]string{b.TempDir(): "proj"}, Scratch: []string{b.TempDir()}},
+		})
+		benchRun(b, func() { benchTrue(b, env) })
+	})
+}
+
+func benchEnv(b *testing.B, h *hostfork.Host, s spec.Environment) *hostfork.Env {
+	b.Helper()
+	ctx := context.Background()
+	p, err := h.Plan(ctx, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	env, err := h.Create(ctx, p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := env.Stop(context.Background(), hostfork.StopOptions{Grace: -1}); err != nil {
+			b.Errorf("cleanup: %v", err)
+		}
+		removeTrees(b, h, env.ID())
+	})
+	return env
+}
+
+func benchTrue(b *testing.B, env *hostfork.Env) {
+	ctx := context.Background()
+	cmd := env.Command("true")
+	if err := cmd.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	r, err := cmd.WaitTree(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if st, ok := hostfork.ExitStatus(r); !ok || st != 0 {
+		b.Fatalf("true: %+v", r)
+	}
+}
+
+func benchRun(b *testing.B, op func()) {
+	var d durations
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		op()
+		d = append(d, time.Since(t0))
+	}
+	b.StopTimer()
+	d.report(b, "ms/op-median")
+}
