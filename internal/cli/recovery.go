@@ -1,7 +1,11 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,23 +15,43 @@ import (
 )
 
 func newReapCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, watch bool
+	var interval string
 	c := &cobra.Command{
-		Use:   "reap",
+		Use:   "reap [--watch [--interval DUR]]",
 		Short: "Finish what a crash interrupted: settle records, stop expired or orphaned environments",
 		Long: `reap reconciles the ledger with what exists: it settles command records from
 guardian receipts and kernel evidence, stops environments whose deadline
 passed, whose owner is gone (owner-exit stop) or whose keeper is lost,
 completes interrupted stops and creations, and settles intents that never
 produced a resource. It is idempotent and safe beside live runs and other
-reapers. It exits 0 even with pending items; they are listed with reasons.`,
+reapers. It exits 0 even with pending items; they are listed with reasons.
+
+With --watch it reaps every --interval (default 1m) until SIGINT or SIGTERM,
+printing one report per pass and carrying on after a failed pass: the way to
+run the reaper under your own supervisor where there is no systemd timer
+(see 'hostfork support plan').`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
+			every := time.Minute
+			if interval != "" {
+				if !watch {
+					return usageErr("--interval needs --watch")
+				}
+				d, err := spec.ParseDuration(interval)
+				if err != nil || d < time.Second {
+					return usageErr("--interval: want a duration of at least 1s, like 30s or 1m (got %q)", interval)
+				}
+				every = d
+			}
 			h, err := g.open(c.Context())
 			if err != nil {
 				return err
 			}
 			defer h.Close()
+			if watch {
+				return reapWatch(c.Context(), g, h, every, asJSON)
+			}
 			rep, err := h.Reap(c.Context())
 			if err != nil {
 				return err
@@ -35,22 +59,64 @@ reapers. It exits 0 even with pending items; they are listed with reasons.`,
 			if asJSON {
 				return printJSON(g.out, rep)
 			}
-			fmt.Fprintf(g.out, "checked %d environment(s): %d action(s), %d pending\n", rep.Checked, len(rep.Actions), len(rep.Pending))
-			for _, a := range rep.Actions {
-				who := a.Env
-				if a.Command != "" {
-					who += "/" + a.Command
-				}
-				fmt.Fprintf(g.out, "  %s %s %s\n", a.Action, who, a.Detail)
-			}
-			for _, p := range rep.Pending {
-				fmt.Fprintf(g.out, "  pending %s %s: %s\n", p.Env, p.What, p.Reason)
-			}
+			printReap(g, rep)
 			return nil
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (with --watch: one object per line and pass)")
+	c.Flags().BoolVar(&watch, "watch", false, "keep reaping every --interval until SIGINT or SIGTERM")
+	c.Flags().StringVar(&interval, "interval", "", "time between passes with --watch (default 1m)")
 	return c
+}
+
+// reapWatch reaps every interval until ctx ends or SIGINT/SIGTERM arrives.
+// A failed pass is reported and the next one runs.
+func reapWatch(ctx context.Context, g *globals, h *hostfork.Host, every time.Duration, asJSON bool) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if !asJSON {
+		fmt.Fprintf(g.out, "reaping %s every %v until SIGINT or SIGTERM\n", h.Root(), every)
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		rep, err := h.Reap(ctx)
+		now := time.Now().UTC().Format(time.RFC3339)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil:
+			fmt.Fprintf(g.err, "hostfork: %s reap failed: %v\n", now, err)
+		case asJSON:
+			b, _ := json.Marshal(struct {
+				At string `json:"at"`
+				*hostfork.ReapReport
+			}{now, rep})
+			fmt.Fprintf(g.out, "%s\n", b)
+		default:
+			fmt.Fprintf(g.out, "%s ", now)
+			printReap(g, rep)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func printReap(g *globals, rep *hostfork.ReapReport) {
+	fmt.Fprintf(g.out, "checked %d environment(s): %d action(s), %d pending\n", rep.Checked, len(rep.Actions), len(rep.Pending))
+	for _, a := range rep.Actions {
+		who := a.Env
+		if a.Command != "" {
+			who += "/" + a.Command
+		}
+		fmt.Fprintf(g.out, "  %s %s %s\n", a.Action, who, a.Detail)
+	}
+	for _, p := range rep.Pending {
+		fmt.Fprintf(g.out, "  pending %s %s: %s\n", p.Env, p.What, p.Reason)
+	}
 }
 
 func newGCCmd(g *globals) *cobra.Command {

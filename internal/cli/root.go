@@ -56,6 +56,7 @@ hostfork's own failures use 118-127 (see docs/exit-codes.md).`,
 		newReapCmd(g), newGCCmd(g), newUsageCmd(g), newExportCmd(g),
 		newCapacityCmd(g), newPauseCmd(g, true), newPauseCmd(g, false))
 	root.AddCommand(newDoctorCmd(g))
+	root.AddCommand(newSupportCmd(g))
 	return root, g
 }
 

@@ -1,0 +1,245 @@
+package support_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/childproc"
+	"github.com/habemus-papadum/hostfork/internal/cli"
+	"github.com/habemus-papadum/hostfork/internal/testutil"
+)
+
+// TestMain makes this test binary usable as hostfork itself when it is
+// started under the name "hostfork" (bound into a container as
+// /usr/local/bin/hostfork, or linked so on the host): the units it installs
+// then run it as hostfork too.
+func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == "hostfork" {
+		childproc.Dispatch()
+		os.Exit(cli.Main(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// hostforkLink makes a "hostfork" symlink to this test binary.
+func hostforkLink(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "hostfork")
+	if err := os.Symlink(self, link); err != nil {
+		t.Fatal(err)
+	}
+	return link
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// TestWithoutSystemd: on a host whose PID 1 is not systemd (this machine,
+// and CI), plan says so and names the alternatives, and install refuses
+// with 121 without writing anything.
+func TestWithoutSystemd(t *testing.T) {
+	if st, err := os.Stat("/run/systemd/system"); err == nil && st.IsDir() {
+		t.Skip("this host runs systemd; the nspawn test covers it")
+	}
+	hf := hostforkLink(t)
+	root := filepath.Join(t.TempDir(), "store")
+	units := "/etc/systemd/system/hostfork-reap.service"
+	_, before := os.Stat(units)
+	for _, mode := range []string{"--system", "--user"} {
+		out, err := exec.Command(hf, "--root", root, "support", "plan", mode).CombinedOutput()
+		if err != nil {
+			t.Fatalf("plan %s: %v\n%s", mode, err, out)
+		}
+		for _, want := range []string{
+			"no systemd manager for " + mode, "PID 1 is not systemd", "will refuse (exit 121)",
+			"* * * * * ", " --root " + root + " reap'",
+			"reap --watch --interval 1m",
+			"--- ", "hostfork-reap.timer", "never:",
+		} {
+			if !bytes.Contains(out, []byte(want)) {
+				t.Errorf("plan %s lacks %q:\n%s", mode, want, out)
+			}
+		}
+		cmd := exec.Command(hf, "--root", root, "support", "install", mode)
+		out, err = cmd.CombinedOutput()
+		if code := exitCode(err); code != 121 {
+			t.Fatalf("install %s: exit %d, want 121\n%s", mode, code, out)
+		}
+		if !bytes.Contains(out, []byte("nothing was written")) || !bytes.Contains(out, []byte("reap --watch")) {
+			t.Errorf("install %s output:\n%s", mode, out)
+		}
+	}
+	if _, after := os.Stat(units); (before == nil) != (after == nil) {
+		t.Errorf("install without systemd changed %s", units)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("plan/install created the store root: %v", err)
+	}
+}
+
+// TestReapWatch: reap --watch reaps repeatedly and ends cleanly on SIGTERM.
+func TestReapWatch(t *testing.T) {
+	hf := hostforkLink(t)
+	root := filepath.Join(t.TempDir(), "store")
+	var out bytes.Buffer
+	cmd := exec.Command(hf, "--root", root, "reap", "--watch", "--interval", "1s")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("reap --watch after SIGINT: %v\n%s", err, out.String())
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("reap --watch did not stop on SIGINT\n%s", out.String())
+	}
+	if n := strings.Count(out.String(), "checked 0 environment(s)"); n < 2 {
+		t.Errorf("want at least 2 passes in 2.5 s, got %d:\n%s", n, out.String())
+	}
+	if code := exitCode(exec.Command(hf, "--root", root, "reap", "--interval", "1s").Run()); code != 122 {
+		t.Errorf("--interval without --watch: exit %d, want 122", code)
+	}
+}
+
+// TestInstallInRealSystemd installs, inspects, runs and uninstalls the
+// units in a real systemd (a throwaway container), with this test binary
+// bound in as /usr/local/bin/hostfork.
+func TestInstallInRealSystemd(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := testutil.BootSystemd(t, testutil.NspawnOptions{ReadOnlyBinds: []string{self + ":/usr/local/bin/hostfork"}})
+	const root = "/var/lib/hostfork-support-test"
+	hf := func(args ...string) (string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		cmd := n.Command(ctx, append([]string{"/usr/local/bin/hostfork", "--root", root}, args...)...)
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+		out, err := cmd.CombinedOutput()
+		return string(out), exitCode(err)
+	}
+	sh := func(args ...string) (string, int) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		out, err := n.Command(ctx, args...).CombinedOutput()
+		return strings.TrimSpace(string(out)), exitCode(err)
+	}
+
+	out, code := hf("support", "plan", "--system")
+	if code != 0 || !strings.Contains(out, "systemctl enable --now hostfork-reap.timer") || strings.Contains(out, "no systemd manager") {
+		t.Fatalf("plan: exit %d\n%s", code, out)
+	}
+	t0 := time.Now()
+	out, code = hf("support", "install", "--system")
+	if code != 0 {
+		t.Fatalf("install: exit %d\n%s", code, out)
+	}
+	t.Logf("install took %v:\n%s", time.Since(t0).Round(time.Millisecond), out)
+	for _, u := range []string{"hostfork-reap.service", "hostfork-reap.timer", "hostfork-finalize@.service"} {
+		st, err := os.Stat(n.Path("/etc/systemd/system/" + u))
+		if err != nil || st.Mode().Perm() != 0o644 {
+			t.Fatalf("%s: %v %v", u, st, err)
+		}
+	}
+	b, _ := os.ReadFile(n.Path("/etc/systemd/system/hostfork-reap.service"))
+	if !strings.Contains(string(b), "ExecStart=/usr/local/bin/hostfork --root "+root+" reap\n") {
+		t.Fatalf("service:\n%s", b)
+	}
+	if s, _ := sh("systemctl", "is-enabled", "hostfork-reap.timer"); s != "enabled" {
+		t.Errorf("timer is-enabled: %s", s)
+	}
+	if s, _ := sh("systemctl", "is-active", "hostfork-reap.timer"); s != "active" {
+		t.Errorf("timer is-active: %s", s)
+	}
+	out, code = hf("support", "install", "--system")
+	if code != 0 || !strings.Contains(out, "nothing changed") {
+		t.Fatalf("re-install: exit %d\n%s", code, out)
+	}
+	out, code = hf("support", "status", "--system")
+	if code != 0 || !strings.Contains(out, "installed and current") || !strings.Contains(out, "is-enabled=enabled is-active=active") {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
+
+	// The timer's service, run once now, succeeds.
+	if s, code := sh("systemctl", "start", "hostfork-reap.service"); code != 0 {
+		t.Fatalf("systemctl start hostfork-reap.service: exit %d: %s", code, s)
+	}
+	s, _ := sh("systemctl", "show", "hostfork-reap.service", "-p", "Result", "-p", "ExecMainStatus", "-p", "ExecMainCode")
+	if !strings.Contains(s, "Result=success") || !strings.Contains(s, "ExecMainStatus=0") {
+		t.Fatalf("reap service: %s", s)
+	}
+	s, _ = sh("journalctl", "-u", "hostfork-reap.service", "--no-pager", "-o", "cat")
+	if !strings.Contains(s, "checked 0 environment(s)") {
+		t.Errorf("reap service output:\n%s", s)
+	}
+	// The finalizer template runs a full reap for one environment id.
+	if s, code := sh("systemctl", "start", "hostfork-finalize@abc123.service"); code != 0 {
+		t.Fatalf("finalizer: exit %d: %s", code, s)
+	}
+
+	// A unit written by another version is a finding; install repairs it.
+	svc := n.Path("/etc/systemd/system/hostfork-reap.service")
+	stale := strings.Replace(string(b), "X-Hostfork-Version=", "X-Hostfork-Version=v0.0.1-old", 1)
+	if err := os.WriteFile(svc, []byte(stale), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code = hf("support", "status", "--system")
+	if code != 1 || !strings.Contains(out, "a stale installation") {
+		t.Fatalf("status of a stale unit: exit %d\n%s", code, out)
+	}
+	out, code = hf("support", "install", "--system")
+	if code != 0 || !strings.Contains(out, "wrote     /etc/systemd/system/hostfork-reap.service") || !strings.Contains(out, "daemon-reload") {
+		t.Fatalf("repairing install: exit %d\n%s", code, out)
+	}
+
+	out, code = hf("support", "uninstall", "--system")
+	if code != 0 || strings.Count(out, "removed ") != 3 || !strings.Contains(out, "no active runs") {
+		t.Fatalf("uninstall: exit %d\n%s", code, out)
+	}
+	t.Logf("uninstall:\n%s", out)
+	for _, u := range []string{"hostfork-reap.service", "hostfork-reap.timer", "hostfork-finalize@.service"} {
+		if _, err := os.Stat(n.Path("/etc/systemd/system/" + u)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still there: %v", u, err)
+		}
+	}
+	if s, _ := sh("systemctl", "is-enabled", "hostfork-reap.timer"); s == "enabled" {
+		t.Errorf("timer still enabled after uninstall")
+	}
+	if _, err := os.Stat(n.Path(root + "/registry.sqlite")); err != nil {
+		t.Errorf("uninstall touched the store: %v", err)
+	}
+	out, code = hf("support", "status", "--system")
+	if code != 0 || !strings.Contains(out, "not installed") {
+		t.Fatalf("status after uninstall: exit %d\n%s", code, out)
+	}
+}
