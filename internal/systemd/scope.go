@@ -303,6 +303,9 @@ func (c *Conn) StopUnit(ctx context.Context, name string) (*UnitState, error) {
 		if err == nil && (st.Gone() || st.Ended()) {
 			return st, nil
 		}
+		if errors.Is(err, ErrClosed) {
+			return nil, fmt.Errorf("stopping %s: %w", name, err)
+		}
 		select {
 		case <-ctx.Done():
 			if err == nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // NspawnOptions configure BootSystemd.
@@ -99,6 +101,7 @@ func BootSystemd(t testing.TB, opts NspawnOptions) *Nspawn {
 		Skip(t, err.Error())
 	}
 
+	sweepStaleNspawn(t)
 	n := &Nspawn{Name: "hf-" + randomHex(5)}
 	var groups []string // cgroup directories made for the container, cgroup2 first
 	var mounted bool
@@ -154,7 +157,7 @@ func BootSystemd(t testing.TB, opts NspawnOptions) *Nspawn {
 			}
 		}
 		if n.Dir != "" {
-			if err := os.RemoveAll(n.Dir); err != nil {
+			if err := removeNspawnDir(n.Dir); err != nil {
 				t.Errorf("nspawn %s cleanup: %v", n.Name, err)
 			}
 		}
@@ -166,6 +169,24 @@ func BootSystemd(t testing.TB, opts NspawnOptions) *Nspawn {
 	}
 	upper, work := filepath.Join(n.Dir, "upper"), filepath.Join(n.Dir, "work")
 	n.Root = filepath.Join(n.Dir, "root")
+	n.Cgroup = filepath.Join(unified.Path, unified.Self, "hostfork-nspawn-"+n.Name)
+	v1, err := v1Hierarchies()
+	if err != nil {
+		t.Fatalf("nspawn: %v", err)
+	}
+	owner, err := linux.IdentityOf(os.Getpid())
+	if err != nil {
+		t.Fatalf("nspawn: %v", err)
+	}
+	rec := ownerRecord{Owner: owner, Name: n.Name, Cgroups: []string{n.Cgroup}}
+	for _, h := range v1 {
+		rec.Cgroups = append(rec.Cgroups, filepath.Join(h.dir, "hostfork-nspawn-"+n.Name))
+	}
+	if b, err := json.Marshal(rec); err != nil {
+		t.Fatalf("nspawn: %v", err)
+	} else if err := os.WriteFile(filepath.Join(n.Dir, "owner.json"), b, 0o644); err != nil {
+		t.Fatalf("nspawn: %v", err)
+	}
 	for _, d := range []string{upper, work, n.Root, filepath.Join(upper, "etc", "systemd", "system")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("nspawn: %v", err)
@@ -191,15 +212,10 @@ func BootSystemd(t testing.TB, opts NspawnOptions) *Nspawn {
 	// Fresh child cgroups for the nspawn process: cgroup2 (joined at
 	// clone time) and every v1 hierarchy (joined by the wrapper shell
 	// before it becomes systemd-nspawn).
-	n.Cgroup = filepath.Join(unified.Path, unified.Self, "hostfork-nspawn-"+n.Name)
 	if _, err := cgroup.Create(n.Cgroup); err != nil {
 		Skip(t, "can't create a cgroup for the container: "+err.Error())
 	}
 	groups = append(groups, n.Cgroup)
-	v1, err := v1Hierarchies()
-	if err != nil {
-		t.Fatalf("nspawn: %v", err)
-	}
 	var procsFiles []string
 	for _, h := range v1 {
 		p := filepath.Join(h.dir, "hostfork-nspawn-"+n.Name)
@@ -551,6 +567,76 @@ func removeNspawnRun(t testing.TB, name string, lock *os.File) {
 			t.Errorf("nspawn %s cleanup: removing %s: %v", name, created[i], err)
 		}
 	}
+}
+
+// ownerRecord is written into a container's directory so that a later
+// BootSystemd can remove what a test process that died without its cleanup
+// (killed by a timeout, say) left behind.
+type ownerRecord struct {
+	Owner   linux.Identity `json:"owner"`
+	Name    string         `json:"name"`
+	Cgroups []string       `json:"cgroups"` // cgroup2 first
+}
+
+// sweepStaleNspawn removes the leftovers of containers whose test process
+// is gone: it kills what is left in their cgroups, removes the cgroups,
+// unmounts their overlay, removes their /run/systemd/nspawn entries and
+// their directory. Containers of live test processes are not touched.
+func sweepStaleNspawn(t testing.TB) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "hostfork-nspawn-*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "owner.json"))
+		if err != nil {
+			continue // being set up right now, or not ours
+		}
+		var rec ownerRecord
+		if json.Unmarshal(b, &rec) != nil || rec.Name == "" || linux.Assess(rec.Owner) != linux.Gone {
+			continue
+		}
+		if len(rec.Cgroups) > 0 {
+			if g := cgroup.Open(rec.Cgroups[0]); g.Exists() {
+				_ = g.Kill()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = g.WaitEmpty(ctx)
+				cancel()
+			}
+		}
+		var errs []error
+		for _, g := range rec.Cgroups {
+			if !strings.Contains(filepath.Base(g), "hostfork-nspawn-") {
+				continue
+			}
+			errs = append(errs, removeCgroupDirs(g))
+		}
+		if err := unmountRetrying(filepath.Join(dir, "root")); err != nil {
+			errs = append(errs, err)
+		}
+		for _, d := range []string{"propagate", "locks", "unix-export"} {
+			_ = os.RemoveAll(filepath.Join(nspawnRunDir, d, rec.Name))
+		}
+		errs = append(errs, removeNspawnDir(dir))
+		if err := errors.Join(errs...); err != nil {
+			t.Logf("nspawn: leftovers of %s (its test process is gone): %v", rec.Name, err)
+		} else {
+			t.Logf("nspawn: removed the leftovers of %s (its test process died without cleanup)", rec.Name)
+		}
+	}
+}
+
+// removeNspawnDir removes a container's directory, but never while its
+// overlay is still mounted: removing through it would walk the host's /.
+func removeNspawnDir(dir string) error {
+	var d, r unix.Stat_t
+	if err := unix.Stat(dir, &d); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return err
+	}
+	if err := unix.Stat(filepath.Join(dir, "root"), &r); err == nil && r.Dev != d.Dev {
+		return fmt.Errorf("%s/root is still a mount point; left %s in place", dir, dir)
+	}
+	return os.RemoveAll(dir)
 }
 
 func unitExists(name string) bool {
