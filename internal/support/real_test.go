@@ -243,3 +243,41 @@ func TestInstallInRealSystemd(t *testing.T) {
 		t.Fatalf("status after uninstall: exit %d\n%s", code, out)
 	}
 }
+
+// TestUninstallListsActiveRuns: uninstall names the runs that lose their
+// recovery path before it removes anything (here: a user unit directory of
+// the test's own, with nothing installed in it).
+func TestUninstallListsActiveRuns(t *testing.T) {
+	parent := testutil.CgroupParent(t)
+	hf := hostforkLink(t)
+	root := filepath.Join(t.TempDir(), "store")
+	env := append(os.Environ(), "HOSTFORK_CGROUP_PARENT="+parent, "XDG_CONFIG_HOME="+t.TempDir())
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, hf, append([]string{"--root", root}, args...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), exitCode(err)
+	}
+	out, code := run("run", "--detach", "--ttl", "1m", "--", "sleep", "300")
+	if code != 0 {
+		t.Fatalf("run --detach: exit %d\n%s", code, out)
+	}
+	envID := strings.TrimSpace(out)
+	t.Cleanup(func() { run("stop", envID) })
+	out, code = run("support", "uninstall", "--user")
+	if code != 0 {
+		t.Fatalf("uninstall: exit %d\n%s", code, out)
+	}
+	if !strings.Contains(out, "1 active run(s)") || !strings.Contains(out, "(environment "+envID+") alive: sleep 300") {
+		t.Fatalf("uninstall did not list the active run:\n%s", out)
+	}
+	if !strings.Contains(out, "nothing of hostfork's was installed") || !strings.Contains(out, "retained data in "+root+" is kept") {
+		t.Errorf("uninstall output:\n%s", out)
+	}
+	if i, j := strings.Index(out, "active run(s)"), strings.Index(out, "nothing of hostfork's"); i > j {
+		t.Errorf("active runs listed after the removal:\n%s", out)
+	}
+}
