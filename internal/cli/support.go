@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -89,7 +90,7 @@ func buildSupportPlan(g *globals, f *supportFlags) (*support.Plan, error) {
 	if u, err := user.Current(); err == nil {
 		name = u.Username
 	}
-	p, err := support.Build(support.Config{Mode: mode, Exe: exe, Root: root, Version: buildVersion(), UserName: name},
+	p, err := support.Build(support.Config{Mode: mode, Exe: exe, Root: root, Version: buildVersion(exe), UserName: name},
 		support.Detect(mode, name))
 	if err != nil {
 		return nil, withCode(ExitUsage, err)
@@ -98,8 +99,10 @@ func buildSupportPlan(g *globals, f *supportFlags) (*support.Plan, error) {
 }
 
 // buildVersion identifies this build for the units: the module version,
-// the commit and whether the tree was dirty, as far as they are known.
-func buildVersion() string {
+// the commit and whether the tree was dirty, as far as they are known; a
+// build that is not a release also gets a digest of the executable, so that
+// two "(devel)" builds are told apart.
+func buildVersion(exe string) string {
 	b := ReadBuildInfo()
 	v := b.Version
 	if v == "" {
@@ -110,6 +113,15 @@ func buildVersion() string {
 	}
 	if b.Dirty != nil && *b.Dirty {
 		v += "+dirty"
+	}
+	if b.Kind != "release" {
+		if f, err := os.Open(exe); err == nil {
+			h := sha256.New()
+			if _, err := io.Copy(h, f); err == nil {
+				v += fmt.Sprintf(" sha256:%x", h.Sum(nil)[:6])
+			}
+			f.Close()
+		}
 	}
 	return v
 }

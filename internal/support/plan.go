@@ -86,10 +86,12 @@ type Host struct {
 
 // File is one unit file the plan writes.
 type File struct {
-	Unit    string      `json:"unit"`
-	Path    string      `json:"path"`
-	Mode    os.FileMode `json:"mode"`
-	Content string      `json:"content"`
+	Unit string      `json:"unit"`
+	Path string      `json:"path"`
+	Mode os.FileMode `json:"-"`
+	// ModeText is Mode in octal, for people reading the plan.
+	ModeText string `json:"mode"`
+	Content  string `json:"content"`
 }
 
 // Plan is exactly what install writes and runs, and what uninstall undoes.
@@ -197,6 +199,7 @@ func Build(cfg Config, host Host) (*Plan, error) {
 	for i := range p.Files {
 		p.Files[i].Path = filepath.Join(dir, p.Files[i].Unit)
 		p.Files[i].Mode = 0o644
+		p.Files[i].ModeText = "0644"
 	}
 	p.Install = [][]string{cfg.Mode.systemctl("daemon-reload"), cfg.Mode.systemctl("enable", "--now", ReapTimer)}
 	p.Uninstall = [][]string{cfg.Mode.systemctl("disable", "--now", ReapTimer), cfg.Mode.systemctl("daemon-reload")}
