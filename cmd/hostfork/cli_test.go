@@ -57,6 +57,13 @@ func newCLI(t *testing.T) *hostforkCLI {
 	return c
 }
 
+// with returns the same CLI reporting to t (a subtest).
+func (c *hostforkCLI) with(t *testing.T) *hostforkCLI {
+	d := *c
+	d.t = t
+	return &d
+}
+
 // command returns an unstarted hostfork invocation.
 func (c *hostforkCLI) command(args ...string) *exec.Cmd {
 	cmd := &exec.Cmd{Path: c.exe, Args: append([]string{"hostfork"}, args...)}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -57,8 +58,18 @@ func TestKill9ForegroundRunStopsTree(t *testing.T) {
 			t.Errorf("status %s = %v, want %v", k, st[k], want)
 		}
 	}
-	if rows := c.ps(true); len(rows) != 1 || rows[0].State != "exited" || rows[0].StopReason != "owner-exit" {
-		t.Errorf("ps --all: %+v", rows)
+	rows = c.ps(true)
+	if len(rows) != 1 || rows[0].State != "exited" || rows[0].StopReason != "owner-exit" {
+		t.Fatalf("ps --all: %+v", rows)
+	}
+	// Nobody stopped the environment itself (its owner died): reap does,
+	// and removes its cgroups.
+	c.mustRun("reap")
+	if env := c.status(rows[0].Env); env["state"] != "stopped" || env["stop_reason"] != "owner-exit" {
+		t.Errorf("after reap, environment %s: state %v, stop reason %v", rows[0].Env, env["state"], env["stop_reason"])
+	}
+	if got := c.query("select count(*) from intents where kind = 'cgroup' and state in ('pending', 'created')"); got != "0" {
+		t.Errorf("after reap, %s cgroup intents are still open", got)
 	}
 }
 
@@ -106,9 +117,12 @@ func TestKill9UntilStoppedKeepsRunning(t *testing.T) {
 	if len(rows) != 1 || rows[0].ID != row.ID || rows[0].State != "alive" || !rows[0].Stoppable {
 		t.Fatalf("after the caller's death, ps: %+v", rows)
 	}
-	if st := c.status(row.ID); st["tree_state"] != "live" || st["leader_state"] != "live" {
-		t.Fatalf("status: tree %v leader %v", st["tree_state"], st["leader_state"])
-	}
+	eventually(t, "status of the orphaned command", func() string {
+		if st := c.status(row.ID); st["tree_state"] != "live" || st["leader_state"] != "live" {
+			return fmt.Sprintf("tree %v leader %v", st["tree_state"], st["leader_state"])
+		}
+		return ""
+	})
 
 	r := c.mustRun("stop", row.ID)
 	if !strings.Contains(r.stdout, "tree exited") {
@@ -207,6 +221,33 @@ func TestKill9DuringLaunch(t *testing.T) {
 				}
 			}
 			t.Logf("%d kills within %v; outcome (ps state/record state) of each: %v", iterations, span, outcomes)
+			// reap finishes what the killed launches left half-done: no
+			// environment stays "creating", no intent stays pending, and
+			// with owner exit "stop" every environment is stopped and its
+			// cgroups are gone.
+			t.Run("reap", func(t *testing.T) {
+				c := c.with(t)
+				reap := c.run("reap")
+				if reap.code != 0 {
+					t.Errorf("reap: %v", reap)
+				}
+				// An active (detached) environment settles its failed
+				// launches' intents when it stops; any other is dangling.
+				if got := c.query("select i.env_id, i.command_id, i.kind, i.target, e.state from intents i join envs e on e.id = i.env_id where i.state = 'pending' and e.state != 'active'"); got != "" {
+					t.Errorf("after reap, intents are pending:\n%s", got)
+				}
+				if got := c.query("select count(*) from envs where state = 'creating'"); got != "0" {
+					t.Errorf("after reap, %s environments are still creating; reap said:\n%s", got, reap.stdout)
+				}
+				if !mode.survive {
+					if got := c.query("select id, state from envs where state not in ('stopped', 'failed')"); got != "" {
+						t.Errorf("after reap, environments of dead owners are not stopped: %s", got)
+					}
+					if ents, _ := os.ReadDir(c.parent); slices.ContainsFunc(ents, os.DirEntry.IsDir) {
+						t.Errorf("after reap, cgroups are left under %s", c.parent)
+					}
+				}
+			})
 		})
 	}
 }

@@ -77,6 +77,7 @@ func TestScripts(t *testing.T) {
 			"cgroups":     cmdCgroups,
 			"alive":       cmdAlive,
 			"nothingmade": cmdNothingMade,
+			"waitjson":    cmdWaitJSON,
 		},
 	})
 }
@@ -272,6 +273,33 @@ func cmdJSON(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("%s is %s, want it not to match %s", args[0], got, args[1])
 		}
 		ts.Fatalf("%s is %s, want %s", args[0], got, args[1])
+	}
+}
+
+// waitjson PATH VALUE PROG ARGS... runs PROG until the value at PATH in
+// its JSON stdout equals VALUE (as json PATH VALUE checks it), for facts
+// that are recorded asynchronously. The bound is a safety net only. The
+// last run's output stays for the checks that follow.
+func cmdWaitJSON(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 {
+		ts.Fatalf("usage: waitjson PATH VALUE PROG [ARGS...]")
+	}
+	var want any
+	if err := json.Unmarshal([]byte(args[1]), &want); err != nil {
+		ts.Fatalf("expected value %q is not JSON: %v", args[1], err)
+	}
+	for end := time.Now().Add(60 * time.Second); ; {
+		ts.Check(ts.Exec(args[2], args[3:]...))
+		var v any
+		if json.Unmarshal([]byte(ts.ReadFile("stdout")), &v) == nil {
+			if got, ok := jsonLookup(v, args[0]); ok && compactJSON(got) == compactJSON(want) {
+				return
+			}
+		}
+		if time.Now().After(end) {
+			ts.Fatalf("%s never became %s", args[0], args[1])
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
