@@ -1273,6 +1273,13 @@ static void ensure_std_fds(void)
 
 static int guardian(void)
 {
+	/* First: SIGTERM (a stop request) and SIGCHLD are read from a signalfd;
+	 * a SIGTERM that arrives at the gate is handled after the release. */
+	sigset_t mask;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGTERM);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
 	self_pid = getpid();
 	ensure_std_fds();
 	for (int fd = HF_FD_CONTROL; fd <= HF_FD_FWDERR; fd++) {
@@ -1291,11 +1298,6 @@ static int guardian(void)
 	ign.sa_handler = SIG_IGN;
 	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
 		sigaction(ignored[i], &ign, NULL);
-	sigset_t mask;
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGCHLD);
-	sigaddset(&mask, SIGTERM);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
 
 	/* The gate: nothing runs until the launcher has durably registered our
 	 * identity and sends the release. EOF here is an aborted launch. */
