@@ -298,8 +298,9 @@ func TestMemoryHogIsOOMKilled(t *testing.T) {
 	if ev.LimitHits != nil && *ev.LimitHits == 0 {
 		t.Errorf("limit hits reported as a known 0 after an OOM kill")
 	}
-	if ev.Peak == nil || *ev.Peak > 64<<20 {
-		t.Errorf("peak %s above the 64 MiB limit", show(ev.Peak))
+	// The page counter may overshoot by a charge batch; it never gets far.
+	if ev.Peak == nil || *ev.Peak > 66<<20 || *ev.Peak < 32<<20 {
+		t.Errorf("peak %s, want about the 64 MiB limit", show(ev.Peak))
 	}
 }
 
