@@ -123,7 +123,7 @@ func (s Sampler) Sample(ctx context.Context, targets []Target) ([]Sample, error)
 	}
 	var table map[int][]int // parent → children, built once if any target needs it
 	for _, t := range targets {
-		if t.Cgroup == "" {
+		if t.Cgroup == "" && len(t.PIDs) > 0 {
 			var err error
 			if table, err = procTable(); err != nil {
 				return nil, err

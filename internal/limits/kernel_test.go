@@ -404,6 +404,9 @@ func TestForkBombStaysBounded(t *testing.T) {
 	if err := r.g.Remove(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := r.g.Remove(ctx); err != nil {
+		t.Fatalf("second Remove: %v", err)
+	}
 	for _, d := range r.g.V1 {
 		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s still exists after Remove", d)
@@ -474,5 +477,24 @@ func TestHalfACPU(t *testing.T) {
 	}
 	if e1.Throttled != nil && *e1.Throttled == 0 && ratio >= 0.45 {
 		t.Errorf("used %.3f cores and never throttled: the quota is not applied", ratio)
+	}
+}
+
+func TestRemoveBusyGroup(t *testing.T) {
+	r := newRig(t, limits.Budget{Pids: 10}, limits.Pids)
+	if r.g.Mechanisms[limits.Pids] != limits.Cgroup1 {
+		t.Skip("no cgroup v1 groups to remove here")
+	}
+	cmd := exec.Command("sh", "-c", "read g; exec sleep 300")
+	p := r.start(t, cmd)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := r.g.Remove(ctx); !errors.Is(err, unix.EBUSY) {
+		t.Fatalf("Remove of a populated group: got %v, want EBUSY", err)
+	}
+	_ = cmd.Process.Kill()
+	wait(t, p, 10*time.Second)
+	if err := r.g.Remove(context.Background()); err != nil {
+		t.Fatalf("Remove after the kill: %v", err)
 	}
 }
