@@ -407,6 +407,16 @@ func TestRealSystemd(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("no SIGUSR1 within 5 s")
 		}
+		// A taken name is refused, and the scope that holds it is left
+		// alone.
+		q := startInside(t, n, "exec sleep 600")
+		m, opts = q.members()
+		if _, err := c.StartScope(ctx, s.Name, m, opts); !errors.Is(err, ErrUnitExists) {
+			t.Fatalf("second scope named %s: want ErrUnitExists, got %v", s.Name, err)
+		}
+		if st, err := c.State(ctx, s.Name); err != nil || st.ActiveState != "active" {
+			t.Fatalf("the first %s after the refused second: %+v %v", s.Name, st, err)
+		}
 		if _, err := c.StopUnit(ctx, s.Name); err != nil {
 			t.Fatal(err)
 		}

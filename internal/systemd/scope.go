@@ -175,8 +175,10 @@ func scopeProperties(m Members, opts ScopeOptions, version string) (props []sd.P
 // ErrNotActive. PIDFDs are used when the manager takes them; numeric PIDs
 // only when opts.AllowPIDs allows them, and the Scope says so.
 //
-// StartScope is not retried on a broken connection: a lost reply may hide
-// a scope that was created. The caller can look the name up with State.
+// StartScope is not retried on a broken connection. When it fails after
+// the request was sent (a lost reply, a failed job, a state that does not
+// verify), it stops the scope of that name, best effort, unless the name
+// was already taken (ErrUnitExists).
 func (c *Conn) StartScope(ctx context.Context, name string, m Members, opts ScopeOptions) (*Scope, error) {
 	if err := CheckUnitName(name, ".scope"); err != nil {
 		return nil, err
@@ -190,9 +192,11 @@ func (c *Conn) StartScope(ctx context.Context, name string, m Members, opts Scop
 		return nil, err
 	}
 	s := &Scope{Name: name, Membership: membership, Fallback: fallback, ManagerVersion: version}
+	sent := false
 	err = c.call(ctx, false, func(ctx context.Context, l *link) error {
 		ch := make(chan string, 1)
 		t0 := time.Now()
+		sent = true
 		if _, err := l.sd.StartTransientUnitContext(ctx, name, "fail", props, ch); err != nil {
 			return fmt.Errorf("creating scope %s: %w", name, err)
 		}
@@ -208,6 +212,11 @@ func (c *Conn) StartScope(ctx context.Context, name string, m Members, opts Scop
 		return nil
 	})
 	if err != nil {
+		// A lost reply or a failed job may hide a scope that was made;
+		// a name that was taken is someone else's and stays.
+		if sent && !errors.Is(err, ErrUnitExists) {
+			c.abandon(ctx, name)
+		}
 		return nil, err
 	}
 	st, err := c.State(ctx, name)
@@ -215,17 +224,22 @@ func (c *Conn) StartScope(ctx context.Context, name string, m Members, opts Scop
 		err = st.checkStarted(opts.Deadline)
 	}
 	if err != nil {
-		// Don't leave a scope behind that nobody verified.
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.CallTimeout)
-		_ = c.call(stopCtx, false, func(ctx context.Context, l *link) error {
-			_, err := l.sd.StopUnitContext(ctx, name, "replace", nil)
-			return err
-		})
-		cancel()
+		c.abandon(ctx, name)
 		return nil, fmt.Errorf("scope %s after creation: %w", name, err)
 	}
 	s.State = st
 	return s, nil
+}
+
+// abandon stops, best effort and without waiting, a scope StartScope may
+// have created but could not verify: nothing unverified is left running.
+func (c *Conn) abandon(ctx context.Context, name string) {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.CallTimeout)
+	defer cancel()
+	_ = c.call(stopCtx, true, func(ctx context.Context, l *link) error {
+		_, err := l.sd.StopUnitContext(ctx, name, "replace", nil)
+		return err
+	})
 }
 
 // checkStarted verifies what StartScope promises: active, with a cgroup,
