@@ -64,7 +64,7 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 	if p.Tier == TierCgroup2 {
 		rec.CgroupPath = filepath.Join(p.CgroupParent, id)
 	}
-	var dirIntent, cgIntent int64
+	var dirIntent, cgIntent, scopeIntent int64
 	err = h.reg.Write(ctx, func(tx *registry.Tx) error {
 		if err := tx.InsertEnv(rec); err != nil {
 			return err
@@ -75,6 +75,9 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 		}
 		if rec.CgroupPath != "" {
 			cgIntent, err = tx.AddIntent(id, "", "cgroup", rec.CgroupPath)
+		}
+		if err == nil && p.Tier == TierSystemdScope {
+			scopeIntent, err = tx.AddIntent(id, "", "scope", "systemd:hostfork-"+id+".scope")
 		}
 		return err
 	})
@@ -105,19 +108,68 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 		cgIno, _ = g.Inode()
 		fault.Point(fault.CreateCgroup)
 	}
+	scope := p.Tier == TierSystemdScope
 	var lg *limits.Group
-	if !p.Spec.Limits.Empty() {
+	makeLimits := func() error {
+		if p.Spec.Limits.Empty() {
+			return nil
+		}
 		g, err := h.createLimits(ctx, rec, p)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		lg = g
 		if b, err := json.Marshal(g); err == nil {
 			rec.Limits = b
 		}
+		return nil
+	}
+	if !scope {
+		if err := makeLimits(); err != nil {
+			return fail(err)
+		}
 	}
 	var keeper *view.Keeper
-	if p.View != nil {
+	if scope {
+		// The scope's anchor is the keeper, with or without a view.
+		var ops []view.Op
+		if p.View != nil {
+			trees, err := h.allocateTrees(ctx, rec, p)
+			rec.Trees = trees
+			if err != nil {
+				return fail(err)
+			}
+			if ops, err = viewOps(p, trees); err != nil {
+				return fail(err)
+			}
+			if b, err := json.Marshal(p.View); err == nil {
+				rec.View = b
+			}
+		}
+		klog, err := os.OpenFile(filepath.Join(rec.RunDir, "keeper.log"), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return fail(fmt.Errorf("creating keeper log: %w", err))
+		}
+		rec.ActivatedMono = linux.MonotonicNow()
+		keeper, err = h.createScope(ctx, rec, p, ops, klog)
+		klog.Close()
+		if keeper != nil {
+			rec.Keeper = regIdentity(keeper.ID)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if err := makeLimits(); err != nil {
+			return fail(err)
+		}
+		if lg != nil {
+			if err := lg.Join(keeper.ID.PID); err != nil {
+				return fail(err)
+			}
+		}
+		fault.Point(fault.KeeperStarted)
+	}
+	if p.View != nil && !scope {
 		trees, err := h.allocateTrees(ctx, rec, p)
 		rec.Trees = trees
 		if err != nil {
@@ -175,7 +227,9 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 		rec.DeadlineAt = &at
 	}
 	rec.State = registry.EnvActive
-	rec.CgroupInode = cgIno
+	if !scope {
+		rec.CgroupInode = cgIno
+	}
 	err = h.reg.Write(ctx, func(tx *registry.Tx) error {
 		if err := tx.SettleIntent(dirIntent, registry.IntentCreated, identityJSON(rec.RunDir), ""); err != nil {
 			return err
@@ -185,13 +239,22 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 				return err
 			}
 		}
+		if scopeIntent != 0 {
+			if err := tx.SettleIntent(scopeIntent, registry.IntentCreated, fmt.Sprintf(`{"unit":%q,"cgroup":%q,"membership":%q}`, rec.Unit, rec.CgroupPath, rec.ScopeMembership), ""); err != nil {
+				return err
+			}
+		}
 		return tx.UpdateEnv(rec)
 	})
 	if err != nil {
 		return fail(fmt.Errorf("recording the environment's resources: %w", err))
 	}
 	if keeper != nil {
-		if err := keeper.Commit(); err != nil {
+		commands := ""
+		if rec.CgroupPath != "" {
+			commands = filepath.Join(rec.CgroupPath, "commands")
+		}
+		if err := keeper.Commit(commands); err != nil {
 			return fail(fmt.Errorf("confirming the keeper: %w", err))
 		}
 	}
@@ -208,6 +271,11 @@ func (h *Host) abandonEnv(rec *registry.Env, cause error) {
 	var cleanup []string
 	if rec.Keeper != nil {
 		_ = linux.SignalVerified(linuxIdentity(rec.Keeper), syscall.SIGKILL)
+	}
+	if rec.Unit != "" {
+		if err := stopScope(ctx, rec); err != nil {
+			cleanup = append(cleanup, err.Error())
+		}
 	}
 	if rec.CgroupPath != "" {
 		g := cgroup.Open(rec.CgroupPath)
@@ -237,6 +305,8 @@ func (h *Host) abandonEnv(rec *registry.Env, cause error) {
 		cur.Trees = rec.Trees
 		cur.Keeper = rec.Keeper
 		cur.Limits = rec.Limits
+		cur.Unit, cur.ScopeMembership, cur.ManagerResult = rec.Unit, rec.ScopeMembership, rec.ManagerResult
+		cur.CgroupPath = rec.CgroupPath
 		cur.CleanupErrors = append(cur.CleanupErrors, cleanup...)
 		now := time.Now().UTC()
 		cur.StoppedAt = &now
@@ -256,7 +326,14 @@ func settleEnvIntents(tx *registry.Tx, h *Host, envID string, removed bool) erro
 	}
 	for _, in := range ins {
 		if _, err := os.Stat(in.Target); err == nil {
-			continue // still there: stays on the ledger
+			// Still there: stays on the ledger. A kept directory (the run
+			// directory, evidence) is recorded with its identity.
+			if in.Kind == "dir" && in.State == registry.IntentPending {
+				if err := tx.SettleIntent(in.ID, registry.IntentCreated, identityJSON(in.Target), ""); err != nil {
+					return err
+				}
+			}
+			continue
 		}
 		state := registry.IntentReleased
 		if in.State == registry.IntentPending {

@@ -195,7 +195,7 @@ func (h *Host) overlaySource(ctx context.Context, e *registry.Env, tr *registry.
 		os.Remove(tmp)
 		return "", nil, err
 	}
-	_ = k.Commit()
+	_ = k.Commit("")
 	cleanup := func() {
 		k.Detach() // owner-exit stop: the keeper exits and its mount goes
 		stopKeeper(context.Background(), regIdentity(k.ID))

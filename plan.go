@@ -45,6 +45,8 @@ type Plan struct {
 	Grace        time.Duration `json:"grace_ns"`
 	OwnerExit    string        `json:"owner_exit"`
 	UntilStopped bool          `json:"until_stopped"`
+	// ScopeManager is the systemd manager of the systemd-scope tier.
+	ScopeManager string `json:"scope_manager,omitempty"`
 	// DeadlineEnforcer names what enforces the deadline independently of
 	// the registry and the caller.
 	DeadlineEnforcer string `json:"deadline_enforcer,omitempty"`
@@ -75,6 +77,10 @@ func (h *Host) Plan(ctx context.Context, s spec.Environment) (*Plan, error) {
 		baselines:    map[string]*baselineInfo{},
 	}
 	switch s.Tier {
+	case TierSystemdScope:
+		if err := h.planScope(ctx, p); err != nil {
+			return nil, err
+		}
 	case TierCgroup2:
 		if !caps.Cgroup2 {
 			return nil, fmt.Errorf("the cgroup2 ownership tier was requested but %s; run as root on a host with a writable cgroup2 mount, or choose --tier subreaper explicitly: %w", caps.Cgroup2Reason, ErrCapability)
@@ -84,6 +90,9 @@ func (h *Host) Plan(ctx context.Context, s spec.Environment) (*Plan, error) {
 		p.Tier = TierSubreaper
 		p.TierNote = "subreaper chosen explicitly: orphans are adopted and reaped, but a process that leaves the tree is not owned and there is no kernel tree-exit proof"
 	default:
+		if systemdBooted() && h.planScope(ctx, p) == nil {
+			break // under systemd, environments are its delegated scopes
+		}
 		if caps.Cgroup2 {
 			p.Tier = TierCgroup2
 		} else {

@@ -1,12 +1,14 @@
 package hostfork
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -15,6 +17,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/systemd"
 )
 
 // ReapAction is one thing a reap did.
@@ -68,10 +71,16 @@ func (h *Host) Reap(ctx context.Context) (*ReapReport, error) {
 
 // envLock serializes reapers (and gc) on one environment. It is taken
 // without waiting: a busy environment is being handled by someone else.
+// An environment whose run directory does not exist (a creation killed
+// before its mkdir) is locked through the directory that holds the run
+// directories instead, so that it can still be reaped and collected.
 func envLock(runDir string) (func(), bool) {
 	f, err := os.OpenFile(filepath.Join(runDir, "reap.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if errors.Is(err, os.ErrNotExist) {
+		f, err = os.Open(filepath.Dir(runDir))
+	}
 	if err != nil {
-		return func() {}, !errors.Is(err, os.ErrNotExist)
+		return func() {}, true
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
@@ -193,12 +202,9 @@ func (h *Host) abandonInterrupted(ctx context.Context, e *registry.Env, rep *Rea
 				}
 			}
 		}
-		if in.Kind == "tree" && in.State == registry.IntentPending {
-			if _, err := os.Stat(in.Target); err == nil {
-				rep.Pending = append(rep.Pending, ReapPending{Env: e.ID, What: "tree " + in.Target, Reason: "preparation was interrupted before its identity was recorded; remove the directory by hand after checking it (hostfork never deletes what it can't identify)"})
-			}
-		}
 	}
+	// A tree whose preparation was interrupted before its identity was
+	// recorded stays on the ledger; reapIntents reports it on every pass.
 	h.abandonEnv(e, errors.New("creation interrupted: its creator exited before the environment was active"))
 	rep.Actions = append(rep.Actions, ReapAction{Env: e.ID, Action: "abandoned-creation"})
 }
@@ -207,9 +213,11 @@ func filepathHasPrefix(p, dir string) bool {
 	return p == dir || len(p) > len(dir) && p[:len(dir)] == dir && p[len(dir)] == '/'
 }
 
-// reapIntents settles ledger entries of finished environments: an intent
-// whose target never appeared is abandoned; an empty cgroup left behind is
-// removed and released.
+// reapIntents settles ledger entries of finished environments and of
+// finished commands (also in environments that are still active): an
+// intent whose target never appeared is abandoned; an empty cgroup (v2, or
+// a v1 limit group) left behind is removed and released. What it can't
+// settle is reported as pending on every pass.
 func (h *Host) reapIntents(ctx context.Context, rep *ReapReport) error {
 	ins, err := h.reg.Intents(ctx, "", registry.IntentPending, registry.IntentCreated)
 	if err != nil {
@@ -226,13 +234,25 @@ func (h *Host) reapIntents(ctx context.Context, rep *ReapReport) error {
 			st = e.State
 			envState[in.EnvID] = st
 		}
-		if st != registry.EnvStopped && st != registry.EnvFailed {
-			continue
-		}
+		envDone := st == registry.EnvStopped || st == registry.EnvFailed
 		if in.CommandID != "" {
-			if c, err := h.reg.Command(ctx, in.CommandID); err == nil && !c.Terminal() {
+			// A finished command's resources are settled even while its
+			// environment runs on (a failed launch, a detached command
+			// that ended on its own).
+			c, err := h.reg.Command(ctx, in.CommandID)
+			if err != nil {
+				if !envDone {
+					continue
+				}
+			} else if !c.Terminal() {
 				continue
 			}
+		} else if !envDone {
+			continue
+		}
+		if in.Kind == "scope" {
+			h.reapScopeIntent(ctx, in, rep)
+			continue
 		}
 		_, statErr := os.Stat(in.Target)
 		missing := errors.Is(statErr, os.ErrNotExist)
@@ -255,11 +275,29 @@ func (h *Host) reapIntents(ctx context.Context, rep *ReapReport) error {
 			}
 			h.settleIntent(ctx, in.ID, registry.IntentReleased)
 			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "cgroup-removed", Detail: in.Target})
+		case in.Kind == "cgroup-v1":
+			// A v1 limit group of a finished environment (for example one
+			// whose creation was interrupted before its limits were
+			// recorded on the environment).
+			if procs, err := os.ReadFile(filepath.Join(in.Target, "cgroup.procs")); err == nil && len(bytes.TrimSpace(procs)) > 0 {
+				rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: "still has processes after its environment stopped"})
+				continue
+			}
+			if err := unix.Rmdir(in.Target); err != nil && err != unix.ENOENT {
+				rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: (&os.PathError{Op: "rmdir", Path: in.Target, Err: err}).Error()})
+				continue
+			}
+			h.settleIntent(ctx, in.ID, registry.IntentReleased)
+			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "cgroup-removed", Detail: in.Target})
 		case in.State == registry.IntentPending && in.Kind == "dir":
 			// The directory exists: the creation got that far. It is
 			// evidence, kept and now recorded.
 			h.settleIntentIdentity(ctx, in.ID, identityJSON(in.Target))
 			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "intent-recorded", Detail: in.Target})
+		case in.State == registry.IntentPending && in.Kind == "tree":
+			rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "tree " + in.Target, Reason: "preparation was interrupted before its identity was recorded; remove the directory by hand after checking it (hostfork never deletes what it can't identify)"})
+		case in.State == registry.IntentPending:
+			rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: in.Kind + " " + in.Target, Reason: "it exists, but its identity was never recorded; check it and remove it by hand (hostfork never deletes what it can't identify)"})
 		}
 	}
 	return nil
@@ -277,3 +315,35 @@ func (h *Host) settleIntentIdentity(ctx context.Context, id int64, identity stri
 
 var _ = fmt.Sprint
 var _ = time.Now
+
+// reapScopeIntent settles the intent of a systemd scope by asking the
+// manager: a unit that is gone or ended is released; a running one is
+// stopped (its environment is finished); an unreachable manager leaves it
+// pending.
+func (h *Host) reapScopeIntent(ctx context.Context, in registry.Intent, rep *ReapReport) {
+	unit := strings.TrimPrefix(in.Target, "systemd:")
+	c, err := systemd.Connect(ctx, systemdBus(), systemd.Options{})
+	if err != nil {
+		rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "scope " + unit, Reason: "no systemd manager answers: " + err.Error()})
+		return
+	}
+	defer c.Close()
+	st, err := c.State(ctx, unit)
+	if err != nil {
+		rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "scope " + unit, Reason: err.Error()})
+		return
+	}
+	if !st.Gone() && !st.Ended() {
+		if _, err := c.StopUnit(ctx, unit); err != nil {
+			rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "scope " + unit, Reason: "stopping it: " + err.Error()})
+			return
+		}
+		rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Action: "scope-stopped", Detail: unit})
+	}
+	state := registry.IntentReleased
+	if in.State == registry.IntentPending && st.Gone() {
+		state = registry.IntentAbandoned
+	}
+	h.settleIntent(ctx, in.ID, state)
+	rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Action: "intent-" + state, Detail: "scope " + unit})
+}

@@ -419,6 +419,11 @@ func (h *Host) stopEnv(ctx context.Context, id string, opts StopOptions) (*regis
 		// joined it are gone. Trees stay.
 		stopKeeper(ctx, env.Keeper)
 	}
+	if env.Unit != "" && !otherBoot {
+		if err := stopScope(ctx, env); err != nil {
+			cleanup = append(cleanup, err.Error())
+		}
+	}
 	if env.CgroupPath != "" {
 		g := cgroup.Open(env.CgroupPath)
 		if ev, err := g.Events(); err == nil && ev.Populated && !otherBoot {
@@ -455,12 +460,21 @@ func (h *Host) stopEnv(ctx context.Context, id string, opts StopOptions) (*regis
 		if env.LimitEvidence != nil {
 			n.LimitEvidence = env.LimitEvidence
 		}
+		if env.ManagerResult != "" {
+			n.ManagerResult = env.ManagerResult
+		}
 		err = h.reg.Write(ctx, func(tx *registry.Tx) error {
 			if err := tx.UpdateEnv(&n); err != nil {
 				return err
 			}
 			if err := settleEnvIntentsKind(tx, h, id, "cgroup-v1"); err != nil {
 				return err
+			}
+			if n.ManagerResult != "" {
+				// The manager stopped the scope: its intent is released.
+				if err := settleEnvIntentsKind(tx, h, id, "scope"); err != nil {
+					return err
+				}
 			}
 			return settleEnvIntentsKind(tx, h, id, "cgroup")
 		})

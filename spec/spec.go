@@ -148,9 +148,9 @@ func (e *Environment) Validate() error {
 		}
 	}
 	switch e.Tier {
-	case "", "cgroup2", "subreaper":
+	case "", "cgroup2", "systemd-scope", "subreaper":
 	default:
-		return fmt.Errorf("tier %q: use cgroup2 or subreaper: %w", e.Tier, ErrInvalid)
+		return fmt.Errorf("tier %q: use cgroup2, systemd-scope or subreaper: %w", e.Tier, ErrInvalid)
 	}
 	if err := e.validateLaunch(); err != nil {
 		return err

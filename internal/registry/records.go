@@ -56,6 +56,12 @@ type Env struct {
 	View   json.RawMessage `json:"view,omitempty"`
 	// Limits is the limit group record (mechanisms and group paths).
 	Limits json.RawMessage `json:"limits,omitempty"`
+	// Unit is the transient systemd scope (systemd-scope tier),
+	// ScopeMembership how its first process was handed over (PIDFDs or
+	// PIDs), ManagerResult the manager's result when it stopped.
+	Unit            string `json:"unit,omitempty"`
+	ScopeMembership string `json:"scope_membership,omitempty"`
+	ManagerResult   string `json:"manager_result,omitempty"`
 	// LimitEvidence is the kernel's counters read at the confirmed stop,
 	// just before the limit groups were removed.
 	LimitEvidence json.RawMessage `json:"limit_evidence,omitempty"`

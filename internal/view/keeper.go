@@ -71,6 +71,7 @@ func KeeperMain() int {
 	_ = os.Chdir("/")
 
 	stop := make(chan string, 3)
+	commands := make(chan string, 1)
 	go func() {
 		// The owner channel. The creator first writes "committed" once the
 		// registry holds our identity; EOF before that is an aborted
@@ -78,9 +79,14 @@ func KeeperMain() int {
 		// creating process is gone.
 		r := bufio.NewReader(os.NewFile(kfdOwner, "owner"))
 		line, err := r.ReadString('\n')
-		if err != nil || line != "committed\n" {
+		rest, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "committed")
+		if err != nil || !ok {
 			stop <- "aborted"
 			return
+		}
+		if c := strings.TrimSpace(rest); c != "" {
+			// Known only now (a systemd scope's delegated group).
+			commands <- c
 		}
 		_, _ = r.ReadString('\n')
 		stop <- "owner-exit"
@@ -97,6 +103,8 @@ func KeeperMain() int {
 	}
 	for {
 		select {
+		case c := <-commands:
+			cfg.CommandsCgroup = c
 		case <-term:
 			// An orderly environment stop: commands are already handled.
 			return 0
@@ -239,8 +247,10 @@ func StartKeeper(exe, cgroupDir string, log *os.File, cfg *KeeperConfig) (*Keepe
 
 // Commit tells the keeper that its identity is durably recorded; until
 // then, losing the owner channel makes the keeper exit at once.
-func (k *Keeper) Commit() error {
-	_, err := k.owner.Write([]byte("committed\n"))
+// commandsCgroup, when not empty, names the environment's commands/ group
+// if it was not known when the keeper started.
+func (k *Keeper) Commit(commandsCgroup string) error {
+	_, err := k.owner.Write([]byte("committed " + commandsCgroup + "\n"))
 	return err
 }
 
