@@ -477,6 +477,7 @@ func (c *Command) Start(ctx context.Context) error {
 		Output:         c.Output,
 		WorkloadCgroup: wlPath,
 		Grace:          envRec.Grace,
+		Idle:           envRec.IdleTimeout,
 		OwnerExit:      envRec.OwnerExit,
 		Foreground:     c.Foreground,
 	}

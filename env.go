@@ -57,6 +57,7 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 		UntilStopped: p.UntilStopped,
 		TTL:          p.MaxRuntime,
 		Grace:        p.Grace,
+		IdleTimeout:  time.Duration(p.Spec.Lifetime.IdleTimeout),
 	}
 	if b, err := json.Marshal(p.Spec); err == nil {
 		rec.Spec = b

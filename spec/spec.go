@@ -95,6 +95,9 @@ type Lifetime struct {
 	// OwnerExit is what happens when the creating process exits: stop
 	// (default) or detach.
 	OwnerExit string `json:"owner_exit,omitempty" yaml:"owner_exit,omitempty"`
+	// IdleTimeout stops a command tree after this long without output or
+	// forwarded signals, counted from its start before any activity.
+	IdleTimeout Duration `json:"idle_timeout,omitempty" yaml:"idle_timeout,omitempty"`
 }
 
 // DefaultGrace is the termination grace when none is given.

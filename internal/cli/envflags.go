@@ -18,6 +18,7 @@ type envFlags struct {
 	ttl          string
 	untilStopped bool
 	grace        string
+	idle         string
 	ownerExit    string
 	purpose      string
 	labels       []string
@@ -42,6 +43,7 @@ func (f *envFlags) add(c *cobra.Command) {
 	fl.StringVar(&f.ttl, "ttl", "", "maximum runtime from activation to force-stop, grace included (e.g. 20m)")
 	fl.BoolVar(&f.untilStopped, "until-stopped", false, "no deadline: keep running, also after this process exits, until 'hostfork stop'")
 	fl.StringVar(&f.grace, "grace", "", "termination grace inside every stop (default 2s)")
+	fl.StringVar(&f.idle, "idle-timeout", "", "stop a command tree after this long without output or signals (counted from its start)")
 	fl.StringVar(&f.ownerExit, "owner-exit", "", "when this process exits: stop (default) or detach")
 	fl.StringVar(&f.purpose, "purpose", "", "why this runs (shown by ps and status)")
 	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
@@ -178,6 +180,13 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 			d = time.Nanosecond
 		}
 		s.Lifetime.Grace = spec.Duration(d)
+	}
+	if f.idle != "" {
+		d, err := spec.ParseDuration(f.idle)
+		if err != nil || d == 0 {
+			return s, usageErr("--idle-timeout %q: give a positive duration such as 10m", f.idle)
+		}
+		s.Lifetime.IdleTimeout = spec.Duration(d)
 	}
 	if f.untilStopped {
 		s.Lifetime.UntilStopped = true

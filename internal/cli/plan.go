@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -68,6 +69,9 @@ func printPlan(w io.Writer, p *hostfork.Plan) {
 		fmt.Fprintf(w, "  deadline enforced by: %s\n", p.DeadlineEnforcer)
 	default:
 		fmt.Fprintf(w, "lifetime: while its owner runs (owner exit %s), grace %s\n", p.OwnerExit, p.Grace)
+	}
+	if p.Spec.Lifetime.IdleTimeout > 0 {
+		fmt.Fprintf(w, "idle timeout: %s without output or signals (per command tree, from its start; output is seen in files and pipe modes)\n", time.Duration(p.Spec.Lifetime.IdleTimeout))
 	}
 	if len(p.Trees) > 0 {
 		fmt.Fprintln(w, "trees:")

@@ -46,6 +46,7 @@ type Env struct {
 	UntilStopped  bool            `json:"until_stopped"`
 	TTL           time.Duration   `json:"ttl_ns,omitempty"`
 	Grace         time.Duration   `json:"grace_ns"`
+	IdleTimeout   time.Duration   `json:"idle_timeout_ns,omitempty"`
 	ActivatedMono time.Duration   `json:"activated_mono_ns,omitempty"`
 	DeadlineMono  time.Duration   `json:"deadline_mono_ns,omitempty"`
 	DeadlineAt    *time.Time      `json:"deadline_at,omitempty"`

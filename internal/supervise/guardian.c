@@ -74,8 +74,14 @@ static struct {
 	const char *path, *cwd;       /* valid until the release is unmapped */
 	char **argv, **envp;
 	int pipe_mode, owner_stop, foreground, view_pid;
-	int64_t deadline_ns, grace_ns;
+	int64_t deadline_ns, grace_ns, idle_ns;
 } cfg;
+
+/* Idle timeout: the last observed activity (output, forwarded signals),
+ * counted from the workload's start; in files mode output is seen as the
+ * artifact files growing, checked every idle/8 (at least 100 ms). */
+static int64_t last_activity, idle_sizes[2];
+static int idle_fired;
 
 static char *rel_buf;     /* the release mapping */
 static size_t rel_map;    /* its size */
@@ -546,6 +552,9 @@ static int parse_release(char *buf, size_t end)
 				return -1;
 		} else if (!strcmp(p, "grace_ns")) {
 			if (parse_i64(v, &cfg.grace_ns) < 0)
+				return -1;
+		} else if (!strcmp(p, "idle_ns")) {
+			if (parse_i64(v, &cfg.idle_ns) < 0 || cfg.idle_ns < 0)
 				return -1;
 		} else if (!strcmp(p, "owner_exit")) {
 			cfg.owner_stop = !strcmp(v, "stop");
@@ -1020,11 +1029,42 @@ static void stop_tree(const char *reason, int64_t when)
 		kill_tree();
 }
 
+static int64_t idle_check_at(void)
+{
+	if (cfg.idle_ns <= 0 || idle_fired || stop_phase != 0)
+		return INT64_MAX;
+	int64_t at = last_activity + cfg.idle_ns;
+	if (!cfg.pipe_mode) {
+		int64_t step = cfg.idle_ns / 8;
+		if (step < 100 * NS_PER_MS)
+			step = 100 * NS_PER_MS;
+		if (mono_now() + step < at)
+			at = mono_now() + step;
+	}
+	return at;
+}
+
+/* idle_poll notices output written straight to the artifact files. */
+static void idle_poll(void)
+{
+	int fds[2] = {HF_FD_STDOUT, HF_FD_STDERR};
+	for (int i = 0; i < 2; i++) {
+		struct stat st;
+		if (fstat(fds[i], &st) == 0 && (int64_t)st.st_size != idle_sizes[i]) {
+			idle_sizes[i] = (int64_t)st.st_size;
+			last_activity = mono_now();
+		}
+	}
+}
+
 static void arm_timer(void)
 {
 	int64_t next = INT64_MAX;
 	if (cfg.deadline_ns > 0 && !soft_fired)
 		next = cfg.deadline_ns - cfg.grace_ns;
+	int64_t idle = idle_check_at();
+	if (idle < next)
+		next = idle;
 	if (stop_phase == 1 && kill_at < next)
 		next = kill_at;
 	if (rekill && rekill_at < next)
@@ -1053,6 +1093,14 @@ static void on_timer(void)
 	if (cfg.deadline_ns > 0 && !soft_fired && now >= cfg.deadline_ns - cfg.grace_ns) {
 		soft_fired = 1;
 		stop_tree("deadline", cfg.deadline_ns);
+	}
+	if (cfg.idle_ns > 0 && !idle_fired && stop_phase == 0) {
+		if (!cfg.pipe_mode)
+			idle_poll();
+		if (now >= last_activity + cfg.idle_ns) {
+			idle_fired = 1;
+			stop_tree("idle", now + cfg.grace_ns);
+		}
 	}
 	if (stop_phase == 1 && now >= kill_at)
 		kill_tree();
@@ -1125,9 +1173,16 @@ static void on_signals(void)
 		if ((size_t)n < sizeof si)
 			break;
 	}
-	/* SIGTERM to the guardian is `hostfork stop` in the subreaper tier. */
-	if (term)
-		stop_tree("user", mono_now() + cfg.grace_ns);
+	/* SIGTERM to the guardian is `hostfork stop` in the subreaper tier, or
+	 * a systemd manager enforcing the scope's deadline at the same moment
+	 * as our own timer: then the reason is the deadline. */
+	if (term) {
+		int64_t now = mono_now();
+		if (cfg.deadline_ns > 0 && now >= cfg.deadline_ns - cfg.grace_ns - 250 * NS_PER_MS)
+			stop_tree("deadline", cfg.deadline_ns);
+		else
+			stop_tree("user", now + cfg.grace_ns);
+	}
 	if (chld)
 		reap();
 }
@@ -1143,6 +1198,7 @@ static void ctl_handle(char *line)
 	int64_t v;
 	switch (line[0]) {
 	case HF_MSG_SIGNAL:
+		last_activity = mono_now();
 		if (parse_i64(line + 1, &v) == 0 && v > 0 && v < NSIG && leader_alive)
 			kill(leader_pid, (int)v); /* unreaped: the PID is still ours */
 		break;
@@ -1222,6 +1278,7 @@ static void tee_read(struct tee *t)
 	if (n < 0 && (errno == EINTR || errno == EAGAIN))
 		return;
 	if (n > 0) {
+		last_activity = mono_now();
 		/* The artifact first: it never depends on the reader. */
 		write_all(t->file, t->buf, (size_t)n);
 		if (t->fwd >= 0) {
@@ -1372,10 +1429,13 @@ static int guardian(void)
 			else
 				fcntl(t->fwd, F_SETFL, fl | O_NONBLOCK);
 		}
-	} else {
+	} else if (cfg.idle_ns <= 0) {
 		close(HF_FD_STDOUT);
 		close(HF_FD_STDERR);
-	}
+	} /* else: kept (close-on-exec) to watch the artifacts grow */
+	last_activity = mono_now();
+	if (!cfg.pipe_mode && cfg.idle_ns > 0)
+		idle_poll(), last_activity = mono_now();
 	leader_pid = pid;
 	leader_alive = 1;
 	read_stat(pid, NULL, NULL, &R.workload_start);

@@ -108,6 +108,10 @@ type Config struct {
 	// graceful termination starts Grace earlier.
 	DeadlineMono time.Duration `json:"deadline_mono_ns,omitempty"`
 	Grace        time.Duration `json:"grace_ns"`
+	// Idle stops the tree (reason "idle") after this long without
+	// output, forwarded signals or control activity, counted from the
+	// workload's start before any activity (0: no idle timeout).
+	Idle time.Duration `json:"idle_ns,omitempty"`
 	OwnerExit    string        `json:"owner_exit"`
 	// Foreground makes the workload the terminal's foreground process group
 	// (inherit mode on a terminal).
@@ -201,6 +205,9 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 		put("deadline_mono_ns", strconv.FormatInt(int64(cfg.DeadlineMono), 10))
 	}
 	put("grace_ns", strconv.FormatInt(int64(cfg.Grace), 10))
+	if cfg.Idle > 0 {
+		put("idle_ns", strconv.FormatInt(int64(cfg.Idle), 10))
+	}
 	put("owner_exit", cfg.OwnerExit)
 	if cfg.Foreground {
 		put("foreground", "1")
