@@ -111,8 +111,8 @@ type Config struct {
 	// Idle stops the tree (reason "idle") after this long without
 	// output, forwarded signals or control activity, counted from the
 	// workload's start before any activity (0: no idle timeout).
-	Idle time.Duration `json:"idle_ns,omitempty"`
-	OwnerExit    string        `json:"owner_exit"`
+	Idle      time.Duration `json:"idle_ns,omitempty"`
+	OwnerExit string        `json:"owner_exit"`
 	// Foreground makes the workload the terminal's foreground process group
 	// (inherit mode on a terminal).
 	Foreground bool `json:"foreground,omitempty"`
