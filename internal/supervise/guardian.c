@@ -116,7 +116,7 @@ static struct tee {
 	int src, file, fwd;
 	int eof;
 	size_t off, len; /* data read but not yet forwarded */
-	char buf[64 << 10];
+	char buf[128 << 10];
 } tees[2];
 
 /* ---- small helpers ---- */
@@ -1392,6 +1392,10 @@ static int guardian(void)
 		}
 		out = tp[0][1];
 		err = tp[1][1];
+		/* Larger pipes: fewer wakeups per byte on the hot path. Best
+		 * effort (capped by /proc/sys/fs/pipe-max-size). */
+		for (int i = 0; i < 2; i++)
+			fcntl(tp[i][0], F_SETPIPE_SZ, 1 << 20);
 	}
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);

@@ -91,6 +91,8 @@ func Start(s StartSpec) (*Guardian, error) {
 			return nil, err
 		}
 		closeAfter = append(closeAfter, outW, errW)
+		growPipe(outR)
+		growPipe(errR)
 		g.ForwardOut, g.ForwardErr = outR, errR
 		extra = append(extra, outW, errW)
 	}
@@ -248,3 +250,12 @@ func ReadReceipt(path string, commandID string, dev, ino uint64) (*Receipt, erro
 
 // ErrNoReceipt: the guardian has not written anything yet.
 var ErrNoReceipt = errors.New("no receipt written yet")
+
+// growPipe asks for a 1 MiB pipe buffer (best effort): fewer wakeups per
+// byte on the forwarding path. It goes through SyscallConn so the file
+// stays non-blocking (Fd would make it blocking).
+func growPipe(f *os.File) {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+	}
+}
