@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -100,6 +101,9 @@ func (h *Host) reapEnv(ctx context.Context, e *registry.Env, rep *ReapReport) er
 	e, err := h.reg.Env(ctx, e.ID)
 	if err != nil {
 		return err
+	}
+	if e.State == registry.EnvStopped || e.State == registry.EnvFailed {
+		return nil // another reaper or a stop finished it meanwhile
 	}
 	boot, _ := linux.BootID()
 	owner := linux.Assess(linuxIdentity(e.Owner))
@@ -217,14 +221,20 @@ func filepathHasPrefix(p, dir string) bool {
 // finished commands (also in environments that are still active): an
 // intent whose target never appeared is abandoned; an empty cgroup (v2, or
 // a v1 limit group) left behind is removed and released. What it can't
-// settle is reported as pending on every pass.
+// settle is reported as pending on every pass. An environment with work to
+// do is handled under its lock, with its intents read again there, so that
+// concurrent reapers neither repeat nor race each other's settlements.
 func (h *Host) reapIntents(ctx context.Context, rep *ReapReport) error {
 	ins, err := h.reg.Intents(ctx, "", registry.IntentPending, registry.IntentCreated)
 	if err != nil {
 		return err
 	}
 	envState := map[string]string{}
+	var todo []string
 	for _, in := range ins {
+		if slices.Contains(todo, in.EnvID) {
+			continue
+		}
 		st, ok := envState[in.EnvID]
 		if !ok {
 			e, err := h.reg.Env(ctx, in.EnvID)
@@ -234,73 +244,109 @@ func (h *Host) reapIntents(ctx context.Context, rep *ReapReport) error {
 			st = e.State
 			envState[in.EnvID] = st
 		}
-		envDone := st == registry.EnvStopped || st == registry.EnvFailed
-		if in.CommandID != "" {
-			// A finished command's resources are settled even while its
-			// environment runs on (a failed launch, a detached command
-			// that ended on its own).
-			c, err := h.reg.Command(ctx, in.CommandID)
-			if err != nil {
-				if !envDone {
-					continue
-				}
-			} else if !c.Terminal() {
-				continue
-			}
-		} else if !envDone {
-			continue
-		}
-		if in.Kind == "scope" {
-			h.reapScopeIntent(ctx, in, rep)
-			continue
-		}
-		_, statErr := os.Stat(in.Target)
-		missing := errors.Is(statErr, os.ErrNotExist)
-		switch {
-		case missing && in.State == registry.IntentPending:
-			h.settleIntent(ctx, in.ID, registry.IntentAbandoned)
-			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "intent-abandoned", Detail: in.Kind + " " + in.Target})
-		case missing:
-			h.settleIntent(ctx, in.ID, registry.IntentReleased)
-			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "intent-released", Detail: in.Kind + " " + in.Target})
-		case in.Kind == "cgroup":
-			g := cgroup.Open(in.Target)
-			if ev, err := g.Events(); err == nil && ev.Populated {
-				rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: "still has processes after its environment stopped; run 'hostfork stop " + in.EnvID + "'"})
-				continue
-			}
-			if err := g.Remove(); err != nil {
-				rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: err.Error()})
-				continue
-			}
-			h.settleIntent(ctx, in.ID, registry.IntentReleased)
-			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "cgroup-removed", Detail: in.Target})
-		case in.Kind == "cgroup-v1":
-			// A v1 limit group of a finished environment (for example one
-			// whose creation was interrupted before its limits were
-			// recorded on the environment).
-			if procs, err := os.ReadFile(filepath.Join(in.Target, "cgroup.procs")); err == nil && len(bytes.TrimSpace(procs)) > 0 {
-				rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: "still has processes after its environment stopped"})
-				continue
-			}
-			if err := unix.Rmdir(in.Target); err != nil && err != unix.ENOENT {
-				rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: (&os.PathError{Op: "rmdir", Path: in.Target, Err: err}).Error()})
-				continue
-			}
-			h.settleIntent(ctx, in.ID, registry.IntentReleased)
-			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "cgroup-removed", Detail: in.Target})
-		case in.State == registry.IntentPending && in.Kind == "dir":
-			// The directory exists: the creation got that far. It is
-			// evidence, kept and now recorded.
-			h.settleIntentIdentity(ctx, in.ID, identityJSON(in.Target))
-			rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "intent-recorded", Detail: in.Target})
-		case in.State == registry.IntentPending && in.Kind == "tree":
-			rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "tree " + in.Target, Reason: "preparation was interrupted before its identity was recorded; remove the directory by hand after checking it (hostfork never deletes what it can't identify)"})
-		case in.State == registry.IntentPending:
-			rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: in.Kind + " " + in.Target, Reason: "it exists, but its identity was never recorded; check it and remove it by hand (hostfork never deletes what it can't identify)"})
+		if h.intentDue(ctx, in, st) {
+			todo = append(todo, in.EnvID)
 		}
 	}
+	for _, id := range todo {
+		e, err := h.reg.Env(ctx, id)
+		if err != nil {
+			continue
+		}
+		unlock, ok := envLock(e.RunDir)
+		if !ok {
+			rep.Pending = append(rep.Pending, ReapPending{Env: id, What: "environment", Reason: "another reaper or gc holds it"})
+			continue
+		}
+		// Re-read under the lock: another reaper may have settled them.
+		if e, err = h.reg.Env(ctx, id); err == nil {
+			if ins, err := h.reg.Intents(ctx, id, registry.IntentPending, registry.IntentCreated); err == nil {
+				for _, in := range ins {
+					if h.intentDue(ctx, in, e.State) {
+						h.reapIntent(ctx, in, rep)
+					}
+				}
+			}
+		}
+		unlock()
+	}
 	return nil
+}
+
+// intentDue reports whether reapIntent has something to do with in: its
+// owner (the command, else the environment, in state envState) is finished,
+// and the intent is pending, names a cgroup, or names a target that is gone.
+func (h *Host) intentDue(ctx context.Context, in registry.Intent, envState string) bool {
+	if in.State == registry.IntentCreated && in.Kind != "cgroup" && in.Kind != "cgroup-v1" && in.Kind != "scope" {
+		if _, err := os.Stat(in.Target); err == nil {
+			return false // retained evidence or tree: nothing to settle
+		}
+	}
+	envDone := envState == registry.EnvStopped || envState == registry.EnvFailed
+	if in.CommandID != "" {
+		// A finished command's resources are settled even while its
+		// environment runs on (a failed launch, a detached command that
+		// ended on its own).
+		c, err := h.reg.Command(ctx, in.CommandID)
+		if err != nil {
+			return envDone
+		}
+		return c.Terminal()
+	}
+	return envDone
+}
+
+// reapIntent settles one due intent, or reports why it can't.
+func (h *Host) reapIntent(ctx context.Context, in registry.Intent, rep *ReapReport) {
+	if in.Kind == "scope" {
+		h.reapScopeIntent(ctx, in, rep)
+		return
+	}
+	_, statErr := os.Stat(in.Target)
+	missing := errors.Is(statErr, os.ErrNotExist)
+	switch {
+	case missing && in.State == registry.IntentPending:
+		h.settleIntent(ctx, in.ID, registry.IntentAbandoned)
+		rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "intent-abandoned", Detail: in.Kind + " " + in.Target})
+	case missing:
+		h.settleIntent(ctx, in.ID, registry.IntentReleased)
+		rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "intent-released", Detail: in.Kind + " " + in.Target})
+	case in.Kind == "cgroup":
+		g := cgroup.Open(in.Target)
+		if ev, err := g.Events(); err == nil && ev.Populated {
+			rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: "still has processes after its command or environment ended; run 'hostfork stop " + in.EnvID + "'"})
+			return
+		}
+		if err := g.Remove(); err != nil {
+			rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: err.Error()})
+			return
+		}
+		h.settleIntent(ctx, in.ID, registry.IntentReleased)
+		rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "cgroup-removed", Detail: in.Target})
+	case in.Kind == "cgroup-v1":
+		// A v1 limit group of a finished environment (for example one
+		// whose creation was interrupted before its limits were
+		// recorded on the environment).
+		if procs, err := os.ReadFile(filepath.Join(in.Target, "cgroup.procs")); err == nil && len(bytes.TrimSpace(procs)) > 0 {
+			rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: "still has processes after its environment stopped"})
+			return
+		}
+		if err := unix.Rmdir(in.Target); err != nil && err != unix.ENOENT {
+			rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "cgroup " + in.Target, Reason: (&os.PathError{Op: "rmdir", Path: in.Target, Err: err}).Error()})
+			return
+		}
+		h.settleIntent(ctx, in.ID, registry.IntentReleased)
+		rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "cgroup-removed", Detail: in.Target})
+	case in.State == registry.IntentPending && in.Kind == "dir":
+		// The directory exists: the creation got that far. It is
+		// evidence, kept and now recorded.
+		h.settleIntentIdentity(ctx, in.ID, identityJSON(in.Target))
+		rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "intent-recorded", Detail: in.Target})
+	case in.State == registry.IntentPending && in.Kind == "tree":
+		rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "tree " + in.Target, Reason: "preparation was interrupted before its identity was recorded; remove the directory by hand after checking it (hostfork never deletes what it can't identify)"})
+	case in.State == registry.IntentPending:
+		rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: in.Kind + " " + in.Target, Reason: "it exists, but its identity was never recorded; check it and remove it by hand (hostfork never deletes what it can't identify)"})
+	}
 }
 
 func (h *Host) settleIntent(ctx context.Context, id int64, state string) {
