@@ -250,8 +250,17 @@ func TestRealSystemd(t *testing.T) {
 		if !(st.Gone() || st.Ended()) {
 			t.Fatalf("after stop: %+v", st)
 		}
-		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("the scope's cgroup %s (with its delegated child) is still there: %v", dir, err)
+		// The manager removes the scope's cgroup, delegated child
+		// included, once the scope is dead.
+		for i := 0; ; i++ {
+			_, err := os.Stat(dir)
+			if errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if i == 100 {
+				t.Fatalf("the scope's cgroup %s (with its delegated child) is still there 5 s after the stop: %v", dir, err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 		// Stopping again (the unit is collected by now) is not an error.
 		if _, err := c.StopUnit(ctx, s.Name); err != nil {
@@ -355,7 +364,7 @@ func TestRealSystemd(t *testing.T) {
 			t.Helper()
 			var st *UnitState
 			var err error
-			for i := 0; i < 100; i++ { // the manager may be busy for a moment
+			for i := 0; i < 300; i++ { // the manager may be busy, or not yet back on the bus
 				if st, err = c.State(ctx, s.Name); err == nil && st.LoadState == "loaded" {
 					break
 				}
