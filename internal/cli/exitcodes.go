@@ -17,7 +17,7 @@ const (
 	ExitNoSuchID   = 119 // no environment or command has that id
 	ExitIncomplete = 120 // a result is unknown or incomplete
 	ExitCapability = 121 // the host lacks a requested capability
-	ExitAdmission  = 124 // admission refused: host at capacity or paused (--admit fail)
+	ExitAdmission  = 117 // admission refused: host at capacity or paused (--admit fail)
 	ExitUsage      = 122 // bad flags, arguments or request
 	ExitStore      = 123 // the store root is unusable
 	ExitInternal   = 125 // any other failure of hostfork itself
