@@ -1,7 +1,8 @@
 package cgroup
 
 import (
-	"bufio"
+	"github.com/moby/sys/mountinfo"
+
 	"context"
 	"errors"
 	"fmt"
@@ -31,31 +32,17 @@ type Mount struct {
 // FindMount locates the cgroup2 mount from /proc/self/mountinfo and checks
 // that it is writable by this process.
 func FindMount() (Mount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2", "cgroup"))
 	if err != nil {
 		return Mount{}, fmt.Errorf("reading mountinfo: %w", err)
 	}
-	defer f.Close()
 	var m Mount
 	var v1 bool
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, s := range fields {
-			if s == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
-			continue
-		}
-		switch fields[sep+1] {
+	for _, mi := range ms {
+		switch mi.FSType {
 		case "cgroup2":
-			if m.Path == "" || fields[4] == "/sys/fs/cgroup" {
-				m.Path = unescapeMountPath(fields[4])
+			if m.Path == "" || mi.Mountpoint == "/sys/fs/cgroup" {
+				m.Path = mi.Mountpoint
 			}
 		case "cgroup":
 			v1 = true
@@ -67,24 +54,6 @@ func FindMount() (Mount, error) {
 	m.Hybrid = v1
 	m.Self = selfPath()
 	return m, nil
-}
-
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func selfPath() string {

@@ -12,9 +12,3 @@ func TestParseEvents(t *testing.T) {
 		t.Fatalf("%+v", e)
 	}
 }
-
-func TestUnescapeMountPath(t *testing.T) {
-	if got := unescapeMountPath(`/a\040b`); got != "/a b" {
-		t.Fatalf("got %q", got)
-	}
-}

@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"github.com/moby/sys/mountinfo"
+
 	"strconv"
 	"strings"
 	"time"
@@ -196,48 +198,21 @@ type Mount struct {
 func ParseMountinfo(text string) []Mount {
 	var out []Mount
 	for _, line := range strings.Split(text, "\n") {
-		f := strings.Fields(line)
-		sep := -1
-		for i, s := range f {
-			if s == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 6 || sep+2 >= len(f) {
+		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		m := Mount{
-			Target:   unescape(f[4]),
-			Options:  strings.Split(f[5], ","),
-			Optional: f[6:sep],
-			FSType:   f[sep+1],
-			Source:   unescape(f[sep+2]),
+		ms, err := mountinfo.GetMountsFromReader(strings.NewReader(line), nil)
+		if err != nil || len(ms) != 1 {
+			continue // malformed: skipped
 		}
-		if sep+3 < len(f) {
-			m.SuperOpts = strings.Split(f[sep+3], ",")
+		m := ms[0]
+		pm := Mount{Target: m.Mountpoint, Options: strings.Split(m.Options, ","), Optional: strings.Fields(m.Optional), FSType: m.FSType, Source: m.Source}
+		if m.VFSOptions != "" {
+			pm.SuperOpts = strings.Split(m.VFSOptions, ",")
 		}
-		out = append(out, m)
+		out = append(out, pm)
 	}
 	return out
-}
-
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // MountOf returns the mount that holds path: the longest target that is

@@ -1,13 +1,13 @@
 package limits
 
 import (
-	"bufio"
+	"github.com/moby/sys/mountinfo"
+
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -131,20 +131,16 @@ func Detect(cfg Config) (*Host, error) {
 // parseMountinfo returns the cgroup v1 hierarchies with their controllers
 // (named hierarchies such as name=systemd have none and are skipped).
 func parseMountinfo(r io.Reader) ([]v1Mount, error) {
+	ms, err := mountinfo.GetMountsFromReader(r, mountinfo.FSTypeFilter("cgroup"))
+	if err != nil {
+		return nil, err
+	}
 	var out []v1Mount
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := slices.Index(fields, "-")
-		// fields: id parent maj:min root mountpoint options ... - fstype source superoptions
-		if sep < 6 || len(fields) <= sep+3 || fields[sep+1] != "cgroup" {
-			continue
-		}
+	for _, m := range ms {
 		var ctrls []string
-		for _, o := range strings.Split(fields[sep+3], ",") {
+		for _, o := range strings.Split(m.VFSOptions, ",") {
 			switch {
-			case o == "rw" || o == "ro" || strings.Contains(o, "="):
+			case o == "" || o == "rw" || o == "ro" || strings.Contains(o, "="):
 			case o == "clone_children" || o == "noprefix" || o == "xattr" || o == "cpuset_v2_mode" || o == "favordynmods":
 			default:
 				ctrls = append(ctrls, o)
@@ -153,28 +149,10 @@ func parseMountinfo(r io.Reader) ([]v1Mount, error) {
 		if len(ctrls) == 0 {
 			continue
 		}
-		ro := slices.Contains(strings.Split(fields[5], ","), "ro")
-		out = append(out, v1Mount{Path: unescape(fields[4]), Controllers: ctrls, ReadOnly: ro})
+		ro := slices.Contains(strings.Split(m.Options, ","), "ro")
+		out = append(out, v1Mount{Path: m.Mountpoint, Controllers: ctrls, ReadOnly: ro})
 	}
-	return out, sc.Err()
-}
-
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return out, nil
 }
 
 func findV1(mounts []v1Mount, ctrl string) (v1Mount, bool) {

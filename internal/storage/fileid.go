@@ -1,11 +1,11 @@
 package storage
 
 import (
-	"bufio"
+	"github.com/moby/sys/mountinfo"
+
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -87,47 +87,17 @@ func checkID(what, path string, want FileID) error {
 // mountsUnder lists the mount points in this mount namespace at or below
 // dir. Removal refuses to recurse into a mounted filesystem.
 func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return !within(dir, m.Mountpoint), false
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reading the mount table: %w", err)
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if within(dir, mp) {
-			out = append(out, mp)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading the mount table: %w", err)
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Mountpoint)
 	}
 	return out, nil
-}
-
-// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // within reports whether p is dir or below it. Both must be clean and

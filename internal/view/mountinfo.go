@@ -1,10 +1,7 @@
 package view
 
 import (
-	"bufio"
-	"os"
-	"strconv"
-	"strings"
+	"github.com/moby/sys/mountinfo"
 )
 
 // MountEntry is one line of /proc/PID/mountinfo.
@@ -15,53 +12,15 @@ type MountEntry struct {
 	Options string // per-mount options
 }
 
-// ReadMountinfo parses /proc/self/mountinfo.
+// ReadMountinfo reads this process's mount table.
 func ReadMountinfo() ([]MountEntry, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mountinfo.GetMounts(nil)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var out []MountEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if e, ok := parseMountinfoLine(sc.Text()); ok {
-			out = append(out, e)
-		}
+	out := make([]MountEntry, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, MountEntry{Target: m.Mountpoint, FSType: m.FSType, Source: m.Source, Options: m.Options})
 	}
-	return out, sc.Err()
-}
-
-func parseMountinfoLine(line string) (MountEntry, bool) {
-	f := strings.Fields(line)
-	sep := -1
-	for i, s := range f {
-		if s == "-" {
-			sep = i
-			break
-		}
-	}
-	if sep < 6 || sep+2 >= len(f) {
-		return MountEntry{}, false
-	}
-	return MountEntry{Target: unescape(f[4]), Options: f[5], FSType: f[sep+1], Source: unescape(f[sep+2])}, true
-}
-
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return out, nil
 }

@@ -1,6 +1,8 @@
 package storagetest
 
 import (
+	"github.com/moby/sys/mountinfo"
+
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -9,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -130,33 +131,18 @@ func RunInView(t testing.TB, mounts []storage.Mount, script string) string {
 // mountedAt reports whether /proc/PID/mountinfo lists a mount point at
 // target.
 func mountedAt(pid, target string) bool {
-	b, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+	n, err := strconv.Atoi(pid)
 	if err != nil {
 		return false
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) > 4 && unescape(f[4]) == target {
+	ms, err := mountinfo.PidMountInfo(n)
+	if err != nil {
+		return false
+	}
+	for _, m := range ms {
+		if m.Mountpoint == target {
 			return true
 		}
 	}
 	return false
-}
-
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
