@@ -90,7 +90,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 			return nil, fmt.Errorf("creating store root %s: %v; choose a writable one with --root or HOSTFORK_ROOT: %w", root, err, ErrStore)
 		}
 	} else {
-		return nil, fmt.Errorf("store root %s: %v: %w", root, err, ErrStore)
+		return nil, fmt.Errorf("store root %s can't be used (%v); choose a writable one with --root or HOSTFORK_ROOT: %w", root, err, ErrStore)
 	}
 	if err := unix.Access(root, unix.W_OK|unix.X_OK); err != nil {
 		return nil, fmt.Errorf("store root %s is not writable by this user; choose another with --root or HOSTFORK_ROOT: %w", root, ErrStore)
