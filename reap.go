@@ -83,11 +83,19 @@ func envLock(runDir string) (func(), bool) {
 	if err != nil {
 		return func() {}, true
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		return nil, false
+	// Another reaper's pass over one environment is short: wait a bounded
+	// time; still busy after that is reported as pending.
+	for end := time.Now().Add(5 * time.Second); ; {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, true
+		}
+		if (err != unix.EWOULDBLOCK && err != unix.EINTR) || time.Now().After(end) {
+			f.Close()
+			return nil, false
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return func() { f.Close() }, true
 }
 
 func (h *Host) reapEnv(ctx context.Context, e *registry.Env, rep *ReapReport) error {
