@@ -450,6 +450,14 @@ func (c *Command) Start(ctx context.Context) error {
 	rec.Guardian = regIdentity(g.ID)
 	rec.State = registry.CmdRunning
 	err = h.reg.Write(ctx, func(tx *registry.Tx) error {
+		// A stop that began since the reservation revokes this gate.
+		cur, err := tx.Env(envRec.ID)
+		if err != nil {
+			return err
+		}
+		if cur.State != registry.EnvActive {
+			return fmt.Errorf("environment %s is %s: the launch gate is revoked: %w", cur.ID, cur.State, ErrEnvNotActive)
+		}
 		if err := tx.SettleIntent(dirIntent, registry.IntentCreated, identityJSON(dir), ""); err != nil {
 			return err
 		}

@@ -112,6 +112,20 @@ func (h *Host) stopCommand(ctx context.Context, env *registry.Env, c *registry.C
 	if cur == nil {
 		cur = c
 	}
+	// A launch still at its gate: the environment's stop has closed
+	// admission, so its launcher either registered just before (then it is
+	// stopped like any tree) or finds the gate revoked and aborts. Wait for
+	// one or the other, boundedly.
+	for end := time.Now().Add(3 * time.Second); cur.State == registry.CmdReserved && time.Now().Before(end) && ctx.Err() == nil; {
+		time.Sleep(10 * time.Millisecond)
+		if fresh, err := h.reg.Command(ctx, c.ID); err == nil {
+			if n, _ := h.settleCommand(ctx, fresh); n != nil {
+				cur = n
+			} else {
+				cur = fresh
+			}
+		}
+	}
 	if cur.Terminal() {
 		return cur, nil
 	}

@@ -10,11 +10,13 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Env is the variable that arms a fault point. Its value is a point name,
 // optionally "name@N" to fire on the N-th time the point is reached
-// (counting from 1) in this process.
+// (counting from 1) in this process, or "name~DURATION" to pause there
+// (for tests that must act while a process stands at that point).
 const Env = "HOSTFORK_FAULT"
 
 // The fault points, in the order a launch meets them.
@@ -45,6 +47,14 @@ var (
 // Point kills the process if the armed fault names this point.
 func Point(name string) {
 	if armed == "" {
+		return
+	}
+	if i := strings.IndexByte(armed, '~'); i > 0 {
+		if armed[:i] == name {
+			if d, err := time.ParseDuration(armed[i+1:]); err == nil {
+				time.Sleep(d)
+			}
+		}
 		return
 	}
 	want, nth := armed, 1

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/testutil"
+)
+
+// A stop revokes launch gates still waiting: a command registered but not
+// yet released when its environment's stop begins is never released, its
+// launcher fails with the reason, and nothing of it runs.
+func TestStopRevokesWaitingGates(t *testing.T) {
+	testutil.RequireRoot(t)
+	parent := testutil.CgroupParent(t)
+	bin := hostforkForUser(t)
+	root := t.TempDir()
+	run := func(extraEnv []string, args ...string) *exec.Cmd {
+		c := exec.Command(bin, append([]string{"--root", root}, args...)...)
+		c.Env = append(append(os.Environ(), "HOSTFORK_CGROUP_PARENT="+parent), extraEnv...)
+		return c
+	}
+	out, err := run(nil, "create", "--ttl", "2m").CombinedOutput()
+	if err != nil {
+		t.Fatalf("create: %v: %s", err, out)
+	}
+	env := strings.TrimSpace(string(out))
+	// The exec pauses with its guardian started at the gate, not yet
+	// registered; meanwhile the environment is stopped.
+	ex := run([]string{"HOSTFORK_FAULT=guardian-started~1500ms"}, "exec", env, "--", "sleep", "300")
+	var exOut strings.Builder
+	ex.Stdout, ex.Stderr = &exOut, &exOut
+	if err := ex.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Process.Kill(); ex.Wait() })
+	time.Sleep(500 * time.Millisecond)
+	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
+		t.Fatalf("stop: %v: %s", err, out)
+	}
+	err = ex.Wait()
+	code := -1
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != 122 || !strings.Contains(exOut.String(), "launch gate is revoked") {
+		t.Fatalf("exec at a revoked gate: exit %d (%v): %s", code, err, exOut.String())
+	}
+	// Nothing of it runs: the environment's cgroups are gone or empty.
+	g := cgroup.Open(filepath.Join(parent, env))
+	if pids, _ := g.AllProcs(); len(pids) > 0 {
+		t.Fatalf("processes left in the stopped environment: %v", pids)
+	}
+	ps, err := run(nil, "ps", "--json").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(ps)) != "[]" {
+		t.Fatalf("ps after the revoked launch: %v: %s", err, ps)
+	}
+}
