@@ -1,14 +1,14 @@
 package limits
 
 import (
-	"github.com/moby/sys/mountinfo"
-
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // Resource is one budgeted resource.
