@@ -658,7 +658,7 @@ func (c *Command) refresh() {
 // Wait waits for the leader process to exit and returns the record at that
 // point. Descendants may still be running (see WaitTree).
 func (c *Command) Wait(ctx context.Context) (registry.Command, error) {
-	if c.rec == nil {
+	if c.leaderDone == nil {
 		return registry.Command{}, errors.New("hostfork: Command not started")
 	}
 	select {
@@ -671,7 +671,7 @@ func (c *Command) Wait(ctx context.Context) (registry.Command, error) {
 
 // WaitTree waits until the whole tree is gone.
 func (c *Command) WaitTree(ctx context.Context) (registry.Command, error) {
-	if c.rec == nil {
+	if c.treeDone == nil {
 		return registry.Command{}, errors.New("hostfork: Command not started")
 	}
 	select {

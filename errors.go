@@ -26,6 +26,9 @@ var (
 	ErrEnvNotActive = errors.New("environment is not active")
 	// ErrCapability: the host lacks a capability the request needs.
 	ErrCapability = errors.New("capability unavailable on this host")
+	// ErrStoreFull: the store's filesystem is full. New launches are
+	// refused before anything is released; stops and deadlines still work.
+	ErrStoreFull = registry.ErrFull
 	// ErrStopIncomplete: a stop could not verify that the tree is gone.
 	ErrStopIncomplete = errors.New("stop could not confirm the tree exited")
 )

@@ -19,6 +19,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
 
 // Stop reasons recorded on results.
@@ -173,12 +174,19 @@ func (h *Host) stopCommand(ctx context.Context, env *registry.Env, c *registry.C
 		}
 	} else if cur.Guardian != nil {
 		// Subreaper tier: the guardian owns the tree; SIGTERM asks it to
-		// stop it with its grace. The identity is re-verified first.
-		err := linux.SignalVerified(linuxIdentity(cur.Guardian), syscall.SIGTERM)
-		if err != nil && !errors.Is(err, linux.ErrNoProcess) && !errors.Is(err, linux.ErrIdentityMismatch) {
-			stopErr = err
+		// stop it with its grace. Without a cgroup to check membership,
+		// the recorded identity must also be the one the guardian wrote
+		// into its own receipt (the proof file registered at launch);
+		// then it is re-verified against the running process.
+		if err := guardianMatchesReceipt(cur); err != nil {
+			stopErr = fmt.Errorf("not signalling guardian %v: %w", cur.Guardian, err)
+		} else {
+			err := linux.SignalVerified(linuxIdentity(cur.Guardian), syscall.SIGTERM)
+			if err != nil && !errors.Is(err, linux.ErrNoProcess) && !errors.Is(err, linux.ErrIdentityMismatch) {
+				stopErr = err
+			}
+			waitGuardian(ctx, cur, grace+3*time.Second)
 		}
-		waitGuardian(ctx, cur, grace+3*time.Second)
 	}
 	final, _ := h.settleCommand(ctx, cur)
 	if final == nil {
@@ -548,4 +556,20 @@ func stopKeeper(ctx context.Context, id *registry.Identity) {
 		}
 	}
 	_ = p.Signal(syscall.SIGKILL)
+}
+
+// guardianMatchesReceipt checks the recorded guardian against the receipt
+// the guardian itself wrote through its registered proof file.
+func guardianMatchesReceipt(c *registry.Command) error {
+	if c.ProofIno == 0 {
+		return errors.New("no receipt was registered")
+	}
+	r, err := supervise.ReadReceipt(filepath.Join(c.Dir, "receipt"), c.ID, c.ProofDev, c.ProofIno)
+	if err != nil {
+		return fmt.Errorf("its receipt can't vouch for it: %w", err)
+	}
+	if r.Guardian != c.Guardian.PID || r.BootID != c.Guardian.BootID {
+		return fmt.Errorf("the record names pid %d but the guardian's receipt names pid %d", c.Guardian.PID, r.Guardian)
+	}
+	return nil
 }

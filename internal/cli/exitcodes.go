@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 
 	"github.com/habemus-papadum/hostfork"
 )
@@ -64,6 +65,8 @@ func codeFor(err error) int {
 		return ExitCannotExec
 	case errors.Is(err, hostfork.ErrInvalid), errors.Is(err, hostfork.ErrEnvNotActive):
 		return ExitUsage
+	case errors.Is(err, hostfork.ErrStoreFull), errors.Is(err, syscall.ENOSPC):
+		return ExitStore
 	case errors.Is(err, hostfork.ErrStore):
 		return ExitStore
 	case errors.Is(err, hostfork.ErrAdmissionRefused):
@@ -84,6 +87,9 @@ func report(w io.Writer, err error) int {
 		return code
 	}
 	hint := ""
+	if errors.Is(err, hostfork.ErrStoreFull) || errors.Is(err, syscall.ENOSPC) {
+		hint = " (free space on the store's filesystem, or run 'hostfork gc'; stop and deadlines keep working meanwhile)"
+	}
 	if code == ExitNoSuchID {
 		// The registry's message says what is missing; this names the fix.
 		hint = " (list ids with 'hostfork ps --all')"

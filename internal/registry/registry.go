@@ -9,9 +9,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+	"github.com/mattn/go-sqlite3" // also registers the "sqlite3" driver
 	"golang.org/x/sys/unix"
 )
 
@@ -26,12 +27,27 @@ var (
 	ErrAmbiguous = errors.New("ambiguous id prefix")
 	// ErrNewerSchema: the database was written by a newer hostfork.
 	ErrNewerSchema = errors.New("registry schema is newer than this hostfork")
+	// ErrFull: the store's filesystem is full; nothing could be recorded.
+	ErrFull = errors.New("the store's filesystem is full")
 )
+
+// classify marks a disk-full failure with ErrFull.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) && (se.Code == sqlite3.ErrFull || se.SystemErrno == syscall.ENOSPC) || errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("%w (%v)", ErrFull, err)
+	}
+	return err
+}
 
 // DB is an open registry.
 type DB struct {
 	db   *sql.DB
 	path string
+	full bool // opened read-only: the filesystem is full
 }
 
 // FileName is the registry's file name inside the store root.
@@ -56,10 +72,34 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	d := &DB{db: sdb, path: path}
 	if err := d.migrate(ctx, root); err != nil {
 		sdb.Close()
+		if errors.Is(classify(err), ErrFull) {
+			// SQLite can't even rebuild its WAL index on a full disk. Open
+			// read-only and immutable so stops can still find what to
+			// kill; every write reports ErrFull.
+			return openFull(ctx, path)
+		}
 		return nil, err
 	}
 	return d, nil
 }
+
+// openFull opens the registry for reading only, on a full filesystem.
+func openFull(ctx context.Context, path string) (*DB, error) {
+	sdb, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&immutable=1")
+	if err != nil {
+		return nil, fmt.Errorf("opening registry %s read-only: %w", path, err)
+	}
+	d := &DB{db: sdb, path: path, full: true}
+	if _, err := d.Version(ctx); err != nil {
+		sdb.Close()
+		return nil, fmt.Errorf("reading registry %s on a full filesystem: %v: %w", path, err, ErrFull)
+	}
+	return d, nil
+}
+
+// Full reports that the registry was opened read-only because its
+// filesystem is full.
+func (d *DB) Full() bool { return d.full }
 
 // Path is the database file.
 func (d *DB) Path() string { return d.path }
@@ -130,16 +170,19 @@ type Tx struct {
 // Write runs fn in a single IMMEDIATE transaction and commits it. fn must
 // not perform OS operations or block.
 func (d *DB) Write(ctx context.Context, fn func(*Tx) error) error {
+	if d.full {
+		return fmt.Errorf("registry %s: %w", d.path, ErrFull)
+	}
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("registry: %w", err)
+		return fmt.Errorf("registry: %w", classify(err))
 	}
 	if err := fn(&Tx{tx: tx, ctx: ctx}); err != nil {
 		tx.Rollback()
-		return err
+		return classify(err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("registry commit: %w", err)
+		return fmt.Errorf("registry commit: %w", classify(err))
 	}
 	return nil
 }
