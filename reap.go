@@ -149,6 +149,13 @@ func (h *Host) reapEnv(ctx context.Context, e *registry.Env, rep *ReapReport) er
 		if n != nil && n.TreeState == registry.Unverified {
 			rep.Pending = append(rep.Pending, ReapPending{Env: e.ID, What: "command " + c.ID, Reason: "its guardian's liveness and its tree's exit can't be verified; evidence and capacity are kept"})
 		}
+		// A stop of this command was decided (its reason is recorded) but
+		// not carried out: its stopper died. Finish it, unless a stop is in
+		// progress.
+		if n != nil && !n.Terminal() && n.StopReason != "" && !otherBoot && stopIdle(n.Dir) {
+			_, err := h.stopCommand(ctx, e, n, StopOptions{Reason: n.StopReason})
+			rep.Actions = append(rep.Actions, ReapAction{Env: e.ID, Command: c.ID, Action: "completed-stop", Detail: errText(err)})
+		}
 	}
 	reason := ""
 	switch {
@@ -170,6 +177,19 @@ func (h *Host) reapEnv(ctx context.Context, e *registry.Env, rep *ReapReport) er
 	_, err = h.stopEnv(ctx, e.ID, StopOptions{Reason: reason})
 	rep.Actions = append(rep.Actions, ReapAction{Env: e.ID, Action: "stopped", Detail: reason + errSuffix(err)})
 	return err
+}
+
+// stopIdle reports whether no stop of the command whose directory is dir
+// is in progress (its stop lock is free).
+func stopIdle(dir string) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // one attempt, no waiting
+	unlock, err := stopLock(ctx, dir)
+	if err != nil {
+		return false
+	}
+	unlock()
+	return true
 }
 
 // OwnerExit policies, as recorded.

@@ -142,6 +142,29 @@ func faultScenarios() []faultScenario {
 			},
 		},
 		{
+			// A stop of one command (not of its environment), interrupted.
+			name:      "stop-command",
+			points:    []string{fault.StopRecorded, fault.StopKilled},
+			survivors: true,
+			prepare: func(t *testing.T, c *hostforkCLI, dir string) []string {
+				env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m").stdout)
+				writeFile(filepath.Join(dir, "env"), env)
+				pidFile := filepath.Join(dir, "leader.pid")
+				id := strings.TrimSpace(c.mustRun("exec", "--detach", env, "--", "sh", "-c", "echo $$ > "+pidFile+"; setsid sleep 300 & sleep 300").stdout)
+				waitPID(t, pidFile)
+				return []string{"stop", id}
+			},
+			finish: func(t *testing.T, c *hostforkCLI, dir string) {
+				// The stop that was decided is carried out: nothing of the
+				// command runs on.
+				if pids := c.procs(); len(pids) > 0 {
+					t.Errorf("the command whose stop was interrupted still runs: %v", pids)
+				}
+				c.mustRun("stop", readFile(filepath.Join(dir, "env")))
+				checkRecovered(t, c, nil, nil)
+			},
+		},
+		{
 			name:   "gc",
 			points: []string{fault.GCDelete},
 			prepare: func(t *testing.T, c *hostforkCLI, dir string) []string {
