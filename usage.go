@@ -2,9 +2,13 @@ package hostfork
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -158,4 +162,62 @@ func (h *Host) Usage(ctx context.Context) (*Usage, error) {
 		u.PendingReclamation = "btrfs snapshots deleted in the last day may still be freeing space in the background (acknowledged, not measured)"
 	}
 	return u, nil
+}
+
+// BtrfsSize is an on-request measurement of one Btrfs tree's extents.
+type BtrfsSize struct {
+	Env        string    `json:"env"`
+	Tree       string    `json:"tree"`
+	Path       string    `json:"path"`
+	Total      int64     `json:"total_bytes"`
+	Exclusive  int64     `json:"exclusive_bytes"`
+	Shared     int64     `json:"shared_bytes"`
+	MeasuredAt time.Time `json:"measured_at"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// BtrfsSizes measures the exclusive and shared extents of every allocated
+// Btrfs tree with `btrfs filesystem du` (expensive: it walks the tree's
+// extents; qgroups are never enabled for it). Each figure carries the time
+// it was measured.
+func (h *Host) BtrfsSizes(ctx context.Context) ([]BtrfsSize, error) {
+	envs, err := h.reg.Envs(ctx, registry.EnvFilter{})
+	if err != nil {
+		return nil, err
+	}
+	out := []BtrfsSize{}
+	for _, e := range envs {
+		for _, t := range e.Trees {
+			if t.State != TreeAllocated || t.Kind != "btrfs" {
+				continue
+			}
+			s := BtrfsSize{Env: e.ID, Tree: t.Name, Path: t.HostPath}
+			b, err := exec.CommandContext(ctx, "btrfs", "filesystem", "du", "-s", "--raw", t.HostPath).Output()
+			s.MeasuredAt = time.Now().UTC()
+			if err != nil {
+				s.Error = "btrfs filesystem du: " + err.Error()
+			} else if s.Total, s.Exclusive, s.Shared, err = parseBtrfsDu(string(b)); err != nil {
+				s.Error = err.Error()
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// parseBtrfsDu reads the summary line of `btrfs filesystem du -s --raw`:
+// "Total Exclusive Set-shared Filename".
+func parseBtrfsDu(s string) (total, excl, shared int64, err error) {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	f := strings.Fields(lines[len(lines)-1])
+	if len(lines) < 2 || len(f) < 4 {
+		return 0, 0, 0, fmt.Errorf("unexpected 'btrfs filesystem du' output: %q", s)
+	}
+	v := make([]int64, 3)
+	for i := range v {
+		if v[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
+			return 0, 0, 0, fmt.Errorf("unexpected 'btrfs filesystem du' output: %q", s)
+		}
+	}
+	return v[0], v[1], v[2], nil
 }

@@ -194,7 +194,7 @@ commands) are reported. Borrowed baselines are never deleted.`,
 }
 
 func newUsageCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, btrfsSizes bool
 	c := &cobra.Command{
 		Use:   "usage",
 		Short: "Active and retained runs, bytes, pools, cleanup backlog, failures",
@@ -209,9 +209,27 @@ func newUsageCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var sizes []hostfork.BtrfsSize
+			if btrfsSizes {
+				if sizes, err = h.BtrfsSizes(c.Context()); err != nil {
+					return err
+				}
+			}
 			if asJSON {
+				if btrfsSizes {
+					return printJSON(g.out, map[string]any{"usage": u, "btrfs_sizes": sizes})
+				}
 				return printJSON(g.out, u)
 			}
+			defer func() {
+				for _, s := range sizes {
+					if s.Error != "" {
+						fmt.Fprintf(g.out, "btrfs %s/%s: %s\n", s.Env, s.Tree, s.Error)
+						continue
+					}
+					fmt.Fprintf(g.out, "btrfs %s/%s: %s exclusive, %s shared, %s total (measured %s)\n", s.Env, s.Tree, human(s.Exclusive), human(s.Shared), human(s.Total), s.MeasuredAt.Local().Format(time.RFC3339))
+				}
+			}()
 			fmt.Fprintf(g.out, "environments: %d active, %d retained, %d failed\n", u.ActiveEnvs, u.RetainedEnvs, u.FailedEnvs)
 			fmt.Fprintf(g.out, "commands:     %d alive, %d unverified\n", u.LiveCommands, u.UnverifiedCmds)
 			fmt.Fprintf(g.out, "logs:         %s (apparent)\nexports:      %s (apparent)\n", human(u.LogBytes), human(u.ExportBytes))
@@ -228,6 +246,7 @@ func newUsageCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().BoolVar(&btrfsSizes, "btrfs-sizes", false, "also measure each Btrfs tree's exclusive and shared bytes (slow; stamped with the time measured)")
 	return c
 }
 
