@@ -236,7 +236,7 @@ func (h *Host) abandonInterrupted(ctx context.Context, e *registry.Env, rep *Rea
 		}
 	}
 	// A tree whose preparation was interrupted before its identity was
-	// recorded stays on the ledger; reapIntents reports it on every pass.
+	// recorded is removed by reapIntents (its intent names it exactly).
 	h.abandonEnv(e, errors.New("creation interrupted: its creator exited before the environment was active"))
 	rep.Actions = append(rep.Actions, ReapAction{Env: e.ID, Action: "abandoned-creation"})
 }
@@ -371,7 +371,19 @@ func (h *Host) reapIntent(ctx context.Context, in registry.Intent, rep *ReapRepo
 		h.settleIntentIdentity(ctx, in.ID, identityJSON(in.Target))
 		rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Command: in.CommandID, Action: "intent-recorded", Detail: in.Target})
 	case in.State == registry.IntentPending && in.Kind == "tree":
-		rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "tree " + in.Target, Reason: "preparation was interrupted before its identity was recorded; remove the directory by hand after checking it (hostfork never deletes what it can't identify)"})
+		// Its identity was never recorded, but the intent names the exact
+		// destination, which allocation creates exclusively and uniquely
+		// (<env>-<tree> in an allocation area): that is identity enough.
+		if !h.isAllocationDest(in.EnvID, in.Target) {
+			rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "tree " + in.Target, Reason: "preparation was interrupted before its identity was recorded, and the path is not one hostfork allocates; check it and remove it by hand"})
+			return
+		}
+		if err := storage.RemoveUnrecorded(ctx, in.Target); err != nil {
+			rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: "tree " + in.Target, Reason: "preparation was interrupted before its identity was recorded; removing it: " + err.Error()})
+			return
+		}
+		h.settleIntent(ctx, in.ID, registry.IntentAbandoned)
+		rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Action: "unrecorded-tree-removed", Detail: in.Target})
 	case in.State == registry.IntentPending:
 		rep.Pending = append(rep.Pending, ReapPending{Env: in.EnvID, What: in.Kind + " " + in.Target, Reason: "it exists, but its identity was never recorded; check it and remove it by hand (hostfork never deletes what it can't identify)"})
 	}
@@ -420,4 +432,15 @@ func (h *Host) reapScopeIntent(ctx context.Context, in registry.Intent, rep *Rea
 	}
 	h.settleIntent(ctx, in.ID, state)
 	rep.Actions = append(rep.Actions, ReapAction{Env: in.EnvID, Action: "intent-" + state, Detail: "scope " + unit})
+}
+
+// isAllocationDest reports whether p is a tree destination hostfork
+// allocates for envID: <root>/trees/<env>-<tree> or
+// <dir>/.hostfork-trees/<env>-<tree> (see treeDest).
+func (h *Host) isAllocationDest(envID, p string) bool {
+	if filepath.Clean(p) != p || !strings.HasPrefix(filepath.Base(p), envID+"-") {
+		return false
+	}
+	dir := filepath.Dir(p)
+	return dir == filepath.Join(h.root, "trees") || filepath.Base(dir) == ".hostfork-trees"
 }
