@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/admit"
 	"github.com/habemus-papadum/hostfork/internal/registry"
@@ -121,26 +118,7 @@ func (h *Host) Capacity(ctx context.Context) (*CapacityReport, error) {
 // admission serializes admission decisions across processes until the
 // admitted command is registered (and so counted as live).
 func (h *Host) admissionLock(ctx context.Context) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(h.root, "admission.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if err != unix.EWOULDBLOCK && err != unix.EINTR {
-			f.Close()
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
+	return lockFile(ctx, filepath.Join(h.root, "admission.lock"), 2*time.Millisecond)
 }
 
 // admitCommand blocks (mode wait), refuses (fail) or passes (skip) a new

@@ -1,6 +1,8 @@
 package hostfork
 
 import (
+	"github.com/habemus-papadum/hostfork/internal/storage"
+
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +17,6 @@ import (
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
-const btrfsMagic = 0x9123683E
 
 // Baseline kinds.
 const (
@@ -29,22 +30,6 @@ type baselineInfo struct {
 	fstype string
 	dev    uint64
 	ino    uint64
-}
-
-func fsTypeName(magic int64) string {
-	switch magic {
-	case btrfsMagic:
-		return "btrfs"
-	case 0xEF53:
-		return "ext4"
-	case 0x58465342:
-		return "xfs"
-	case 0x01021994:
-		return "tmpfs"
-	case 0x794c7630:
-		return "overlay"
-	}
-	return fmt.Sprintf("0x%x", magic)
 }
 
 // inspectSource looks at a directory without changing it.
@@ -63,9 +48,9 @@ func inspectSource(path string) (*baselineInfo, error) {
 	if err := unix.Statfs(path, &fs); err != nil {
 		return nil, &os.PathError{Op: "statfs", Path: path, Err: err}
 	}
-	b := &baselineInfo{path: path, kind: BaselineDirectory, fstype: fsTypeName(int64(fs.Type)), dev: st.Dev, ino: st.Ino}
+	b := &baselineInfo{path: path, kind: BaselineDirectory, fstype: storage.FSName(int64(fs.Type)), dev: st.Dev, ino: st.Ino}
 	// A btrfs subvolume's root directory always has inode 256.
-	if int64(fs.Type) == btrfsMagic && st.Ino == 256 {
+	if int64(fs.Type) == unix.BTRFS_SUPER_MAGIC && st.Ino == 256 {
 		b.kind = BaselineSubvolume
 	}
 	return b, nil

@@ -43,7 +43,13 @@ type StopOptions struct {
 
 // stopLock serializes overlapping stops of one tree across processes.
 func stopLock(ctx context.Context, dir string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(dir, "stop.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	return lockFile(ctx, filepath.Join(dir, "stop.lock"), 5*time.Millisecond)
+}
+
+// lockFile takes an exclusive flock on path (created if missing), polling
+// every step until it is free or ctx ends. The returned func releases it.
+func lockFile(ctx context.Context, path string, step time.Duration) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +66,7 @@ func stopLock(ctx context.Context, dir string) (func(), error) {
 		case <-ctx.Done():
 			f.Close()
 			return nil, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		case <-time.After(step):
 		}
 	}
 }

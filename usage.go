@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/storage"
 )
 
 // PoolUsage is the capacity of one storage root (a filesystem holding
@@ -77,7 +78,7 @@ func (h *Host) Usage(ctx context.Context) (*Usage, error) {
 		if pu, ok := pools[key]; ok {
 			return pu
 		}
-		pu := &PoolUsage{Path: p, FSType: fsTypeName(int64(fs.Type)), TotalBytes: fs.Blocks * uint64(fs.Bsize), FreeBytes: fs.Bavail * uint64(fs.Bsize)}
+		pu := &PoolUsage{Path: p, FSType: storage.FSName(int64(fs.Type)), TotalBytes: fs.Blocks * uint64(fs.Bsize), FreeBytes: fs.Bavail * uint64(fs.Bsize)}
 		pools[key] = pu
 		return pu
 	}

@@ -323,7 +323,7 @@ func (p *prober) fsOf(path string) string {
 	if unix.Statfs(path, &sf) != nil {
 		return "?"
 	}
-	return fsTypeName(int64(sf.Type))
+	return storage.FSName(int64(sf.Type))
 }
 
 func mountedAt(path string) bool {

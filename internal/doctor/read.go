@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"github.com/habemus-papadum/hostfork/internal/storage"
+
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 
 	"bufio"
@@ -285,7 +287,7 @@ func readStore(ctx context.Context, root, source string) StoreFacts {
 	s.Writable = unix.Access(dir, unix.W_OK|unix.X_OK) == nil
 	var sf unix.Statfs_t
 	if err := unix.Statfs(dir, &sf); err == nil {
-		s.FSType = fsTypeName(int64(sf.Type))
+		s.FSType = storage.FSName(int64(sf.Type))
 		s.FreeBytes = sf.Bavail * uint64(sf.Bsize)
 		s.TotalBytes = sf.Blocks * uint64(sf.Bsize)
 	}
@@ -331,27 +333,6 @@ func readStore(ctx context.Context, root, source string) StoreFacts {
 	return s
 }
 
-const btrfsMagic = 0x9123683E
-
-func fsTypeName(magic int64) string {
-	switch magic {
-	case btrfsMagic:
-		return "btrfs"
-	case 0xEF53:
-		return "ext4"
-	case 0x58465342:
-		return "xfs"
-	case 0x01021994:
-		return "tmpfs"
-	case 0x794c7630:
-		return "overlay"
-	case 0x65735546:
-		return "fuse"
-	case 0x2fc12fc1:
-		return "zfs"
-	}
-	return fmt.Sprintf("0x%x", magic)
-}
 
 // readStorageRoots describes the store root (overlay upper/work and copies
 // go under it) and, per registered baseline, the baseline and — for a btrfs
@@ -385,7 +366,7 @@ func inspectRoot(mounts []Mount, path, role, forName string) StorageRoot {
 	r.Readable = unix.Access(path, unix.R_OK|unix.X_OK) == nil
 	var sf unix.Statfs_t
 	if err := unix.Statfs(path, &sf); err == nil {
-		r.FSType = fsTypeName(int64(sf.Type))
+		r.FSType = storage.FSName(int64(sf.Type))
 		r.FreeBytes = sf.Bavail * uint64(sf.Bsize)
 	}
 	resolved := path
