@@ -17,7 +17,6 @@ import (
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
-
 // Baseline kinds.
 const (
 	BaselineSubvolume = "btrfs-subvolume"

@@ -333,7 +333,6 @@ func readStore(ctx context.Context, root, source string) StoreFacts {
 	return s
 }
 
-
 // readStorageRoots describes the store root (overlay upper/work and copies
 // go under it) and, per registered baseline, the baseline and — for a btrfs
 // subvolume — the directory its snapshots go in (the baseline's parent;
