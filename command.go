@@ -575,7 +575,6 @@ func (c *Command) forward(r *os.File, w io.Writer, st *StreamCapture) {
 // come from the verified receipt, so live events and later settlement use
 // one merge.
 func (c *Command) watch() {
-	h := c.env.h
 	evs := c.g.Events()
 	leaderClosed := false
 	for ev := range evs {
@@ -609,7 +608,9 @@ func (c *Command) watch() {
 		close(c.leaderDone)
 	}
 	close(c.treeDone)
-	h.writeManifest(context.Background(), c.rec.EnvID)
+	c.mu.Lock()
+	writeCommandRecord(c.rec)
+	c.mu.Unlock()
 }
 
 // endForwarding gives forwarded output the fixed final drain, then stops.
@@ -764,5 +765,7 @@ func (h *Host) abortCommand(rec *registry.Command, cause error) {
 		}
 		return nil
 	})
-	h.writeManifest(ctx, rec.EnvID)
+	if cur, err := h.reg.Command(ctx, rec.ID); err == nil {
+		writeCommandRecord(cur)
+	}
 }

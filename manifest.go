@@ -10,7 +10,11 @@ import (
 )
 
 // Manifest is the readable snapshot of one environment's registry state,
-// written to runs/<id>/manifest.json. The registry stays the authority.
+// written to runs/<id>/manifest.json when the environment itself changes
+// (created, stopped, failed). Each command's own snapshot is
+// runs/<id>/commands/<cid>/record.json, written when that command changes,
+// so a busy environment doesn't rewrite every record per command. The
+// registry stays the authority.
 type Manifest struct {
 	Env      *registry.Env       `json:"env"`
 	Commands []*registry.Command `json:"commands"`
@@ -28,12 +32,25 @@ func (h *Host) writeManifest(ctx context.Context, envID string) {
 	if err != nil {
 		return
 	}
-	b, err := json.MarshalIndent(Manifest{Env: env, Commands: cmds}, "", "  ")
+	writeJSONAtomic(filepath.Join(env.RunDir, "manifest.json"), Manifest{Env: env, Commands: cmds})
+}
+
+// writeCommandRecord rewrites runs/<env>/commands/<cid>/record.json.
+func writeCommandRecord(c *registry.Command) {
+	if c == nil || c.Dir == "" {
+		return
+	}
+	writeJSONAtomic(filepath.Join(c.Dir, "record.json"), c)
+}
+
+// writeJSONAtomic writes v as indented JSON through a temporary file and a
+// rename; failures are ignored (these are convenience copies).
+func writeJSONAtomic(dst string, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return
 	}
-	dst := filepath.Join(env.RunDir, "manifest.json")
-	tmp, err := os.CreateTemp(env.RunDir, ".manifest-*")
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".record-*")
 	if err != nil {
 		return
 	}

@@ -154,6 +154,15 @@ func (h *Host) planView(ctx context.Context, p *Plan) error {
 	if err != nil {
 		return err
 	}
+	// replace and scratch mount a directory: refuse a file target now,
+	// before anything is allocated.
+	for _, r := range res.Rules {
+		if (r.Kind == plan.Replace || r.Kind == plan.Scratch) && !r.Mkdir {
+			if st, err := os.Stat(r.Target); err == nil && !st.IsDir() {
+				return fmt.Errorf("view %s: %s is a file; %s takes a directory: %w", r.Kind, r.Target, r.Kind, ErrInvalid)
+			}
+		}
+	}
 	p.View = res
 	names := make([]string, 0, len(s.Trees))
 	for n := range s.Trees {
