@@ -260,7 +260,9 @@ func (h *Host) reapIntents(ctx context.Context, rep *ReapReport) error {
 	envState := map[string]string{}
 	var todo []string
 	for _, in := range ins {
-		if slices.Contains(todo, in.EnvID) {
+		// Most entries of a store with many retained runs are evidence
+		// that exists: settled without reading the environment's record.
+		if slices.Contains(todo, in.EnvID) || retained(in) {
 			continue
 		}
 		st, ok := envState[in.EnvID]
@@ -305,10 +307,8 @@ func (h *Host) reapIntents(ctx context.Context, rep *ReapReport) error {
 // owner (the command, else the environment, in state envState) is finished,
 // and the intent is pending, names a cgroup, or names a target that is gone.
 func (h *Host) intentDue(ctx context.Context, in registry.Intent, envState string) bool {
-	if in.State == registry.IntentCreated && in.Kind != "cgroup" && in.Kind != "cgroup-v1" && in.Kind != "scope" {
-		if _, err := os.Stat(in.Target); err == nil {
-			return false // retained evidence or tree: nothing to settle
-		}
+	if retained(in) {
+		return false
 	}
 	envDone := envState == registry.EnvStopped || envState == registry.EnvFailed
 	if in.CommandID != "" {
@@ -322,6 +322,16 @@ func (h *Host) intentDue(ctx context.Context, in registry.Intent, envState strin
 		return c.Terminal()
 	}
 	return envDone
+}
+
+// retained reports a created resource that still exists and that no
+// environment state settles (retained evidence or a tree): nothing to do.
+func retained(in registry.Intent) bool {
+	if in.State != registry.IntentCreated || in.Kind == "cgroup" || in.Kind == "cgroup-v1" || in.Kind == "scope" {
+		return false
+	}
+	_, err := os.Stat(in.Target)
+	return err == nil
 }
 
 // reapIntent settles one due intent, or reports why it can't.

@@ -48,6 +48,9 @@ type DB struct {
 	db   *sql.DB
 	path string
 	full bool // opened read-only: the filesystem is full
+	// writing admits one write transaction of this process at a time
+	// (see Write).
+	writing chan struct{}
 }
 
 // FileName is the registry's file name inside the store root.
@@ -69,7 +72,7 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	sdb.SetMaxOpenConns(4)
 	sdb.SetMaxIdleConns(4)
 	sdb.SetConnMaxIdleTime(0)
-	d := &DB{db: sdb, path: path}
+	d := &DB{db: sdb, path: path, writing: make(chan struct{}, 1)}
 	if err := d.migrate(ctx, root); err != nil {
 		sdb.Close()
 		if errors.Is(classify(err), ErrFull) {
@@ -89,7 +92,7 @@ func openFull(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening registry %s read-only: %w", path, err)
 	}
-	d := &DB{db: sdb, path: path, full: true}
+	d := &DB{db: sdb, path: path, full: true, writing: make(chan struct{}, 1)}
 	if _, err := d.Version(ctx); err != nil {
 		sdb.Close()
 		return nil, fmt.Errorf("reading registry %s on a full filesystem: %v: %w", path, err, ErrFull)
@@ -173,6 +176,20 @@ func (d *DB) Write(ctx context.Context, fn func(*Tx) error) error {
 	if d.full {
 		return fmt.Errorf("registry %s: %w", d.path, ErrFull)
 	}
+	// SQLite admits one writer at a time anyway. Writers of this process
+	// queue here instead of inside BEGIN IMMEDIATE, where each would hold
+	// one of the pool's connections and sleep in SQLite's busy-handler
+	// backoff (up to 100 ms a try) while the lock sits free; and with the
+	// pool's connections all held by waiting writers, a transaction that
+	// reads through the pool (DB.Intents inside Write) could not get one
+	// and stalled until the busy timeout. Other processes still wait in
+	// SQLite's busy handler.
+	select {
+	case d.writing <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("registry: %w", ctx.Err())
+	}
+	defer func() { <-d.writing }()
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("registry: %w", classify(err))
