@@ -607,10 +607,12 @@ func (c *Command) watch() {
 		c.endForwarding()
 		close(c.leaderDone)
 	}
-	close(c.treeDone)
+	// The snapshot is written before WaitTree returns, so nothing of
+	// this command is still writing in the store afterwards.
 	c.mu.Lock()
 	writeCommandRecord(c.rec)
 	c.mu.Unlock()
+	close(c.treeDone)
 }
 
 // endForwarding gives forwarded output the fixed final drain, then stops.
