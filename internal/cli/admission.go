@@ -48,12 +48,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 		Use:   "capacity",
 		Short: "Logical cores, available memory, the admission share, live agent workloads and free slots",
 		Args:  exactArgs(0, "no arguments"),
-		RunE: func(c *cobra.Command, args []string) error {
-			h, err := g.open(c.Context())
-			if err != nil {
-				return err
-			}
-			defer h.Close()
+		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
 			r, err := h.Capacity(c.Context())
 			if err != nil {
 				return err
@@ -88,7 +83,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 				return tw.Flush()
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
@@ -103,12 +98,7 @@ func newPauseCmd(g *globals, pause bool) *cobra.Command {
 		Use:   use,
 		Short: short,
 		Args:  exactArgs(0, "no arguments"),
-		RunE: func(c *cobra.Command, args []string) error {
-			h, err := g.open(c.Context())
-			if err != nil {
-				return err
-			}
-			defer h.Close()
+		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
 			if err := h.SetPaused(c.Context(), pause); err != nil {
 				return err
 			}
@@ -118,6 +108,6 @@ func newPauseCmd(g *globals, pause bool) *cobra.Command {
 			}
 			fmt.Fprintln(g.out, "admission "+state)
 			return nil
-		},
+		}),
 	}
 }

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/habemus-papadum/hostfork"
+
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -21,12 +23,7 @@ or deletes a baseline.`,
 		Use:   "add NAME PATH",
 		Short: "Register PATH as baseline NAME and say which tree kinds it offers",
 		Args:  exactArgs(2, "a name and a path"),
-		RunE: func(c *cobra.Command, args []string) error {
-			h, err := g.open(c.Context())
-			if err != nil {
-				return err
-			}
-			defer h.Close()
+		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
 			b, err := h.AddBaseline(c.Context(), args[0], args[1])
 			if err != nil {
 				return err
@@ -39,7 +36,7 @@ or deletes a baseline.`,
 				fmt.Fprintf(g.out, "  %s\n", n)
 			}
 			return nil
-		},
+		}),
 	}
 	add.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	var lsJSON bool
@@ -48,12 +45,7 @@ or deletes a baseline.`,
 		Aliases: []string{"list"},
 		Short:   "List registered baselines",
 		Args:    exactArgs(0, "no arguments"),
-		RunE: func(c *cobra.Command, args []string) error {
-			h, err := g.open(c.Context())
-			if err != nil {
-				return err
-			}
-			defer h.Close()
+		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
 			bs, err := h.Baselines(c.Context())
 			if err != nil {
 				return err
@@ -70,25 +62,20 @@ or deletes a baseline.`,
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, b.Kind, b.FSType, strings.Join(b.Offers, ","), b.Path)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
 	rm := &cobra.Command{
 		Use:   "rm NAME",
 		Short: "Unregister a baseline (its files are not touched)",
 		Args:  exactArgs(1, "a baseline name"),
-		RunE: func(c *cobra.Command, args []string) error {
-			h, err := g.open(c.Context())
-			if err != nil {
-				return err
-			}
-			defer h.Close()
+		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
 			if err := h.RemoveBaseline(c.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.out, "unregistered baseline %s (files untouched)\n", args[0])
 			return nil
-		},
+		}),
 	}
 	c.AddCommand(add, ls, rm)
 	return c

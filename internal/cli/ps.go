@@ -18,12 +18,7 @@ func newPsCmd(g *globals) *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "What is running on this node, why, where its output is, whether it is alive and stoppable",
 		Args:    exactArgs(0, "no arguments"),
-		RunE: func(c *cobra.Command, args []string) error {
-			h, err := g.open(c.Context())
-			if err != nil {
-				return err
-			}
-			defer h.Close()
+		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
 			rows, err := h.List(c.Context(), hostfork.ListOptions{All: all})
 			if err != nil {
 				return err
@@ -65,7 +60,7 @@ func newPsCmd(g *globals) *cobra.Command {
 					age(r.CreatedAt), stop, why, shortArgv(r.Argv), out)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	c.Flags().BoolVar(&all, "all", false, "include exited commands")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -199,12 +199,7 @@ func newUsageCmd(g *globals) *cobra.Command {
 		Use:   "usage",
 		Short: "Active and retained runs, bytes, pools, cleanup backlog, failures",
 		Args:  exactArgs(0, "no arguments"),
-		RunE: func(c *cobra.Command, args []string) error {
-			h, err := g.open(c.Context())
-			if err != nil {
-				return err
-			}
-			defer h.Close()
+		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
 			u, err := h.Usage(c.Context())
 			if err != nil {
 				return err
@@ -243,7 +238,7 @@ func newUsageCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(g.out, "\nfailed operations: %d; pending intents: %d\npending reclamation: %s\n", u.FailedOperations, u.PendingIntents, u.PendingReclamation)
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.Flags().BoolVar(&btrfsSizes, "btrfs-sizes", false, "also measure each Btrfs tree's exclusive and shared bytes (slow; stamped with the time measured)")

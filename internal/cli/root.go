@@ -24,6 +24,19 @@ func (g *globals) open(ctx context.Context) (*hostfork.Host, error) {
 	return hostfork.Open(ctx, hostfork.Options{Root: g.root})
 }
 
+// withHost wraps a verb that needs the store: it opens it, runs fn, and
+// closes it.
+func (g *globals) withHost(fn func(c *cobra.Command, args []string, h *hostfork.Host) error) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, args []string) error {
+		h, err := g.open(c.Context())
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		return fn(c, args, h)
+	}
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

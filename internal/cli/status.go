@@ -18,12 +18,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Use:   "status ID",
 		Short: "Everything recorded about an environment or a command",
 		Args:  exactArgs(1, "one environment or command id (a unique prefix is enough)"),
-		RunE: func(c *cobra.Command, args []string) error {
-			h, err := g.open(c.Context())
-			if err != nil {
-				return err
-			}
-			defer h.Close()
+		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
 			env, cmd, err := h.Status(c.Context(), args[0])
 			if err != nil {
 				return err
@@ -40,7 +35,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			}
 			printCommand(g.out, cmd, "")
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
