@@ -3,11 +3,8 @@ package hostfork_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,46 +15,6 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 	"github.com/habemus-papadum/hostfork/spec"
 )
-
-// envBenchSizes are the tree sizes (files) to measure: 2000 and 20000
-// unless HOSTFORK_BENCH_FILES lists others (e.g. 2000,20000,200000).
-func envBenchSizes(b *testing.B) []int {
-	s := os.Getenv("HOSTFORK_BENCH_FILES")
-	if s == "" {
-		return []int{2000, 20000}
-	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			b.Fatalf("HOSTFORK_BENCH_FILES: %q", s)
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
-// benchTree writes n files of 10 KiB, 100 per directory (about 200 MB for
-// 20,000 files, as in issue 3's reference figures).
-func benchTree(b *testing.B, dir string, n int) {
-	b.Helper()
-	data := make([]byte, 10<<10)
-	for i := range data {
-		data[i] = byte(i * 7)
-	}
-	for i := 0; i < n; i++ {
-		d := filepath.Join(dir, fmt.Sprintf("d%04d", i/100))
-		if i%100 == 0 {
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				b.Fatal(err)
-			}
-		}
-		data[0] = byte(i)
-		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d", i%100)), data, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
 
 // benchHost opens a store on tmpfs (so that overlay uppers and plain
 // copies are not measured against the slow ext4 root) with its own cgroup
@@ -113,14 +70,14 @@ func BenchmarkEnvCreateToFirstExit(b *testing.B) {
 	testutil.RequireRoot(b)
 	mnt := testutil.LoopBtrfs(b, "")
 	shm := tmpfsDir(b)
-	for _, n := range envBenchSizes(b) {
+	for _, n := range testutil.BenchFiles(b, 2000, 20000) {
 		lower := filepath.Join(shm, fmt.Sprintf("tree-%d", n))
-		benchTree(b, lower, n)
+		testutil.BuildTree(b, lower, n)
 		subvol := filepath.Join(mnt, fmt.Sprintf("base-%d", n))
 		if err := storage.CreateSubvolume(subvol); err != nil {
 			b.Fatal(err)
 		}
-		benchTree(b, subvol, n)
+		testutil.BuildTree(b, subvol, n)
 		unix.Sync()
 		for _, m := range []struct{ name, kind, source string }{
 			{"btrfs", spec.KindBtrfs, subvol},
@@ -218,7 +175,7 @@ func BenchmarkExecVsRun(b *testing.B) {
 	b.Run("exec-overlay-view", func(b *testing.B) {
 		h := benchHost(b)
 		lower := filepath.Join(tmpfsDir(b), "lower")
-		benchTree(b, lower, 2000)
+		testutil.BuildTree(b, lower, 2000)
 		env := benchEnv(b, h, spec.Environment{
 			Trees: map[string]spec.Tree{"proj": {Kind: spec.KindOverlay, Source: lower}},
 			View:  spec.View{Replace: map[string]string{b.TempDir(): "proj"}, Scratch: []string{b.TempDir()}},

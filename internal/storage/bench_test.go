@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,46 +14,6 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 	"golang.org/x/sys/unix"
 )
-
-// benchSizes are the tree sizes (files) to measure: 20000 unless
-// HOSTFORK_BENCH_FILES lists others (e.g. 2000,20000,200000).
-func benchSizes(b *testing.B) []int {
-	s := os.Getenv("HOSTFORK_BENCH_FILES")
-	if s == "" {
-		return []int{20000}
-	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			b.Fatalf("HOSTFORK_BENCH_FILES: %q", s)
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
-// buildTree writes n files of 10 KiB, 100 per directory (about 200 MB for
-// 20,000 files, like the figures in issue 3).
-func buildTree(b *testing.B, dir string, n int) {
-	b.Helper()
-	data := make([]byte, 10<<10)
-	for i := range data {
-		data[i] = byte(i * 7)
-	}
-	for i := 0; i < n; i++ {
-		d := filepath.Join(dir, fmt.Sprintf("d%04d", i/100))
-		if i%100 == 0 {
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				b.Fatal(err)
-			}
-		}
-		data[0] = byte(i)
-		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d", i%100)), data, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
 
 // benchPrepareRemove measures Prepare + Remove of one tree per iteration
 // and reports the two halves separately.
@@ -82,14 +41,14 @@ func benchPrepareRemove(b *testing.B, be storage.Backend, src, pool string, mode
 
 func BenchmarkPrepareRemove(b *testing.B) {
 	testutil.RequireRoot(b)
-	for _, n := range benchSizes(b) {
+	for _, n := range testutil.BenchFiles(b, 20000) {
 		b.Run(fmt.Sprintf("btrfs/files=%d", n), func(b *testing.B) {
 			mnt := testutil.LoopBtrfs(b, "")
 			src := filepath.Join(mnt, "baseline")
 			if err := storage.CreateSubvolume(src); err != nil {
 				b.Fatal(err)
 			}
-			buildTree(b, src, n)
+			testutil.BuildTree(b, src, n)
 			pool := filepath.Join(mnt, "pool")
 			if err := os.Mkdir(pool, 0o755); err != nil {
 				b.Fatal(err)
@@ -101,19 +60,19 @@ func BenchmarkPrepareRemove(b *testing.B) {
 		b.Run(fmt.Sprintf("overlay-tmpfs/files=%d", n), func(b *testing.B) {
 			dir := tmpfsDir(b)
 			src := filepath.Join(dir, "lower")
-			buildTree(b, src, n)
+			testutil.BuildTree(b, src, n)
 			benchPrepareRemove(b, storage.Overlay{}, src, dir, "")
 		})
 		b.Run(fmt.Sprintf("copy-tmpfs/files=%d", n), func(b *testing.B) {
 			dir := tmpfsDir(b)
 			src := filepath.Join(dir, "src")
-			buildTree(b, src, n)
+			testutil.BuildTree(b, src, n)
 			benchPrepareRemove(b, storage.Copy{}, src, dir, storage.ReflinkAuto)
 		})
 		b.Run(fmt.Sprintf("copy-btrfs-reflink/files=%d", n), func(b *testing.B) {
 			mnt := testutil.LoopBtrfs(b, "")
 			src := filepath.Join(mnt, "src")
-			buildTree(b, src, n)
+			testutil.BuildTree(b, src, n)
 			unix.Sync()
 			benchPrepareRemove(b, storage.Copy{}, src, mnt, storage.ReflinkAlways)
 		})
@@ -125,10 +84,10 @@ func BenchmarkPrepareRemove(b *testing.B) {
 // and is discarded afterwards), as the keeper will.
 func BenchmarkViewMount(b *testing.B) {
 	testutil.RequireRoot(b)
-	for _, n := range benchSizes(b) {
+	for _, n := range testutil.BenchFiles(b, 20000) {
 		dir := tmpfsDir(b)
 		src := filepath.Join(dir, "lower")
-		buildTree(b, src, n)
+		testutil.BuildTree(b, src, n)
 		for _, be := range []storage.Backend{storage.Overlay{}, storage.Copy{}} {
 			tree, err := be.Prepare(context.Background(), storage.Request{Dest: filepath.Join(dir, string(be.Kind())), Source: src})
 			if err != nil {
