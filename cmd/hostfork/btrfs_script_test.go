@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,20 +33,9 @@ func TestBtrfsScripts(t *testing.T) {
 		Dir:                 filepath.Join("testdata", "btrfs"),
 		RequireExplicitExec: true,
 		Setup: func(env *testscript.Env) error {
-			parent := filepath.Join(m.Path, testutil.UniqueName("hostfork-script"))
-			if _, err := cgroup.Create(parent); err != nil {
-				return fmt.Errorf("creating the script's cgroup parent: %w", err)
+			if err := scriptEnv(env, m); err != nil {
+				return err
 			}
-			mark := testutil.UniqueName("hostfork-script")
-			env.Defer(func() {
-				killMarked(mark)
-				if err := removeCgroupTree(parent); err != nil {
-					env.T().Fatal(err)
-				}
-			})
-			env.Setenv("HOSTFORK_ROOT", filepath.Join(env.WorkDir, "store"))
-			env.Setenv("HOSTFORK_CGROUP_PARENT", parent)
-			env.Setenv(markVar, mark)
 			// Trees of a btrfs baseline are made next to it, in this
 			// script's own directory; they go with the loop filesystem.
 			dir := filepath.Join(mnt, testutil.UniqueName("script"))
@@ -62,15 +50,6 @@ func TestBtrfsScripts(t *testing.T) {
 			env.Setenv("BASE", base)
 			return nil
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exitcode":    cmdExitcode,
-			"json":        cmdJSON,
-			"capture":     cmdCapture,
-			"sql":         cmdSQL,
-			"waitfile":    cmdWaitfile,
-			"cgroups":     cmdCgroups,
-			"alive":       cmdAlive,
-			"nothingmade": cmdNothingMade,
-		},
+		Cmds: scriptCmds,
 	})
 }

@@ -50,36 +50,46 @@ func TestScripts(t *testing.T) {
 		Dir:                 filepath.Join("testdata", "script"),
 		RequireExplicitExec: true,
 		Setup: func(env *testscript.Env) error {
-			parent := filepath.Join(m.Path, testutil.UniqueName("hostfork-script"))
-			if _, err := cgroup.Create(parent); err != nil {
-				return fmt.Errorf("creating the script's cgroup parent: %w", err)
-			}
-			mark := testutil.UniqueName("hostfork-script")
-			env.Defer(func() {
-				// Processes outside the cgroup parent (the subreaper tier,
-				// or a tree that escaped) carry the script's mark.
-				killMarked(mark)
-				if err := removeCgroupTree(parent); err != nil {
-					env.T().Fatal(err)
-				}
-			})
-			env.Setenv("HOSTFORK_ROOT", filepath.Join(env.WorkDir, "store"))
-			env.Setenv("HOSTFORK_CGROUP_PARENT", parent)
-			env.Setenv(markVar, mark)
-			return nil
+			return scriptEnv(env, m)
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exitcode":    cmdExitcode,
-			"json":        cmdJSON,
-			"capture":     cmdCapture,
-			"sql":         cmdSQL,
-			"waitfile":    cmdWaitfile,
-			"cgroups":     cmdCgroups,
-			"alive":       cmdAlive,
-			"nothingmade": cmdNothingMade,
-			"waitjson":    cmdWaitJSON,
-		},
+		Cmds: scriptCmds,
 	})
+}
+
+// scriptEnv gives one script its own store and cgroup parent, killed and
+// removed when the script ends (also when it fails), and the mark that
+// escaped processes carry.
+func scriptEnv(env *testscript.Env, m cgroup.Mount) error {
+	parent := filepath.Join(m.Path, testutil.UniqueName("hostfork-script"))
+	if _, err := cgroup.Create(parent); err != nil {
+		return fmt.Errorf("creating the script's cgroup parent: %w", err)
+	}
+	mark := testutil.UniqueName("hostfork-script")
+	env.Defer(func() {
+		// Processes outside the cgroup parent (the subreaper tier, or a
+		// tree that escaped) carry the script's mark.
+		killMarked(mark)
+		if err := removeCgroupTree(parent); err != nil {
+			env.T().Fatal(err)
+		}
+	})
+	env.Setenv("HOSTFORK_ROOT", filepath.Join(env.WorkDir, "store"))
+	env.Setenv("HOSTFORK_CGROUP_PARENT", parent)
+	env.Setenv(markVar, mark)
+	return nil
+}
+
+// scriptCmds are the script commands every script set may use.
+var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []string){
+	"exitcode":    cmdExitcode,
+	"json":        cmdJSON,
+	"capture":     cmdCapture,
+	"sql":         cmdSQL,
+	"waitfile":    cmdWaitfile,
+	"cgroups":     cmdCgroups,
+	"alive":       cmdAlive,
+	"nothingmade": cmdNothingMade,
+	"waitjson":    cmdWaitJSON,
 }
 
 // removeCgroupTree kills everything left under p (only processes this test
