@@ -136,28 +136,12 @@ func (t *Tx) DeleteBaseline(name string) error {
 
 // Baseline reads one baseline.
 func (d *DB) Baseline(ctx context.Context, name string) (*Baseline, error) {
-	var b Baseline
-	rev, err := getRow(ctx, d.db, "baselines", name, &b)
-	if err != nil {
-		return nil, err
-	}
-	b.Rev = rev
-	return &b, nil
+	return readRow[Baseline](ctx, d.db, "baselines", name)
 }
 
 // Baselines lists registered baselines by name.
 func (d *DB) Baselines(ctx context.Context) ([]*Baseline, error) {
-	var out []*Baseline
-	err := scanRows(ctx, d.db, "SELECT rev, data FROM baselines ORDER BY name", nil, func(rev int64, data []byte) error {
-		var b Baseline
-		if err := json.Unmarshal(data, &b); err != nil {
-			return err
-		}
-		b.Rev = rev
-		out = append(out, &b)
-		return nil
-	})
-	return out, err
+	return readRows[Baseline](ctx, d.db, "SELECT rev, data FROM baselines ORDER BY name", nil)
 }
 
 // Command record states.
@@ -279,51 +263,63 @@ func (t *Tx) UpdateCommand(c *Command) error {
 
 // Env reads one environment.
 func (d *DB) Env(ctx context.Context, id string) (*Env, error) {
-	var e Env
-	rev, err := getRow(ctx, d.db, envsTable, id, &e)
-	if err != nil {
-		return nil, err
-	}
-	e.Rev = rev
-	return &e, nil
+	return readRow[Env](ctx, d.db, envsTable, id)
 }
 
 // Env reads one environment inside the transaction.
 func (t *Tx) Env(id string) (*Env, error) {
-	var e Env
-	rev, err := getRow(t.ctx, t.tx, envsTable, id, &e)
-	if err != nil {
-		return nil, err
-	}
-	e.Rev = rev
-	return &e, nil
+	return readRow[Env](t.ctx, t.tx, envsTable, id)
 }
 
 // Command reads one command.
 func (d *DB) Command(ctx context.Context, id string) (*Command, error) {
-	var c Command
-	rev, err := getRow(ctx, d.db, commandsTable, id, &c)
-	if err != nil {
-		return nil, err
-	}
-	c.Rev = rev
-	return &c, nil
+	return readRow[Command](ctx, d.db, commandsTable, id)
 }
 
 // Command reads one command inside the transaction.
 func (t *Tx) Command(id string) (*Command, error) {
-	var c Command
-	rev, err := getRow(t.ctx, t.tx, commandsTable, id, &c)
-	if err != nil {
-		return nil, err
-	}
-	c.Rev = rev
-	return &c, nil
+	return readRow[Command](t.ctx, t.tx, commandsTable, id)
 }
 
 // EnvFilter selects environments.
 type EnvFilter struct {
 	States []string // empty: all
+}
+
+// revisioned is a row type that carries its revision.
+type revisioned[T any] interface {
+	*T
+	setRev(int64)
+}
+
+func (e *Env) setRev(r int64)      { e.Rev = r }
+func (c *Command) setRev(r int64)  { c.Rev = r }
+func (b *Baseline) setRev(r int64) { b.Rev = r }
+
+// readRow reads one row of tb as a T, with its revision.
+func readRow[T any, P revisioned[T]](ctx context.Context, q querier, tb table, id string) (*T, error) {
+	var v T
+	rev, err := getRow(ctx, q, tb, id, &v)
+	if err != nil {
+		return nil, err
+	}
+	P(&v).setRev(rev)
+	return &v, nil
+}
+
+// readRows runs a "SELECT rev, data" query and decodes each row as a T.
+func readRows[T any, P revisioned[T]](ctx context.Context, q querier, query string, args []any) ([]*T, error) {
+	var out []*T
+	err := scanRows(ctx, q, query, args, func(rev int64, data []byte) error {
+		var v T
+		if err := json.Unmarshal(data, &v); err != nil {
+			return err
+		}
+		P(&v).setRev(rev)
+		out = append(out, &v)
+		return nil
+	})
+	return out, err
 }
 
 // Envs lists environments, oldest first.
@@ -336,17 +332,7 @@ func (d *DB) Envs(ctx context.Context, f EnvFilter) ([]*Env, error) {
 		}
 	}
 	q += " ORDER BY created_at, id"
-	var out []*Env
-	err := scanRows(ctx, d.db, q, args, func(rev int64, data []byte) error {
-		var e Env
-		if err := json.Unmarshal(data, &e); err != nil {
-			return err
-		}
-		e.Rev = rev
-		out = append(out, &e)
-		return nil
-	})
-	return out, err
+	return readRows[Env](ctx, d.db, q, args)
 }
 
 // CommandFilter selects commands.
@@ -369,32 +355,12 @@ func (d *DB) Commands(ctx context.Context, f CommandFilter) ([]*Command, error) 
 		}
 	}
 	q += " ORDER BY created_at, id"
-	var out []*Command
-	err := scanRows(ctx, d.db, q, args, func(rev int64, data []byte) error {
-		var c Command
-		if err := json.Unmarshal(data, &c); err != nil {
-			return err
-		}
-		c.Rev = rev
-		out = append(out, &c)
-		return nil
-	})
-	return out, err
+	return readRows[Command](ctx, d.db, q, args)
 }
 
 // Commands lists an environment's commands inside the transaction.
 func (t *Tx) Commands(envID string) ([]*Command, error) {
-	var out []*Command
-	err := scanRows(t.ctx, t.tx, "SELECT rev, data FROM commands WHERE env_id = ? ORDER BY created_at, id", []any{envID}, func(rev int64, data []byte) error {
-		var c Command
-		if err := json.Unmarshal(data, &c); err != nil {
-			return err
-		}
-		c.Rev = rev
-		out = append(out, &c)
-		return nil
-	})
-	return out, err
+	return readRows[Command](t.ctx, t.tx, "SELECT rev, data FROM commands WHERE env_id = ? ORDER BY created_at, id", []any{envID})
 }
 
 func scanRows(ctx context.Context, q querier, query string, args []any, fn func(rev int64, data []byte) error) error {
