@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/habemus-papadum/hostfork/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,7 +29,7 @@ func openPTY(t *testing.T) *pty {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminals: %v", err)
+		testutil.Skip(t, fmt.Sprintf("no pseudo-terminals: %v", err))
 	}
 	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 		m.Close()

@@ -5,12 +5,14 @@
 package testutil
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 )
@@ -66,7 +68,10 @@ func RemoveCgroupTree(t testing.TB, p string) {
 		return
 	}
 	_ = g.Kill()
-	_ = g.WaitEmpty(t.Context())
+	// t.Context is already cancelled while cleanups run: wait on our own.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = g.WaitEmpty(ctx)
 	if err := g.Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("cleanup: %v", err)
 	}
