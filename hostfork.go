@@ -115,8 +115,6 @@ func (h *Host) Root() string { return h.root }
 // Close releases the registry.
 func (h *Host) Close() error { return h.reg.Close() }
 
-// Registry exposes the registry to hostfork's own recovery code.
-func (h *Host) registry() *registry.DB { return h.reg }
 
 // Capabilities probes (once) what ownership tiers this host offers.
 func (h *Host) Capabilities() Capabilities {
