@@ -115,7 +115,6 @@ func (h *Host) Root() string { return h.root }
 // Close releases the registry.
 func (h *Host) Close() error { return h.reg.Close() }
 
-
 // Capabilities probes (once) what ownership tiers this host offers.
 func (h *Host) Capabilities() Capabilities {
 	h.capOnce.Do(func() { h.caps = probeCapabilities(h.opts.CgroupParent) })
