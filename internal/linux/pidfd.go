@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -107,4 +108,35 @@ func ignoringEINTR2[T any](fn func() (T, error)) (T, error) {
 			return v, err
 		}
 	}
+}
+
+// siginfoQueue is the head of a siginfo_t for a queued signal (si_code
+// SI_QUEUE): si_pid, si_uid and si_value follow the first four words.
+type siginfoQueue struct {
+	Signo int32
+	Errno int32
+	Code  int32
+	_     int32
+	Pid   int32
+	Uid   uint32
+	Value int64
+	_     [96]byte
+}
+
+// siQueue is SI_QUEUE, the si_code of sigqueue(3).
+const siQueue = -1
+
+// SignalValue sends sig with value as its si_value (a queued signal, as
+// sigqueue(3) sends; the receiver reads it from its signalfd's ssi_int).
+func (p *Pidfd) SignalValue(sig syscall.Signal, value int32) error {
+	q := siginfoQueue{Signo: int32(sig), Code: siQueue, Pid: int32(os.Getpid()), Uid: uint32(os.Getuid()), Value: int64(value)}
+	info := (*unix.Siginfo)(unsafe.Pointer(&q))
+	err := ignoringEINTR(func() error { return unix.PidfdSendSignal(p.fd, sig, info, 0) })
+	if errors.Is(err, unix.ESRCH) {
+		return ErrNoProcess
+	}
+	if err != nil {
+		return os.NewSyscallError("pidfd_send_signal", err)
+	}
+	return nil
 }

@@ -3,32 +3,34 @@ package registry
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
-	"time"
 
 	"github.com/mattn/go-sqlite3" // also registers the "sqlite3" driver
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/api"
 )
 
-// Sentinel errors; compare with errors.Is.
+// Sentinel errors; compare with errors.Is. They wrap the api sentinels of
+// the same meaning, so an engine error tests as both.
 var (
 	// ErrNotFound: no row has that id.
-	ErrNotFound = errors.New("not found")
-	// ErrConflict: the row's revision changed since it was read (another
-	// writer decided first). Re-read and decide again.
-	ErrConflict = errors.New("revision conflict")
+	ErrNotFound = fmt.Errorf("registry: %w", api.ErrNotFound)
+	// ErrConflict: the row's revision changed since it was read, or a
+	// precondition of the batch no longer holds. Re-read and decide again.
+	ErrConflict = fmt.Errorf("registry: %w", api.ErrConflict)
 	// ErrAmbiguous: an id prefix matches more than one row.
-	ErrAmbiguous = errors.New("ambiguous id prefix")
+	ErrAmbiguous = fmt.Errorf("registry: %w", api.ErrAmbiguous)
 	// ErrNewerSchema: the database was written by a newer hostfork.
-	ErrNewerSchema = errors.New("registry schema is newer than this hostfork")
+	ErrNewerSchema = fmt.Errorf("registry schema is newer than this hostfork: %w", api.ErrStore)
 	// ErrFull: the store's filesystem is full; nothing could be recorded.
-	ErrFull = errors.New("the store's filesystem is full")
+	ErrFull = fmt.Errorf("registry: %w", api.ErrStoreFull)
 )
 
 // classify marks a disk-full failure with ErrFull.
@@ -49,23 +51,29 @@ type DB struct {
 	path string
 	full bool // opened read-only: the filesystem is full
 	// writing admits one write transaction of this process at a time
-	// (see Write).
+	// (see Commit).
 	writing chan struct{}
 }
 
 // FileName is the registry's file name inside the store root.
 const FileName = "registry.sqlite"
 
-// Open opens (creating and migrating if needed) root/registry.sqlite.
+// Open opens (creating and migrating if needed) root/registry.sqlite. The
+// database file is created with mode 0600 (SQLite gives its -wal and -shm
+// files the database's mode) and an existing one is tightened to 0600.
+// The caller has checked that root is the store's own directory.
 func Open(ctx context.Context, root string) (*DB, error) {
 	path := filepath.Join(root, FileName)
+	if err := ensurePrivate(path); err != nil {
+		return nil, err
+	}
 	q := url.Values{}
 	q.Set("_journal_mode", "WAL")
 	q.Set("_busy_timeout", "30000")
 	q.Set("_txlock", "immediate")
 	q.Set("_synchronous", "FULL")
 	q.Set("_foreign_keys", "1")
-	sdb, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+	sdb, err := sql.Open(driverName, "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("opening registry %s: %w", path, err)
 	}
@@ -86,9 +94,40 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	return d, nil
 }
 
+// ensurePrivate creates the database file 0600 if it is missing and
+// tightens the modes of the database and its WAL files otherwise.
+func ensurePrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creating registry %s: %w", path, err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("registry %s: %w (it must be a regular file owned by the store's owner)", p, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err == nil && st.Mode&0o077 != 0 {
+			err = unix.Fchmod(int(f.Fd()), uint32(st.Mode&0o700))
+			if err != nil {
+				f.Close()
+				return fmt.Errorf("tightening %s to 0600: %w", p, err)
+			}
+		}
+		f.Close()
+	}
+	return nil
+}
+
 // openFull opens the registry for reading only, on a full filesystem.
 func openFull(ctx context.Context, path string) (*DB, error) {
-	sdb, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&immutable=1")
+	sdb, err := sql.Open(driverName, "file:"+path+"?mode=ro&immutable=1")
 	if err != nil {
 		return nil, fmt.Errorf("opening registry %s read-only: %w", path, err)
 	}
@@ -110,21 +149,39 @@ func (d *DB) Path() string { return d.path }
 // Close closes the database.
 func (d *DB) Close() error { return d.db.Close() }
 
+// Checkpoint folds the WAL into the database file (PRAGMA
+// wal_checkpoint(TRUNCATE)). Reap and gc call it; ordinary launches leave
+// it to SQLite's automatic checkpoints.
+func (d *DB) Checkpoint(ctx context.Context) error {
+	if d.full {
+		return nil
+	}
+	_, err := d.db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+	return classify(err)
+}
+
+// Version reports the schema version stored in the database.
+func (d *DB) Version(ctx context.Context) (int, error) {
+	var v int
+	err := d.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	return v, err
+}
+
 // migrate brings the schema up to date. The first open of a new store by
 // many processes at once is serialized by an flock on registry.lock, because
 // switching to WAL mode needs the database to itself.
 func (d *DB) migrate(ctx context.Context, root string) error {
-	var v int
-	if err := d.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-		return fmt.Errorf("reading registry schema version of %s: %w", d.path, err)
+	v, err := d.Version(ctx)
+	if err != nil {
+		return fmt.Errorf("reading registry schema version of %s: %w", d.path, classify(err))
 	}
 	if v == SchemaVersion {
 		return nil
 	}
-	if v > SchemaVersion {
-		return fmt.Errorf("%s has schema %d, this hostfork knows %d: %w (use the newer hostfork)", d.path, v, SchemaVersion, ErrNewerSchema)
+	if v > SchemaVersion || v < 0 {
+		return fmt.Errorf("%s has schema %d, this hostfork knows %d: %w (use the hostfork that wrote it)", d.path, v, SchemaVersion, ErrNewerSchema)
 	}
-	lock, err := os.OpenFile(filepath.Join(root, "registry.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	lock, err := os.OpenFile(filepath.Join(root, "registry.lock"), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening registry lock: %w", err)
 	}
@@ -140,157 +197,44 @@ func (d *DB) migrate(ctx context.Context, root string) error {
 	}
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("migrating registry: %w", err)
+		return fmt.Errorf("migrating registry: %w", classify(err))
 	}
 	defer tx.Rollback()
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
 		return err
 	}
+	if v > SchemaVersion || v < 0 {
+		return fmt.Errorf("%s has schema %d, this hostfork knows %d: %w", d.path, v, SchemaVersion, ErrNewerSchema)
+	}
 	for ; v < SchemaVersion; v++ {
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
-			return fmt.Errorf("registry migration %d: %w", v+1, err)
+		m := migrations[v]
+		if m.sql != "" {
+			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+				return fmt.Errorf("registry migration %d: %w", v+1, classify(err))
+			}
+		}
+		if m.fn != nil {
+			if err := m.fn(ctx, tx); err != nil {
+				return fmt.Errorf("registry migration %d: %w", v+1, classify(err))
+			}
 		}
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion)); err != nil {
 		return err
 	}
-	return tx.Commit()
-}
-
-// Version reports the schema version stored in the database.
-func (d *DB) Version(ctx context.Context) (int, error) {
-	var v int
-	err := d.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
-	return v, err
-}
-
-// Tx is one short write transaction.
-type Tx struct {
-	tx  *sql.Tx
-	ctx context.Context
-}
-
-// Write runs fn in a single IMMEDIATE transaction and commits it. fn must
-// not perform OS operations or block.
-func (d *DB) Write(ctx context.Context, fn func(*Tx) error) error {
-	if d.full {
-		return fmt.Errorf("registry %s: %w", d.path, ErrFull)
-	}
-	// SQLite admits one writer at a time anyway. Writers of this process
-	// queue here instead of inside BEGIN IMMEDIATE, where each would hold
-	// one of the pool's connections and sleep in SQLite's busy-handler
-	// backoff (up to 100 ms a try) while the lock sits free; and with the
-	// pool's connections all held by waiting writers, a transaction that
-	// reads through the pool (DB.Intents inside Write) could not get one
-	// and stalled until the busy timeout. Other processes still wait in
-	// SQLite's busy handler.
-	select {
-	case d.writing <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("registry: %w", ctx.Err())
-	}
-	defer func() { <-d.writing }()
-	tx, err := d.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("registry: %w", classify(err))
-	}
-	if err := fn(&Tx{tx: tx, ctx: ctx}); err != nil {
-		tx.Rollback()
-		return classify(err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("registry commit: %w", classify(err))
-	}
-	return nil
-}
-
-func now() int64 { return time.Now().UnixNano() }
-
-// table names a row kind.
-type table string
-
-const (
-	envsTable     table = "envs"
-	commandsTable table = "commands"
-)
-
-func (t *Tx) insert(tb table, id, state string, created time.Time, extra map[string]any, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	cols := "id, rev, state, created_at, data"
-	vals := "?, 1, ?, ?, ?"
-	args := []any{id, state, created.UnixNano(), string(data)}
-	for k, x := range extra {
-		cols += ", " + k
-		vals += ", ?"
-		args = append(args, x)
-	}
-	_, err = t.tx.ExecContext(t.ctx, "INSERT INTO "+string(tb)+" ("+cols+") VALUES ("+vals+")", args...)
-	if err != nil {
-		return fmt.Errorf("registry insert %s %s: %w", tb, id, err)
-	}
-	return nil
-}
-
-// update is the compare-and-set: it writes only if rev is still current.
-func (t *Tx) update(tb table, id string, rev int64, state string, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	res, err := t.tx.ExecContext(t.ctx, "UPDATE "+string(tb)+" SET rev = rev + 1, state = ?, data = ? WHERE id = ? AND rev = ?", state, string(data), id, rev)
-	if err != nil {
-		return fmt.Errorf("registry update %s %s: %w", tb, id, err)
-	}
-	n, _ := res.RowsAffected()
-	if n == 0 {
-		var cur int64
-		err := t.tx.QueryRowContext(t.ctx, "SELECT rev FROM "+string(tb)+" WHERE id = ?", id).Scan(&cur)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%s %s: %w", tb, id, ErrNotFound)
-		}
-		return fmt.Errorf("%s %s at revision %d, now %d: %w", tb, id, rev, cur, ErrConflict)
-	}
-	return nil
-}
-
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-func getRow(ctx context.Context, q querier, tb table, id string, v any) (int64, error) {
-	var rev int64
-	var data string
-	key := "id"
-	if tb == "baselines" {
-		key = "name"
-	}
-	err := q.QueryRowContext(ctx, "SELECT rev, data FROM "+string(tb)+" WHERE "+key+" = ?", id).Scan(&rev, &data)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("%s %s: %w", tb, id, ErrNotFound)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("registry read %s %s: %w", tb, id, err)
-	}
-	if err := json.Unmarshal([]byte(data), v); err != nil {
-		return 0, fmt.Errorf("registry row %s %s is corrupt: %w", tb, id, err)
-	}
-	return rev, nil
+	return classify(tx.Commit())
 }
 
 // Resolve finds the env or command whose id starts with prefix. It returns
-// the kind ("env" or "command") and the full id.
+// the kind ("env" or "command") and the full id. An exact match wins.
 func (d *DB) Resolve(ctx context.Context, prefix string) (kind, id string, err error) {
 	if prefix == "" {
 		return "", "", fmt.Errorf("empty id: %w", ErrNotFound)
 	}
 	like := escapeLike(prefix) + "%"
 	var matches [][2]string
-	for _, tb := range []table{envsTable, commandsTable} {
-		rows, err := d.db.QueryContext(ctx, "SELECT id FROM "+string(tb)+" WHERE id LIKE ? ESCAPE '\\' LIMIT 3", like)
+	for _, tb := range []string{"envs", "commands"} {
+		rows, err := d.db.QueryContext(ctx, "SELECT id FROM "+tb+" WHERE id LIKE ? ESCAPE '\\' LIMIT 3", like)
 		if err != nil {
 			return "", "", fmt.Errorf("registry: %w", err)
 		}
@@ -301,7 +245,7 @@ func (d *DB) Resolve(ctx context.Context, prefix string) (kind, id string, err e
 				return "", "", err
 			}
 			k := "env"
-			if tb == commandsTable {
+			if tb == "commands" {
 				k = "command"
 			}
 			if s == prefix {
@@ -318,7 +262,11 @@ func (d *DB) Resolve(ctx context.Context, prefix string) (kind, id string, err e
 	case 1:
 		return matches[0][0], matches[0][1], nil
 	}
-	return "", "", fmt.Errorf("%q matches %s and %s: %w (type more characters)", prefix, matches[0][1], matches[1][1], ErrAmbiguous)
+	names := make([]string, 0, len(matches))
+	for _, m := range matches {
+		names = append(names, m[1])
+	}
+	return "", "", fmt.Errorf("%q matches %s: %w (type more characters)", prefix, strings.Join(names, ", "), ErrAmbiguous)
 }
 
 func escapeLike(s string) string {
@@ -330,4 +278,13 @@ func escapeLike(s string) string {
 		out = append(out, s[i])
 	}
 	return string(out)
+}
+
+// Setting reads a store-wide setting; ok is false when unset.
+func (d *DB) Setting(ctx context.Context, key string) (value string, ok bool, err error) {
+	err = d.db.QueryRowContext(ctx, "SELECT value FROM settings WHERE key = ?", key).Scan(&value)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return value, err == nil, err
 }

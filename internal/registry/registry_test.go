@@ -2,11 +2,18 @@ package registry
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
 )
 
 func open(t *testing.T) *DB {
@@ -19,77 +26,286 @@ func open(t *testing.T) *DB {
 	return d
 }
 
+func commit(t *testing.T, d *DB, fill func(b *Batch)) error {
+	t.Helper()
+	var b Batch
+	fill(&b)
+	return d.Commit(context.Background(), &b)
+}
+
+func newEnv(id string) *api.Env {
+	return &api.Env{ID: id, State: api.EnvActive, CreatedAt: time.Now().UTC(), Labels: map[string]string{}}
+}
+
 func TestCompareAndSet(t *testing.T) {
 	d := open(t)
 	ctx := context.Background()
-	e := &Env{ID: "abc123", State: EnvActive, CreatedAt: time.Now()}
-	if err := d.Write(ctx, func(tx *Tx) error { return tx.InsertEnv(e) }); err != nil {
+	if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv("abc123")) }); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := d.Env(ctx, "abc123")
 	b, _ := d.Env(ctx, "abc123")
-	a.StopReason = "user"
-	if err := d.Write(ctx, func(tx *Tx) error { return tx.UpdateEnv(a) }); err != nil {
+	na := *a
+	na.StopReason = api.ReasonUser
+	if err := commit(t, d, func(bt *Batch) { bt.UpdateEnv(a, &na) }); err != nil {
 		t.Fatal(err)
 	}
-	b.StopReason = "deadline"
-	err := d.Write(ctx, func(tx *Tx) error { return tx.UpdateEnv(b) })
-	if !errors.Is(err, ErrConflict) {
+	if na.Rev != 2 {
+		t.Fatalf("rev after update = %d", na.Rev)
+	}
+	nb := *b
+	nb.StopReason = api.ReasonDeadline
+	err := commit(t, d, func(bt *Batch) { bt.UpdateEnv(b, &nb) })
+	if !errors.Is(err, ErrConflict) || !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("late writer not fenced: %v", err)
 	}
 	got, _ := d.Env(ctx, "abc123")
-	if got.StopReason != "user" || got.Rev != 2 {
+	if got.StopReason != api.ReasonUser || got.Rev != 2 {
 		t.Fatalf("got %+v", got)
+	}
+}
+
+// A failed precondition or a stale revision anywhere in a batch leaves
+// nothing of the batch applied.
+func TestBatchIsAtomic(t *testing.T) {
+	d := open(t)
+	ctx := context.Background()
+	if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv("e1")) }); err != nil {
+		t.Fatal(err)
+	}
+	err := commit(t, d, func(b *Batch) {
+		b.InsertCommand(&api.Command{ID: "c1", Env: "e1", State: api.CommandReserved, CreatedAt: time.Now()})
+		b.RequireEnv("e1", []api.EnvState{api.EnvStopping}, "", 0)
+	})
+	if !errors.Is(err, ErrConflict) || !errors.Is(err, api.ErrEnvNotActive) {
+		t.Fatalf("precondition: %v", err)
+	}
+	if _, err := d.Command(ctx, "c1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("command of a failed batch exists: %v", err)
+	}
+}
+
+func TestRequireEnvDeadline(t *testing.T) {
+	d := open(t)
+	e := newEnv("e1")
+	e.BootID, e.DeadlineMono, e.Grace = "b", 10*time.Second, api.Duration(2*time.Second)
+	if err := commit(t, d, func(b *Batch) { b.InsertEnv(e) }); err != nil {
+		t.Fatal(err)
+	}
+	ok := []api.EnvState{api.EnvActive}
+	for _, c := range []struct {
+		boot string
+		now  time.Duration
+		want bool
+	}{{"b", 7 * time.Second, true}, {"b", 8 * time.Second, false}, {"other", 9 * time.Second, true}, {"b", 0, true}} {
+		err := commit(t, d, func(b *Batch) { b.RequireEnv("e1", ok, c.boot, c.now); b.SetSetting("x", "y") })
+		if (err == nil) != c.want {
+			t.Errorf("boot %s now %v: %v", c.boot, c.now, err)
+		}
 	}
 }
 
 func TestResolvePrefix(t *testing.T) {
 	d := open(t)
 	ctx := context.Background()
-	err := d.Write(ctx, func(tx *Tx) error {
-		if err := tx.InsertEnv(&Env{ID: "aa11", State: EnvActive, CreatedAt: time.Now()}); err != nil {
-			return err
-		}
-		if err := tx.InsertEnv(&Env{ID: "aa22", State: EnvActive, CreatedAt: time.Now()}); err != nil {
-			return err
-		}
-		return tx.InsertCommand(&Command{ID: "bb11", EnvID: "aa11", State: CmdRunning, CreatedAt: time.Now()})
+	err := commit(t, d, func(b *Batch) {
+		b.InsertEnv(newEnv("aa11"))
+		b.InsertEnv(newEnv("aa22"))
+		b.InsertCommand(&api.Command{ID: "bb11", Env: "aa11", State: api.CommandRunning, CreatedAt: time.Now()})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k, id, err := d.Resolve(ctx, "b"); err != nil || k != "command" || id != "bb11" {
-		t.Fatalf("%s %s %v", k, id, err)
+	if k, id, err := d.Resolve(ctx, "bb"); err != nil || k != "command" || id != "bb11" {
+		t.Fatalf("bb: %s %s %v", k, id, err)
 	}
 	if _, _, err := d.Resolve(ctx, "aa"); !errors.Is(err, ErrAmbiguous) {
-		t.Fatalf("want ambiguous, got %v", err)
+		t.Fatalf("aa: %v", err)
 	}
-	if _, _, err := d.Resolve(ctx, "zz"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("want not found, got %v", err)
+	if k, id, err := d.Resolve(ctx, "aa11"); err != nil || k != "env" || id != "aa11" {
+		t.Fatalf("exact: %s %s %v", k, id, err)
 	}
-	if _, _, err := d.Resolve(ctx, "%"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("LIKE wildcard was not escaped: %v", err)
+	if _, _, err := d.Resolve(ctx, "a%"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("wildcard matched: %v", err)
 	}
 }
 
-func TestConcurrentWriters(t *testing.T) {
-	root := t.TempDir()
+func TestCommandRoundTrip(t *testing.T) {
+	d := open(t)
 	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	code, sig := 3, 9
+	yes := true
+	base := uint64(4)
+	c := &api.Command{
+		ID: "c1", Env: "e1", State: api.CommandExited, CreatedAt: now, Purpose: "p",
+		Labels: map[string]string{"a": "1", "b": ""}, Argv: []string{"sh", "-c", "x y"}, Cwd: "/w",
+		Output: api.OutputPipe, Dir: "/d", StdoutPath: "/d/stdout", StderrPath: "/d/stderr",
+		EnvPolicy: "inherit", EnvKeys: []string{"TOKEN"}, Tier: api.TierCgroup2,
+		Launcher: &api.Identity{BootID: "b", PID: 1, StartTime: 2}, CgroupPath: "/cg", CgroupInode: 77,
+		Guardian: &api.Identity{BootID: "b", PID: 3, StartTime: 4}, ProofDev: 5, ProofIno: 6,
+		Workload: &api.Identity{BootID: "b", PID: 7, StartTime: 8}, StartedAt: &now,
+		Timeout: api.Duration(time.Minute), TimeoutMono: 99,
+		ExitCode: &code, Signal: &sig, LeaderState: api.PhaseExited, LeaderExitedAt: &now,
+		TreeState: api.PhaseExited, TreeExitedAt: &now, TreeEvidence: "receipt", StopReason: api.ReasonIdle,
+		StoppedByHostfork: true, OOM: &yes, OOMEvidence: "counter", OOMBaseline: &base,
+		Survivors: []api.Identity{{BootID: "b", PID: 9, StartTime: 10}}, OutputTruncated: true, LimitsNote: "n",
+		WorkloadKind: "agent", Admission: "ok", Capture: map[string]api.StreamCapture{"stdout": {State: "complete", Bytes: 3}},
+		CleanupErrors: []string{"x"}, Error: "e",
+	}
+	if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv("e1")); b.InsertCommand(c) }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Command(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, c) {
+		a, _ := json.Marshal(got)
+		b, _ := json.Marshal(c)
+		t.Fatalf("round trip:\n got %s\nwant %s\n(%v %v)", a, b, *got.OOMBaseline, got.TimeoutMono)
+	}
+}
+
+func TestLabelSelectors(t *testing.T) {
+	d := open(t)
+	ctx := context.Background()
+	err := commit(t, d, func(b *Batch) {
+		b.InsertEnv(newEnv("e1"))
+		b.InsertCommand(&api.Command{ID: "c1", Env: "e1", State: api.CommandRunning, CreatedAt: time.Now(), Labels: map[string]string{"team": "ci", "x": "1"}})
+		b.InsertCommand(&api.Command{ID: "c2", Env: "e1", State: api.CommandExited, CreatedAt: time.Now(), Labels: map[string]string{"team": "dev"}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		sel  api.Selector
+		want int
+	}{{nil, 2}, {api.Selector{"team=ci"}, 1}, {api.Selector{"team"}, 2}, {api.Selector{"team", "x=1"}, 1}, {api.Selector{"team=qa"}, 0}} {
+		got, err := d.Commands(ctx, CommandQuery{Labels: c.sel})
+		if err != nil || len(got) != c.want {
+			t.Errorf("%v: %d rows, %v", c.sel, len(got), err)
+		}
+	}
+	got, _ := d.Commands(ctx, CommandQuery{States: []api.CommandState{api.CommandRunning}})
+	if len(got) != 1 || got[0].Labels["team"] != "ci" {
+		t.Fatalf("states: %+v", got)
+	}
+}
+
+func TestSettleRule(t *testing.T) {
+	for _, c := range []struct {
+		state  string
+		exists bool
+		want   string
+	}{
+		{IntentPending, false, IntentAbandoned},
+		{IntentPending, true, IntentCreated},
+		{IntentCreated, false, IntentReleased},
+		{IntentCreated, true, IntentCreated},
+		{IntentReleased, true, IntentReleased},
+	} {
+		if got := Settle(c.state, Fact{Exists: c.exists}); got != c.want {
+			t.Errorf("Settle(%s, %v) = %s, want %s", c.state, c.exists, got, c.want)
+		}
+	}
+}
+
+func TestIntentsAndEvents(t *testing.T) {
+	d := open(t)
+	ctx := context.Background()
+	in := &Intent{EnvID: "e1", Kind: KindDir, Target: "/x"}
+	e := newEnv("e1")
+	e.State = api.EnvCreating
+	if err := commit(t, d, func(b *Batch) { b.InsertEnv(e); b.AddIntent(in) }); err != nil {
+		t.Fatal(err)
+	}
+	if in.ID == 0 {
+		t.Fatal("intent id not set")
+	}
+	act := *e
+	act.State = api.EnvActive
+	if err := commit(t, d, func(b *Batch) { b.UpdateEnv(e, &act); b.SettleIntent(in.ID, Fact{Exists: true, Identity: `{"inode":1}`}) }); err != nil {
+		t.Fatal(err)
+	}
+	ins, _ := d.Intents(ctx, IntentFilter{EnvID: "e1"})
+	if len(ins) != 1 || ins[0].State != IntentCreated || ins[0].Identity != `{"inode":1}` {
+		t.Fatalf("intents %+v", ins)
+	}
+	stop := act
+	stop.State, stop.StopReason = api.EnvStopped, api.ReasonDeadline
+	if err := commit(t, d, func(b *Batch) { b.UpdateEnv(&act, &stop) }); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := d.Events(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []api.EventKind
+	for _, ev := range evs {
+		kinds = append(kinds, ev.Kind)
+	}
+	want := []api.EventKind{api.EventEnvCreated, api.EventEnvStopDecided, api.EventDeadline, api.EventEnvStopped}
+	if fmt.Sprint(kinds) != fmt.Sprint(want) {
+		t.Fatalf("events %v, want %v", kinds, want)
+	}
+	for i, ev := range evs {
+		if ev.Seq != int64(i+1) {
+			t.Fatalf("seq %d at %d", ev.Seq, i)
+		}
+	}
+	rest, _ := d.Events(ctx, 2, 0)
+	if len(rest) != 2 || rest[0].Seq != 3 {
+		t.Fatalf("since 2: %+v", rest)
+	}
+}
+
+func TestCommandEventDerivation(t *testing.T) {
+	now := time.Now()
+	code := 0
+	yes := true
+	res := &api.Command{ID: "c", Env: "e", State: api.CommandReserved}
+	run := *res
+	run.State, run.LeaderState, run.TreeState = api.CommandRunning, api.PhaseLive, api.PhaseLive
+	done := run
+	done.State, done.LeaderState, done.TreeState, done.ExitCode = api.CommandExited, api.PhaseExited, api.PhaseExited, &code
+	done.StopReason, done.OOM = api.ReasonTimeout, &yes
+	for _, c := range []struct {
+		name      string
+		old, next *api.Command
+		want      string
+	}{
+		{"insert", nil, res, "[]"},
+		{"release", res, &run, "[command.started]"},
+		{"final", &run, &done, "[command.stop_decided deadline command.leader_exited oom command.tree_exited]"},
+		{"again", &done, &done, "[]"},
+	} {
+		var kinds []api.EventKind
+		for _, ev := range commandEvents(c.old, c.next, now) {
+			kinds = append(kinds, ev.Kind)
+		}
+		if got := fmt.Sprint(kinds); got != c.want && !(got == "[]" && c.want == "[]") {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// Many writers of one process queue for the one write slot; none fails
+// with "database is locked".
+func TestConcurrentWriters(t *testing.T) {
+	d := open(t)
+	if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv("e")) }); err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 50)
 	for i := 0; i < 50; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			d, err := Open(ctx, root) // separate handles, like separate processes
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer d.Close()
-			errs <- d.Write(ctx, func(tx *Tx) error {
-				return tx.InsertEnv(&Env{ID: fmt.Sprintf("e%03d", i), State: EnvActive, CreatedAt: time.Now()})
-			})
+			var b Batch
+			b.InsertCommand(&api.Command{ID: fmt.Sprintf("c%02d", i), Env: "e", State: api.CommandRunning, CreatedAt: time.Now()})
+			errs <- d.Commit(context.Background(), &b)
 		}(i)
 	}
 	wg.Wait()
@@ -99,37 +315,111 @@ func TestConcurrentWriters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := open(t)
-	d2, _ := Open(ctx, root)
-	defer d2.Close()
-	envs, err := d2.Envs(ctx, EnvFilter{})
-	if err != nil || len(envs) != 50 {
-		t.Fatalf("%d envs, %v", len(envs), err)
+	cs, _ := d.Commands(context.Background(), CommandQuery{Env: "e"})
+	if len(cs) != 50 {
+		t.Fatalf("%d commands", len(cs))
 	}
-	_ = d
 }
 
-func TestIntents(t *testing.T) {
-	d := open(t)
-	ctx := context.Background()
-	var id int64
-	err := d.Write(ctx, func(tx *Tx) error {
-		var err error
-		id, err = tx.AddIntent("e1", "", "cgroup", "/sys/fs/cgroup/x")
-		return err
-	})
+func TestFilesArePrivate(t *testing.T) {
+	dir := t.TempDir()
+	d, err := Open(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := d.Intents(ctx, "", IntentPending)
-	if len(p) != 1 {
-		t.Fatalf("pending %v", p)
-	}
-	if err := d.Write(ctx, func(tx *Tx) error { return tx.SettleIntent(id, IntentCreated, `{"inode":5}`, "") }); err != nil {
+	if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv("e")) }); err != nil {
 		t.Fatal(err)
 	}
-	p, _ = d.Intents(ctx, "e1")
-	if len(p) != 1 || p[0].State != IntentCreated || p[0].Identity == "" {
-		t.Fatalf("%+v", p)
+	d.Close()
+	for _, f := range []string{FileName, FileName + "-wal", FileName + "-shm"} {
+		st, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			continue
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s has mode %v", f, st.Mode().Perm())
+		}
+	}
+	// An existing, too open database is tightened.
+	if err := os.Chmod(filepath.Join(dir, FileName), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err = Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if st, _ := os.Stat(filepath.Join(dir, FileName)); st.Mode().Perm() != 0o600 {
+		t.Fatalf("not tightened: %v", st.Mode().Perm())
+	}
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	dir := t.TempDir()
+	d, err := Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.db.Exec(fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion+1)); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if _, err := Open(context.Background(), dir); !errors.Is(err, ErrNewerSchema) || !errors.Is(err, api.ErrStore) {
+		t.Fatalf("newer schema: %v", err)
+	}
+	// A negative version (a damaged header) is refused too, not a panic.
+	raw, _ := sql.Open("sqlite3", filepath.Join(dir, FileName))
+	raw.Exec("PRAGMA user_version = -1")
+	raw.Close()
+	if _, err := Open(context.Background(), dir); !errors.Is(err, api.ErrStore) {
+		t.Fatalf("negative version: %v", err)
+	}
+}
+
+// A store of schema 2 is migrated: its rows keep their meaning, labels
+// become queryable, and the old duration fields become durations.
+func TestMigrateFromV2(t *testing.T) {
+	dir := t.TempDir()
+	raw, err := sql.Open("sqlite3", filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations[:2] {
+		if _, err := raw.Exec(m.sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := `{"id":"e1","state":"stopped","created_at":"2026-11-01T10:00:00Z","boot_id":"b","labels":{"team":"ci"},"tier":"cgroup2","run_dir":"/r/runs/e1","owner_exit":"stop","until_stopped":false,"ttl_ns":600000000000,"grace_ns":2000000000,"deadline_mono_ns":5,"stop_reason":"user","trees":[{"name":"p","kind":"overlay","source":"/s","host_path":"/h","workload_path":"/w","state":"allocated"}]}`
+	cmd := `{"id":"c1","env":"e1","record_state":"exited","created_at":"2026-11-01T10:00:01Z","labels":{"team":"ci"},"argv":["true"],"output":"pipe","dir":"/r/runs/e1/commands/c1","tier":"cgroup2","guardian":{"boot_id":"b","pid":10,"start_time":11},"exit_code":0,"signal":null,"leader_state":"exited","tree_state":"exited","oom":null,"capture":{"stdout":{"state":"complete","bytes":1}}}`
+	if _, err := raw.Exec("INSERT INTO envs (id, rev, state, created_at, data) VALUES ('e1', 3, 'stopped', 1, ?)", env); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec("INSERT INTO commands (id, env_id, rev, state, created_at, data) VALUES ('c1', 'e1', 4, 'exited', 2, ?)", cmd); err != nil {
+		t.Fatal(err)
+	}
+	raw.Exec("PRAGMA user_version = 2")
+	raw.Close()
+	d, err := Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	e, err := d.Env(ctx, "e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Rev != 3 || e.TTL.D() != 10*time.Minute || e.Grace.D() != 2*time.Second || e.DeadlineMono != 5 || e.Labels["team"] != "ci" || len(e.Trees) != 1 || e.StopReason != api.ReasonUser {
+		t.Fatalf("env %+v", e)
+	}
+	c, err := d.Command(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Rev != 4 || c.Guardian == nil || c.Guardian.PID != 10 || c.ExitCode == nil || c.Capture["stdout"].Bytes != 1 || c.Labels["team"] != "ci" {
+		t.Fatalf("command %+v", c)
+	}
+	if cs, _ := d.Commands(ctx, CommandQuery{Labels: api.Selector{"team=ci"}}); len(cs) != 1 {
+		t.Fatalf("label query after migration: %d", len(cs))
 	}
 }

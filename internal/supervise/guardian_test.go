@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
@@ -26,8 +27,8 @@ func TestMain(m *testing.M) {
 	// runtime starts, whenever this test binary is re-executed with
 	// GuardianMode (supervise.Start does that). Reaching this point in that
 	// mode means the constructor did not run.
-	if len(os.Args) > 1 && os.Args[1] == supervise.GuardianMode {
-		os.Exit(supervise.GuardianNotDispatched())
+	if len(os.Args) > 1 && (os.Args[1] == supervise.GuardianMode || os.Args[1] == supervise.KeeperMode) {
+		os.Exit(supervise.NotDispatched(os.Args[1]))
 	}
 	os.Exit(m.Run())
 }
@@ -42,6 +43,7 @@ type harness struct {
 	dir      string
 	parent   string
 	workload string // "" in the subreaper tier
+	mount    string // the cgroup2 mount
 	g        *supervise.Guardian
 	evs      <-chan supervise.Event
 	seen     []supervise.Event
@@ -59,6 +61,9 @@ func launch(t *testing.T, o launchOpts) *harness {
 	t.Helper()
 	parent := testutil.CgroupParent(t)
 	h := &harness{t: t, dir: t.TempDir(), parent: parent}
+	if m, err := cgroup.FindMount(); err == nil {
+		h.mount = m.Path
+	}
 	gcg := filepath.Join(parent, "guardian")
 	if _, err := cgroup.Create(gcg); err != nil {
 		t.Fatal(err)
@@ -139,6 +144,7 @@ func (h *harness) config(argv ...string) *supervise.Config {
 		Cwd:            h.dir,
 		Output:         supervise.OutputFiles,
 		WorkloadCgroup: h.workload,
+		CgroupMount:    h.mount,
 		Grace:          2 * time.Second,
 		OwnerExit:      supervise.OwnerExitDetach,
 	}
@@ -458,7 +464,7 @@ func TestWorkloadInheritsOnlyStdio(t *testing.T) {
 					t.Fatalf("workload %s not empty:\n%s", k, status)
 				}
 			}
-			if err := h.g.RequestStop(supervise.ReasonUser); err != nil {
+			if err := h.g.RequestStop(api.ReasonUser); err != nil {
 				t.Fatal(err)
 			}
 			h.next("leader", 10*time.Second)
@@ -490,20 +496,20 @@ func TestSignalAndStopRequests(t *testing.T) {
 		h := launch(t, launchOpts{})
 		h.release(h.config("sleep", "60"))
 		h.next("started", 10*time.Second)
-		if err := h.g.RequestStop(supervise.ReasonLimit); err != nil {
+		if err := h.g.RequestStop(api.ReasonLimit); err != nil {
 			t.Fatal(err)
 		}
 		// A later reason does not replace the first.
-		if err := h.g.RequestStop(supervise.ReasonUser); err != nil {
+		if err := h.g.RequestStop(api.ReasonUser); err != nil {
 			t.Fatal(err)
 		}
 		leader := h.next("leader", 10*time.Second)
 		tree := h.next("tree", 10*time.Second)
 		h.finish()
-		if leader.Signal == nil || *leader.Signal != int(syscall.SIGTERM) || tree.Reason != supervise.ReasonLimit {
+		if leader.Signal == nil || *leader.Signal != int(syscall.SIGTERM) || tree.Reason != api.ReasonLimit {
 			t.Fatalf("leader %+v tree %+v", leader, tree)
 		}
-		if r := h.readReceipt(); r.StopReason != supervise.ReasonLimit || !r.Complete {
+		if r := h.readReceipt(); r.StopReason != api.ReasonLimit || !r.Complete {
 			t.Fatalf("receipt %+v", r)
 		}
 	})
@@ -617,7 +623,7 @@ func TestDeadlineKillsTreeIgnoringTERM(t *testing.T) {
 			if leader.Signal == nil || *leader.Signal != int(syscall.SIGKILL) {
 				t.Fatalf("leader %+v: want killed by SIGKILL", leader)
 			}
-			if tree.Reason != supervise.ReasonDeadline {
+			if tree.Reason != api.ReasonDeadline {
 				t.Fatalf("tree %+v", tree)
 			}
 			if elapsed < 1400*time.Millisecond || elapsed > 10*time.Second {
@@ -626,7 +632,7 @@ func TestDeadlineKillsTreeIgnoringTERM(t *testing.T) {
 			if !exited(cfd) {
 				t.Fatal("the TERM-ignoring child survived")
 			}
-			if r := h.readReceipt(); !r.Complete || r.StopReason != supervise.ReasonDeadline {
+			if r := h.readReceipt(); !r.Complete || r.StopReason != api.ReasonDeadline {
 				t.Fatalf("receipt %+v", r)
 			}
 		})
@@ -664,7 +670,7 @@ func TestOwnerExitStopsSetsidGrandchild(t *testing.T) {
 	h.g.Detach() // the owner goes away
 	tree := h.next("tree", 10*time.Second)
 	h.finish()
-	if tree.Reason != supervise.ReasonOwnerExit {
+	if tree.Reason != api.ReasonOwnerExit {
 		t.Fatalf("tree %+v", tree)
 	}
 	if !exited(gfd) {
@@ -673,7 +679,7 @@ func TestOwnerExitStopsSetsidGrandchild(t *testing.T) {
 	if populated(t, h.workload) {
 		t.Fatal("workload cgroup still populated")
 	}
-	if r := h.readReceipt(); !r.Complete || r.StopReason != supervise.ReasonOwnerExit || r.ExitCode == nil || *r.ExitCode != 0 {
+	if r := h.readReceipt(); !r.Complete || r.StopReason != api.ReasonOwnerExit || r.ExitCode == nil || *r.ExitCode != 0 {
 		t.Fatalf("receipt %+v", r)
 	}
 }
@@ -750,7 +756,7 @@ func TestSubreaperSIGTERMStopsTree(t *testing.T) {
 	if leader.Signal == nil || *leader.Signal != int(syscall.SIGTERM) {
 		t.Fatalf("leader %+v", leader)
 	}
-	if tree.Reason != supervise.ReasonUser || !exited(dfd) {
+	if tree.Reason != api.ReasonUser || !exited(dfd) {
 		t.Fatalf("tree %+v, daemon exited %v", tree, exited(dfd))
 	}
 }
@@ -786,7 +792,7 @@ func TestSIGTERMAtGateStopsAfterRelease(t *testing.T) {
 	leader := h.next("leader", 10*time.Second)
 	tree := h.next("tree", 10*time.Second)
 	h.finish()
-	if leader.Signal == nil || *leader.Signal != int(syscall.SIGTERM) || tree.Reason != supervise.ReasonUser {
+	if leader.Signal == nil || *leader.Signal != int(syscall.SIGTERM) || tree.Reason != api.ReasonUser {
 		t.Fatalf("leader %+v tree %+v", leader, tree)
 	}
 }
@@ -821,7 +827,7 @@ func TestGuardianMemory(t *testing.T) {
 			if fields["RssAnon"] == 0 || fields["RssAnon"] > 1024 {
 				t.Fatalf("guardian RssAnon %d kB, want at most 1024", fields["RssAnon"])
 			}
-			if err := h.g.RequestStop(supervise.ReasonUser); err != nil {
+			if err := h.g.RequestStop(api.ReasonUser); err != nil {
 				t.Fatal(err)
 			}
 			h.next("leader", 10*time.Second)

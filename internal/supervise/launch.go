@@ -2,15 +2,18 @@ package supervise
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
@@ -29,7 +32,11 @@ type StartSpec struct {
 	// Forward asks for pipe mode: the guardian tees the output to the
 	// files above and to pipes returned in Guardian.Forward*.
 	Forward bool
-	// Log receives the guardian's own diagnostics.
+	// Dir is the command's directory: the guardian creates guardian.log
+	// there on its first diagnostic. Nil: diagnostics go to Log.
+	Dir *os.File
+	// Log receives the guardian's own diagnostics when Dir is nil (and
+	// anything written to stderr before the guardian starts).
 	Log *os.File
 	// Setsid detaches the guardian from the caller's session (everything
 	// but foreground terminal use).
@@ -78,7 +85,7 @@ func Start(s StartSpec) (*Guardian, error) {
 		stdin = devnull
 	}
 	g := &Guardian{control: ctlW, events: evR}
-	extra := []*os.File{ctlR, evW, s.Receipt, stdin, s.Stdout, s.Stderr}
+	extra := []*os.File{ctlR, evW, s.Receipt, stdin, s.Stdout, s.Stderr, nil, nil}
 	if s.Forward {
 		outR, outW, err := os.Pipe()
 		if err != nil {
@@ -94,7 +101,10 @@ func Start(s StartSpec) (*Guardian, error) {
 		growPipe(outR)
 		growPipe(errR)
 		g.ForwardOut, g.ForwardErr = outR, errR
-		extra = append(extra, outW, errW)
+		extra[fdFwdOut-3], extra[fdFwdErr-3] = outW, errW
+	}
+	if s.Dir != nil {
+		extra = append(extra, s.Dir)
 	}
 	cmd := &exec.Cmd{
 		Path:       s.Exe,
@@ -177,7 +187,7 @@ func (g *Guardian) Signal(sig syscall.Signal) error {
 }
 
 // RequestStop asks the guardian to stop its tree (SIGTERM, grace, SIGKILL).
-func (g *Guardian) RequestStop(reason string) error {
+func (g *Guardian) RequestStop(reason api.StopReason) error {
 	msg, err := encodeStop(reason)
 	if err != nil {
 		return err
@@ -216,22 +226,31 @@ func (g *Guardian) Reap() error {
 	return err
 }
 
-// ReadReceipt reads and verifies a receipt file: it must still be the file
-// registered (device and inode) and name the expected command.
+// ReadReceipt reads and verifies a receipt file through one open
+// descriptor: the file it opened must be the one registered (device and
+// inode), and every read is from that descriptor, so a swap of the path
+// between the check and the read proves nothing. A symlink is refused.
 func ReadReceipt(path string, commandID string, dev, ino uint64) (*Receipt, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
 	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	if st.Dev != dev || st.Ino != ino {
 		return nil, fmt.Errorf("receipt %s was replaced (device/inode %d/%d, registered %d/%d)", path, st.Dev, st.Ino, dev, ino)
 	}
+	buf := make([]byte, 16<<10)
 	var last error
 	for try := 0; try < 3; try++ {
-		b, err := os.ReadFile(path)
-		if err != nil {
+		n, err := f.ReadAt(buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, err
 		}
+		b := bytes.TrimRight(buf[:n], " \n\x00")
 		if len(b) == 0 {
 			return nil, ErrNoReceipt
 		}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
 )
 
 // GuardianMode is the hidden argv[1] that selects the guardian. The
@@ -25,6 +27,7 @@ const (
 	fdStderr  = 8
 	fdFwdOut  = 9 // pipe mode: forward copies of stdout to the launcher
 	fdFwdErr  = 10
+	fdDir     = 11 // the command's directory (guardian.log is made there on first use)
 )
 
 // The control channel (fdControl, launcher → guardian) carries no JSON: the
@@ -39,10 +42,12 @@ const (
 // The value runs from the first '=' to the NUL, so it may contain '=' and
 // newlines but not NUL. Keys (the JSON names of Config's fields):
 // command_id, env_id (at most maxID bytes), path, argv (repeated, in
-// order), env (repeated, in order), cwd, output, workload_cgroup (at most
-// maxPath bytes), deadline_mono_ns and grace_ns (decimal nanoseconds),
-// owner_exit, foreground ("1" or "0"), view_pid (decimal). An unknown key
-// or a message longer than maxRelease makes the guardian exit 125 without
+// order), env (repeated, in order), cwd, output, workload_cgroup,
+// cgroup_mount, guardians_cgroup (at most maxPath bytes), v1_join
+// (repeated, at most maxJoin), deadline_mono_ns, timeout_mono_ns, grace_ns
+// and idle_ns (decimal nanoseconds), owner_exit, foreground and auto_stop
+// ("1" or "0"), view_pid and view_start (decimal). An unknown key or a
+// message longer than maxRelease makes the guardian exit 125 without
 // starting anything; EOF before the terminator is an aborted launch (exit
 // 0, nothing started).
 //
@@ -55,9 +60,15 @@ const (
 //
 // Unknown lines are ignored. EOF after the release means the owner is gone:
 // with owner_exit "stop" the guardian stops the tree with reason
-// "owner-exit". SIGTERM to the guardian (what `hostfork stop` sends in the
-// subreaper tier) stops the tree with reason "user"; received at the gate,
-// it takes effect right after the release.
+// "owner-exit".
+//
+// Signals: a plain SIGTERM to the guardian stops the tree with reason
+// "user" (or "deadline" at the deadline: a systemd manager enforcing the
+// scope's timer). A queued SIGTERM (StopSignal) carries a reason and a
+// grace: the guardian stops its tree with them, or, marked as a notice, only
+// records the reason — the sender stops the tree itself — and kills the tree
+// after the grace plus 2 s if the sender did not finish. Received at the
+// gate, a stop takes effect right after the release.
 const (
 	msgRelease = 'R'
 	msgSignal  = 's'
@@ -67,6 +78,10 @@ const (
 	maxPath    = 4095
 	maxReason  = 255
 	maxRelease = 16 << 20
+	maxJoin    = 8
+
+	stopNotice = 1 << 8
+	graceShift = 9
 )
 
 // Output modes.
@@ -82,14 +97,20 @@ const (
 	OwnerExitDetach = "detach"
 )
 
-// Stop reasons recorded in receipts and results.
-const (
-	ReasonUser      = "user"
-	ReasonDeadline  = "deadline"
-	ReasonIdle      = "idle"
-	ReasonOwnerExit = "owner-exit"
-	ReasonLimit     = "limit"
-)
+// reasonCodes are the stop reasons a queued stop signal and the C helpers
+// know, by code (hf.h, HF_R_*): index = code.
+var reasonCodes = [...]api.StopReason{"", api.ReasonUser, api.ReasonDeadline, api.ReasonIdle, api.ReasonOwnerExit,
+	api.ReasonTimeout, api.ReasonCancelled, api.ReasonCompleted, api.ReasonKeeperLost, api.ReasonLimit, api.ReasonAbandoned}
+
+// reasonCode is r's code (0: unknown to the helpers).
+func reasonCode(r api.StopReason) int {
+	for i, c := range reasonCodes {
+		if i > 0 && c == r {
+			return i
+		}
+	}
+	return 0
+}
 
 // Config is what the guardian receives at release (see encodeRelease for
 // the wire format; the JSON names are the release keys).
@@ -102,11 +123,21 @@ type Config struct {
 	Cwd       string   `json:"cwd,omitempty"`
 	Output    string   `json:"output"`
 	// WorkloadCgroup is the cgroup2 directory the workload is cloned into;
-	// empty in the subreaper tier.
-	WorkloadCgroup string `json:"workload_cgroup,omitempty"`
+	// empty in the subreaper tier. CgroupMount is the cgroup2 mount it is
+	// under; GuardiansCgroup the environment's group of guardians (where
+	// this guardian is).
+	WorkloadCgroup  string `json:"workload_cgroup,omitempty"`
+	CgroupMount     string `json:"cgroup_mount,omitempty"`
+	GuardiansCgroup string `json:"guardians_cgroup,omitempty"`
+	// V1Join are cgroup v1 groups the workload joins before exec (its own
+	// limit groups: v1 has no clone-into).
+	V1Join []string `json:"v1_join,omitempty"`
 	// DeadlineMono is the force-stop time on CLOCK_MONOTONIC (0: none);
-	// graceful termination starts Grace earlier.
+	// graceful termination starts Grace earlier. TimeoutMono is the
+	// command's own timeout: its stop starts then, and never extends the
+	// deadline.
 	DeadlineMono time.Duration `json:"deadline_mono_ns,omitempty"`
+	TimeoutMono  time.Duration `json:"timeout_mono_ns,omitempty"`
 	Grace        time.Duration `json:"grace_ns"`
 	// Idle stops the tree (reason "idle") after this long without
 	// output, forwarded signals or control activity, counted from the
@@ -117,21 +148,27 @@ type Config struct {
 	// (inherit mode on a terminal).
 	Foreground bool `json:"foreground,omitempty"`
 	// ViewPID, when set, is the keeper whose mount namespace the workload
-	// joins before exec.
-	ViewPID int `json:"view_pid,omitempty"`
+	// joins before exec, and ViewStart its start time (checked through a
+	// pidfd first).
+	ViewPID   int    `json:"view_pid,omitempty"`
+	ViewStart uint64 `json:"view_start,omitempty"`
+	// AutoStop: when this tree has exited, the environment ends (the
+	// guardian asks the other guardians and the keeper to stop, reason
+	// "completed"): an environment made by run.
+	AutoStop bool `json:"auto_stop,omitempty"`
 }
 
 // Event is one guardian → launcher message: one JSON line on fdEvents.
 // A dead launcher only loses events; the receipt is the durable channel.
 type Event struct {
-	Kind      string    `json:"ev"` // started | exec-failed | leader | tree
-	PID       int       `json:"pid,omitempty"`
-	StartTime uint64    `json:"start,omitempty"`
-	ExitCode  *int      `json:"code,omitempty"`
-	Signal    *int      `json:"signal,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	At        time.Time `json:"at"`
+	Kind      string         `json:"ev"` // started | exec-failed | leader | tree
+	PID       int            `json:"pid,omitempty"`
+	StartTime uint64         `json:"start,omitempty"`
+	ExitCode  *int           `json:"code,omitempty"`
+	Signal    *int           `json:"signal,omitempty"`
+	Reason    api.StopReason `json:"reason,omitempty"`
+	Error     string         `json:"error,omitempty"`
+	At        time.Time      `json:"at"`
 }
 
 // Receipt is the guardian's durable record, written through fdReceipt.
@@ -150,15 +187,22 @@ type Receipt struct {
 	ProofDev  uint64 `json:"proof_dev"`
 	ProofIno  uint64 `json:"proof_ino"`
 
-	WorkloadPID   int        `json:"workload_pid,omitempty"`
-	WorkloadStart uint64     `json:"workload_start,omitempty"`
-	StartError    string     `json:"start_error,omitempty"`
-	LeaderExited  *time.Time `json:"leader_exited_at,omitempty"`
-	ExitCode      *int       `json:"exit_code,omitempty"`
-	Signal        *int       `json:"signal,omitempty"`
-	StopReason    string     `json:"stop_reason,omitempty"`
-	TreeExited    *time.Time `json:"tree_exited_at,omitempty"`
-	Complete      bool       `json:"complete"`
+	WorkloadPID   int            `json:"workload_pid,omitempty"`
+	WorkloadStart uint64         `json:"workload_start,omitempty"`
+	StartError    string         `json:"start_error,omitempty"`
+	LeaderExited  *time.Time     `json:"leader_exited_at,omitempty"`
+	ExitCode      *int           `json:"exit_code,omitempty"`
+	Signal        *int           `json:"signal,omitempty"`
+	StopReason    api.StopReason `json:"stop_reason,omitempty"`
+	// StoppedByHostfork: the leader exited after a stop had begun.
+	StoppedByHostfork bool `json:"stopped_by_hostfork,omitempty"`
+	// OutsideCgroup counts members a stop found outside the workload
+	// cgroup (descendants that moved themselves out); MembershipUnstable
+	// says the membership did not settle before a kill.
+	OutsideCgroup      int        `json:"outside_cgroup,omitempty"`
+	MembershipUnstable bool       `json:"membership_unstable,omitempty"`
+	TreeExited         *time.Time `json:"tree_exited_at,omitempty"`
+	Complete           bool       `json:"complete"`
 }
 
 // encodeRelease frames cfg as the release message. It refuses values the
@@ -182,9 +226,6 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 	if len(cfg.CommandID) > maxID || len(cfg.EnvID) > maxID {
 		return nil, fmt.Errorf("release: command or environment id longer than %d bytes", maxID)
 	}
-	if len(cfg.WorkloadCgroup) > maxPath {
-		return nil, fmt.Errorf("release: workload cgroup path longer than %d bytes", maxPath)
-	}
 	put("command_id", cfg.CommandID)
 	put("env_id", cfg.EnvID)
 	put("path", cfg.Path)
@@ -198,11 +239,32 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 		put("cwd", cfg.Cwd)
 	}
 	put("output", cfg.Output)
+	if len(cfg.WorkloadCgroup) > maxPath || len(cfg.CgroupMount) > maxPath || len(cfg.GuardiansCgroup) > maxPath {
+		return nil, fmt.Errorf("release: a cgroup path is longer than %d bytes", maxPath)
+	}
+	if len(cfg.V1Join) > maxJoin {
+		return nil, fmt.Errorf("release: %d v1 groups to join, at most %d", len(cfg.V1Join), maxJoin)
+	}
 	if cfg.WorkloadCgroup != "" {
 		put("workload_cgroup", cfg.WorkloadCgroup)
 	}
+	if cfg.CgroupMount != "" {
+		put("cgroup_mount", cfg.CgroupMount)
+	}
+	if cfg.GuardiansCgroup != "" {
+		put("guardians_cgroup", cfg.GuardiansCgroup)
+	}
+	for _, j := range cfg.V1Join {
+		if len(j) > maxPath {
+			return nil, fmt.Errorf("release: v1 group path longer than %d bytes", maxPath)
+		}
+		put("v1_join", j)
+	}
 	if cfg.DeadlineMono > 0 {
 		put("deadline_mono_ns", strconv.FormatInt(int64(cfg.DeadlineMono), 10))
+	}
+	if cfg.TimeoutMono > 0 {
+		put("timeout_mono_ns", strconv.FormatInt(int64(cfg.TimeoutMono), 10))
 	}
 	put("grace_ns", strconv.FormatInt(int64(cfg.Grace), 10))
 	if cfg.Idle > 0 {
@@ -214,6 +276,10 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 	}
 	if cfg.ViewPID > 0 {
 		put("view_pid", strconv.Itoa(cfg.ViewPID))
+		put("view_start", strconv.FormatUint(cfg.ViewStart, 10))
+	}
+	if cfg.AutoStop {
+		put("auto_stop", "1")
 	}
 	b.WriteByte(0)
 	if bad != nil {
@@ -226,11 +292,31 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 }
 
 // encodeStop frames a stop request.
-func encodeStop(reason string) ([]byte, error) {
-	if reason == "" || len(reason) > maxReason || strings.ContainsAny(reason, "\n\x00") {
-		return nil, fmt.Errorf("stop reason %q: want 1 to %d bytes without newline or NUL", reason, maxReason)
+func encodeStop(reason api.StopReason) ([]byte, error) {
+	if reasonCode(reason) == 0 {
+		return nil, fmt.Errorf("stop reason %q is not one the guardian knows", reason)
 	}
-	return []byte(string(msgStop) + reason + "\n"), nil
+	return []byte(string(msgStop) + string(reason) + "\n"), nil
+}
+
+// StopValue is the si_int of a queued stop signal: the reason's code, the
+// notice flag and the grace in units of 10 ms (hf.h, HF_STOP_NOTICE).
+func StopValue(reason api.StopReason, notice bool, grace time.Duration) int32 {
+	v := int32(reasonCode(reason))
+	if v == 0 {
+		v = int32(reasonCode(api.ReasonUser))
+	}
+	if notice {
+		v |= stopNotice
+	}
+	g := grace / (10 * time.Millisecond)
+	if g < 0 {
+		g = 0
+	}
+	if g > 1<<22-1 {
+		g = 1<<22 - 1
+	}
+	return v | int32(g)<<graceShift
 }
 
 // encodeSignal frames a signal for the leader.

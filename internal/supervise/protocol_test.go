@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
 )
 
 func TestCGuardianModeMatches(t *testing.T) {
@@ -40,7 +42,7 @@ func TestEncodeRelease(t *testing.T) {
 		"argv=sh", "argv=-c", "argv=a=b\nc", "env=X=1", "env=Y=",
 		"cwd=/tmp", "output=pipe", "workload_cgroup=/sys/fs/cgroup/x/workload",
 		"deadline_mono_ns=5000000000", "grace_ns=2000000000", "owner_exit=stop",
-		"foreground=1", "view_pid=42",
+		"foreground=1", "view_pid=42", "view_start=0",
 	}, "\x00") + "\x00\x00"
 	if string(b) != want {
 		t.Fatalf("release\n%q\nwant\n%q", b, want)
@@ -58,7 +60,7 @@ func TestEncodeRelease(t *testing.T) {
 	if _, err := encodeStop("a\nb"); err == nil {
 		t.Fatal("newline in reason accepted")
 	}
-	if m, _ := encodeStop(ReasonUser); string(m) != "tuser\n" {
+	if m, _ := encodeStop(api.ReasonUser); string(m) != "tuser\n" {
 		t.Fatalf("stop %q", m)
 	}
 	if m := encodeSignal(15); string(m) != "s15\n" {

@@ -1,0 +1,186 @@
+package api
+
+import "time"
+
+// ReapAction is one thing a reap did.
+type ReapAction struct {
+	Env     string `json:"env"`
+	Command string `json:"command,omitempty"`
+	Action  string `json:"action"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// ReapPending is something a reap could not settle, with the reason.
+type ReapPending struct {
+	Env    string `json:"env"`
+	What   string `json:"what"`
+	Reason string `json:"reason"`
+}
+
+// ReapReport is the outcome of one reap pass.
+type ReapReport struct {
+	Checked int           `json:"checked_envs"`
+	Actions []ReapAction  `json:"actions"`
+	Pending []ReapPending `json:"pending"`
+}
+
+// GCItem is one deletion (done or planned) or one hold.
+type GCItem struct {
+	Env    string `json:"env"`
+	What   string `json:"what"` // "tree NAME" | "evidence"
+	Path   string `json:"path,omitempty"`
+	Reason string `json:"reason"`
+	Bytes  int64  `json:"apparent_bytes,omitempty"`
+}
+
+// GCReport is the outcome of a gc pass.
+type GCReport struct {
+	DryRun  bool     `json:"dry_run"`
+	Deleted []GCItem `json:"deleted"`
+	Held    []GCItem `json:"held"`
+	Errors  []GCItem `json:"errors"`
+	// Note: deleted Btrfs snapshots free their space in the background;
+	// a deletion here is acknowledged, not measured as reclaimed.
+	Note string `json:"note,omitempty"`
+}
+
+// Export labels.
+const (
+	// ExportComplete: every file was copied from a stopped environment.
+	ExportComplete = "complete"
+	// ExportLive: every file was copied, but the environment was running,
+	// so the copy is not a consistent point in time.
+	ExportLive = "live/inconsistent"
+	// ExportPartial: some files could not be copied (listed).
+	ExportPartial = "partial"
+	// ExportFailed: the export did not produce a usable copy.
+	ExportFailed = "failed"
+)
+
+// ExportResult is the record of one export, also kept in the
+// environment's run directory under exports/.
+type ExportResult struct {
+	Env    string `json:"env"`
+	Tree   string `json:"tree"`
+	Kind   string `json:"kind"`
+	Dest   string `json:"dest"`
+	Label  string `json:"label"`
+	Source string `json:"source"`
+	// PartialPath is where an export that failed left what it copied
+	// (never at Dest).
+	PartialPath string    `json:"partial_path,omitempty"`
+	Files       int64     `json:"files"`
+	Bytes       int64     `json:"bytes"`
+	Cloned      int64     `json:"cloned"`
+	Failed      int64     `json:"failed"`
+	Errors      []string  `json:"errors,omitempty"`
+	StartedAt   time.Time `json:"started_at"`
+	FinishedAt  time.Time `json:"finished_at"`
+}
+
+// PoolUsage is the capacity of one storage root (a filesystem holding the
+// store or trees), as statfs reports it.
+type PoolUsage struct {
+	Path       string `json:"path"`
+	FSType     string `json:"fs_type"`
+	TotalBytes uint64 `json:"total_bytes"`
+	FreeBytes  uint64 `json:"free_bytes"`
+	Trees      int    `json:"trees"`
+}
+
+// Usage is the store's inventory. Sizes are apparent sizes of hostfork's
+// own files, never called physical use; a deletion is never called
+// reclaimed.
+type Usage struct {
+	MeasuredAt     time.Time      `json:"measured_at"`
+	ActiveEnvs     int            `json:"active_envs"`
+	RetainedEnvs   int            `json:"retained_envs"`
+	FailedEnvs     int            `json:"failed_envs"`
+	LiveCommands   int            `json:"live_commands"`
+	UnverifiedCmds int            `json:"unverified_commands"`
+	LogBytes       int64          `json:"log_bytes"`
+	ExportBytes    int64          `json:"export_bytes"`
+	RegistryBytes  int64          `json:"registry_bytes"`
+	TreesByKind    map[string]int `json:"trees_by_kind"`
+	Pools          []PoolUsage    `json:"pools"`
+	// CleanupBacklog counts stopped environments past their tree or
+	// evidence retention that gc has not handled; OldestBacklog is how
+	// long the oldest has waited.
+	CleanupBacklog   int      `json:"cleanup_backlog"`
+	OldestBacklog    Duration `json:"oldest_backlog"`
+	FailedOperations int      `json:"failed_operations"`
+	PendingIntents   int      `json:"pending_intents"`
+	// PendingReclamation: Btrfs snapshots deleted whose space the
+	// filesystem frees in the background.
+	PendingReclamation string `json:"pending_reclamation"`
+}
+
+// BtrfsSize is an on-request measurement of one Btrfs tree's extents.
+type BtrfsSize struct {
+	Env        string    `json:"env"`
+	Tree       string    `json:"tree"`
+	Path       string    `json:"path"`
+	Total      int64     `json:"total_bytes"`
+	Exclusive  int64     `json:"exclusive_bytes"`
+	Shared     int64     `json:"shared_bytes"`
+	MeasuredAt time.Time `json:"measured_at"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// Sample is one sampled workload tree's memory.
+type Sample struct {
+	// Bytes is the larger of the two readings.
+	Bytes uint64 `json:"bytes"`
+	// Complete: every member of the tree could be read, both times.
+	Complete bool `json:"complete"`
+	// Stable: both readings were complete and within the tolerance.
+	Stable bool `json:"stable"`
+	// Members is the number of processes read (0 for a cgroup counter).
+	Members int `json:"members"`
+	// Source names the counter: memory.current, memory.usage_in_bytes,
+	// pss, rss.
+	Source string `json:"source"`
+	// Note says why the sample is incomplete or unstable.
+	Note string `json:"note,omitempty"`
+}
+
+// Reservation is what one live workload holds in admission.
+type Reservation struct {
+	ID     string  `json:"id"`
+	Bytes  uint64  `json:"bytes"`
+	Reason string  `json:"reason"`
+	Sample *Sample `json:"sample,omitempty"`
+}
+
+// Capacity is the admission computation: slots from cores and available
+// memory (70% by default, a 2 GiB floor per workload, at least one slot).
+type Capacity struct {
+	Cores        int     `json:"cores"`
+	MemAvailable *uint64 `json:"mem_available,omitempty"`
+	Share        float64 `json:"share"`
+	CoreSlots    int     `json:"core_slots"`
+	// MemorySlots is nil without memory telemetry.
+	MemorySlots  *int          `json:"memory_slots,omitempty"`
+	MemoryBudget *uint64       `json:"memory_budget,omitempty"`
+	Reserved     uint64        `json:"reserved_bytes"`
+	Slots        int           `json:"slots"`
+	Used         int           `json:"used"`
+	Free         int           `json:"free"`
+	Bound        string        `json:"bound"`
+	Reservations []Reservation `json:"reservations"`
+}
+
+// LiveWorkload is one admitted workload and its sampled tree memory.
+type LiveWorkload struct {
+	Command string   `json:"command"`
+	Env     string   `json:"env"`
+	Argv    []string `json:"argv"`
+	Sample  *Sample  `json:"sample,omitempty"`
+}
+
+// CapacityReport is what `hostfork capacity` shows.
+type CapacityReport struct {
+	Capacity
+	Paused bool           `json:"paused"`
+	Live   []LiveWorkload `json:"live"`
+}

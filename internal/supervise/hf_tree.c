@@ -1,0 +1,394 @@
+/*
+ * The tree-stop mechanism of the C helpers, rule for rule the same as the Go
+ * one in internal/tree (DESIGN.md, "Stop"):
+ *
+ *   - membership is the whole cgroup2 subtree (nested groups included) and
+ *     every live descendant of the tree's roots (a guardian is its tree's
+ *     subreaper, so a process that left the cgroup is still found);
+ *   - every signal goes through a pidfd, opened first and then re-checked
+ *     for membership, so a PID reused after an exit is never signalled;
+ *   - the kill step quiesces first (cgroup.freeze, SIGSTOP for members
+ *     outside the cgroup), lists until two listings agree, kills every
+ *     listed member and the cgroup (cgroup.kill), and thaws only what it
+ *     froze; the caller repeats it while members remain.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hf.h"
+
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* ---- the cgroup side ---- */
+
+/* rel_of is t->cgroup relative to its mount ("/hostfork/e/commands/c"). */
+static const char *rel_of(struct hf_tree *t)
+{
+	size_t lm = strlen(t->mount);
+	if (lm > 0 && !strncmp(t->cgroup, t->mount, lm) && (t->cgroup[lm] == '/' || t->cgroup[lm] == 0))
+		return t->cgroup + lm;
+	return NULL;
+}
+
+/* in_cgroup reports whether pid's cgroup2 group is t->cgroup or below it. */
+static int in_cgroup(struct hf_tree *t, pid_t pid)
+{
+	static char b[8192];
+	char path[48];
+	const char *want = t->cgroup[0] ? rel_of(t) : NULL;
+	if (!want || !*want)
+		return 0;
+	snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+	int n = hf_read_file(path, b, sizeof b);
+	if (n <= 0)
+		return 0;
+	size_t lw = strlen(want);
+	for (char *line = b; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = 0;
+		if (!strncmp(line, "0::", 3)) {
+			char *rel = line + 3;
+			size_t lr = strlen(rel);
+			while (lr > 0 && (rel[lr - 1] == ' ' || rel[lr - 1] == '\r'))
+				rel[--lr] = 0;
+			return !strncmp(rel, want, lw) && (rel[lw] == 0 || rel[lw] == '/');
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	return 0;
+}
+
+static int add_member(pid_t *out, int n, int max, pid_t pid)
+{
+	if (n < max)
+		out[n] = pid;
+	return n + 1;
+}
+
+#define MAX_DEPTH 16
+static char dents[MAX_DEPTH][8192];
+
+/* list_cgroup appends the processes of the group at path and of every
+ * group below it. */
+static int list_cgroup(const char *path, int depth, pid_t *out, int n, int max)
+{
+	static char procs[65536];
+	char p[HF_MAX_PATH + 64];
+	if (depth >= MAX_DEPTH)
+		return n;
+	snprintf(p, sizeof p, "%s/cgroup.procs", path);
+	int len = hf_read_file(p, procs, sizeof procs);
+	int64_t cur = -1;
+	for (int i = 0; len > 0 && i <= len; i++) {
+		char c = i < len ? procs[i] : '\n';
+		if (c >= '0' && c <= '9') {
+			cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
+			if (cur > 1 << 30)
+				cur = 1 << 30;
+		} else if (cur > 0) {
+			n = add_member(out, n, max, (pid_t)cur);
+			cur = -1;
+		}
+	}
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return n;
+	for (;;) {
+		long got = syscall(SYS_getdents64, fd, dents[depth], sizeof dents[depth]);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		for (long off = 0; off < got;) {
+			unsigned short reclen;
+			memcpy(&reclen, dents[depth] + off + 16, sizeof reclen);
+			unsigned char type = (unsigned char)dents[depth][off + 18];
+			const char *name = dents[depth] + off + 19;
+			off += reclen;
+			if (type != 4 /* DT_DIR */ || name[0] == '.')
+				continue;
+			snprintf(p, sizeof p, "%s/%s", path, name);
+			n = list_cgroup(p, depth + 1, out, n, max);
+		}
+	}
+	close(fd);
+	return n;
+}
+
+/* ---- the ancestry side ---- */
+
+/* The live processes of the host, (pid, ppid), from /proc. */
+static int32_t pr_pid[HF_MAX_MEMBERS], pr_ppid[HF_MAX_MEMBERS];
+static uint8_t pr_memo[HF_MAX_MEMBERS]; /* 0 unknown, 1 descendant, 2 not */
+static int pr_n;
+
+static void list_procs(void)
+{
+	static char buf[16384];
+	pr_n = 0;
+	int fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	for (;;) {
+		long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		for (long off = 0; off < n;) {
+			unsigned short reclen;
+			memcpy(&reclen, buf + off + 16, sizeof reclen);
+			const char *name = buf + off + 19;
+			off += reclen;
+			int64_t v;
+			if (name[0] < '1' || name[0] > '9' || hf_parse_i64(name, &v) < 0)
+				continue;
+			char st;
+			pid_t pp;
+			if (hf_read_stat((pid_t)v, &st, &pp, NULL) < 0 || st == 'Z' || st == 'X')
+				continue;
+			if (pr_n == HF_MAX_MEMBERS)
+				break;
+			pr_pid[pr_n] = (int32_t)v;
+			pr_ppid[pr_n] = pp;
+			pr_memo[pr_n] = 0;
+			pr_n++;
+		}
+	}
+	close(fd);
+	/* /proc lists in ascending order in practice; keep it sorted anyway. */
+	for (int i = 1; i < pr_n; i++) {
+		for (int j = i; j > 0 && pr_pid[j - 1] > pr_pid[j]; j--) {
+			int32_t x = pr_pid[j];
+			pr_pid[j] = pr_pid[j - 1];
+			pr_pid[j - 1] = x;
+			x = pr_ppid[j];
+			pr_ppid[j] = pr_ppid[j - 1];
+			pr_ppid[j - 1] = x;
+		}
+	}
+}
+
+static int proc_index(int32_t pid)
+{
+	int lo = 0, hi = pr_n - 1;
+	while (lo <= hi) {
+		int mid = lo + (hi - lo) / 2;
+		if (pr_pid[mid] == pid)
+			return mid;
+		if (pr_pid[mid] < pid)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return -1;
+}
+
+static int is_root(struct hf_tree *t, pid_t pid)
+{
+	for (int i = 0; i < t->nroots; i++)
+		if (t->roots[i] == pid)
+			return 1;
+	return 0;
+}
+
+/* table_descendant answers from the /proc table, with memoization. */
+static int table_descendant(struct hf_tree *t, int i)
+{
+	if (pr_memo[i])
+		return pr_memo[i] == 1;
+	int32_t p = pr_ppid[i];
+	int r = 0;
+	for (int n = 0; p > 0 && n < 4096; n++) {
+		if (is_root(t, p)) {
+			r = 1;
+			break;
+		}
+		int k = proc_index(p);
+		if (k < 0)
+			break;
+		if (pr_memo[k]) {
+			r = pr_memo[k] == 1;
+			break;
+		}
+		p = pr_ppid[k];
+	}
+	pr_memo[i] = r ? 1 : 2;
+	return r;
+}
+
+/* live_descendant re-reads the ancestry of one process now. */
+static int live_descendant(struct hf_tree *t, pid_t pid)
+{
+	for (int n = 0; n < 4096 && pid > 1; n++) {
+		pid_t pp;
+		if (hf_read_stat(pid, NULL, &pp, NULL) < 0)
+			return 0;
+		if (is_root(t, pp))
+			return 1;
+		pid = pp;
+	}
+	return 0;
+}
+
+static int is_member(struct hf_tree *t, pid_t pid)
+{
+	if (is_root(t, pid))
+		return 0;
+	return in_cgroup(t, pid) || (t->nroots > 0 && live_descendant(t, pid));
+}
+
+static int cmp_pid(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int hf_tree_list(struct hf_tree *t, pid_t *out, int max)
+{
+	int n = 0;
+	if (t->cgroup[0])
+		n = list_cgroup(t->cgroup, 0, out, n, max);
+	if (t->nroots > 0) {
+		list_procs();
+		for (int i = 0; i < pr_n; i++)
+			if (!is_root(t, pr_pid[i]) && table_descendant(t, i))
+				n = add_member(out, n, max, pr_pid[i]);
+	}
+	int k = n < max ? n : max;
+	qsort(out, (size_t)k, sizeof out[0], cmp_pid);
+	int w = 0;
+	for (int i = 0; i < k; i++)
+		if (w == 0 || out[w - 1] != out[i])
+			out[w++] = out[i];
+	for (int i = 0; i < w;) {
+		if (is_root(t, out[i]))
+			memmove(out + i, out + i + 1, (size_t)(--w - i) * sizeof out[0]);
+		else
+			i++;
+	}
+	return w;
+}
+
+static pid_t members[HF_MAX_MEMBERS], again[HF_MAX_MEMBERS];
+
+/* signal_member signals pid through a pidfd if it is still a member after
+ * the open (the pidfd pins the PID, so the check is about this process). */
+static int signal_member(struct hf_tree *t, pid_t pid, int sig)
+{
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (fd < 0)
+		return 0;
+	int ok = is_member(t, pid) && syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0) == 0;
+	close(fd);
+	return ok;
+}
+
+int hf_tree_signal(struct hf_tree *t, int sig)
+{
+	int n = hf_tree_list(t, members, HF_MAX_MEMBERS);
+	int done = 0;
+	for (int i = 0; i < n; i++)
+		done += signal_member(t, members[i], sig);
+	return done;
+}
+
+static int cgroup_frozen(struct hf_tree *t)
+{
+	static char b[512];
+	char p[HF_MAX_PATH + 32];
+	snprintf(p, sizeof p, "%s/cgroup.events", t->cgroup);
+	if (hf_read_file(p, b, sizeof b) <= 0)
+		return 1; /* gone: nothing to wait for */
+	return strstr(b, "frozen 1") != NULL || strstr(b, "populated 0") != NULL;
+}
+
+static int write_ctl(struct hf_tree *t, const char *file, const char *val)
+{
+	char p[HF_MAX_PATH + 32];
+	snprintf(p, sizeof p, "%s/%s", t->cgroup, file);
+	return hf_write_fileat(AT_FDCWD, p, val);
+}
+
+int hf_tree_kill(struct hf_tree *t)
+{
+	t->froze = 0;
+	t->stable = 0;
+	t->outsiders = 0;
+	if (t->cgroup[0] && write_ctl(t, "cgroup.freeze", "1") == 0) {
+		t->froze = 1;
+		for (int i = 0; i < 100 && !cgroup_frozen(t); i++)
+			sleep_ms(5);
+	}
+	int n = hf_tree_list(t, members, HF_MAX_MEMBERS);
+	for (int round = 0; round < 10; round++) {
+		/* Members outside the cgroup are not frozen: stop them. */
+		for (int i = 0; i < n && i < HF_MAX_MEMBERS; i++)
+			if (!in_cgroup(t, members[i]))
+				signal_member(t, members[i], SIGSTOP);
+		int m = hf_tree_list(t, again, HF_MAX_MEMBERS);
+		if (m == n && !memcmp(members, again, (size_t)(n < HF_MAX_MEMBERS ? n : HF_MAX_MEMBERS) * sizeof members[0])) {
+			t->stable = 1;
+			break;
+		}
+		memcpy(members, again, (size_t)(m < HF_MAX_MEMBERS ? m : HF_MAX_MEMBERS) * sizeof members[0]);
+		n = m;
+		sleep_ms(2);
+	}
+	if (t->cgroup[0])
+		write_ctl(t, "cgroup.kill", "1");
+	int killed = 0;
+	for (int i = 0; i < n && i < HF_MAX_MEMBERS; i++) {
+		if (t->cgroup[0] && !in_cgroup(t, members[i]))
+			t->outsiders++;
+		killed += signal_member(t, members[i], SIGKILL);
+	}
+	if (t->froze)
+		write_ctl(t, "cgroup.freeze", "0");
+	return n > killed ? n : killed;
+}
+
+int hf_tree_populated(struct hf_tree *t)
+{
+	return hf_tree_list(t, members, HF_MAX_MEMBERS) > 0;
+}
+
+int hf_queue_stop(int pidfd, int reason, int notice, int64_t grace_ns)
+{
+	siginfo_t si;
+	memset(&si, 0, sizeof si);
+	int64_t g = grace_ns / (10 * NS_PER_MS);
+	if (g < 0)
+		g = 0;
+	if (g > (1 << 22) - 1)
+		g = (1 << 22) - 1;
+	si.si_signo = SIGTERM;
+	si.si_code = SI_QUEUE;
+	si.si_pid = getpid();
+	si.si_uid = getuid();
+	si.si_value.sival_int = (reason & 0xff) | (notice ? HF_STOP_NOTICE : 0) | (int)(g << HF_GRACE_SHIFT);
+	return (int)syscall(SYS_pidfd_send_signal, pidfd, SIGTERM, &si, 0);
+}

@@ -1,0 +1,493 @@
+/*
+ * The keeper: one small process per environment with a view (and, in the
+ * systemd-scope tier, the scope's anchor). It holds the environment's mount
+ * namespace while commands come and go, watches the owner channel and the
+ * deadline, and stops the environment's commands when the policy says so —
+ * by asking each command's guardian to stop its tree (a queued SIGTERM with
+ * the reason), then killing what is left with the shared tree-stop
+ * mechanism (hf_tree.c). It is a hidden mode of every binary that links
+ * package supervise (hf_ctor.c), in C like the guardian, so it starts
+ * without the Go runtime. The protocol is documented in keeper.go.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hf.h"
+
+#ifndef SYS_open_tree
+#define SYS_open_tree 428
+#endif
+#ifndef SYS_move_mount
+#define SYS_move_mount 429
+#endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#define HF_OPEN_TREE_CLONE 1
+#define HF_AT_RECURSIVE 0x8000
+#define HF_MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#define HF_MOUNT_ATTR_RDONLY 0x00000001
+
+struct hf_mount_attr {
+	uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+
+#define MAX_OPS 512
+#define MAX_SLOTS 64
+
+enum { OP_MOUNT = 1, OP_REMOUNT, OP_RDONLY, OP_TMPFS, OP_MKDIRS, OP_CAPTURE, OP_MKPOINT, OP_MOVE };
+
+static struct op {
+	int kind;
+	const char *source, *target, *fstype, *data;
+	unsigned long flags;
+	int slot;
+} ops[MAX_OPS];
+static int nops;
+static int slots[MAX_SLOTS];
+
+static struct {
+	char env_id[HF_MAX_ID + 1];
+	char mount[HF_MAX_PATH + 1];
+	char commands[HF_MAX_PATH + 1];
+	char guardians[HF_MAX_PATH + 1];
+	int owner_stop, slave;
+	int64_t deadline_ns, grace_ns;
+} kc;
+
+static struct hf_msg cfgmsg;
+static char errmsg[2048];
+
+static int parse_config(struct hf_msg *m)
+{
+	struct op *o = NULL;
+	char *next;
+	for (char *p = m->buf + 1; *p; p = next) {
+		next = p + strlen(p) + 1;
+		char *v = strchr(p, '=');
+		if (!v)
+			return -1;
+		*v++ = 0;
+		int64_t n;
+		if (!strcmp(p, "op")) {
+			if (nops >= MAX_OPS)
+				return -1;
+			o = &ops[nops++];
+			memset(o, 0, sizeof *o);
+			o->slot = -1;
+			if (!strcmp(v, "mount"))
+				o->kind = OP_MOUNT;
+			else if (!strcmp(v, "remount"))
+				o->kind = OP_REMOUNT;
+			else if (!strcmp(v, "rdonly"))
+				o->kind = OP_RDONLY;
+			else if (!strcmp(v, "tmpfs"))
+				o->kind = OP_TMPFS;
+			else if (!strcmp(v, "mkdirs"))
+				o->kind = OP_MKDIRS;
+			else if (!strcmp(v, "capture"))
+				o->kind = OP_CAPTURE;
+			else if (!strcmp(v, "mkpoint"))
+				o->kind = OP_MKPOINT;
+			else if (!strcmp(v, "move"))
+				o->kind = OP_MOVE;
+			else
+				return -1;
+		} else if (o && !strcmp(p, "source")) {
+			o->source = v;
+		} else if (o && !strcmp(p, "target")) {
+			o->target = v;
+		} else if (o && !strcmp(p, "fstype")) {
+			o->fstype = v;
+		} else if (o && !strcmp(p, "data")) {
+			o->data = v;
+		} else if (o && !strcmp(p, "flags")) {
+			if (hf_parse_i64(v, &n) < 0 || n < 0)
+				return -1;
+			o->flags = (unsigned long)n;
+		} else if (o && !strcmp(p, "slot")) {
+			if (hf_parse_i64(v, &n) < 0 || n < 0 || n >= MAX_SLOTS)
+				return -1;
+			o->slot = (int)n;
+		} else if (!strcmp(p, "env_id")) {
+			if (hf_copy_bounded(kc.env_id, sizeof kc.env_id, v) < 0)
+				return -1;
+		} else if (!strcmp(p, "cgroup_mount")) {
+			if (hf_copy_bounded(kc.mount, sizeof kc.mount, v) < 0)
+				return -1;
+		} else if (!strcmp(p, "commands_cgroup")) {
+			if (hf_copy_bounded(kc.commands, sizeof kc.commands, v) < 0)
+				return -1;
+		} else if (!strcmp(p, "guardians_cgroup")) {
+			if (hf_copy_bounded(kc.guardians, sizeof kc.guardians, v) < 0)
+				return -1;
+		} else if (!strcmp(p, "owner_exit")) {
+			kc.owner_stop = !strcmp(v, "stop");
+		} else if (!strcmp(p, "propagation")) {
+			kc.slave = !strcmp(v, "slave");
+		} else if (!strcmp(p, "deadline_mono_ns")) {
+			if (hf_parse_i64(v, &kc.deadline_ns) < 0)
+				return -1;
+		} else if (!strcmp(p, "grace_ns")) {
+			if (hf_parse_i64(v, &kc.grace_ns) < 0)
+				return -1;
+		} else {
+			hf_log("keeper: unknown key %.64s", p);
+			return -1;
+		}
+	}
+	for (int i = 0; i < nops; i++) {
+		o = &ops[i];
+		if (!o->target || o->target[0] != '/')
+			return -1;
+		if ((o->kind == OP_CAPTURE || o->kind == OP_MKPOINT || o->kind == OP_MOVE) && o->slot < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int fail_op(const char *what, const char *target)
+{
+	snprintf(errmsg, sizeof errmsg, "view: %s %s: %s", what, target, hf_errstr(errno));
+	return -1;
+}
+
+static int mkdirs(const char *path, mode_t mode)
+{
+	char p[PATH_MAX];
+	if (hf_copy_bounded(p, sizeof p, path) < 0) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			return -1;
+		*s = '/';
+	}
+	if (mkdir(p, mode) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+/* mkpoint creates target when it is missing, as a directory or an empty
+ * file like the mount captured in fd. A restored share lies under a
+ * covering rule, so a missing target is missing from a private layer (an
+ * empty scratch, a tree without that path) and is created there, never on
+ * the host. */
+static int mkpoint(int fd, const char *target)
+{
+	struct stat st;
+	if (lstat(target, &st) == 0 || errno != ENOENT)
+		return 0;
+	if (fstat(fd, &st) < 0)
+		return -1;
+	char parent[PATH_MAX];
+	if (hf_copy_bounded(parent, sizeof parent, target) < 0)
+		return -1;
+	char *slash = strrchr(parent, '/');
+	if (slash && slash != parent) {
+		*slash = 0;
+		if (mkdirs(parent, 0755) < 0)
+			return -1;
+	}
+	if (S_ISDIR(st.st_mode))
+		return mkdir(target, st.st_mode & 07777);
+	int f = open(target, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (f < 0)
+		return -1;
+	close(f);
+	return 0;
+}
+
+static int apply_ops(void)
+{
+	for (int i = 0; i < nops; i++) {
+		struct op *o = &ops[i];
+		switch (o->kind) {
+		case OP_MOUNT:
+			if (mount(o->source && o->source[0] ? o->source : NULL, o->target, o->fstype && o->fstype[0] ? o->fstype : NULL, o->flags, o->data && o->data[0] ? o->data : NULL) < 0)
+				return fail_op("mount", o->target);
+			break;
+		case OP_REMOUNT:
+			if (mount(NULL, o->target, NULL, MS_REMOUNT | MS_BIND | o->flags, NULL) < 0)
+				return fail_op("remount", o->target);
+			break;
+		case OP_RDONLY: {
+			struct hf_mount_attr a = {HF_MOUNT_ATTR_RDONLY, 0, 0, 0};
+			if (syscall(SYS_mount_setattr, AT_FDCWD, o->target, HF_AT_RECURSIVE, &a, sizeof a) < 0)
+				return fail_op("read-only", o->target);
+			break;
+		}
+		case OP_TMPFS: {
+			struct stat st;
+			unsigned mode = 01777;
+			if (stat(o->target, &st) == 0)
+				mode = st.st_mode & 07777;
+			char data[32];
+			snprintf(data, sizeof data, "mode=%o", mode);
+			if (mount("tmpfs", o->target, "tmpfs", MS_NOSUID | MS_NODEV, data) < 0)
+				return fail_op("tmpfs", o->target);
+			break;
+		}
+		case OP_MKDIRS:
+			if (mkdirs(o->target, 0755) < 0)
+				return fail_op("creating mount point", o->target);
+			break;
+		case OP_CAPTURE: {
+			int fd = (int)syscall(SYS_open_tree, AT_FDCWD, o->target, HF_OPEN_TREE_CLONE | O_CLOEXEC | HF_AT_RECURSIVE);
+			if (fd < 0)
+				return fail_op("open_tree", o->target);
+			slots[o->slot] = fd;
+			break;
+		}
+		case OP_MKPOINT:
+			if (mkpoint(slots[o->slot], o->target) < 0)
+				return fail_op("creating mount point", o->target);
+			break;
+		case OP_MOVE:
+			if (syscall(SYS_move_mount, slots[o->slot], "", AT_FDCWD, o->target, HF_MOVE_MOUNT_F_EMPTY_PATH) < 0)
+				return fail_op("move_mount", o->target);
+			close(slots[o->slot]);
+			slots[o->slot] = -1;
+			break;
+		}
+	}
+	return 0;
+}
+
+static void ready(const char *line)
+{
+	char b[2200];
+	int n = snprintf(b, sizeof b, "%s\n", line);
+	if (n > (int)sizeof b - 1)
+		n = (int)sizeof b - 1, b[n - 1] = '\n';
+	hf_write_all(HF_KFD_READY, b, (size_t)n);
+}
+
+/* in_group reports whether pid is in the cgroup2 group at path (exactly). */
+static int in_group(pid_t pid, const char *path)
+{
+	static char b[8192];
+	char p[48];
+	size_t lm = strlen(kc.mount);
+	if (strncmp(path, kc.mount, lm))
+		return 0;
+	const char *rel = path + lm;
+	snprintf(p, sizeof p, "/proc/%d/cgroup", (int)pid);
+	if (hf_read_file(p, b, sizeof b) <= 0)
+		return 0;
+	char *l = strstr(b, "0::");
+	if (!l)
+		return 0;
+	l += 3;
+	size_t lr = strcspn(l, "\n");
+	return lr == strlen(rel) && !strncmp(l, rel, lr);
+}
+
+/* stop_commands ends every command of the environment: each guardian is
+ * asked to stop its tree with the reason and the grace (its receipt then
+ * carries the reason); what is left after the grace is killed. */
+static void stop_commands(int reason, int64_t grace)
+{
+	static char procs[65536];
+	static struct hf_tree t;
+	char p[HF_MAX_PATH + 32];
+	if (!kc.commands[0])
+		return;
+	memset(&t, 0, sizeof t);
+	snprintf(t.cgroup, sizeof t.cgroup, "%s", kc.commands);
+	snprintf(t.mount, sizeof t.mount, "%s", kc.mount);
+	if (kc.guardians[0]) {
+		snprintf(p, sizeof p, "%s/cgroup.procs", kc.guardians);
+		int len = hf_read_file(p, procs, sizeof procs);
+		int64_t cur = -1;
+		for (int i = 0; len > 0 && i <= len; i++) {
+			char c = i < len ? procs[i] : '\n';
+			if (c >= '0' && c <= '9') {
+				cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
+			} else if (cur > 0) {
+				pid_t pid = (pid_t)cur;
+				cur = -1;
+				int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+				if (fd < 0)
+					continue;
+				if (in_group(pid, kc.guardians)) {
+					hf_queue_stop(fd, reason, 0, grace);
+					if (t.nroots < HF_MAX_ROOTS)
+						t.roots[t.nroots++] = pid;
+				}
+				close(fd);
+			}
+		}
+	}
+	int64_t end = hf_mono_now() + grace + 1000 * NS_PER_MS;
+	while (hf_mono_now() < end && hf_tree_populated(&t)) {
+		struct timespec ts = {0, 10 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	for (int round = 0; round < 40 && hf_tree_populated(&t); round++) {
+		hf_tree_kill(&t);
+		struct timespec ts = {0, 50 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+}
+
+int hf_keeper_main(void)
+{
+	sigset_t mask;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	static const int ignored[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2};
+	struct sigaction ign;
+	memset(&ign, 0, sizeof ign);
+	ign.sa_handler = SIG_IGN;
+	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+		sigaction(ignored[i], &ign, NULL);
+	for (int fd = HF_KFD_CONFIG; fd <= HF_KFD_OWNER; fd++) {
+		int fl = fcntl(fd, F_GETFD);
+		if (fl >= 0)
+			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+	}
+	for (int i = 0; i < MAX_SLOTS; i++)
+		slots[i] = -1;
+	int r = hf_read_msg(HF_KFD_CONFIG, &cfgmsg);
+	close(HF_KFD_CONFIG);
+	if (r <= 0 || parse_config(&cfgmsg) < 0) {
+		ready("error reading the keeper's configuration");
+		return 125;
+	}
+	if (unshare(CLONE_NEWNS) < 0) {
+		snprintf(errmsg, sizeof errmsg, "a private mount namespace: unshare: %s", hf_errstr(errno));
+		ready(errmsg);
+		return 125;
+	}
+	/* Nothing made in the view may propagate back to the host. A slave
+	 * view still receives the host's own mounts and unmounts where the
+	 * host's mounts are shared; otherwise the view is private. */
+	if (mount(NULL, "/", NULL, MS_REC | (kc.slave ? MS_SLAVE : MS_PRIVATE), NULL) < 0) {
+		snprintf(errmsg, sizeof errmsg, "making the view %s: %s", kc.slave ? "a slave" : "private", hf_errstr(errno));
+		ready(errmsg);
+		return 125;
+	}
+	if (apply_ops() < 0) {
+		char line[2100];
+		snprintf(line, sizeof line, "error %s", errmsg);
+		ready(line);
+		return 125;
+	}
+	hf_free_msg(&cfgmsg);
+	ready("ok");
+	close(HF_KFD_READY);
+	if (chdir("/") < 0)
+		hf_log("keeper: chdir /: %s", hf_errstr(errno));
+
+	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (kc.deadline_ns > 0) {
+		struct itimerspec its;
+		memset(&its, 0, sizeof its);
+		int64_t at = kc.deadline_ns - kc.grace_ns;
+		if (at < 1)
+			at = 1;
+		its.it_value.tv_sec = at / 1000000000LL;
+		its.it_value.tv_nsec = at % 1000000000LL;
+		timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
+	}
+	/* The owner channel. The creator first writes "committed" once the
+	 * registry holds our identity (optionally followed by the commands and
+	 * guardians groups, known only then in the systemd tier); EOF before
+	 * that is an aborted creation, EOF after it means the creator is gone. */
+	int owner_open = 1, committed = 0;
+	char line[2 * HF_MAX_PATH + 64];
+	size_t ll = 0;
+	for (;;) {
+		struct pollfd pfd[3] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}, {owner_open ? HF_KFD_OWNER : -1, POLLIN, 0}};
+		if (poll(pfd, 3, -1) < 0) {
+			if (errno != EINTR)
+				hf_log("keeper: poll: %s", hf_errstr(errno));
+			continue;
+		}
+		if (pfd[0].revents) {
+			struct signalfd_siginfo si;
+			while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+				if (si.ssi_code == SI_QUEUE) {
+					int reason = si.ssi_int & 0xff;
+					int64_t grace = (int64_t)((unsigned)si.ssi_int >> HF_GRACE_SHIFT) * 10 * NS_PER_MS;
+					stop_commands(reason ? reason : HF_R_USER, grace);
+				}
+				/* A plain SIGTERM is an orderly environment stop: its
+				 * commands are handled by the stopper. */
+				return 0;
+			}
+		}
+		if (pfd[1].revents) {
+			int64_t left = kc.deadline_ns - hf_mono_now();
+			stop_commands(HF_R_DEADLINE, left > 0 ? left : 0);
+			return 0;
+		}
+		if (owner_open && pfd[2].revents) {
+			char b[512];
+			ssize_t n = read(HF_KFD_OWNER, b, sizeof b);
+			if (n < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			if (n > 0) {
+				for (ssize_t i = 0; i < n; i++) {
+					if (b[i] != '\n') {
+						if (ll < sizeof line - 1)
+							line[ll++] = b[i];
+						continue;
+					}
+					line[ll] = 0;
+					ll = 0;
+					if (strncmp(line, "committed", 9))
+						continue;
+					committed = 1;
+					char *rest = line + 9;
+					while (*rest == ' ')
+						rest++;
+					if (*rest) {
+						char *sp = strchr(rest, ' ');
+						if (sp)
+							*sp++ = 0;
+						if (hf_copy_bounded(kc.commands, sizeof kc.commands, rest) < 0)
+							kc.commands[0] = 0;
+						if (sp && *sp && hf_copy_bounded(kc.guardians, sizeof kc.guardians, sp) < 0)
+							kc.guardians[0] = 0;
+					}
+				}
+				continue;
+			}
+			close(HF_KFD_OWNER);
+			owner_open = 0;
+			if (!committed)
+				return 0; /* aborted creation: nothing may outlive it */
+			if (kc.owner_stop) {
+				stop_commands(HF_R_OWNER_EXIT, kc.grace_ns);
+				return 0;
+			}
+		}
+	}
+}

@@ -1,0 +1,272 @@
+package supervise
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
+)
+
+// KeeperMode is the hidden argv[1] that selects the keeper (keeper.c).
+const KeeperMode = "__hostfork_keeper"
+
+// The keeper's descriptors.
+//
+// kfdConfig (launcher → keeper) carries one NUL-framed message like the
+// guardian's release ('R', "key=value\0" strings, a lone "\0"): env_id,
+// owner_exit (stop | detach), deadline_mono_ns and grace_ns (decimal
+// nanoseconds), propagation (slave | private), cgroup_mount,
+// commands_cgroup and guardians_cgroup, then the view's operations in
+// order, each opened by "op=KIND" and followed by its parameters (see
+// KeeperOp). The keeper makes a new mount namespace, makes it a slave or
+// private, applies the operations, and answers on kfdReady with one line:
+// "ok" or "error MESSAGE".
+//
+// kfdOwner (launcher → keeper) is the owner channel. The creator writes
+// "committed [COMMANDS [GUARDIANS]]\n" once the registry holds the keeper's
+// identity (the groups, when known only then: a systemd scope's). EOF
+// before that line is an aborted creation: the keeper exits at once. EOF
+// after it is owner exit: with owner_exit "stop" the keeper stops the
+// environment's commands (reason "owner-exit") and exits.
+//
+// Signals: a plain SIGTERM is an orderly environment stop (its commands are
+// handled by the stopper): the keeper exits. A queued SIGTERM (StopValue)
+// asks the keeper to stop the commands itself, with that reason and grace,
+// then exit. At deadline − grace the keeper stops the commands with reason
+// "deadline". The keeper stops commands by sending each guardian in the
+// guardians group a queued stop, then, after the grace, killing what is
+// left of the commands group with the tree-stop mechanism.
+const (
+	kfdConfig = 3
+	kfdReady  = 4
+	kfdOwner  = 5
+)
+
+// KeeperOp is one primitive step of a view, applied by the keeper in its
+// new mount namespace. Kinds: "mount" (mount(2) of Source on Target with
+// FSType, Flags and Data), "remount" (a bind remount of Target with
+// Flags), "rdonly" (make Target and everything below it read-only),
+// "tmpfs" (a private tmpfs on Target with Target's mode), "mkdirs" (create
+// Target and its parents), "capture" (clone the mount tree at Target into
+// Slot, before anything covers it), "mkpoint" (create Target like the tree
+// in Slot if it is missing), "move" (attach the tree in Slot at Target).
+type KeeperOp struct {
+	Kind   string
+	Source string
+	Target string
+	FSType string
+	Flags  uintptr
+	Data   string
+	Slot   int
+}
+
+// KeeperSpec says how to start a keeper.
+type KeeperSpec struct {
+	Exe string // the program re-executed as the keeper (hostfork's own binary)
+	// Cgroup is the cgroup2 directory the keeper is cloned into ("" none).
+	Cgroup    string
+	Log       *os.File
+	EnvID     string
+	OwnerExit string
+	// Slave makes the view a slave of the host's mounts (host unmounts and
+	// new mounts reach it where the host's mounts are shared).
+	Slave           bool
+	DeadlineMono    time.Duration
+	Grace           time.Duration
+	CgroupMount     string
+	CommandsCgroup  string
+	GuardiansCgroup string
+	Ops             []KeeperOp
+}
+
+// Keeper is the launcher's handle on a started keeper.
+type Keeper struct {
+	ID    linux.Identity
+	cmd   *exec.Cmd
+	owner *os.File
+}
+
+func encodeKeeper(s *KeeperSpec) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte(msgRelease)
+	var bad error
+	put := func(k, v string) {
+		if strings.IndexByte(v, 0) >= 0 && bad == nil {
+			bad = fmt.Errorf("keeper: %s contains a NUL byte", k)
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(v)
+		b.WriteByte(0)
+	}
+	put("env_id", s.EnvID)
+	put("owner_exit", s.OwnerExit)
+	if s.DeadlineMono > 0 {
+		put("deadline_mono_ns", strconv.FormatInt(int64(s.DeadlineMono), 10))
+	}
+	put("grace_ns", strconv.FormatInt(int64(s.Grace), 10))
+	if s.Slave {
+		put("propagation", "slave")
+	} else {
+		put("propagation", "private")
+	}
+	for k, v := range map[string]string{"cgroup_mount": s.CgroupMount, "commands_cgroup": s.CommandsCgroup, "guardians_cgroup": s.GuardiansCgroup} {
+		if len(v) > maxPath {
+			return nil, fmt.Errorf("keeper: %s longer than %d bytes", k, maxPath)
+		}
+		if v != "" {
+			put(k, v)
+		}
+	}
+	for _, o := range s.Ops {
+		if !strings.HasPrefix(o.Target, "/") {
+			return nil, fmt.Errorf("keeper: %s target %q is not absolute", o.Kind, o.Target)
+		}
+		put("op", o.Kind)
+		put("target", o.Target)
+		switch o.Kind {
+		case "mount":
+			put("source", o.Source)
+			put("fstype", o.FSType)
+			put("flags", strconv.FormatUint(uint64(o.Flags), 10))
+			put("data", o.Data)
+		case "remount":
+			put("flags", strconv.FormatUint(uint64(o.Flags), 10))
+		case "capture", "mkpoint", "move":
+			if o.Slot < 0 || o.Slot >= 64 {
+				return nil, fmt.Errorf("keeper: slot %d out of range", o.Slot)
+			}
+			put("slot", strconv.Itoa(o.Slot))
+		case "rdonly", "tmpfs", "mkdirs":
+		default:
+			return nil, fmt.Errorf("keeper: unknown operation %q", o.Kind)
+		}
+	}
+	b.WriteByte(0)
+	if bad != nil {
+		return nil, bad
+	}
+	if b.Len() > maxRelease {
+		return nil, fmt.Errorf("keeper: the view takes %d bytes, more than %d", b.Len(), maxRelease)
+	}
+	return b.Bytes(), nil
+}
+
+// StartKeeper starts a keeper (in a new session, cloned into s.Cgroup when
+// set), hands it its view, and waits until the view is applied. The
+// returned keeper holds the owner channel; Commit it once its identity is
+// recorded, then Detach or Close it by the owner-exit policy.
+func StartKeeper(s *KeeperSpec) (*Keeper, error) {
+	msg, err := encodeKeeper(s)
+	if err != nil {
+		return nil, err
+	}
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		cfgW.Close()
+		return nil, err
+	}
+	ownR, ownW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		cfgW.Close()
+		readyR.Close()
+		readyW.Close()
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path:        s.Exe,
+		Args:        []string{"hostfork-keeper", KeeperMode},
+		Env:         []string{},
+		ExtraFiles:  []*os.File{cfgR, readyW, ownR},
+		Stderr:      s.Log,
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if s.Cgroup != "" {
+		fd, err := unix.Open(s.Cgroup, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, f := range []*os.File{cfgR, cfgW, readyR, readyW, ownR, ownW} {
+				f.Close()
+			}
+			return nil, &os.PathError{Op: "open", Path: s.Cgroup, Err: err}
+		}
+		defer unix.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = fd
+	}
+	err = cmd.Start()
+	cfgR.Close()
+	readyW.Close()
+	ownR.Close()
+	if err != nil {
+		cfgW.Close()
+		readyR.Close()
+		ownW.Close()
+		return nil, fmt.Errorf("starting keeper: %w", err)
+	}
+	k := &Keeper{cmd: cmd, owner: ownW}
+	// Our unreaped child: its PID can't be reused before we reap it.
+	k.ID, _ = linux.IdentityOf(cmd.Process.Pid)
+	_, werr := cfgW.Write(msg)
+	cfgW.Close()
+	line, rerr := bufio.NewReader(readyR).ReadString('\n')
+	readyR.Close()
+	line = strings.TrimSuffix(line, "\n")
+	if rerr != nil || line != "ok" {
+		ownW.Close()
+		_ = cmd.Wait()
+		if m, ok := strings.CutPrefix(line, "error "); ok {
+			return nil, fmt.Errorf("building the view: %s", m)
+		}
+		if werr != nil {
+			return nil, fmt.Errorf("keeper did not take its view: %v", werr)
+		}
+		return nil, fmt.Errorf("keeper did not report ready (%v); see keeper.log", rerr)
+	}
+	// The keeper is not waited for beyond this point: it outlives a
+	// detached creator. Reap it in the background while we live.
+	go func() { _ = cmd.Wait() }()
+	return k, nil
+}
+
+// Commit tells the keeper that its identity is durably recorded; until
+// then, losing the owner channel makes it exit at once. The groups, when
+// not empty, name the environment's commands and guardians groups if they
+// were not known when the keeper started.
+func (k *Keeper) Commit(commandsCgroup, guardiansCgroup string) error {
+	line := "committed"
+	if commandsCgroup != "" {
+		line += " " + commandsCgroup
+		if guardiansCgroup != "" {
+			line += " " + guardiansCgroup
+		}
+	}
+	_, err := k.owner.Write([]byte(line + "\n"))
+	return err
+}
+
+// Detach closes the owner channel: with owner-exit "stop" this stops the
+// environment's commands; with "detach" the keeper keeps holding the view.
+func (k *Keeper) Detach() { k.owner.Close() }
+
+// Kill ends a keeper that was never committed (an aborted creation).
+func (k *Keeper) Kill() {
+	k.owner.Close()
+	if k.cmd.Process != nil {
+		_ = k.cmd.Process.Signal(syscall.SIGKILL)
+	}
+}
