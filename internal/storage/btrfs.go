@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"unsafe"
 
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,14 +34,15 @@ type Subvolume struct {
 }
 
 // InspectSubvolume returns the identity of the subvolume whose root is
-// path. It fails with ErrNotBtrfs or ErrNotSubvolume when path is not one.
+// path (opened following symbolic links on the way, not a final one). It
+// fails with ErrNotBtrfs or ErrNotSubvolume when path is not one.
 func InspectSubvolume(path string) (Subvolume, error) {
-	fd, err := openDir(path)
+	d, err := safefs.OpenDirFollowing(path)
 	if err != nil {
 		return Subvolume{}, err
 	}
-	defer unix.Close(fd)
-	return inspectSubvolumeFd(path, fd)
+	defer d.Close()
+	return inspectSubvolumeFd(path, d.Fd())
 }
 
 func inspectSubvolumeFd(path string, fd int) (Subvolume, error) {
@@ -103,22 +105,23 @@ func formatUUID(u [btrfsUUIDSize]byte) string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-// CreateSubvolume creates an empty subvolume at path, exclusively. It is
-// host preparation (a baseline, a doctor probe, a test), never part of
+// CreateSubvolume creates an empty subvolume at path, exclusively, in its
+// parent directory opened without following symbolic links. It is host
+// preparation (a baseline, a doctor probe, a test), never part of
 // launching an environment.
 func CreateSubvolume(path string) error {
 	parent, name := filepath.Split(filepath.Clean(path))
 	if len(name) > btrfsPathNameMax {
 		return &os.PathError{Op: "create subvolume", Path: path, Err: unix.ENAMETOOLONG}
 	}
-	fd, err := openDir(parent)
+	d, err := safefs.OpenDir(parent)
 	if err != nil {
-		return err
+		return fmt.Errorf("creating subvolume %s: %w", path, err)
 	}
-	defer unix.Close(fd)
+	defer d.Close()
 	var args btrfsVolArgs
 	copy(args.Name[:], name)
-	if err := ioctlPtr(fd, btrfsIocSubvolCreate, unsafe.Pointer(&args)); err != nil {
+	if err := ioctlPtr(d.Fd(), btrfsIocSubvolCreate, unsafe.Pointer(&args)); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("creating subvolume %s: %w", path, ErrExists)
 		}
@@ -138,54 +141,54 @@ func (Btrfs) Prepare(ctx context.Context, req Request) (Tree, error) {
 	if err := ctx.Err(); err != nil {
 		return Tree{}, fmt.Errorf("preparing btrfs tree: %w", err)
 	}
-	srcFd, err := openDir(req.Source)
+	srcDir, err := safefs.OpenDirFollowing(req.Source)
 	if err != nil {
 		return Tree{}, fmt.Errorf("preparing btrfs tree: opening the baseline: %w", err)
 	}
-	defer unix.Close(srcFd)
-	src, err := inspectSubvolumeFd(req.Source, srcFd)
+	defer srcDir.Close()
+	src, err := inspectSubvolumeFd(req.Source, srcDir.Fd())
 	if err != nil {
 		return Tree{}, fmt.Errorf("preparing btrfs tree: the baseline must be a btrfs subvolume: %w", err)
 	}
+	parent, err := destParent(KindBtrfs, req)
+	if err != nil {
+		return Tree{}, err
+	}
+	defer parent.Close()
 	var sf unix.Statfs_t
-	parent := filepath.Dir(req.Dest)
-	if err := ignoringEINTR(func() error { return unix.Statfs(parent, &sf) }); err != nil {
-		return Tree{}, fmt.Errorf("preparing btrfs tree: %w", &os.PathError{Op: "statfs", Path: parent, Err: err})
+	if err := ignoringEINTR(func() error { return unix.Fstatfs(parent.Fd(), &sf) }); err != nil {
+		return Tree{}, fmt.Errorf("preparing btrfs tree: %w", &os.PathError{Op: "fstatfs", Path: parent.Path(), Err: err})
 	}
 	if uint32(sf.Type) != unix.BTRFS_SUPER_MAGIC {
-		return Tree{}, fmt.Errorf("preparing btrfs tree: destination parent %s: %w", parent, ErrNotBtrfs)
+		return Tree{}, fmt.Errorf("preparing btrfs tree: destination parent %s: %w", parent.Path(), ErrNotBtrfs)
 	}
-	if err := checkNoOverlap(KindBtrfs, req.Source, req.Dest); err != nil {
+	if err := checkNoOverlap(KindBtrfs, srcDir, parent, req.Dest); err != nil {
 		return Tree{}, err
 	}
 
-	destID, err := makeDest(KindBtrfs, req.Dest)
+	dest, err := makeDest(KindBtrfs, parent, req.Dest)
 	if err != nil {
 		return Tree{}, err
 	}
-	t := Tree{Kind: KindBtrfs, Dest: req.Dest, DestID: destID, Path: filepath.Join(req.Dest, treeDirName)}
-	destFd, err := openDir(req.Dest)
-	if err != nil {
-		_ = os.Remove(req.Dest)
-		return Tree{}, fmt.Errorf("preparing btrfs tree: %w", err)
-	}
-	defer unix.Close(destFd)
-
-	args := btrfsVolArgsV2{Fd: int64(srcFd)}
+	defer dest.Close()
+	t := Tree{Kind: KindBtrfs, Dest: req.Dest, DestID: dest.ID(), Path: filepath.Join(req.Dest, treeDirName)}
+	args := btrfsVolArgsV2{Fd: int64(srcDir.Fd())}
 	copy(args.Name[:], treeDirName)
-	if err := ioctlPtr(destFd, btrfsIocSnapCreateV2, unsafe.Pointer(&args)); err != nil {
-		_ = os.Remove(req.Dest)
+	if err := ioctlPtr(dest.Fd(), btrfsIocSnapCreateV2, unsafe.Pointer(&args)); err != nil {
 		perr := &os.PathError{Op: "ioctl BTRFS_IOC_SNAP_CREATE_V2", Path: t.Path, Err: err}
+		if rerr := removeDest(parent, t); rerr != nil {
+			perr.Err = errors.Join(err, rerr)
+		}
 		if errors.Is(err, unix.EXDEV) {
 			return Tree{}, fmt.Errorf("snapshotting %s: %w: %w", req.Source, perr, ErrCrossFilesystem)
 		}
 		return Tree{}, fmt.Errorf("snapshotting %s: %w", req.Source, perr)
 	}
-	snap, err := InspectSubvolume(t.Path)
+	snap, err := inspectAt(dest, treeDirName)
 	if err != nil {
-		rerr := destroySubvolume(destFd, t.Path, treeDirName, 0)
+		rerr := destroySubvolume(dest.Fd(), t.Path, treeDirName, 0)
 		if rerr == nil {
-			_ = os.Remove(req.Dest)
+			rerr = removeDest(parent, t)
 		}
 		return Tree{}, errors.Join(fmt.Errorf("reading the new snapshot's identity: %w", err), rerr)
 	}
@@ -198,6 +201,17 @@ func (Btrfs) Prepare(ctx context.Context, req Request) (Tree, error) {
 		Root:        snap.Root,
 	}
 	return t, nil
+}
+
+// inspectAt is InspectSubvolume of name in d, opened without following
+// symbolic links.
+func inspectAt(d *safefs.Dir, name string) (Subvolume, error) {
+	sd, err := d.OpenDir(name)
+	if err != nil {
+		return Subvolume{}, err
+	}
+	defer sd.Close()
+	return inspectSubvolumeFd(sd.Path(), sd.Fd())
 }
 
 func (Btrfs) check(t Tree) error {
@@ -243,55 +257,64 @@ func (b Btrfs) Verify(ctx context.Context, t Tree) error {
 	if err := b.check(t); err != nil {
 		return err
 	}
-	if err := checkID("destination", t.Dest, t.DestID); err != nil {
-		return err
-	}
-	fd, err := openDir(t.Path)
+	parent, dest, err := openDest(t)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
-	return verifySnapshot(t, fd)
+	defer parent.Close()
+	defer dest.Close()
+	snap, err := dest.OpenDir(treeDirName)
+	if err != nil {
+		if errors.Is(err, safefs.ErrSymlink) {
+			return fmt.Errorf("snapshot %s: %w: %w", t.Path, err, ErrIdentityMismatch)
+		}
+		return err
+	}
+	defer snap.Close()
+	return verifySnapshot(t, snap.Fd())
 }
 
-// Remove destroys the snapshot by its recorded subvolume id and removes the
-// destination. The baseline is never touched.
+// Remove destroys the snapshot by its recorded subvolume id, relative to
+// the verified destination's descriptor, and removes the destination. The
+// baseline is never touched.
 func (b Btrfs) Remove(ctx context.Context, t Tree) error {
 	if err := b.check(t); err != nil {
 		return err
 	}
-	if err := checkID("destination", t.Dest, t.DestID); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
+	parent, dest, err := openDest(t)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("removing btrfs tree: %w", err)
 	}
-	fd, err := openDir(t.Path)
+	defer parent.Close()
+	defer dest.Close()
+	snap, err := dest.OpenDir(treeDirName)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		// Destroyed earlier; only the destination is left.
+	case errors.Is(err, safefs.ErrSymlink):
+		return fmt.Errorf("removing btrfs tree: snapshot %s: %w: %w", t.Path, err, ErrIdentityMismatch)
 	case err != nil:
 		return fmt.Errorf("removing btrfs tree: %w", err)
 	default:
-		verr := verifySnapshot(t, fd)
-		unix.Close(fd)
+		verr := verifySnapshot(t, snap.Fd())
+		snap.Close()
 		if verr != nil {
 			return fmt.Errorf("removing btrfs tree: %w", verr)
 		}
 		if err := refuseMounts(t.Path); err != nil {
 			return fmt.Errorf("removing btrfs tree: %w", err)
 		}
-		destFd, err := openDir(t.Dest)
-		if err != nil {
+		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("removing btrfs tree: %w", err)
 		}
-		err = destroySubvolume(destFd, t.Path, treeDirName, t.Btrfs.SubvolumeID)
-		unix.Close(destFd)
-		if err != nil {
+		if err := destroySubvolume(dest.Fd(), t.Path, treeDirName, t.Btrfs.SubvolumeID); err != nil {
 			return fmt.Errorf("removing btrfs tree: %w", err)
 		}
 	}
-	if err := removeDest(t); err != nil {
+	if err := removeDest(parent, t); err != nil {
 		return fmt.Errorf("removing btrfs tree: %w", err)
 	}
 	return nil
@@ -324,15 +347,4 @@ func destroySubvolume(parentFd int, path, name string, id uint64) error {
 		return fmt.Errorf("%w: %w", perr, ErrRemoveNotPermitted)
 	}
 	return perr
-}
-
-// openDir opens path as a directory without following a final symlink.
-func openDir(path string) (int, error) {
-	fd, err := ignoringEINTR2(func() (int, error) {
-		return unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	})
-	if err != nil {
-		return -1, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	return fd, nil
 }

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -62,35 +63,46 @@ func (Copy) Prepare(ctx context.Context, req Request) (Tree, error) {
 	if err := ctx.Err(); err != nil {
 		return Tree{}, fmt.Errorf("preparing copy tree: %w", err)
 	}
-	src, err := filepath.EvalSymlinks(req.Source)
+	srcPath, err := filepath.EvalSymlinks(req.Source)
 	if err != nil {
 		return Tree{}, fmt.Errorf("preparing copy tree: the source must be an existing directory: %w", err)
 	}
-	if _, _, err := dirID(src); err != nil {
+	src, err := safefs.OpenDirFollowing(srcPath)
+	if err != nil {
 		return Tree{}, fmt.Errorf("preparing copy tree: the source must be an existing directory: %w", err)
 	}
-	if err := checkNoOverlap(KindCopy, src, req.Dest); err != nil {
-		return Tree{}, err
-	}
-	destID, err := makeDest(KindCopy, req.Dest)
+	defer src.Close()
+	parent, err := destParent(KindCopy, req)
 	if err != nil {
 		return Tree{}, err
 	}
-	dir := filepath.Join(req.Dest, treeDirName)
-	c := copier{ctx: ctx, mode: req.Reflink, root: os.Geteuid() == 0, links: map[[2]uint64]string{}}
+	defer parent.Close()
+	if err := checkNoOverlap(KindCopy, src, parent, req.Dest); err != nil {
+		return Tree{}, err
+	}
+	dest, err := makeDest(KindCopy, parent, req.Dest)
+	if err != nil {
+		return Tree{}, err
+	}
+	defer dest.Close()
+	t := Tree{Kind: KindCopy, Dest: req.Dest, DestID: dest.ID(), Path: filepath.Join(req.Dest, treeDirName)}
 	fail := func(err error) (Tree, error) {
 		// Dest was created exclusively above: everything in it is ours.
-		_ = os.RemoveAll(req.Dest)
+		if rerr := removeDest(parent, t); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("removing the failed copy: %w", rerr))
+		}
 		return Tree{}, fmt.Errorf("copying %s: %w", req.Source, err)
 	}
-	if err := c.copyTree(src, dir); err != nil {
-		return fail(err)
-	}
-	dirID, _, err := statID(dir)
+	tree, err := dest.MkdirExclusive(treeDirName, 0o700)
 	if err != nil {
 		return fail(err)
 	}
-	ct := &CopyTree{Source: req.Source, Dir: dir, DirID: dirID, Files: c.files, Cloned: c.cloned, Bytes: c.bytes}
+	defer tree.Close()
+	c := newCopier(ctx, req.Reflink, tree)
+	if err := c.copyInto(src, tree); err != nil {
+		return fail(err)
+	}
+	ct := &CopyTree{Source: req.Source, Dir: t.Path, DirID: tree.ID(), Files: c.files, Cloned: c.cloned, Bytes: c.bytes}
 	switch {
 	case c.cloned == 0:
 		ct.Reflink = ReflinkNone
@@ -99,15 +111,27 @@ func (Copy) Prepare(ctx context.Context, req Request) (Tree, error) {
 	default:
 		ct.Reflink = ReflinkPartial
 	}
-	return Tree{Kind: KindCopy, Dest: req.Dest, DestID: destID, Path: dir, Copy: ct}, nil
+	t.Copy = ct
+	return t, nil
 }
 
+// copier copies a directory's contents by descriptors: every source entry
+// is reached with fstatat/openat O_NOFOLLOW relative to its directory's
+// descriptor, every destination entry is created relative to its
+// parent's descriptor (mkdirat, openat O_CREAT|O_EXCL, symlinkat, linkat,
+// mknodat), and metadata is set on descriptors (fchown, fchmod, futimens)
+// or, for symbolic links and special files, relative to the parent with
+// AT_SYMLINK_NOFOLLOW. No path is resolved twice, so a name swapped for a
+// symbolic link during the copy can't redirect a write.
 type copier struct {
-	ctx   context.Context
-	mode  ReflinkMode
-	root  bool
-	links map[[2]uint64]string // (dev, ino) of a multiply linked source → its copy
-	dirs  []dirMeta
+	ctx  context.Context
+	mode ReflinkMode
+	root bool
+	// top is the destination directory the copy fills; hard links are
+	// made relative to it. links maps the (dev, ino) of a multiply linked
+	// source file to its first copy's path below top.
+	top   *safefs.Dir
+	links map[[2]uint64]string
 	n     int
 
 	files, cloned, bytes int64
@@ -119,33 +143,27 @@ type copier struct {
 	progress func(files, bytes int64)
 }
 
-type dirMeta struct {
-	path string
-	st   unix.Stat_t
+func newCopier(ctx context.Context, mode ReflinkMode, top *safefs.Dir) *copier {
+	return &copier{ctx: ctx, mode: mode, root: os.Geteuid() == 0, top: top, links: map[[2]uint64]string{}}
 }
 
-func (c *copier) copyTree(src, dst string) error {
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		return c.tolerated(p, d, c.copyEntry(src, dst, p, err))
-	})
-	if err != nil {
+// copyInto copies the contents of src into dst, an empty directory the
+// copy created, then gives dst src's ownership, mode and times.
+func (c *copier) copyInto(src, dst *safefs.Dir) error {
+	if err := c.copyDir(src, dst, ""); err != nil {
 		return err
 	}
-	// Directory metadata last, deepest first, so that writing the
-	// contents doesn't change a copied mtime or hit a read-only mode.
-	for i := len(c.dirs) - 1; i >= 0; i-- {
-		if err := c.setMeta(c.dirs[i].path, &c.dirs[i].st, false); err != nil {
-			if err = c.tolerated(c.dirs[i].path, nil, err); err != nil {
-				return err
-			}
-		}
+	st, err := src.Stat()
+	if err == nil {
+		err = c.setMeta(dst.Fd(), dst.Path(), &st)
 	}
-	return nil
+	return c.tolerated(err)
 }
 
 // tolerated lets a tolerant copy record a per-entry error and go on
-// (skipping a directory it could not create); a strict copy stops.
-func (c *copier) tolerated(p string, d fs.DirEntry, err error) error {
+// (skipping a directory it could not create); a strict copy stops, and
+// so does a cancelled one.
+func (c *copier) tolerated(err error) error {
 	if err == nil || !c.tolerate || c.ctx.Err() != nil {
 		return err
 	}
@@ -153,133 +171,209 @@ func (c *copier) tolerated(p string, d fs.DirEntry, err error) error {
 	if len(c.errs) < 20 {
 		c.errs = append(c.errs, err.Error())
 	}
-	if d != nil && d.IsDir() {
-		return filepath.SkipDir
+	return nil
+}
+
+// copyDir copies the entries of src into dst; rel is dst's path below
+// c.top.
+func (c *copier) copyDir(src, dst *safefs.Dir, rel string) error {
+	names, err := src.ReadNames()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := c.tolerated(c.copyEntry(src, dst, name, path.Join(rel, name))); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-func (c *copier) copyEntry(src, dst, p string, err error) error {
-	if err != nil {
-		return err
-	}
+func (c *copier) copyEntry(src, dst *safefs.Dir, name, rel string) error {
 	if c.n++; c.n%256 == 0 {
 		if err := c.ctx.Err(); err != nil {
 			return err
 		}
 	}
-	rel, err := filepath.Rel(src, p)
-	if err != nil {
-		return err
-	}
-	target := filepath.Join(dst, rel)
+	srcPath := filepath.Join(src.Path(), name)
 	var st unix.Stat_t
-	if err := ignoringEINTR(func() error { return unix.Lstat(p, &st) }); err != nil {
-		return &os.PathError{Op: "lstat", Path: p, Err: err}
+	if err := ignoringEINTR(func() error { return unix.Fstatat(src.Fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+		return &os.PathError{Op: "lstat", Path: srcPath, Err: err}
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		if err := ignoringEINTR(func() error { return unix.Mkdir(target, 0o700) }); err != nil {
-			return &os.PathError{Op: "mkdir", Path: target, Err: err}
-		}
-		c.dirs = append(c.dirs, dirMeta{target, st})
-		return nil
+		return c.copySubdir(src, dst, name, rel)
 	case unix.S_IFREG:
-		if st.Nlink > 1 {
-			key := [2]uint64{st.Dev, st.Ino}
-			if first, ok := c.links[key]; ok {
-				return os.Link(first, target)
-			}
-			c.links[key] = target
+		if done, err := c.linkAgain(&st, dst, name, rel); done {
+			return err
 		}
-		return c.copyFile(p, target, &st)
+		return c.copyFile(src, dst, name, rel)
 	case unix.S_IFLNK:
-		dest, err := os.Readlink(p)
+		buf := make([]byte, unix.PathMax)
+		n, err := ignoringEINTR2(func() (int, error) { return unix.Readlinkat(src.Fd(), name, buf) })
 		if err != nil {
-			return err
+			return &os.PathError{Op: "readlink", Path: srcPath, Err: err}
 		}
-		if err := os.Symlink(dest, target); err != nil {
-			return err
+		target := string(buf[:n])
+		if err := ignoringEINTR(func() error { return unix.Symlinkat(target, dst.Fd(), name) }); err != nil {
+			return &os.PathError{Op: "symlink", Path: filepath.Join(dst.Path(), name), Err: err}
 		}
-		return c.setMeta(target, &st, true)
+		return c.setMetaAt(dst, name, &st, true)
 	default: // fifo, socket, character or block device
-		if st.Nlink > 1 {
-			key := [2]uint64{st.Dev, st.Ino}
-			if first, ok := c.links[key]; ok {
-				return os.Link(first, target)
-			}
-			c.links[key] = target
+		if done, err := c.linkAgain(&st, dst, name, rel); done {
+			return err
 		}
-		if err := ignoringEINTR(func() error { return unix.Mknod(target, st.Mode, int(st.Rdev)) }); err != nil {
-			return &os.PathError{Op: "mknod", Path: target, Err: err}
+		if err := ignoringEINTR(func() error { return unix.Mknodat(dst.Fd(), name, st.Mode&^0o7777|0o600, int(st.Rdev)) }); err != nil {
+			return &os.PathError{Op: "mknod", Path: filepath.Join(dst.Path(), name), Err: err}
 		}
-		return c.setMeta(target, &st, false)
+		if err := c.setMetaAt(dst, name, &st, false); err != nil {
+			return err
+		}
+		c.linked(&st, rel)
+		return nil
 	}
 }
 
-// setMeta applies ownership (as root), mode and times of st to path.
-func (c *copier) setMeta(path string, st *unix.Stat_t, symlink bool) error {
+func (c *copier) copySubdir(src, dst *safefs.Dir, name, rel string) error {
+	s, err := src.OpenDir(name)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if s.ID().Dev == c.top.ID().Dev && s.ID().Ino == c.top.ID().Ino {
+		return nil // the copy itself, moved into the source meanwhile: not copied into itself
+	}
+	d, err := dst.MkdirExclusive(name, 0o700)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := c.copyDir(s, d, rel); err != nil {
+		return err
+	}
+	// Metadata last, so that writing the contents doesn't change the
+	// copied mtime or meet a read-only mode. The opened directory's own
+	// fstat is authoritative: the name may have been swapped since.
+	st, err := s.Stat()
+	if err != nil {
+		return err
+	}
+	return c.setMeta(d.Fd(), d.Path(), &st)
+}
+
+// linkAgain makes name in dst a hard link to the first copy of a multiply
+// linked source file already copied, and reports whether it did (or
+// failed trying).
+func (c *copier) linkAgain(st *unix.Stat_t, dst *safefs.Dir, name, rel string) (bool, error) {
+	if st.Nlink < 2 {
+		return false, nil
+	}
+	first, ok := c.links[[2]uint64{st.Dev, st.Ino}]
+	if !ok {
+		return false, nil
+	}
+	from := c.top
+	dir, base := path.Split(first)
+	if dir != "" {
+		d, err := c.top.OpenDir(path.Clean(dir))
+		if err != nil {
+			return true, err
+		}
+		defer d.Close()
+		from = d
+	}
+	if err := ignoringEINTR(func() error { return unix.Linkat(from.Fd(), base, dst.Fd(), name, 0) }); err != nil {
+		return true, &os.LinkError{Op: "link", Old: filepath.Join(from.Path(), base), New: filepath.Join(dst.Path(), name), Err: err}
+	}
+	return true, nil
+}
+
+// linked remembers the copy of a multiply linked file at rel.
+func (c *copier) linked(st *unix.Stat_t, rel string) {
+	if st.Nlink > 1 {
+		c.links[[2]uint64{st.Dev, st.Ino}] = rel
+	}
+}
+
+// setMeta applies ownership (as root), mode and times of st to the file
+// open as fd.
+func (c *copier) setMeta(fd int, path string, st *unix.Stat_t) error {
 	if c.root {
-		if err := ignoringEINTR(func() error { return unix.Lchown(path, int(st.Uid), int(st.Gid)) }); err != nil {
-			return &os.PathError{Op: "lchown", Path: path, Err: err}
+		if err := ignoringEINTR(func() error { return unix.Fchown(fd, int(st.Uid), int(st.Gid)) }); err != nil {
+			return &os.PathError{Op: "fchown", Path: path, Err: err}
 		}
 	}
-	if !symlink {
-		// After chown, which clears setuid/setgid.
-		if err := ignoringEINTR(func() error { return unix.Fchmodat(unix.AT_FDCWD, path, st.Mode&0o7777, 0) }); err != nil {
-			return &os.PathError{Op: "chmod", Path: path, Err: err}
-		}
+	// After chown, which clears setuid/setgid.
+	if err := ignoringEINTR(func() error { return unix.Fchmod(fd, st.Mode&0o7777) }); err != nil {
+		return &os.PathError{Op: "fchmod", Path: path, Err: err}
 	}
-	ts := []unix.Timespec{st.Atim, st.Mtim}
-	if err := ignoringEINTR(func() error {
-		return unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, unix.AT_SYMLINK_NOFOLLOW)
-	}); err != nil {
-		return &os.PathError{Op: "utimensat", Path: path, Err: err}
+	if err := safefs.Futimens(fd, st.Atim, st.Mtim); err != nil {
+		return &os.PathError{Op: "futimens", Path: path, Err: err}
 	}
 	return nil
 }
 
-func (c *copier) copyFile(src, dst string, st *unix.Stat_t) error {
+// setMetaAt applies ownership (as root), mode (not for a symbolic link)
+// and times of st to name in dst, never following name.
+func (c *copier) setMetaAt(dst *safefs.Dir, name string, st *unix.Stat_t, symlink bool) error {
+	p := filepath.Join(dst.Path(), name)
+	if c.root {
+		if err := ignoringEINTR(func() error {
+			return unix.Fchownat(dst.Fd(), name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW)
+		}); err != nil {
+			return &os.PathError{Op: "lchown", Path: p, Err: err}
+		}
+	}
+	if !symlink {
+		if err := dst.Lchmod(name, safefs.FileMode(st.Mode&0o7777)); err != nil {
+			return err
+		}
+	}
+	ts := []unix.Timespec{st.Atim, st.Mtim}
+	if err := ignoringEINTR(func() error { return unix.UtimesNanoAt(dst.Fd(), name, ts, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+		return &os.PathError{Op: "utimensat", Path: p, Err: err}
+	}
+	return nil
+}
+
+func (c *copier) copyFile(src, dst *safefs.Dir, name, rel string) error {
+	srcPath := filepath.Join(src.Path(), name)
+	// O_NONBLOCK: a name swapped for a fifo must not hang the copy.
 	sfd, err := ignoringEINTR2(func() (int, error) {
-		return unix.Open(src, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		return unix.Openat(src.Fd(), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	})
 	if err != nil {
-		return &os.PathError{Op: "open", Path: src, Err: err}
+		return &os.PathError{Op: "open", Path: srcPath, Err: err}
 	}
 	defer unix.Close(sfd)
-	dfd, err := ignoringEINTR2(func() (int, error) {
-		return unix.Open(dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
-	})
+	var st unix.Stat_t
+	if err := ignoringEINTR(func() error { return unix.Fstat(sfd, &st) }); err != nil {
+		return &os.PathError{Op: "fstat", Path: srcPath, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return &os.PathError{Op: "open", Path: srcPath, Err: fmt.Errorf("no longer a regular file (changed during the copy)")}
+	}
+	// Exclusive, never following; setMeta gives it its mode.
+	f, err := dst.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return &os.PathError{Op: "create", Path: dst, Err: err}
+		return err
 	}
-	err = c.copyData(sfd, dfd, src, dst)
-	if err == nil && c.root {
-		err = ignoringEINTR(func() error { return unix.Fchown(dfd, int(st.Uid), int(st.Gid)) })
-		if err != nil {
-			err = &os.PathError{Op: "fchown", Path: dst, Err: err}
-		}
-	}
+	dfd := int(f.Fd())
+	err = c.copyData(sfd, dfd, srcPath, f.Name())
 	if err == nil {
-		err = ignoringEINTR(func() error { return unix.Fchmod(dfd, st.Mode&0o7777) })
-		if err != nil {
-			err = &os.PathError{Op: "fchmod", Path: dst, Err: err}
-		}
+		err = c.setMeta(dfd, f.Name(), &st)
 	}
-	if cerr := unix.Close(dfd); err == nil && cerr != nil {
-		err = &os.PathError{Op: "close", Path: dst, Err: cerr}
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = cerr
 	}
 	if err != nil {
 		return err
 	}
+	c.linked(&st, rel)
 	c.files++
 	c.bytes += st.Size
 	if c.progress != nil {
 		c.progress(c.files, c.bytes)
-	}
-	ts := []unix.Timespec{st.Atim, st.Mtim}
-	if err := ignoringEINTR(func() error { return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
-		return &os.PathError{Op: "utimensat", Path: dst, Err: err}
 	}
 	return nil
 }
@@ -356,10 +450,17 @@ func (cp Copy) Verify(ctx context.Context, t Tree) error {
 	if err := cp.check(t); err != nil {
 		return err
 	}
-	if err := checkID("destination", t.Dest, t.DestID); err != nil {
+	parent, dest, err := openDest(t)
+	if err != nil {
 		return err
 	}
-	return checkID("copy", t.Copy.Dir, t.Copy.DirID)
+	defer parent.Close()
+	defer dest.Close()
+	tree, err := openPart(dest, treeDirName, "copy", t.Copy.DirID)
+	if err != nil {
+		return err
+	}
+	return tree.Close()
 }
 
 // Remove deletes the copy and the destination.
@@ -367,22 +468,27 @@ func (cp Copy) Remove(ctx context.Context, t Tree) error {
 	if err := cp.check(t); err != nil {
 		return err
 	}
-	if err := checkID("destination", t.Dest, t.DestID); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
+	parent, dest, err := openDest(t)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("removing copy tree: %w", err)
 	}
-	if err := checkID("copy", t.Copy.Dir, t.Copy.DirID); err != nil && !errors.Is(err, os.ErrNotExist) {
+	defer parent.Close()
+	tree, err := openPart(dest, treeDirName, "copy", t.Copy.DirID)
+	dest.Close()
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing copy tree: %w", err)
 	}
+	tree.Close()
 	if err := refuseMounts(t.Dest); err != nil {
 		return fmt.Errorf("removing copy tree: %w", err)
 	}
-	if err := removeAll(ctx, t.Copy.Dir); err != nil {
+	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("removing copy tree: %w", err)
 	}
-	if err := removeDest(t); err != nil {
+	if err := removeDest(parent, t); err != nil {
 		return fmt.Errorf("removing copy tree: %w", err)
 	}
 	return nil

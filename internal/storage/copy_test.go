@@ -6,9 +6,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/storage/storagetest"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
@@ -149,6 +151,31 @@ func TestCopyPreservesMetadata(t *testing.T) {
 			if tree.Copy.Files != 5 { // plain(+hardlink), empty, suid, f, g
 				t.Errorf("files copied: %d, want 5", tree.Copy.Files)
 			}
+
+			// An export keeps the same, its top directory's included.
+			must(os.Chmod(src, 0o751))
+			must(os.Lchown(src, 1234, 5678))
+			must(unix.UtimesNanoAt(unix.AT_FDCWD, src, ts, unix.AT_SYMLINK_NOFOLLOW))
+			want = storagetest.Manifest(t, src)
+			export := filepath.Join(dir, "export")
+			res, err := storage.CopyDir(context.Background(), src, export, storage.CopyOptions{})
+			if err != nil || res.Files != 5 || res.Failed != 0 || res.PartialPath != "" {
+				t.Fatalf("CopyDir: %+v, %v", res, err)
+			}
+			storagetest.SameManifest(t, "export vs source", want, storagetest.Manifest(t, export))
+			for _, p := range []string{".", "plain", "suid", "d/setgid/f", "rel-link", "dangling", "fifo", "d", "empty"} {
+				var a, b unix.Stat_t
+				must(unix.Lstat(filepath.Join(src, p), &a))
+				must(unix.Lstat(filepath.Join(export, p), &b))
+				if a.Uid != b.Uid || a.Gid != b.Gid || a.Mode != b.Mode {
+					t.Errorf("export %s: source %d:%d %o, copy %d:%d %o", p, a.Uid, a.Gid, a.Mode, b.Uid, b.Gid, b.Mode)
+				}
+			}
+			must(unix.Lstat(filepath.Join(export, "plain"), &p1))
+			must(unix.Lstat(filepath.Join(export, "d/hardlink"), &p2))
+			if p1.Ino != p2.Ino || p1.Nlink != 2 {
+				t.Errorf("export: hard link not kept: inodes %d/%d, nlink %d", p1.Ino, p2.Ino, p1.Nlink)
+			}
 		})
 	}
 }
@@ -158,5 +185,77 @@ func TestCopyRejectsUnknownReflinkMode(t *testing.T) {
 	_, err := storage.Copy{}.Prepare(context.Background(), storage.Request{Dest: filepath.Join(dir, "d"), Source: dir, Reflink: "sometimes"})
 	if !errors.Is(err, storage.ErrInvalidRequest) {
 		t.Errorf("unknown reflink mode: %v", err)
+	}
+}
+
+// CopyDir never adopts or writes through what is at or on the way to its
+// destination, and a failed copy leaves its partial directory, named in
+// the result, not a truncated tree at the destination.
+func TestCopyDirRefusesAndLeavesPartial(t *testing.T) {
+	ctx := context.Background()
+	dir := tmpfsDir(t)
+	src := filepath.Join(dir, "src")
+	writeFiles(t, src, map[string]string{"a": "alpha\n", "d/b": "beta\n"})
+	if err := os.Mkdir(filepath.Join(dir, "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "real/made"), filepath.Join(dir, "dangling")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dst  string
+		want error
+	}{
+		{src, storage.ErrExists},
+		{filepath.Join(dir, "dangling"), storage.ErrExists},
+		{filepath.Join(dir, "link/out"), safefs.ErrSymlink},
+		{filepath.Join(src, "d/inside"), storage.ErrInvalidRequest},
+		{"relative/out", storage.ErrInvalidRequest},
+	} {
+		res, err := storage.CopyDir(ctx, src, c.dst, storage.CopyOptions{})
+		if !errors.Is(err, c.want) || res.PartialPath != "" {
+			t.Errorf("CopyDir to %s: %+v, %v, want %v", c.dst, res, err, c.want)
+		}
+	}
+	for _, p := range []string{"real/out", "real/made", "src/d/inside"} {
+		if _, err := os.Lstat(filepath.Join(dir, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a refused CopyDir made %s", p)
+		}
+	}
+
+	// tmpfs can't clone: ReflinkAlways fails on the first file.
+	dst := filepath.Join(dir, "out")
+	res, err := storage.CopyDir(ctx, src, dst, storage.CopyOptions{Reflink: storage.ReflinkAlways})
+	if !errors.Is(err, storage.ErrReflinkUnsupported) {
+		t.Fatalf("CopyDir with ReflinkAlways on tmpfs: %v", err)
+	}
+	if _, err := os.Lstat(dst); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a failed CopyDir left its destination: %v", err)
+	}
+	want := filepath.Join(dir, ".out.partial-")
+	if !strings.HasPrefix(res.PartialPath, want) || !strings.Contains(err.Error(), res.PartialPath) {
+		t.Errorf("PartialPath %q, error %q", res.PartialPath, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(res.PartialPath, &st); err != nil || st.Mode != unix.S_IFDIR|0o700 {
+		t.Errorf("the partial directory: mode %o, %v", st.Mode, err)
+	}
+
+	// A Tolerate copy records per-file errors and still finishes.
+	res, err = storage.CopyDir(ctx, src, dst, storage.CopyOptions{Reflink: storage.ReflinkAlways, Tolerate: true})
+	if err != nil || res.Failed != 2 || len(res.Errors) != 2 || res.PartialPath != "" {
+		t.Errorf("tolerant CopyDir: %+v, %v", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "d")); err != nil {
+		t.Errorf("tolerant CopyDir: %v", err)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := storage.CopyDir(cctx, src, filepath.Join(dir, "cancelled"), storage.CopyOptions{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled CopyDir: %v", err)
 	}
 }

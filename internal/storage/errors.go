@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 )
 
 // Sentinel errors. Test for them with errors.Is; the messages around them
@@ -16,8 +18,9 @@ var (
 
 	// ErrIdentityMismatch reports that what is at a recorded path is no
 	// longer the object that was recorded there (another inode, another
-	// subvolume, another lower). Nothing is deleted or mounted.
-	ErrIdentityMismatch = errors.New("identity does not match the record")
+	// subvolume, another lower, a symbolic link). Nothing is deleted or
+	// mounted. It is safefs.ErrIdentityMismatch.
+	ErrIdentityMismatch = safefs.ErrIdentityMismatch
 
 	// ErrWrongKind reports a Tree handed to the backend of another kind.
 	ErrWrongKind = errors.New("tree is of another kind")

@@ -1,110 +1,159 @@
 package storage
 
 import (
-	"github.com/moby/sys/mountinfo"
-
+	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
-// FileID identifies a file or directory independently of its path.
-//
-// Dev and Ino are st_dev and st_ino. FSID is statfs' f_fsid, which disk
-// filesystems derive from their UUID (Btrfs also mixes in the subvolume
-// id), so it survives a remount, while st_dev on Btrfs is an anonymous
-// per-subvolume number that can change at the next mount. Same therefore
-// compares FSID when one was recorded and falls back to Dev otherwise.
-type FileID struct {
-	Dev  uint64 `json:"dev"`
-	Ino  uint64 `json:"ino"`
-	FSID uint64 `json:"fsid,omitempty"`
-}
+// FileID identifies a file or directory independently of its path; it is
+// safefs.FileID (device, inode and, where the filesystem has one, f_fsid).
+type FileID = safefs.FileID
 
-// Same reports whether a and b name the same object.
-func (a FileID) Same(b FileID) bool {
-	if a.Ino != b.Ino || a.Ino == 0 {
-		return false
-	}
-	if a.FSID != 0 || b.FSID != 0 {
-		return a.FSID == b.FSID
-	}
-	return a.Dev == b.Dev
-}
-
-func (a FileID) String() string {
-	return fmt.Sprintf("dev %d ino %d fsid %016x", a.Dev, a.Ino, a.FSID)
-}
-
-// statID returns the identity of path without following a final symlink,
-// and its lstat result.
-func statID(path string) (FileID, unix.Stat_t, error) {
-	var st unix.Stat_t
-	if err := ignoringEINTR(func() error { return unix.Lstat(path, &st) }); err != nil {
-		return FileID{}, st, &os.PathError{Op: "lstat", Path: path, Err: err}
-	}
-	id := FileID{Dev: st.Dev, Ino: st.Ino}
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		// statfs follows symlinks; only ask it about directories, which
-		// lstat just said path is.
-		var sf unix.Statfs_t
-		if err := ignoringEINTR(func() error { return unix.Statfs(path, &sf) }); err != nil {
-			return FileID{}, st, &os.PathError{Op: "statfs", Path: path, Err: err}
+// openPart opens the recorded directory name below parent (no symbolic
+// links) and checks that it is want. What is there instead, a symbolic
+// link or another object, is ErrIdentityMismatch; a missing name matches
+// fs.ErrNotExist.
+func openPart(parent *safefs.Dir, name, what string, want FileID) (*safefs.Dir, error) {
+	p := filepath.Join(parent.Path(), name)
+	d, err := parent.OpenDir(name)
+	if err != nil {
+		if errors.Is(err, safefs.ErrSymlink) || errors.Is(err, unix.ENOTDIR) {
+			return nil, fmt.Errorf("%s %s is no longer the recorded directory: %w: %w", what, p, err, ErrIdentityMismatch)
 		}
-		id.FSID = uint64(uint32(sf.Fsid.Val[0]))<<32 | uint64(uint32(sf.Fsid.Val[1]))
+		return nil, err
 	}
-	return id, st, nil
+	if got := d.ID(); !got.Same(want) {
+		d.Close()
+		return nil, fmt.Errorf("%s %s is now %v, recorded %v: %w", what, p, got, want, ErrIdentityMismatch)
+	}
+	return d, nil
 }
 
-// dirID is statID for a path that must be a directory.
-func dirID(path string) (FileID, unix.Stat_t, error) {
-	id, st, err := statID(path)
+// openDest opens the parent of t.Dest without following symbolic links,
+// then t.Dest itself, checked against t.DestID. A missing destination (or
+// parent) matches fs.ErrNotExist.
+func openDest(t Tree) (parent, dest *safefs.Dir, err error) {
+	parent, err = safefs.OpenDir(filepath.Dir(t.Dest))
 	if err != nil {
-		return id, st, err
+		if errors.Is(err, safefs.ErrSymlink) {
+			return nil, nil, fmt.Errorf("destination %s: %w: %w", t.Dest, err, ErrIdentityMismatch)
+		}
+		return nil, nil, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return id, st, &os.PathError{Op: "stat", Path: path, Err: unix.ENOTDIR}
+	dest, err = openPart(parent, filepath.Base(t.Dest), "destination", t.DestID)
+	if err != nil {
+		parent.Close()
+		return nil, nil, err
 	}
-	return id, st, nil
+	return parent, dest, nil
 }
 
-// checkID verifies that path still holds want. A missing path gives an
-// error matching fs.ErrNotExist.
-func checkID(what, path string, want FileID) error {
-	got, _, err := statID(path)
+// removeDest removes t.Dest and everything still in it, by descriptors,
+// after checking it is the recorded directory (safefs.RemoveTree). A
+// missing destination is success.
+func removeDest(parent *safefs.Dir, t Tree) error {
+	err := parent.RemoveTree(filepath.Base(t.Dest), t.DestID)
+	switch {
+	case err == nil, errors.Is(err, fs.ErrNotExist):
+		return nil
+	case errors.Is(err, safefs.ErrCrossesMount):
+		return fmt.Errorf("%w: %w", err, ErrBusy)
+	}
+	return err
+}
+
+// isBelow reports whether the directory d is anc or below it, walking up
+// ".." from d's descriptor (so bind mounts and symbolic links on d's path
+// don't hide it).
+func isBelow(d *safefs.Dir, anc FileID) (bool, error) {
+	fd, err := unix.Openat(d.Fd(), ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return false, &os.PathError{Op: "open", Path: d.Path(), Err: err}
 	}
-	if !got.Same(want) {
-		return fmt.Errorf("%s %s is now %v, recorded %v: %w", what, path, got, want, ErrIdentityMismatch)
+	defer func() { unix.Close(fd) }()
+	for range 4096 {
+		var st unix.Stat_t
+		if err := ignoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
+			return false, &os.PathError{Op: "fstat", Path: d.Path(), Err: err}
+		}
+		if st.Dev == anc.Dev && st.Ino == anc.Ino {
+			return true, nil
+		}
+		up, err := ignoringEINTR2(func() (int, error) {
+			return unix.Openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		})
+		if err != nil {
+			return false, &os.PathError{Op: "open", Path: d.Path() + "/..", Err: err}
+		}
+		var ust unix.Stat_t
+		if err := ignoringEINTR(func() error { return unix.Fstat(up, &ust) }); err != nil {
+			unix.Close(up)
+			return false, &os.PathError{Op: "fstat", Path: d.Path() + "/..", Err: err}
+		}
+		unix.Close(fd)
+		fd = up
+		if ust.Dev == st.Dev && ust.Ino == st.Ino {
+			return false, nil // the root: ".." is itself
+		}
 	}
-	return nil
+	return false, fmt.Errorf("%s: more than 4096 levels deep", d.Path())
 }
 
 // mountsUnder lists the mount points in this mount namespace at or below
-// dir. Removal refuses to recurse into a mounted filesystem.
+// dir, from /proc/self/mountinfo. Removal checks it before deleting
+// anything; safefs.RemoveTree refuses to cross a mount anyway.
 func mountsUnder(dir string) ([]string, error) {
-	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
-		return !within(dir, m.Mountpoint), false
-	})
+	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("reading the mount table: %w", err)
 	}
-	out := make([]string, 0, len(ms))
-	for _, m := range ms {
-		out = append(out, m.Mountpoint)
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// "36 35 98:0 /root /mount/point rw,... - type source opts"
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		if mp := unescapeMountinfo(fields[4]); safefs.Within(dir, mp) {
+			out = append(out, mp)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading the mount table: %w", err)
 	}
 	return out, nil
 }
 
-// within reports whether p is dir or below it. Both must be clean and
-// absolute.
-func within(dir, p string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space,
+// \011, \012, \134) in a mountinfo path.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // refuseMounts fails with ErrBusy when anything is mounted at or below dir.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,77 +34,68 @@ func (Overlay) Prepare(ctx context.Context, req Request) (Tree, error) {
 	}
 	// Record the lower by its resolved path so a later symlink swap can't
 	// redirect the view; the identity check catches a replaced directory.
-	lower, err := filepath.EvalSymlinks(req.Source)
+	lowerPath, err := filepath.EvalSymlinks(req.Source)
 	if err != nil {
 		return Tree{}, fmt.Errorf("preparing overlay tree: the lower must be an existing directory: %w", err)
 	}
-	lowerID, lowerSt, err := dirID(lower)
+	lower, err := safefs.OpenDirFollowing(lowerPath)
 	if err != nil {
 		return Tree{}, fmt.Errorf("preparing overlay tree: the lower must be an existing directory: %w", err)
 	}
-	if err := checkNoOverlap(KindOverlay, lower, req.Dest); err != nil {
-		return Tree{}, err
+	defer lower.Close()
+	lowerSt, err := lower.Stat()
+	if err != nil {
+		return Tree{}, fmt.Errorf("preparing overlay tree: %w", err)
 	}
-	destID, err := makeDest(KindOverlay, req.Dest)
+	parent, err := destParent(KindOverlay, req)
 	if err != nil {
 		return Tree{}, err
 	}
+	defer parent.Close()
+	if err := checkNoOverlap(KindOverlay, lower, parent, req.Dest); err != nil {
+		return Tree{}, err
+	}
+	dest, err := makeDest(KindOverlay, parent, req.Dest)
+	if err != nil {
+		return Tree{}, err
+	}
+	defer dest.Close()
+	t := Tree{Kind: KindOverlay, Dest: req.Dest, DestID: dest.ID()}
 	ov := &OverlayTree{
-		Lower:   lower,
-		LowerID: lowerID,
+		Lower:   lowerPath,
+		LowerID: lower.ID(),
 		Upper:   filepath.Join(req.Dest, upperDirName),
 		Work:    filepath.Join(req.Dest, workDirName),
 	}
 	fail := func(err error) (Tree, error) {
-		_ = os.Remove(ov.Work)
-		_ = os.Remove(ov.Upper)
-		_ = os.Remove(req.Dest)
+		if rerr := removeDest(parent, t); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("removing what was made: %w", rerr))
+		}
 		return Tree{}, fmt.Errorf("preparing overlay tree: %w", err)
 	}
 	// The merged root takes its owner and mode from the upper's root, so
-	// give it the lower's.
-	if ov.UpperID, err = mkdirID(ov.Upper, lowerSt.Mode&0o7777); err != nil {
+	// give it the lower's, on its descriptor.
+	upper, err := dest.MkdirExclusive(upperDirName, 0o700)
+	if err != nil {
 		return fail(err)
 	}
+	defer upper.Close()
 	if os.Geteuid() == 0 {
-		if err := os.Lchown(ov.Upper, int(lowerSt.Uid), int(lowerSt.Gid)); err != nil {
-			return fail(err)
+		if err := ignoringEINTR(func() error { return unix.Fchown(upper.Fd(), int(lowerSt.Uid), int(lowerSt.Gid)) }); err != nil {
+			return fail(&os.PathError{Op: "fchown", Path: ov.Upper, Err: err})
 		}
 	}
-	if err := os.Chmod(ov.Upper, os.FileMode(lowerSt.Mode&0o777)|unixModeBits(lowerSt.Mode)); err != nil {
+	if err := ignoringEINTR(func() error { return unix.Fchmod(upper.Fd(), lowerSt.Mode&0o7777) }); err != nil {
+		return fail(&os.PathError{Op: "fchmod", Path: ov.Upper, Err: err})
+	}
+	work, err := dest.MkdirExclusive(workDirName, 0o700)
+	if err != nil {
 		return fail(err)
 	}
-	if ov.WorkID, err = mkdirID(ov.Work, 0o700); err != nil {
-		return fail(err)
-	}
-	return Tree{Kind: KindOverlay, Dest: req.Dest, DestID: destID, Path: ov.Upper, Overlay: ov}, nil
-}
-
-// unixModeBits converts setuid/setgid/sticky bits to os.FileMode.
-func unixModeBits(m uint32) os.FileMode {
-	var fm os.FileMode
-	if m&unix.S_ISUID != 0 {
-		fm |= os.ModeSetuid
-	}
-	if m&unix.S_ISGID != 0 {
-		fm |= os.ModeSetgid
-	}
-	if m&unix.S_ISVTX != 0 {
-		fm |= os.ModeSticky
-	}
-	return fm
-}
-
-// mkdirID creates dir exclusively and returns its identity.
-func mkdirID(dir string, mode uint32) (FileID, error) {
-	if err := ignoringEINTR(func() error { return unix.Mkdir(dir, mode&0o777) }); err != nil {
-		if err == unix.EEXIST {
-			return FileID{}, fmt.Errorf("%s: %w", dir, ErrExists)
-		}
-		return FileID{}, &os.PathError{Op: "mkdir", Path: dir, Err: err}
-	}
-	id, _, err := statID(dir)
-	return id, err
+	defer work.Close()
+	ov.UpperID, ov.WorkID = upper.ID(), work.ID()
+	t.Path, t.Overlay = ov.Upper, ov
+	return t, nil
 }
 
 func (Overlay) check(t Tree) error {
@@ -135,26 +127,47 @@ func (o Overlay) Mounts(t Tree) ([]Mount, error) {
 	}}, nil
 }
 
+// checkLower verifies the borrowed lower at its recorded path.
+func checkLower(ov *OverlayTree) error {
+	d, err := safefs.OpenDirFollowing(ov.Lower)
+	if err != nil {
+		if errors.Is(err, safefs.ErrSymlink) || errors.Is(err, unix.ENOTDIR) {
+			return fmt.Errorf("lower %s: %w: %w", ov.Lower, err, ErrIdentityMismatch)
+		}
+		return err
+	}
+	defer d.Close()
+	if got := d.ID(); !got.Same(ov.LowerID) {
+		return fmt.Errorf("lower %s is now %v, recorded %v: %w", ov.Lower, got, ov.LowerID, ErrIdentityMismatch)
+	}
+	return nil
+}
+
 // Verify checks the destination, upper, work and the borrowed lower.
 func (o Overlay) Verify(ctx context.Context, t Tree) error {
 	if err := o.check(t); err != nil {
 		return err
 	}
-	ov := t.Overlay
+	parent, dest, err := openDest(t)
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	defer dest.Close()
 	for _, c := range []struct {
-		what, path string
+		what, name string
 		id         FileID
 	}{
-		{"destination", t.Dest, t.DestID},
-		{"upper", ov.Upper, ov.UpperID},
-		{"work", ov.Work, ov.WorkID},
-		{"lower", ov.Lower, ov.LowerID},
+		{"upper", upperDirName, t.Overlay.UpperID},
+		{"work", workDirName, t.Overlay.WorkID},
 	} {
-		if err := checkID(c.what, c.path, c.id); err != nil {
+		d, err := openPart(dest, c.name, c.what, c.id)
+		if err != nil {
 			return err
 		}
+		d.Close()
 	}
-	return nil
+	return checkLower(t.Overlay)
 }
 
 // Remove deletes upper, work and the destination. The lower is never
@@ -165,48 +178,42 @@ func (o Overlay) Remove(ctx context.Context, t Tree) error {
 	}
 	ov := t.Overlay
 	if ov.LowerID.Same(ov.UpperID) || ov.LowerID.Same(ov.WorkID) || ov.LowerID.Same(t.DestID) ||
-		within(t.Dest, ov.Lower) {
+		safefs.Within(t.Dest, filepath.Clean(ov.Lower)) {
 		return fmt.Errorf("removing overlay tree %s: its record names the lower %s as owned: %w", t.Dest, ov.Lower, ErrIdentityMismatch)
 	}
-	if err := checkID("destination", t.Dest, t.DestID); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
+	parent, dest, err := openDest(t)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("removing overlay tree: %w", err)
 	}
+	defer parent.Close()
+	// Every owned part that is still there must be the recorded one
+	// before anything is deleted.
+	for _, c := range []struct {
+		what, name string
+		id         FileID
+	}{
+		{"work", workDirName, ov.WorkID},
+		{"upper", upperDirName, ov.UpperID},
+	} {
+		d, err := openPart(dest, c.name, c.what, c.id)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			dest.Close()
+			return fmt.Errorf("removing overlay tree: %w", err)
+		}
+		d.Close()
+	}
+	dest.Close()
 	if err := refuseMounts(t.Dest); err != nil {
 		return fmt.Errorf("removing overlay tree: %w", err)
 	}
-	for _, c := range []struct {
-		what, path string
-		id         FileID
-	}{
-		{"work", ov.Work, ov.WorkID},
-		{"upper", ov.Upper, ov.UpperID},
-	} {
-		if err := checkID(c.what, c.path, c.id); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			return fmt.Errorf("removing overlay tree: %w", err)
-		}
-		if err := removeAll(ctx, c.path); err != nil {
-			return fmt.Errorf("removing overlay tree: %w", err)
-		}
-	}
-	if err := removeDest(t); err != nil {
+	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("removing overlay tree: %w", err)
 	}
-	return nil
-}
-
-// removeAll removes dir and everything below it, checking ctx first.
-func removeAll(ctx context.Context, dir string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	if err := removeDest(parent, t); err != nil {
+		return fmt.Errorf("removing overlay tree: %w", err)
 	}
 	return nil
 }

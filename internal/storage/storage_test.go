@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/habemus-papadum/hostfork/internal/safefs/safefstest"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/storage/storagetest"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
@@ -13,6 +14,7 @@ import (
 
 func TestMain(m *testing.M) {
 	storagetest.Main()
+	safefstest.Main(map[string]safefstest.Attack{"export": exportAttack})
 	os.Exit(m.Run())
 }
 

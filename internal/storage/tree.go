@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
+	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 )
 
 // Kind names a private-tree mechanism. Selection is explicit per tree;
@@ -31,8 +31,10 @@ const (
 // Request asks a backend for one private tree.
 type Request struct {
 	// Dest is the unique, owned directory the tree is allocated in. It
-	// must be absolute and must not exist; its parent must. Prepare
-	// creates it exclusively and fails with ErrExists otherwise.
+	// must be absolute and must not exist; its parent must, and must be a
+	// private allocation area (see PoolDir): reached without symbolic
+	// links, owned by this user or root, writable by nobody else. Prepare
+	// creates Dest exclusively and fails with ErrExists otherwise.
 	Dest string
 	// Source is the baseline: a Btrfs subvolume (btrfs), the lower
 	// directory (overlay) or the directory to copy (copy). It is
@@ -41,6 +43,11 @@ type Request struct {
 	// Reflink selects how copy clones file data; the other kinds ignore
 	// it.
 	Reflink ReflinkMode
+	// Pool, if set, is the opened allocation area (from PoolDir) and Dest
+	// must be directly in it: Prepare then creates Dest relative to this
+	// descriptor instead of opening filepath.Dir(Dest) again. Prepare
+	// doesn't close it.
+	Pool *safefs.Dir
 }
 
 // Tree is the record of one prepared private tree: what a caller persists
@@ -154,47 +161,91 @@ func Reopen(ctx context.Context, t Tree) ([]Mount, error) {
 
 // checkRequest validates the shape of req.
 func checkRequest(k Kind, req Request) error {
-	if req.Dest == "" || !filepath.IsAbs(req.Dest) || filepath.Clean(req.Dest) != req.Dest {
+	if req.Dest == "" || !filepath.IsAbs(req.Dest) || filepath.Clean(req.Dest) != req.Dest || req.Dest == "/" {
 		return fmt.Errorf("%s tree: destination %q must be a clean absolute path: %w", k, req.Dest, ErrInvalidRequest)
 	}
 	if req.Source == "" || !filepath.IsAbs(req.Source) {
 		return fmt.Errorf("%s tree: source %q must be an absolute path: %w", k, req.Source, ErrInvalidRequest)
 	}
-	return nil
-}
-
-// checkNoOverlap rejects a destination inside the source or a source
-// inside the destination, on resolved paths.
-func checkNoOverlap(k Kind, source, dest string) error {
-	src, err := filepath.EvalSymlinks(source)
-	if err != nil {
-		return fmt.Errorf("%s tree: resolving source: %w", k, err)
-	}
-	parent, err := filepath.EvalSymlinks(filepath.Dir(dest))
-	if err != nil {
-		return fmt.Errorf("%s tree: resolving the destination's parent: %w", k, err)
-	}
-	d := filepath.Join(parent, filepath.Base(dest))
-	if within(src, d) || within(d, src) {
-		return fmt.Errorf("%s tree: destination %s and source %s overlap: %w", k, dest, source, ErrInvalidRequest)
+	if req.Pool != nil && req.Pool.Path() != filepath.Dir(req.Dest) {
+		return fmt.Errorf("%s tree: destination %s is not directly in the pool %s: %w", k, req.Dest, req.Pool.Path(), ErrInvalidRequest)
 	}
 	return nil
 }
 
-// makeDest creates the owned destination directory exclusively.
-func makeDest(k Kind, dest string) (FileID, error) {
-	if err := ignoringEINTR(func() error { return unix.Mkdir(dest, 0o700) }); err != nil {
-		if err == unix.EEXIST {
-			return FileID{}, fmt.Errorf("preparing %s tree at %s: %w", k, dest, ErrExists)
+// PoolDir opens the allocation area name (one component) in the
+// directory parent, creating it with mode 0700 if it doesn't exist, and
+// returns it for Request.Pool; the caller closes it. parent is opened
+// without following a symbolic link in any component; it may belong to
+// someone else (the owner of a baseline's directory), but the area itself
+// must be a real directory owned by this user or root that its group and
+// others can't write (safefs.EnsurePrivateDir): a symbolic link, another
+// user's directory or a writable one planted under that name is refused
+// with an error matching safefs.ErrSymlink or safefs.ErrUntrusted that
+// says what to remove, and nothing is written through it. The engine
+// allocates <store>/trees and <dirname(baseline)>/.hostfork-trees with it.
+func PoolDir(parent, name string) (*safefs.Dir, error) {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return nil, fmt.Errorf("allocation area %q in %s: one name is needed: %w", name, parent, ErrInvalidRequest)
+	}
+	p, err := safefs.OpenDir(parent)
+	if err != nil {
+		return nil, fmt.Errorf("opening the allocation area %s: %w", filepath.Join(parent, name), err)
+	}
+	defer p.Close()
+	pool, err := p.EnsurePrivateDir(name, 0o700)
+	if err != nil {
+		return nil, fmt.Errorf("allocation area: %w", err)
+	}
+	return pool, nil
+}
+
+// destParent opens the directory req.Dest is allocated in: a descriptor
+// of its own on req.Pool, or filepath.Dir(req.Dest) opened without
+// following symbolic links. Either way it must be private: a directory
+// others can write lets them swap the tree's names under the record.
+func destParent(k Kind, req Request) (*safefs.Dir, error) {
+	var parent *safefs.Dir
+	var err error
+	if req.Pool != nil {
+		parent, err = req.Pool.OpenDir(".")
+	} else {
+		parent, err = safefs.OpenDir(filepath.Dir(req.Dest))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("preparing %s tree at %s: opening its parent: %w", k, req.Dest, err)
+	}
+	if err := parent.CheckPrivate(); err != nil {
+		parent.Close()
+		return nil, fmt.Errorf("preparing %s tree at %s: its parent must be a private allocation area (see PoolDir): %w", k, req.Dest, err)
+	}
+	return parent, nil
+}
+
+// checkNoOverlap rejects a destination whose parent is the source or below
+// it, by identity. (The destination is new, so the source can't be below
+// it.)
+func checkNoOverlap(k Kind, source, parent *safefs.Dir, dest string) error {
+	below, err := isBelow(parent, source.ID())
+	if err != nil {
+		return fmt.Errorf("%s tree: %w", k, err)
+	}
+	if below {
+		return fmt.Errorf("%s tree: destination %s is inside the source %s: %w", k, dest, source.Path(), ErrInvalidRequest)
+	}
+	return nil
+}
+
+// makeDest creates the owned destination directory exclusively in parent.
+func makeDest(k Kind, parent *safefs.Dir, dest string) (*safefs.Dir, error) {
+	d, err := parent.MkdirExclusive(filepath.Base(dest), 0o700)
+	if err != nil {
+		if errors.Is(err, safefs.ErrExists) {
+			return nil, fmt.Errorf("preparing %s tree at %s: %w", k, dest, ErrExists)
 		}
-		return FileID{}, fmt.Errorf("preparing %s tree: %w", k, &os.PathError{Op: "mkdir", Path: dest, Err: err})
+		return nil, fmt.Errorf("preparing %s tree: %w", k, err)
 	}
-	id, _, err := statID(dest)
-	if err != nil {
-		_ = os.Remove(dest)
-		return FileID{}, fmt.Errorf("preparing %s tree: %w", k, err)
-	}
-	return id, nil
+	return d, nil
 }
 
 // checkTree validates the common part of a record handed to backend k.
@@ -202,23 +253,8 @@ func checkTree(k Kind, t Tree) error {
 	if t.Kind != k {
 		return fmt.Errorf("%s backend given a %q tree: %w", k, t.Kind, ErrWrongKind)
 	}
-	if t.Dest == "" || !filepath.IsAbs(t.Dest) || t.DestID.Ino == 0 {
+	if t.Dest == "" || !filepath.IsAbs(t.Dest) || filepath.Clean(t.Dest) != t.Dest || t.Dest == "/" || t.DestID.Ino == 0 {
 		return fmt.Errorf("%s tree record without a destination identity: %w", k, ErrInvalidRequest)
-	}
-	return nil
-}
-
-// removeDest removes the (now empty) destination after checking it is
-// still the recorded directory. A missing destination is success.
-func removeDest(t Tree) error {
-	if err := checkID("destination", t.Dest, t.DestID); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		return err
-	}
-	if err := ignoringEINTR(func() error { return unix.Rmdir(t.Dest) }); err != nil && err != unix.ENOENT {
-		return &os.PathError{Op: "rmdir", Path: t.Dest, Err: err}
 	}
 	return nil
 }

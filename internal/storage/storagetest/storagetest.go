@@ -25,8 +25,9 @@ type Fixture struct {
 	// Source is an empty directory the suite fills and then uses as the
 	// baseline (for btrfs, an empty subvolume).
 	Source string
-	// Pool is an existing directory in which the suite names
-	// destinations (for btrfs, on the same filesystem as Source).
+	// Pool is an existing private directory (owned by root, writable by
+	// nobody else, reached without symbolic links) in which the suite
+	// names destinations (for btrfs, on the same filesystem as Source).
 	Pool string
 	// Reflink is passed in every Request.
 	Reflink storage.ReflinkMode
@@ -46,6 +47,8 @@ func Run(t *testing.T, newFixture func(t *testing.T) Fixture) {
 		{"IdentityMismatchRefusesRemoval", testIdentityMismatch},
 		{"BadRequests", testBadRequests},
 		{"WrongKind", testWrongKind},
+		{"MetadataSurvives", testMetadataSurvives},
+		{"AllocationArea", testAllocationArea},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,8 +1,6 @@
 package storagetest
 
 import (
-	"github.com/moby/sys/mountinfo"
-
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -11,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -131,18 +130,34 @@ func RunInView(t testing.TB, mounts []storage.Mount, script string) string {
 // mountedAt reports whether /proc/PID/mountinfo lists a mount point at
 // target.
 func mountedAt(pid, target string) bool {
-	n, err := strconv.Atoi(pid)
+	if _, err := strconv.Atoi(pid); err != nil && pid != "self" {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + pid + "/mountinfo")
 	if err != nil {
 		return false
 	}
-	ms, err := mountinfo.PidMountInfo(n)
-	if err != nil {
-		return false
-	}
-	for _, m := range ms {
-		if m.Mountpoint == target {
+	for _, line := range strings.Split(string(b), "\n") {
+		// "36 35 98:0 /root /mount/point rw,... - type source opts"
+		if f := strings.Fields(line); len(f) >= 5 && unescapeOctal(f[4]) == target {
 			return true
 		}
 	}
 	return false
+}
+
+// unescapeOctal undoes mountinfo's \NNN escapes.
+func unescapeOctal(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
