@@ -5,65 +5,50 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/habemus-papadum/hostfork/internal/cgroup"
-	"github.com/habemus-papadum/hostfork/internal/fault"
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/engine"
 	"github.com/habemus-papadum/hostfork/internal/linux"
-	"github.com/habemus-papadum/hostfork/internal/registry"
-	"github.com/habemus-papadum/hostfork/internal/supervise"
-	"github.com/habemus-papadum/hostfork/internal/view"
 )
-
-// Output modes.
-const (
-	// OutputFiles writes straight to owned log files (survives the reader).
-	OutputFiles = supervise.OutputFiles
-	// OutputPipe also streams to Command.Stdout/Stderr while writing files.
-	OutputPipe = supervise.OutputPipe
-	// OutputInherit hands the workload the caller's descriptors; no files.
-	OutputInherit = supervise.OutputInherit
-)
-
-// FinalDrain is how long output is still forwarded after the leader exits
-// (DESIGN.md, Capture): descendants that keep a pipe open can't hold back
-// the result.
-const FinalDrain = 200 * time.Millisecond
 
 // Command is one command tree in an environment. Set the exported fields,
-// then Start. It is like exec.Cmd, except that Wait returns at leader exit
-// and WaitTree when the whole tree is gone.
+// then Start. It is like exec.Cmd, except that Wait returns at the
+// leader's exit and WaitTree once the whole tree is gone and recorded;
+// and that a Command can be reopened by another process (Host.OpenCommand)
+// to wait for it, follow its output, signal or stop it.
 type Command struct {
 	Argv []string
-	// Cwd is the working directory ("" = the caller's).
+	// Cwd is the working directory ("" = the caller's), resolved inside
+	// the environment's view.
 	Cwd string
 	// Env is the environment, used as given (with EnvSet applied); nil
 	// means the one EnvPolicy resolves.
 	Env []string
-	// EnvPolicy is inherit, clean, host-shell or toolchain (spec.Env*);
-	// "" means the environment's env_policy, else inherit. Every policy
-	// removes inherited Git redirections (GIT_DIR, GIT_WORK_TREE, ...).
+	// EnvPolicy is inherit, clean, host-shell or toolchain; "" means the
+	// environment's env_policy, else inherit. Every policy removes
+	// inherited Git redirections (GIT_DIR, GIT_WORK_TREE, ...).
 	EnvPolicy string
 	// EnvSet holds explicit K=V variables applied last; they may set Git
-	// redirections.
+	// redirections. Their values are not recorded (their names are).
 	EnvSet []string
 	// Output is files (default), pipe or inherit.
-	Output string
-	// Stdin, Stdout, Stderr: with OutputInherit they are the workload's
-	// descriptors (nil = the caller's own); with OutputPipe, Stdout and
-	// Stderr receive the streamed copy.
-	Stdin          *os.File
+	Output OutputMode
+	// Stdin is the workload's standard input; nil means /dev/null. An
+	// *os.File (a pipe, a file, a terminal) is passed as it is; any other
+	// reader is copied through a pipe.
+	Stdin io.Reader
+	// Stdout and Stderr receive the streamed output in pipe mode (the
+	// files still get everything); with OutputInherit, *os.File values are
+	// the workload's own descriptors (nil: the caller's).
 	Stdout, Stderr io.Writer
-	// Foreground makes the workload the terminal's foreground job
-	// (OutputInherit on a terminal).
+	// Foreground makes the workload the terminal's foreground job (its
+	// Stdin is the terminal).
 	Foreground bool
 	Purpose    string
 	Labels     map[string]string
@@ -72,702 +57,387 @@ type Command struct {
 	// "detach" lets it run on under the environment's deadline.
 	OwnerExit string
 	// Workload "agent" makes the command take part in admission with
-	// Admit (wait, the default for agents; fail; skip). OnAdmissionWait is
-	// called once if the command has to wait.
+	// Admit (wait, the default for agents; fail; skip). OnAdmissionWait
+	// is called once if the command has to wait.
 	Workload        string
 	Admit           string
 	OnAdmissionWait func(reason string)
+	// CaptureOutput keeps the streamed output (pipe mode) so that Capture
+	// can return it; Capture sets it itself when it starts the command.
+	// CaptureLimit bounds the bytes kept per stream (default MaxCapture);
+	// the artifact files keep everything. Without it, nothing is buffered.
+	CaptureOutput bool
+	CaptureLimit  int
+	// Timeout stops the tree (reason "timeout") this long after it
+	// started: SIGTERM, then the environment's grace, then SIGKILL. It
+	// never extends the environment's deadline. Zero: none.
+	Timeout time.Duration
+	// WaitDelay is the grace the tree gets after the context given to
+	// Start is done (as exec.Cmd.WaitDelay): SIGTERM, then this long, then
+	// SIGKILL. Zero: the environment's grace.
+	WaitDelay time.Duration
 
-	env        *Env
-	id         string
-	g          *supervise.Guardian
-	mu         sync.Mutex
-	rec        *registry.Command
-	leaderDone chan struct{}
-	treeDone   chan struct{}
-	fwd        sync.WaitGroup
-	fwdStop    chan struct{}
-	// capture: what the launcher observed of each forwarded stream.
-	capOut, capErr *StreamCapture
-	// CaptureLimit bounds the bytes kept in memory per stream by Capture
-	// (default MaxCapture); the artifact files keep everything.
-	CaptureLimit int
-}
-
-// Command prepares a command in the environment.
-func (e *Env) Command(argv ...string) *Command {
-	return &Command{Argv: argv, env: e, Output: OutputFiles}
+	h       *Host
+	envID   string
+	mu      sync.Mutex
+	started bool
+	r       *engine.Running
+	id      string
+	rec     *CommandRecord // a reopened command's last read record
+	stdinW  *os.File       // the copy pipe of a non-file Stdin
+	stdinR  *os.File
 }
 
 // ID is the command's id (after Start).
-func (c *Command) ID() string { return c.id }
-
-// Record returns a copy of the command's last known record.
-func (c *Command) Record() registry.Command {
+func (c *Command) ID() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := *c.rec
-	return r
+	return c.id
 }
 
-// gitRedirections are removed from inherited environments (DESIGN.md,
-// Launch environment policy).
-var gitRedirections = []string{"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR"}
-
-// InheritedEnv is os.Environ() without Git redirections.
-func InheritedEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		drop := strings.HasPrefix(k, "GIT_CONFIG")
-		for _, g := range gitRedirections {
-			if k == g {
-				drop = true
-			}
-		}
-		if !drop {
-			out = append(out, kv)
-		}
+// Record returns the command's last known record; the zero record before
+// Start.
+func (c *Command) Record() CommandRecord {
+	c.mu.Lock()
+	r, rec := c.r, c.rec
+	c.mu.Unlock()
+	switch {
+	case r != nil:
+		return r.Record()
+	case rec != nil:
+		return *rec
 	}
-	return out
+	return CommandRecord{}
 }
 
-// LookPath resolves a program the way Start will, so a caller can reject a
-// missing executable before creating anything.
-func LookPath(argv0 string, env []string) (string, error) {
-	if env == nil {
-		env = InheritedEnv()
+// spec converts the handle's fields for the engine.
+func (c *Command) spec() (*engine.CommandSpec, error) {
+	if c.h == nil {
+		return nil, fmt.Errorf("hostfork: Command was not made by Env.Command: %w", api.ErrInvalid)
 	}
-	return lookPath(argv0, env)
-}
-
-// lookPathIn resolves argv0 as seen below root ("" = the host); the
-// returned path is the one to exec inside that root.
-func lookPathIn(root, argv0 string, env []string) (string, error) {
-	if root == "" {
-		return lookPath(argv0, env)
+	cs := &engine.CommandSpec{
+		Argv: c.Argv, Cwd: c.Cwd, Env: c.Env, EnvPolicy: c.EnvPolicy, EnvSet: c.EnvSet,
+		Output: c.Output, Stdout: c.Stdout, Stderr: c.Stderr, Foreground: c.Foreground,
+		Purpose: c.Purpose, Labels: c.Labels, OwnerExit: c.OwnerExit, Workload: c.Workload,
+		Admit: c.Admit, OnAdmissionWait: c.OnAdmissionWait, Capture: c.CaptureOutput, CaptureLimit: c.CaptureLimit,
+		Timeout: c.Timeout,
 	}
-	p, err := lookPath(filepathJoinRoot(root, argv0), env)
-	if err == nil || strings.Contains(argv0, "/") {
-		if err != nil {
-			return "", err
-		}
-		return strings.TrimPrefix(p, root), nil
-	}
-	path := ""
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "PATH=") {
-			path = kv[5:]
-		}
-	}
-	for _, dir := range filepath.SplitList(path) {
-		if !filepath.IsAbs(dir) {
-			continue
-		}
-		cand := filepath.Join(dir, argv0)
-		if st, err := os.Stat(root + cand); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return cand, nil
-		}
-	}
-	return "", fmt.Errorf("%q not found in PATH inside the environment's view: %w (install it or give its full path)", argv0, ErrExecutableNotFound)
-}
-
-func filepathJoinRoot(root, p string) string {
-	if strings.Contains(p, "/") && filepath.IsAbs(p) {
-		return root + p
-	}
-	return p
-}
-
-func lookPath(argv0 string, env []string) (string, error) {
-	if strings.Contains(argv0, "/") {
-		st, err := os.Stat(argv0)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w (check the path)", argv0, ErrExecutableNotFound)
-		}
-		if st.IsDir() || st.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("%s: %w (it is a directory or lacks execute permission)", argv0, ErrNotExecutable)
-		}
-		return argv0, nil
-	}
-	path := ""
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "PATH=") {
-			path = kv[5:]
-		}
-	}
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, argv0)
-		st, err := os.Stat(p)
-		if err != nil || st.IsDir() {
-			continue
-		}
-		if st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%q not found in PATH: %w (install it or give its full path)", argv0, ErrExecutableNotFound)
-}
-
-// Start registers the command, starts its guardian at the gate, records the
-// guardian's identity, then releases it. Nothing of the workload runs before
-// its identity is durably registered; a failure before release leaves no
-// process and a settled ledger.
-func (c *Command) Start(ctx context.Context) error {
-	if c.rec != nil {
-		return errors.New("hostfork: Command already started")
-	}
-	if len(c.Argv) == 0 || c.Argv[0] == "" {
-		return fmt.Errorf("empty command: give the program to run after --: %w", ErrInvalid)
-	}
-	e := c.env
-	h := e.h
-	if c.Output == "" {
-		c.Output = OutputFiles
-	}
-	switch c.Output {
-	case OutputFiles, OutputPipe, OutputInherit:
+	switch in := c.Stdin.(type) {
+	case nil:
+	case *os.File:
+		cs.Stdin = in
 	default:
-		return fmt.Errorf("output mode %q: use files, pipe or inherit: %w", c.Output, ErrInvalid)
-	}
-	envv, envPolicy, envNote, err := h.commandEnv(ctx, e, c)
-	if err != nil {
-		return err
-	}
-	var admitted func()
-	var decision string
-	if c.Workload == WorkloadAgent {
-		rel, d, err := h.admitCommand(ctx, c.Admit, c.OnAdmissionWait)
+		r, w, err := os.Pipe()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		admitted, decision = rel, d
-		defer func() {
-			if admitted != nil {
-				admitted()
-			}
+		c.stdinR, c.stdinW = r, w
+		cs.Stdin = r
+		go func() {
+			_, _ = io.Copy(w, in)
+			w.Close()
 		}()
-	} else if c.Workload != "" {
-		return fmt.Errorf("workload kind %q: the only kind is %q: %w", c.Workload, WorkloadAgent, ErrInvalid)
 	}
-	envRec := e.Record()
-	if envRec.State != registry.EnvActive {
-		return fmt.Errorf("environment %s is %s; create a new one: %w", envRec.ID, envRec.State, ErrEnvNotActive)
-	}
-	// With a view, paths are resolved inside it: through the keeper's
-	// root (/proc/KEEPER/root), never as an open host directory.
-	viewRoot := ""
-	if envRec.Keeper != nil {
-		if linux.Assess(linuxIdentity(envRec.Keeper)) != linux.Alive {
-			return fmt.Errorf("environment %s: %w; new commands are refused (stop it and create a new one): %w", envRec.ID, view.ErrKeeperLost, ErrEnvNotActive)
-		}
-		viewRoot = fmt.Sprintf("/proc/%d/root", envRec.Keeper.PID)
-	}
-	path, err := lookPathIn(viewRoot, c.Argv[0], envv)
-	if err != nil {
-		return err
-	}
-	cwd := c.Cwd
-	if cwd != "" {
-		if !filepath.IsAbs(cwd) {
-			abs, err := filepath.Abs(cwd)
-			if err != nil {
-				return fmt.Errorf("--cwd %s: %v: %w", cwd, err, ErrInvalid)
-			}
-			cwd = abs
-		}
-		if st, err := os.Stat(viewRoot + cwd); err != nil || !st.IsDir() {
-			where := ""
-			if viewRoot != "" {
-				where = " in the environment's view"
-			}
-			return fmt.Errorf("working directory %s does not exist%s or is not a directory: %w", cwd, where, ErrInvalid)
-		}
-	} else if wd, err := os.Getwd(); err == nil {
-		cwd = wd
-		if viewRoot != "" {
-			if st, err := os.Stat(viewRoot + cwd); err != nil || !st.IsDir() {
-				cwd = "/"
-			}
-		}
-	}
-	boot, _ := linux.BootID()
-	self, _ := linux.IdentityOf(os.Getpid())
-	id := newID()
-	dir := filepath.Join(envRec.RunDir, "commands", id)
-	rec := &registry.Command{
-		ID:           id,
-		EnvID:        envRec.ID,
-		State:        registry.CmdReserved,
-		CreatedAt:    time.Now().UTC(),
-		Purpose:      firstNonEmpty(c.Purpose, envRec.Purpose),
-		Labels:       mergeLabels(envRec.Labels, c.Labels),
-		Argv:         c.Argv,
-		Cwd:          cwd,
-		Output:       c.Output,
-		Dir:          dir,
-		Tier:         envRec.Tier,
-		Launcher:     regIdentity(self),
-		LeaderState:  registry.Pending,
-		TreeState:    registry.Pending,
-		WorkloadKind: c.Workload,
-		Admission:    decision,
-	}
-	rec.EnvPolicy, rec.EnvPolicyNote = envPolicy, envNote
-	if c.Output != OutputInherit {
-		rec.StdoutPath = filepath.Join(dir, "stdout")
-		rec.StderrPath = filepath.Join(dir, "stderr")
-	}
-	if envRec.CgroupPath != "" {
-		rec.CgroupPath = filepath.Join(envRec.CgroupPath, "commands", id)
-	}
-	var dirIntent, cgIntent int64
-	err = h.reg.Write(ctx, func(tx *registry.Tx) error {
-		cur, err := tx.Env(envRec.ID)
-		if err != nil {
-			return err
-		}
-		if cur.State != registry.EnvActive {
-			return fmt.Errorf("environment %s is %s; create a new one: %w", cur.ID, cur.State, ErrEnvNotActive)
-		}
-		if cur.DeadlineMono > 0 && cur.BootID == boot && linux.MonotonicNow() >= cur.DeadlineMono-cur.Grace {
-			return fmt.Errorf("environment %s has reached its deadline: %w", cur.ID, ErrEnvNotActive)
-		}
-		if err := tx.InsertCommand(rec); err != nil {
-			return err
-		}
-		if dirIntent, err = tx.AddIntent(envRec.ID, id, "dir", dir); err != nil {
-			return err
-		}
-		if rec.CgroupPath != "" {
-			cgIntent, err = tx.AddIntent(envRec.ID, id, "cgroup", rec.CgroupPath)
-		}
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("registering the command: %w", err)
-	}
-	if admitted != nil {
-		// Registered: the command now counts as live for the next decision.
-		admitted()
-		admitted = nil
-	}
-	fault.Point(fault.CommandReserved)
-	c.id = id
-	c.rec = rec
-	c.leaderDone = make(chan struct{})
-	c.treeDone = make(chan struct{})
+	return cs, nil
+}
 
-	var opened []*os.File
-	closeOpened := func() {
-		for _, f := range opened {
-			f.Close()
-		}
+// closeStdin closes this process's copy of the workload's stdin pipe once
+// the guardian holds it.
+func (c *Command) closeStdin() {
+	if c.stdinR != nil {
+		c.stdinR.Close()
+		c.stdinR = nil
 	}
-	abort := func(cause error) error {
-		closeOpened()
-		h.abortCommand(rec, cause)
-		return cause
+}
+
+// Start registers the command, starts its guardian at the gate, records
+// the guardian's identity, then releases it. Nothing of the workload runs
+// before its identity is durably registered; a failure before release
+// leaves no process and a settled ledger. Cancelling ctx later stops the
+// whole tree (reason "cancelled", grace WaitDelay), as
+// exec.CommandContext kills its process; a ctx that is never done (e.g.
+// context.Background()) leaves the tree to its own bounds.
+func (c *Command) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return fmt.Errorf("hostfork: Command already started: %w", api.ErrInvalid)
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return abort(fmt.Errorf("creating command directory: %w", err))
-	}
-	create := func(p string) (*os.File, error) {
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND|syscall.O_CLOEXEC, 0o600)
-		if err == nil {
-			opened = append(opened, f)
-		}
-		return f, err
-	}
-	receipt, err := os.OpenFile(filepath.Join(dir, "receipt"), os.O_CREATE|os.O_EXCL|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	cs, err := c.spec()
 	if err != nil {
-		return abort(fmt.Errorf("creating receipt: %w", err))
+		return err
 	}
-	opened = append(opened, receipt)
-	var rst unix.Stat_t
-	if err := unix.Fstat(int(receipt.Fd()), &rst); err != nil {
-		return abort(fmt.Errorf("stat receipt: %w", err))
-	}
-	rec.ProofDev, rec.ProofIno = rst.Dev, rst.Ino
-	ss := supervise.StartSpec{Exe: h.opts.Exe, Receipt: receipt, Setsid: !c.Foreground}
-	switch c.Output {
-	case OutputInherit:
-		ss.Stdin, ss.Stdout, ss.Stderr = c.Stdin, fileOr(c.Stdout, os.Stdout), fileOr(c.Stderr, os.Stderr)
-		if ss.Stdin == nil {
-			ss.Stdin = os.Stdin
-		}
-	default:
-		if ss.Stdout, err = create(rec.StdoutPath); err != nil {
-			return abort(fmt.Errorf("creating stdout file: %w", err))
-		}
-		if ss.Stderr, err = create(rec.StderrPath); err != nil {
-			return abort(fmt.Errorf("creating stderr file: %w", err))
-		}
-		ss.Stdin = c.Stdin
-		ss.Forward = c.Output == OutputPipe
-	}
-	glog, err := create(filepath.Join(dir, "guardian.log"))
+	r, err := c.h.e.Start(ctx, c.envID, cs)
+	c.closeStdin()
 	if err != nil {
-		return abort(fmt.Errorf("creating guardian log: %w", err))
-	}
-	ss.Log = glog
-	var wlPath string
-	if rec.CgroupPath != "" {
-		if _, err := cgroup.Create(rec.CgroupPath); err != nil {
-			return abort(fmt.Errorf("creating the command's cgroup: %w", err))
+		if c.stdinW != nil {
+			c.stdinW.Close()
 		}
-		ss.GuardianCgroup = filepath.Join(rec.CgroupPath, "guardian")
-		wlPath = filepath.Join(rec.CgroupPath, "workload")
-		if _, err := cgroup.Create(ss.GuardianCgroup); err != nil {
-			return abort(fmt.Errorf("creating the command's cgroup: %w", err))
-		}
-		if _, err := cgroup.Create(wlPath); err != nil {
-			return abort(fmt.Errorf("creating the command's cgroup: %w", err))
-		}
-		rec.CgroupInode, _ = cgroup.Open(rec.CgroupPath).Inode()
+		return err
 	}
-	if n, ok := oomCount(&envRec); ok {
-		rec.OOMBaseline = &n
-	}
-	g, err := supervise.Start(ss)
-	if err != nil {
-		return abort(err)
-	}
-	if lg := limitGroup(&envRec); lg != nil {
-		// cgroup v1 has no clone-into: the gated guardian joins the
-		// environment's limit groups before anything runs; the workload
-		// inherits them.
-		if err := lg.Join(g.ID.PID); err != nil {
-			g.Abort()
-			return abort(fmt.Errorf("placing the command in its limit groups: %w", err))
-		}
-	}
-	fault.Point(fault.GuardianStarted)
-	closeOpened()
-	rec.Guardian = regIdentity(g.ID)
-	rec.State = registry.CmdRunning
-	err = h.reg.Write(ctx, func(tx *registry.Tx) error {
-		// A stop that began since the reservation revokes this gate.
-		cur, err := tx.Env(envRec.ID)
-		if err != nil {
-			return err
-		}
-		if cur.State != registry.EnvActive {
-			return fmt.Errorf("environment %s is %s: the launch gate is revoked: %w", cur.ID, cur.State, ErrEnvNotActive)
-		}
-		if err := tx.SettleIntent(dirIntent, registry.IntentCreated, identityJSON(dir), ""); err != nil {
-			return err
-		}
-		if cgIntent != 0 {
-			if err := tx.SettleIntent(cgIntent, registry.IntentCreated, fmt.Sprintf(`{"inode":%d}`, rec.CgroupInode), ""); err != nil {
-				return err
-			}
-		}
-		return tx.UpdateCommand(rec)
-	})
-	if err != nil {
-		// Not durably registered: revoke the gate; nothing ran.
-		g.Abort()
-		rec.State = registry.CmdReserved
-		return abort(fmt.Errorf("registering the guardian: %w", err))
-	}
-	fault.Point(fault.GuardianRegistered)
-	cfg := &supervise.Config{
-		CommandID:      id,
-		EnvID:          envRec.ID,
-		Argv:           c.Argv,
-		Path:           path,
-		Env:            envv,
-		Cwd:            cwd,
-		Output:         c.Output,
-		WorkloadCgroup: wlPath,
-		Grace:          envRec.Grace,
-		Idle:           envRec.IdleTimeout,
-		OwnerExit:      envRec.OwnerExit,
-		Foreground:     c.Foreground,
-	}
-	if envRec.Keeper != nil {
-		cfg.ViewPID = envRec.Keeper.PID
-	}
-	if c.OwnerExit != "" {
-		cfg.OwnerExit = c.OwnerExit
-	}
-	if envRec.DeadlineMono > 0 && envRec.BootID == boot {
-		cfg.DeadlineMono = envRec.DeadlineMono
-	}
-	c.g = g
-	if g.ForwardOut != nil {
-		c.fwdStop = make(chan struct{})
-		c.capOut = newStreamCapture(c.captureLimit())
-		c.capErr = newStreamCapture(c.captureLimit())
-		c.forward(g.ForwardOut, c.Stdout, c.capOut)
-		c.forward(g.ForwardErr, c.Stderr, c.capErr)
-	}
-	if err := g.Release(cfg); err != nil {
-		// The guardian is registered; it exits on its own at EOF. The
-		// record is settled from its receipt like any other loss.
-		g.Abort()
-		c.closeWaiters()
-		return fmt.Errorf("releasing the command: %w", err)
-	}
-	fault.Point(fault.Released)
-	go c.watch()
+	c.attach(ctx, r)
 	return nil
 }
 
-func fileOr(w io.Writer, def *os.File) *os.File {
-	if f, ok := w.(*os.File); ok {
-		return f
+// attach binds a launch to the handle and arms the context's cancellation.
+func (c *Command) attach(ctx context.Context, r *engine.Running) {
+	c.started, c.r, c.id = true, r, r.ID()
+	if ctx.Done() == nil {
+		return
 	}
-	return def
-}
-
-func firstNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-func mergeLabels(a, b map[string]string) map[string]string {
-	if len(a) == 0 && len(b) == 0 {
-		return nil
-	}
-	out := map[string]string{}
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = v
-	}
-	return out
-}
-
-// forward copies a forwarded stream to w until EOF, or until the final
-// drain after leader exit has passed.
-func (c *Command) forward(r *os.File, w io.Writer, st *StreamCapture) {
-	if w == nil {
-		w = io.Discard
-	}
-	c.fwd.Add(1)
 	go func() {
-		defer c.fwd.Done()
-		defer r.Close()
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				_, _ = w.Write(buf[:n])
-				st.add(buf[:n])
-			}
-			if err != nil {
-				st.finish(err)
-				return
-			}
+		select {
+		case <-ctx.Done():
+			opts := StopOptions{Reason: ReasonCancelled, Grace: c.WaitDelay}
+			_, _ = c.h.e.StopCommand(context.Background(), r.ID(), opts.engine())
+		case <-r.TreeDone():
 		}
 	}()
 }
 
-// watch follows the guardian's events. Each event is a wakeup: the facts
-// come from the verified receipt, so live events and later settlement use
-// one merge.
-func (c *Command) watch() {
-	evs := c.g.Events()
-	leaderClosed := false
-	for ev := range evs {
-		// Coalesce events that are already queued into one registry write.
-		for more := true; more; {
-			select {
-			case e2, ok := <-evs:
-				if !ok {
-					more = false
-				} else {
-					ev = e2
-				}
-			default:
-				more = false
+// Wait waits for the leader process to exit and returns the record at
+// that point: the leader's exit code or signal, and the stop reason if
+// hostfork stopped it. Descendants may still be running (see WaitTree).
+// After Host.Close it returns ErrClosed.
+func (c *Command) Wait(ctx context.Context) (CommandRecord, error) {
+	c.mu.Lock()
+	r, id, started := c.r, c.id, c.started || c.rec != nil
+	c.mu.Unlock()
+	if !started {
+		return CommandRecord{}, fmt.Errorf("hostfork: Command not started: %w", api.ErrInvalid)
+	}
+	if r != nil {
+		select {
+		case <-r.LeaderDone():
+			return r.Record(), nil
+		case <-ctx.Done():
+			return CommandRecord{}, ctx.Err()
+		case <-c.h.e.Closed():
+			return CommandRecord{}, api.ErrClosed
+		}
+	}
+	return c.poll(ctx, id, func(rec *CommandRecord) bool {
+		return rec.Final() || rec.LeaderState == api.PhaseExited || rec.LeaderState == api.PhaseUnknown
+	})
+}
+
+// WaitTree waits until the whole tree is gone and its record is final and
+// durable. A tree whose exit can't be verified returns its record with an
+// error matching ErrUnverified; a result that could not be recorded (a
+// full store) returns the observed record with that error. After
+// Host.Close it returns ErrClosed.
+func (c *Command) WaitTree(ctx context.Context) (CommandRecord, error) {
+	c.mu.Lock()
+	r, id, started := c.r, c.id, c.started || c.rec != nil
+	c.mu.Unlock()
+	if !started {
+		return CommandRecord{}, fmt.Errorf("hostfork: Command not started: %w", api.ErrInvalid)
+	}
+	if r != nil {
+		select {
+		case <-r.TreeDone():
+			rec := r.Record()
+			if err := r.RecordErr(); err != nil {
+				return rec, err
+			}
+			if !rec.Final() {
+				return rec, fmt.Errorf("command %s: its tree's exit could not be verified (%s): %w", rec.ID, rec.TreeEvidence, api.ErrUnverified)
+			}
+			return rec, nil
+		case <-ctx.Done():
+			return CommandRecord{}, ctx.Err()
+		case <-c.h.e.Closed():
+			return CommandRecord{}, api.ErrClosed
+		}
+	}
+	rec, err := c.poll(ctx, id, func(rec *CommandRecord) bool { return rec.Final() || rec.State == api.CommandUnverified })
+	if err == nil && !rec.Final() {
+		return rec, fmt.Errorf("command %s: its tree's exit can't be verified (%s): %w", rec.ID, rec.TreeEvidence, api.ErrUnverified)
+	}
+	return rec, err
+}
+
+// poll waits for a command another process started: it reads (and
+// settles) the record whenever the guardian may have written something —
+// its receipt changed (inotify), the guardian exited (its pidfd) — or at
+// the latest every 250 ms.
+func (c *Command) poll(ctx context.Context, id string, done func(*CommandRecord) bool) (CommandRecord, error) {
+	for {
+		rec, err := c.h.e.Command(ctx, id)
+		if err != nil {
+			if isClosed(c.h.e.Closed()) {
+				return CommandRecord{}, api.ErrClosed
+			}
+			return CommandRecord{}, err
+		}
+		c.mu.Lock()
+		c.rec = rec
+		c.mu.Unlock()
+		if done(rec) {
+			return *rec, nil
+		}
+		if err := waitChange(ctx, c.h.e.Closed(), rec); err != nil {
+			return CommandRecord{}, err
+		}
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitChange blocks until the command's receipt is written, its guardian
+// exits, 250 ms pass, ctx ends (its error) or closed is closed (ErrClosed).
+func waitChange(ctx context.Context, closed <-chan struct{}, rec *CommandRecord) error {
+	var fds []unix.PollFd
+	if rec.Guardian != nil {
+		if p, err := linux.OpenVerified(linux.Identity{BootID: rec.Guardian.BootID, PID: rec.Guardian.PID, StartTime: rec.Guardian.StartTime}); err == nil {
+			defer p.Close()
+			fds = append(fds, unix.PollFd{Fd: int32(p.Fd()), Events: unix.POLLIN})
+		}
+	}
+	if rec.Dir != "" {
+		if ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK); err == nil {
+			defer unix.Close(ino)
+			if _, err := unix.InotifyAddWatch(ino, rec.Dir+"/receipt", unix.IN_MODIFY|unix.IN_CLOSE_WRITE); err == nil {
+				fds = append(fds, unix.PollFd{Fd: int32(ino), Events: unix.POLLIN})
 			}
 		}
-		c.refresh()
-		if !leaderClosed && (ev.Kind == "leader" || ev.Kind == "exec-failed" || ev.Kind == "tree") {
-			leaderClosed = true
-			c.endForwarding()
-			close(c.leaderDone)
+	}
+	end := time.Now().Add(250 * time.Millisecond)
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-closed:
+			return api.ErrClosed
+		default:
 		}
-		if ev.Kind == "tree" || ev.Kind == "exec-failed" {
-			break
+		if len(fds) == 0 {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if n, _ := unix.Poll(fds, 50); n > 0 {
+			return nil
 		}
 	}
-	_ = c.g.Reap()
-	c.refresh()
-	if !leaderClosed {
-		c.endForwarding()
-		close(c.leaderDone)
-	}
-	// The snapshot is written before WaitTree returns, so nothing of
-	// this command is still writing in the store afterwards.
-	c.mu.Lock()
-	writeCommandRecord(c.rec)
-	c.mu.Unlock()
-	close(c.treeDone)
+	return nil
 }
 
-// endForwarding gives forwarded output the fixed final drain, then stops.
-func (c *Command) endForwarding() {
-	if c.fwdStop == nil {
-		return
-	}
-	done := make(chan struct{})
-	go func() { c.fwd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(FinalDrain):
-		// Descendants still hold the pipe: stop reading. The guardian keeps
-		// writing the files; its forward copy gets EPIPE.
-		for _, f := range []*os.File{c.g.ForwardOut, c.g.ForwardErr} {
-			_ = f.SetReadDeadline(time.Now())
-		}
-		<-done
-	}
-}
-
-func (c *Command) closeWaiters() {
-	select {
-	case <-c.leaderDone:
-	default:
-		close(c.leaderDone)
-	}
-	select {
-	case <-c.treeDone:
-	default:
-		close(c.treeDone)
-	}
-}
-
-// refresh settles the in-memory record from the receipt and writes it.
-func (c *Command) refresh() {
-	h := c.env.h
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	updated, err := h.settleCommand(context.Background(), c.rec)
-	if err == nil && updated != nil {
-		c.rec = updated
-	}
-}
-
-// Wait waits for the leader process to exit and returns the record at that
-// point. Descendants may still be running (see WaitTree).
-func (c *Command) Wait(ctx context.Context) (registry.Command, error) {
-	if c.leaderDone == nil {
-		return registry.Command{}, errors.New("hostfork: Command not started")
-	}
-	select {
-	case <-c.leaderDone:
-		return c.Record(), nil
-	case <-ctx.Done():
-		return c.Record(), ctx.Err()
-	}
-}
-
-// WaitTree waits until the whole tree is gone.
-func (c *Command) WaitTree(ctx context.Context) (registry.Command, error) {
-	if c.treeDone == nil {
-		return registry.Command{}, errors.New("hostfork: Command not started")
-	}
-	select {
-	case <-c.treeDone:
-		return c.Record(), nil
-	case <-ctx.Done():
-		return c.Record(), ctx.Err()
-	}
-}
-
-// Signal sends sig to the leader process (only; see StopTree).
+// Signal sends sig to the leader process only (see StopTree for the whole
+// tree). For a reopened command the leader's identity is verified through
+// a pidfd first.
 func (c *Command) Signal(sig syscall.Signal) error {
-	if c.g == nil {
-		return errors.New("hostfork: Command not started")
+	c.mu.Lock()
+	r, rec := c.r, c.rec
+	c.mu.Unlock()
+	if r != nil {
+		return r.Signal(sig)
 	}
-	return c.g.Signal(sig)
-}
-
-// StopTree stops the whole command tree (see Host.StopCommand).
-func (c *Command) StopTree(ctx context.Context, opts StopOptions) error {
-	_, err := c.env.h.StopCommand(ctx, c.id, opts)
-	select {
-	case <-c.treeDone:
-	case <-ctx.Done():
+	if rec == nil {
+		return fmt.Errorf("hostfork: Command not started: %w", api.ErrInvalid)
+	}
+	fresh, err := c.h.e.Command(context.Background(), rec.ID)
+	if err != nil {
+		return err
+	}
+	if fresh.Workload == nil || fresh.LeaderState != api.PhaseLive {
+		return fmt.Errorf("command %s: its leader is not running (%s): %w", rec.ID, fresh.LeaderState, api.ErrNotFound)
+	}
+	err = linux.SignalVerified(linux.Identity{BootID: fresh.Workload.BootID, PID: fresh.Workload.PID, StartTime: fresh.Workload.StartTime}, sig)
+	if errors.Is(err, linux.ErrNoProcess) || errors.Is(err, linux.ErrIdentityMismatch) {
+		return fmt.Errorf("command %s: its leader is gone: %w", rec.ID, api.ErrNotFound)
 	}
 	return err
 }
 
-// ExitStatus is the shell-style status of a record: the exit code, or
-// 128+signal. ok is false while the leader's status is unknown.
-func ExitStatus(r registry.Command) (status int, ok bool) {
-	if r.ExitCode != nil {
-		return *r.ExitCode, true
+// StopTree stops the whole command tree (see Host.StopCommand) and returns
+// the final record.
+func (c *Command) StopTree(ctx context.Context, opts StopOptions) (CommandRecord, error) {
+	id := c.ID()
+	if id == "" {
+		return CommandRecord{}, fmt.Errorf("hostfork: Command not started: %w", api.ErrInvalid)
 	}
-	if r.Signal != nil {
-		return 128 + *r.Signal, true
+	rec, err := c.h.e.StopCommand(ctx, id, opts.engine())
+	c.mu.Lock()
+	r := c.r
+	if r == nil && rec != nil {
+		c.rec = rec
 	}
-	return 0, false
+	c.mu.Unlock()
+	if r != nil {
+		select {
+		case <-r.TreeDone():
+			return r.Record(), err
+		case <-ctx.Done():
+		}
+	}
+	if rec == nil {
+		return CommandRecord{}, err
+	}
+	return *rec, err
 }
 
-// abortCommand settles a command whose launch failed before release.
-func (h *Host) abortCommand(rec *registry.Command, cause error) {
-	ctx := context.Background()
-	var cleanup []string
-	if rec.CgroupPath != "" {
-		if err := cgroup.Open(rec.CgroupPath).Remove(); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			cleanup = append(cleanup, err.Error())
+// Capture starts the command in pipe mode (if not started), waits for its
+// leader, and returns the captured output: at most CaptureLimit bytes per
+// stream. The first validated workload exit starts a fixed 200 ms final
+// drain, which output can't extend, so a descendant that keeps a pipe open
+// can't withhold the result. Each stream reports complete, incomplete or
+// failed; an incomplete capture leaves a capture receipt beside the
+// artifacts, and CaptureResult.Text/JSON refuse it (ErrIncompleteCapture).
+// Descendants are not stopped to get EOF: use WaitTree or StopTree.
+func (c *Command) Capture(ctx context.Context) (*CaptureResult, error) {
+	c.mu.Lock()
+	if !c.started {
+		c.Output = OutputPipe
+		c.CaptureOutput = true
+		c.mu.Unlock()
+		if err := c.Start(ctx); err != nil {
+			return nil, err
 		}
+		c.mu.Lock()
 	}
-	_ = h.reg.Write(ctx, func(tx *registry.Tx) error {
-		cur, err := tx.Command(rec.ID)
-		if err != nil {
-			return err
-		}
-		cur.State = registry.CmdFailed
-		cur.Error = cause.Error()
-		cur.LeaderState = registry.Unknown
-		cur.TreeState = registry.Exited
-		cur.TreeEvidence = "never released"
-		cur.CleanupErrors = append(cur.CleanupErrors, cleanup...)
-		if err := tx.UpdateCommand(cur); err != nil {
-			return err
-		}
-		ins, err := h.reg.Intents(ctx, rec.EnvID, registry.IntentPending, registry.IntentCreated)
-		if err != nil {
-			return err
-		}
-		for _, in := range ins {
-			if in.CommandID != rec.ID {
-				continue
-			}
-			state := registry.IntentReleased
-			if in.State == registry.IntentPending {
-				state = registry.IntentAbandoned
-			}
-			if in.Kind == "dir" {
-				if _, err := os.Stat(in.Target); err == nil {
-					// The directory keeps the evidence of the failed launch.
-					if err := tx.SettleIntent(in.ID, registry.IntentCreated, identityJSON(in.Target), ""); err != nil {
-						return err
-					}
-					continue
-				}
-			} else if _, err := os.Stat(in.Target); err == nil {
-				continue
-			}
-			if err := tx.SettleIntent(in.ID, state, "", ""); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if cur, err := h.reg.Command(ctx, rec.ID); err == nil {
-		writeCommandRecord(cur)
+	r := c.r
+	c.mu.Unlock()
+	if r == nil {
+		return nil, fmt.Errorf("hostfork: Capture needs a command this process started with Capture: %w", api.ErrInvalid)
 	}
+	return r.Capture(ctx)
 }
+
+// OpenCommand returns a handle on an existing command (by id or unique
+// prefix), also one started by another process (a restarted orchestrator):
+// its Wait, WaitTree, Signal, StopTree and Logs work. Its exported fields
+// are filled from the record (changing them changes nothing).
+func (h *Host) OpenCommand(ctx context.Context, idPrefix string) (*Command, error) {
+	kind, id, err := h.e.Resolve(ctx, idPrefix)
+	if err != nil {
+		return nil, err
+	}
+	if kind != "command" {
+		return nil, fmt.Errorf("%s is an environment, not a command: %w", id, api.ErrNotFound)
+	}
+	rec, err := h.e.Command(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return h.commandHandle(rec), nil
+}
+
+func (h *Host) commandHandle(rec *CommandRecord) *Command {
+	c := &Command{Argv: rec.Argv, Cwd: rec.Cwd, Output: rec.Output, Purpose: rec.Purpose, Labels: rec.Labels,
+		Timeout: rec.Timeout.D(), h: h, envID: rec.Env, id: rec.ID, rec: rec}
+	if r := h.e.Running(rec.ID); r != nil {
+		c.r, c.started = r, true
+	}
+	return c
+}
+
+// ExitStatus is the shell-style status of a record: the exit code, or
+// 128+signal. ok is false while the leader's status is unknown.
+func ExitStatus(r CommandRecord) (status int, ok bool) { return r.ExitStatus() }

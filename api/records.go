@@ -104,6 +104,9 @@ type Env struct {
 	// Due says what the evidence shows must happen although the record
 	// does not say so yet (e.g. "stop: deadline passed"); "" when nothing.
 	Due string `json:"due"`
+	// LimitsNow is the kernel's counters for the environment's budget,
+	// read now (absent once its groups are gone; see limit_evidence).
+	LimitsNow json.RawMessage `json:"limits_now,omitempty"`
 	// Commands are the environment's commands, oldest first.
 	Commands []Command `json:"commands"`
 

@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
 
 // ReapAction is one thing a reap did.
 type ReapAction struct {
@@ -183,4 +187,73 @@ type CapacityReport struct {
 	Capacity
 	Paused bool           `json:"paused"`
 	Live   []LiveWorkload `json:"live"`
+}
+
+// StreamResult is one stream of a CaptureResult.
+type StreamResult struct {
+	// Data is the captured bytes, exactly as written (base64 in JSON).
+	Data  []byte `json:"data"`
+	State string `json:"state"` // complete | incomplete | failed
+	// Bytes counts every byte observed, also those beyond the buffer.
+	Bytes int64  `json:"bytes"`
+	Error string `json:"error,omitempty"`
+	// Artifact is the file that holds the whole stream.
+	Artifact string `json:"artifact"`
+}
+
+// CaptureResult is a command's result together with its captured output.
+type CaptureResult struct {
+	Record Command      `json:"record"`
+	Stdout StreamResult `json:"stdout"`
+	Stderr StreamResult `json:"stderr"`
+	// Receipt is the capture receipt written for an incomplete capture.
+	Receipt string `json:"receipt,omitempty"`
+}
+
+// Complete reports whether both streams were captured whole.
+func (r *CaptureResult) Complete() bool {
+	return r.Stdout.State == "complete" && r.Stderr.State == "complete"
+}
+
+// Text returns stdout as a string, refusing an incomplete capture.
+func (r *CaptureResult) Text() (string, error) {
+	if r.Stdout.State != "complete" {
+		return "", fmt.Errorf("stdout of command %s is %s (%s; see %s): %w", r.Record.ID, r.Stdout.State, r.Stdout.Error, r.Stdout.Artifact, ErrIncompleteCapture)
+	}
+	return string(r.Stdout.Data), nil
+}
+
+// JSON decodes stdout into v, refusing an incomplete capture.
+func (r *CaptureResult) JSON(v any) error {
+	s, err := r.Text()
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal([]byte(s), v)
+}
+
+// Capabilities is what the host offers for ownership.
+type Capabilities struct {
+	Cgroup2       bool   `json:"cgroup2"`
+	CgroupMount   string `json:"cgroup_mount,omitempty"`
+	CgroupParent  string `json:"cgroup_parent,omitempty"`
+	Hybrid        bool   `json:"hybrid"`
+	Cgroup2Reason string `json:"cgroup2_reason,omitempty"`
+}
+
+// Retention says how long private trees and evidence are kept after an
+// environment's confirmed stop.
+type Retention struct {
+	Trees    *Duration `json:"trees,omitempty" yaml:"trees,omitempty"`
+	Evidence *Duration `json:"evidence,omitempty" yaml:"evidence,omitempty"`
+}
+
+// StoreConfig is a store's configuration (config.yaml under its root).
+type StoreConfig struct {
+	Retention Retention `json:"retention" yaml:"retention"`
+	Admission struct {
+		// Share of logical cores and available memory that admitted agent
+		// workloads may use (default 0.70).
+		Share float64 `json:"share" yaml:"share"`
+	} `json:"admission" yaml:"admission"`
 }

@@ -3,12 +3,15 @@ package spec
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/habemus-papadum/hostfork/api"
 )
 
 // Tree kinds.
@@ -62,11 +65,8 @@ type Limits struct {
 func (l Limits) Empty() bool { return l.Memory == 0 && l.CPUs == 0 && l.Pids == 0 }
 
 // Retention says how long private trees and evidence are kept after the
-// environment's confirmed stop.
-type Retention struct {
-	Trees    *Duration `json:"trees,omitempty" yaml:"trees,omitempty"`
-	Evidence *Duration `json:"evidence,omitempty" yaml:"evidence,omitempty"`
-}
+// environment's confirmed stop (it is api.Retention).
+type Retention = api.Retention
 
 // Size is a byte count written as "512M", "8GiB", "1073741824".
 type Size int64
@@ -212,8 +212,17 @@ func (e *Environment) validateView() error {
 			return fmt.Errorf("tree %q is not used by any view replace rule: %w", n, ErrInvalid)
 		}
 	}
+	if math.IsNaN(e.Limits.CPUs) || math.IsInf(e.Limits.CPUs, 0) {
+		return fmt.Errorf("cpus %v is not a number of cores (give e.g. 0.5 or 2): %w", e.Limits.CPUs, ErrInvalid)
+	}
 	if e.Limits.CPUs < 0 || e.Limits.Pids < 0 || e.Limits.Memory < 0 {
 		return fmt.Errorf("limits must not be negative: %w", ErrInvalid)
+	}
+	if e.Limits.CPUs > 0 && e.Limits.CPUs < 0.01 {
+		return fmt.Errorf("cpus %v is below the kernel's minimum of 0.01 cores: %w", e.Limits.CPUs, ErrInvalid)
+	}
+	if e.Limits.CPUs > 1<<16 {
+		return fmt.Errorf("cpus %v is more cores than any host has: %w", e.Limits.CPUs, ErrInvalid)
 	}
 	if e.Limits.Memory != 0 && e.Limits.Memory < 4<<20 {
 		return fmt.Errorf("memory limit %d bytes is too small to run anything (at least 4M): %w", e.Limits.Memory, ErrInvalid)

@@ -6,76 +6,23 @@
 package spec
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
 )
 
-// ErrInvalid wraps every validation error.
-var ErrInvalid = errors.New("invalid request")
+// ErrInvalid wraps every validation error (it is api.ErrInvalid).
+var ErrInvalid = api.ErrInvalid
 
 // Duration is a time.Duration written as a Go duration string ("20m",
-// "1h30m", "2s") in spec files.
-type Duration time.Duration
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON accepts a duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("a duration is a string such as \"20m\" or \"2s\"")
-	}
-	v, err := ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// UnmarshalText accepts a duration string (YAML).
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := ParseDuration(string(b))
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
+// "1h30m", "2s") in spec files (it is api.Duration).
+type Duration = api.Duration
 
 // ParseDuration is time.ParseDuration that also accepts a "d" (24h) unit
 // and rejects negative values.
-func ParseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, fmt.Errorf("empty duration: %w", ErrInvalid)
-	}
-	var total time.Duration
-	if i := strings.Index(s, "d"); i > 0 {
-		var days int
-		if _, err := fmt.Sscanf(s[:i], "%d", &days); err != nil || days < 0 || fmt.Sprint(days) != s[:i] {
-			return 0, fmt.Errorf("bad duration %q (use e.g. 30s, 20m, 2h, 7d): %w", s, ErrInvalid)
-		}
-		total = time.Duration(days) * 24 * time.Hour
-		s = s[i+1:]
-		if s == "" {
-			return total, nil
-		}
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("bad duration %q (use e.g. 30s, 20m, 2h, 7d): %w", s, ErrInvalid)
-	}
-	if v < 0 {
-		return 0, fmt.Errorf("negative duration %q: %w", s, ErrInvalid)
-	}
-	return total + v, nil
-}
+func ParseDuration(s string) (time.Duration, error) { return api.ParseDuration(s) }
 
 // Owner-exit policies.
 const (

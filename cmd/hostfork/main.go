@@ -1,16 +1,15 @@
-// Command hostfork runs owned command trees on a shared Linux host. The
-// guardian is a hidden mode of this same binary, dispatched before the CLI
-// is set up.
+// Command hostfork runs owned command trees on a shared Linux host. Its
+// helper processes — the guardian of each command and the keeper of each
+// environment with a view — are modes of this same binary, run by a C
+// constructor before the Go runtime starts (internal/supervise).
 package main
 
 import (
 	"os"
 
-	"github.com/habemus-papadum/hostfork/internal/childproc"
 	"github.com/habemus-papadum/hostfork/internal/cli"
 )
 
 func main() {
-	childproc.Dispatch()
 	os.Exit(cli.Main(os.Args[1:]))
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/habemus-papadum/hostfork/api"
 )
 
 // Defaults from the design.
@@ -56,12 +58,7 @@ const (
 )
 
 // Reservation is what one live workload holds.
-type Reservation struct {
-	ID     string  `json:"id"`
-	Bytes  uint64  `json:"bytes"`
-	Reason string  `json:"reason"`
-	Sample *Sample `json:"sample,omitempty"` // the workload's, for display
-}
+type Reservation = api.Reservation
 
 // What bounds the capacity.
 const (
@@ -72,23 +69,7 @@ const (
 )
 
 // Capacity is the outcome of Compute.
-type Capacity struct {
-	Cores        int     `json:"cores"`
-	MemAvailable *uint64 `json:"mem_available,omitempty"`
-	Share        float64 `json:"share"`
-	CoreSlots    int     `json:"core_slots"`
-	// MemorySlots is nil without memory telemetry.
-	MemorySlots *int `json:"memory_slots,omitempty"`
-	// MemoryBudget is Share × (MemAvailable + the stable live usage added
-	// back), the pool reservations are taken from; nil without telemetry.
-	MemoryBudget *uint64       `json:"memory_budget,omitempty"`
-	Reserved     uint64        `json:"reserved_bytes"`
-	Slots        int           `json:"slots"`
-	Used         int           `json:"used"`
-	Free         int           `json:"free"`
-	Bound        string        `json:"bound"`
-	Reservations []Reservation `json:"reservations"`
-}
+type Capacity = api.Capacity
 
 // reserve applies the floor rule to one workload: only a complete, stable
 // sample may raise the reservation above FloorBytes.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/api"
 )
 
 // SampleHost reads the host's logical cores (the CPUs this process may run
@@ -53,22 +55,8 @@ func memAvailable(meminfo []byte) *uint64 {
 	return nil
 }
 
-// Sample is one workload tree's memory.
-type Sample struct {
-	// Bytes is the larger of the two readings.
-	Bytes uint64 `json:"bytes"`
-	// Complete: every member of the tree could be read, both times.
-	Complete bool `json:"complete"`
-	// Stable: both readings were complete and within the tolerance.
-	Stable bool `json:"stable"`
-	// Members is the number of processes read (0 for a cgroup counter).
-	Members int `json:"members"`
-	// Source names the counter: memory.current, memory.usage_in_bytes,
-	// pss, rss.
-	Source string `json:"source"`
-	// Note says why the sample is incomplete or unstable.
-	Note string `json:"note,omitempty"`
-}
+// Sample is one workload tree's memory, read twice.
+type Sample = api.Sample
 
 // Target names one workload tree to sample: a cgroup directory (its
 // memory counter; without one, the processes in it and its descendants),

@@ -305,13 +305,16 @@ func (g *Group) Remove() error {
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		var rerr error
-		for try := 0; try < 50; try++ {
+		for try := 0; try < 3; try++ {
 			rerr = unix.Rmdir(dirs[i])
 			if rerr != unix.EBUSY {
 				break
 			}
-			// A killed task may still be leaving the group.
-			time.Sleep(2 * time.Millisecond)
+			// A killed task may still be leaving the group: wait for the
+			// kernel's populated 0 (inotify on cgroup.events), not a sleep.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = Open(dirs[i]).WaitEmpty(ctx)
+			cancel()
 		}
 		if rerr != nil && rerr != unix.ENOENT {
 			return &os.PathError{Op: "rmdir", Path: dirs[i], Err: rerr}

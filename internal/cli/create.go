@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/habemus-papadum/hostfork"
 )
 
 func newCreateCmd(g *globals) *cobra.Command {
@@ -44,7 +46,7 @@ outlives this command, so an expiry (--ttl) or --until-stopped is required.`,
 				if err != nil {
 					return err
 				}
-				return printJSON(g.out, st)
+				return printJSON(g.out, hostfork.RedactEnv(*st))
 			}
 			fmt.Fprintln(g.out, env.ID())
 			return nil

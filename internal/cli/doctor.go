@@ -114,19 +114,19 @@ func planForDoctor(c *cobra.Command, g *globals, file string, o *doctor.Options)
 		return err
 	}
 	defer h.Close()
-	n := doctor.Needs{Spec: true, Cgroup2: s.Tier == hostfork.TierCgroup2, View: !s.View.Empty(), Limits: !s.Limits.Empty(), EnvPolicy: s.EnvPolicy}
+	n := doctor.Needs{Spec: true, Cgroup2: s.Tier == string(hostfork.TierCgroup2), View: !s.View.Empty(), Limits: !s.Limits.Empty(), EnvPolicy: s.EnvPolicy}
 	for _, t := range s.Trees {
 		n.Overlay = n.Overlay || t.Kind == spec.KindOverlay
 		n.Btrfs = n.Btrfs || t.Kind == spec.KindBtrfs
 	}
 	p, err := h.Plan(c.Context(), *s)
 	switch {
-	case errors.Is(err, hostfork.ErrCapability):
+	case errors.Is(err, hostfork.ErrUnsupported):
 		o.Plan = &doctor.PlanSummary{Error: err.Error()}
 	case err != nil:
 		return err
 	default:
-		o.Plan = &doctor.PlanSummary{Tier: p.Tier, TierNote: p.TierNote, CgroupParent: p.CgroupParent, Notes: p.Notes, Unsupported: p.Unsupported}
+		o.Plan = &doctor.PlanSummary{Tier: string(p.Tier), TierNote: p.TierNote, CgroupParent: p.CgroupParent, Notes: p.Notes, Unsupported: p.Unsupported}
 		n.Cgroup2 = p.Tier == hostfork.TierCgroup2
 		n.View = p.View != nil
 		for _, t := range p.Trees {

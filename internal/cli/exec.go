@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -16,18 +15,20 @@ import (
 func newExecCmd(g *globals) *cobra.Command {
 	var detach, asJSON bool
 	af := &admitFlags{}
-	var cwd, output, purpose string
+	var cwd, output, purpose, stdinFlag, timeoutFlag string
 	var labels []string
 	var lf launchEnvFlags
 	c := &cobra.Command{
 		Use:   "exec ENV [--detach] [--cwd DIR] -- CMD [ARGS...]",
 		Short: "Run a command as an owned tree in an existing environment",
 		Long: `exec runs CMD inside environment ENV's view, as its own owned tree. In the
-foreground it exits with CMD's status, and stops what CMD left behind when
-its leader exits (or when this process is killed); the environment goes on.
---detach prints the command id at once; the command then runs under the
-environment's deadline. Finishing an exec never extends the environment's
-expiry.`,
+foreground it exits with CMD's status (124 when hostfork ended it), and stops
+what CMD left behind when its leader exits (or when this process is killed);
+the environment goes on. stdin passes through as with run (--stdin none for
+/dev/null). --detach prints the command id at once; the command then runs
+under the environment's deadline. --timeout bounds this command alone and
+never extends the environment's deadline; finishing an exec never extends
+the environment's expiry either.`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) < 2 {
 				return usageErr("exec needs an environment and a command: hostfork exec ENV -- CMD [ARGS...]")
@@ -36,18 +37,23 @@ expiry.`,
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			ctx := c.Context()
-			if len(args) < 2 {
-				return usageErr("exec needs a command after the environment: hostfork exec ENV -- CMD [ARGS...]")
-			}
 			switch {
 			case output == "" && detach:
-				output = hostfork.OutputFiles
+				output = string(hostfork.OutputFiles)
 			case output == "":
-				output = hostfork.OutputPipe
-			case output != hostfork.OutputFiles && output != hostfork.OutputPipe && output != hostfork.OutputInherit:
+				output = string(hostfork.OutputPipe)
+			case output != string(hostfork.OutputFiles) && output != string(hostfork.OutputPipe) && output != string(hostfork.OutputInherit):
 				return usageErr("--output %q: use files, pipe or inherit", output)
-			case detach && output != hostfork.OutputFiles:
+			case detach && output != string(hostfork.OutputFiles):
 				return usageErr("--detach writes output to files; drop --output %s or run in the foreground", output)
+			}
+			stdin, err := stdinMode(stdinFlag, detach)
+			if err != nil {
+				return err
+			}
+			timeout, err := parseTimeout(timeoutFlag)
+			if err != nil {
+				return err
 			}
 			lm := map[string]string{}
 			for _, l := range labels {
@@ -75,20 +81,22 @@ expiry.`,
 			if err := af.apply(cmd, g); err != nil {
 				return err
 			}
-			cmd.Output = output
+			cmd.Output = hostfork.OutputMode(output)
 			cmd.Cwd = cwd
 			cmd.Purpose = purpose
 			cmd.Labels = lm
+			cmd.Timeout = timeout
 			cmd.EnvPolicy, cmd.EnvSet = launch.EnvPolicy, lf.envVars
-			cmd.OwnerExit = "stop"
+			cmd.OwnerExit = hostfork.OwnerExitStop
 			if detach {
-				cmd.OwnerExit = "detach"
+				cmd.OwnerExit = hostfork.OwnerExitDetach
 			}
-			if output == hostfork.OutputPipe {
+			if stdin != nil {
+				cmd.Stdin = stdin
+				cmd.Foreground = term.IsTerminal(int(stdin.Fd()))
+			}
+			if cmd.Output == hostfork.OutputPipe {
 				cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-			}
-			if output == hostfork.OutputInherit && term.IsTerminal(int(os.Stdin.Fd())) {
-				cmd.Foreground = true
 			}
 			if err := cmd.Start(ctx); err != nil {
 				return err
@@ -96,24 +104,29 @@ expiry.`,
 			warnEnvNote(g, cmd)
 			if detach {
 				if asJSON {
-					return printJSON(g.out, map[string]string{"env": env.ID(), "command": cmd.ID()})
+					rec, err := h.OpenCommand(ctx, cmd.ID())
+					if err != nil {
+						return err
+					}
+					return printJSON(g.out, rec.Record())
 				}
 				fmt.Fprintln(g.out, cmd.ID())
 				return nil
 			}
-			return foreground(ctx, g, cmd, func() error {
-				return cmd.StopTree(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
-			})
+			return foreground(ctx, g, cmd, hostfork.ReasonOwnerExit)
 		},
 	}
 	af.add(c)
 	c.Flags().BoolVar(&detach, "detach", false, "print the command id and return; it runs under the environment's deadline")
 	c.Flags().StringVar(&cwd, "cwd", "", "working directory, resolved inside the view")
 	c.Flags().StringVar(&output, "output", "", "files, pipe (foreground default) or inherit")
+	c.Flags().StringVar(&stdinFlag, "stdin", "", "inherit (the foreground default) or none")
+	c.Flags().StringVar(&timeoutFlag, "timeout", "", "stop this command's tree this long after it starts (reason timeout, exit 124)")
 	c.Flags().StringVar(&purpose, "purpose", "", "why this command runs")
 	c.Flags().StringArrayVar(&labels, "label", nil, "label K=V (repeatable)")
-	c.Flags().BoolVar(&asJSON, "json", false, "with --detach: print the ids as JSON")
+	c.Flags().BoolVar(&asJSON, "json", false, "with --detach: print the command's record as JSON")
 	lf.add(c, true)
+	c.Flags().SetInterspersed(false)
 	return c
 }
 
@@ -123,10 +136,11 @@ func newShellCmd(g *globals) *cobra.Command {
 		Use:   "shell [--spec FILE] [flags]",
 		Short: "Start bash in a new environment on this terminal",
 		Long: `shell creates an environment like run, starts bash in it with this
-terminal (inherited descriptors), and stops the environment when bash exits.`,
+terminal (inherited descriptors, bash as the terminal's foreground job), and
+stops the environment when bash exits.`,
 		Args: exactArgs(0, "no arguments (use --spec FILE and flags)"),
 		RunE: func(c *cobra.Command, args []string) error {
-			f.output = hostfork.OutputInherit
+			f.output = string(hostfork.OutputInherit)
 			bash := "bash"
 			if _, err := hostfork.LookPath(bash, nil); err != nil {
 				return err

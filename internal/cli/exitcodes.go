@@ -10,21 +10,58 @@ import (
 )
 
 // Exit codes of hostfork's own failures (docs/exit-codes.md). run and exec
-// otherwise exit with the command's status: its code, or 128+signal.
+// otherwise exit with the command's status: its code, or 128+signal, or 124
+// when hostfork ended the command.
 const (
 	ExitOK         = 0
-	ExitFailed     = 1   // the operation ran but did not succeed (e.g. stop unconfirmed)
+	ExitFailed     = 1   // the operation ran but did not succeed (a stop that could not confirm the tree's end, a failed export)
+	ExitForbidden  = 116 // a hostfork server refused this user
+	ExitAdmission  = 117 // admission refused: host at capacity or paused (--admit fail)
 	ExitAmbiguous  = 118 // an id prefix matches several records
 	ExitNoSuchID   = 119 // no environment or command has that id
 	ExitIncomplete = 120 // a result is unknown or incomplete
 	ExitCapability = 121 // the host lacks a requested capability
-	ExitAdmission  = 117 // admission refused: host at capacity or paused (--admit fail)
 	ExitUsage      = 122 // bad flags, arguments or request
-	ExitStore      = 123 // the store root is unusable
+	ExitStore      = 123 // the store is unusable (or full)
+	ExitEnded      = 124 // hostfork ended the command (deadline, timeout, idle, owner exit, OOM), as timeout(1)
 	ExitInternal   = 125 // any other failure of hostfork itself
 	ExitCannotExec = 126 // the program exists but can't be executed
 	ExitNotFound   = 127 // the program was not found
 )
+
+// exitTable maps each sentinel error to its exit code; the first match
+// wins. It is the one place an error becomes an exit code (the server's
+// HTTP statuses and error bodies use it too: ExitCodeOf).
+var exitTable = []struct {
+	err  error
+	code int
+}{
+	{hostfork.ErrAmbiguous, ExitAmbiguous},
+	{hostfork.ErrExecutableNotFound, ExitNotFound},
+	{hostfork.ErrNotExecutable, ExitCannotExec},
+	{hostfork.ErrNotFound, ExitNoSuchID},
+	{hostfork.ErrForbidden, ExitForbidden},
+	{hostfork.ErrAdmissionRefused, ExitAdmission},
+	{hostfork.ErrStoreFull, ExitStore},
+	{syscall.ENOSPC, ExitStore},
+	{hostfork.ErrStore, ExitStore},
+	{hostfork.ErrUnsupported, ExitCapability},
+	{hostfork.ErrIncompleteCapture, ExitIncomplete},
+	{hostfork.ErrUnverified, ExitFailed},
+	{hostfork.ErrExportFailed, ExitFailed},
+	{hostfork.ErrConflict, ExitFailed},
+	{hostfork.ErrExists, ExitUsage},
+	{hostfork.ErrEnvNotActive, ExitUsage},
+	{hostfork.ErrInvalid, ExitUsage},
+}
+
+// ExitCodeOf is the exit code of err (ExitOK for nil).
+func ExitCodeOf(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	return codeFor(err)
+}
 
 // exitError carries an exit code through cobra.
 type exitError struct {
@@ -54,27 +91,10 @@ func codeFor(err error) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	switch {
-	case errors.Is(err, hostfork.ErrAmbiguous):
-		return ExitAmbiguous
-	case errors.Is(err, hostfork.ErrNotFound):
-		return ExitNoSuchID
-	case errors.Is(err, hostfork.ErrExecutableNotFound):
-		return ExitNotFound
-	case errors.Is(err, hostfork.ErrNotExecutable):
-		return ExitCannotExec
-	case errors.Is(err, hostfork.ErrInvalid), errors.Is(err, hostfork.ErrEnvNotActive):
-		return ExitUsage
-	case errors.Is(err, hostfork.ErrStoreFull), errors.Is(err, syscall.ENOSPC):
-		return ExitStore
-	case errors.Is(err, hostfork.ErrStore):
-		return ExitStore
-	case errors.Is(err, hostfork.ErrAdmissionRefused):
-		return ExitAdmission
-	case errors.Is(err, hostfork.ErrCapability):
-		return ExitCapability
-	case errors.Is(err, hostfork.ErrStopIncomplete):
-		return ExitFailed
+	for _, t := range exitTable {
+		if errors.Is(err, t.err) {
+			return t.code
+		}
 	}
 	return ExitInternal
 }
@@ -91,9 +111,9 @@ func report(w io.Writer, err error) int {
 		hint = " (free space on the store's filesystem, or run 'hostfork gc'; stop and deadlines keep working meanwhile)"
 	}
 	if code == ExitNoSuchID {
-		// The registry's message says what is missing; this names the fix.
-		hint = " (list ids with 'hostfork ps --all')"
+		// The library's message says what is missing; this names the fix.
+		hint = " (list ids with 'hostfork ps --all' or 'hostfork envs --all')"
 	}
-	fmt.Fprintf(w, "hostfork: %v%s\n", err, hint)
+	fmt.Fprintf(w, "hostfork: %s%s\n", clean(err.Error()), hint)
 	return code
 }

@@ -1,39 +1,46 @@
 package cli
 
 import (
-	"fmt"
+	"context"
+	"errors"
 	"io"
-	"os"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/spf13/cobra"
 
 	"github.com/habemus-papadum/hostfork"
-	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
 func newLogsCmd(g *globals) *cobra.Command {
 	var follow bool
 	var stream string
+	var offset int64
 	c := &cobra.Command{
-		Use:   "logs [-f] [--stream stdout|stderr] ID",
+		Use:   "logs [-f] [--stream stdout|stderr] [--offset N] ID",
 		Short: "Print a command's output files (an environment with one command is accepted)",
-		Args:  exactArgs(1, "one command or environment id"),
-		RunE: func(c *cobra.Command, args []string) error {
+		Long: `logs prints a command's stdout (to stdout) and stderr (to stderr), or only one
+stream (--stream, printed to stdout) from a byte offset (--offset: output is
+addressed by byte, so a reader resumes exactly where it stopped). With -f it
+follows the output until the command's tree has exited.`,
+		Args: exactArgs(1, "one command or environment id"),
+		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
 			if stream != "" && stream != "stdout" && stream != "stderr" {
 				return usageErr("--stream %q: use stdout or stderr", stream)
 			}
-			h, err := g.open(c.Context())
+			if offset < 0 || (offset > 0 && stream == "") {
+				return usageErr("--offset needs --stream (each stream has its own offsets) and must not be negative")
+			}
+			ctx := c.Context()
+			kind, id, err := h.Resolve(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			defer h.Close()
-			env, cmd, err := h.Status(c.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if env != nil {
+			if kind == "env" {
+				env, _, err := h.Status(ctx, id)
+				if err != nil {
+					return err
+				}
 				if len(env.Commands) != 1 {
 					ids := make([]string, len(env.Commands))
 					for i, c := range env.Commands {
@@ -41,73 +48,55 @@ func newLogsCmd(g *globals) *cobra.Command {
 					}
 					return usageErr("environment %s has %d commands; name one: %s", env.ID, len(env.Commands), strings.Join(ids, " "))
 				}
-				cmd = env.Commands[0]
+				id = env.Commands[0].ID
 			}
-			if cmd.StdoutPath == "" {
-				return usageErr("command %s inherited its caller's output; hostfork kept no files", cmd.ID)
+			cmd, err := h.OpenCommand(ctx, id)
+			if err != nil {
+				return err
+			}
+			if cmd.Record().StdoutPath == "" {
+				return usageErr("command %s inherited its caller's output; hostfork kept no files", id)
 			}
 			type src struct {
-				path string
-				w    io.Writer
+				stream string
+				w      io.Writer
 			}
 			var srcs []src
 			if stream == "" || stream == "stdout" {
-				srcs = append(srcs, src{cmd.StdoutPath, g.out})
+				srcs = append(srcs, src{"stdout", g.out})
 			}
 			if stream == "" || stream == "stderr" {
 				w := g.err
 				if stream == "stderr" {
 					w = g.out
 				}
-				srcs = append(srcs, src{cmd.StderrPath, w})
+				srcs = append(srcs, src{"stderr", w})
 			}
-			offs := make([]int64, len(srcs))
-			for {
-				for i, s := range srcs {
-					n, err := copyFrom(s.path, offs[i], s.w)
-					offs[i] += n
-					if err != nil {
-						return err
-					}
-				}
-				if !follow {
-					return nil
-				}
-				cur, err := h.Command(c.Context(), cmd.ID)
+			var wg sync.WaitGroup
+			errs := make([]error, len(srcs))
+			for i, s := range srcs {
+				rd, err := cmd.Logs(ctx, hostfork.LogOptions{Stream: s.stream, Offset: offset, Follow: follow})
 				if err != nil {
 					return err
 				}
-				if cur.TreeState == registry.Exited || hostfork.ProcessState(cur) == hostfork.StateExited {
-					for i, s := range srcs {
-						n, _ := copyFrom(s.path, offs[i], s.w)
-						offs[i] += n
-					}
-					return nil
-				}
-				select {
-				case <-c.Context().Done():
-					return nil
-				case <-time.After(100 * time.Millisecond):
+				wg.Add(1)
+				go func(i int, rd io.ReadCloser, w io.Writer) {
+					defer wg.Done()
+					defer rd.Close()
+					_, errs[i] = io.Copy(w, rd)
+				}(i, rd, s.w)
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil && !errors.Is(err, context.Canceled) {
+					return err
 				}
 			}
-		},
+			return nil
+		}),
 	}
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the command's tree exits")
 	c.Flags().StringVar(&stream, "stream", "", "only stdout or only stderr (printed to stdout)")
+	c.Flags().Int64Var(&offset, "offset", 0, "start at this byte offset of the stream (with --stream)")
 	return c
-}
-
-func copyFrom(path string, off int64, w io.Writer) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return 0, fmt.Errorf("output file %s is gone (retention may have removed it)", path)
-		}
-		return 0, err
-	}
-	defer f.Close()
-	if _, err := f.Seek(off, io.SeekStart); err != nil {
-		return 0, err
-	}
-	return io.Copy(w, f)
 }

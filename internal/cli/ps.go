@@ -2,59 +2,105 @@ package cli
 
 import (
 	"fmt"
-	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/habemus-papadum/hostfork"
 )
 
+// selectorFlags are --label K=V filters.
+type selectorFlags struct{ labels []string }
+
+func (f *selectorFlags) add(c *cobra.Command, what string) {
+	c.Flags().StringArrayVar(&f.labels, "label", nil, "only "+what+" with label K=V (or with label K); repeatable, all must match")
+}
+
+func (f *selectorFlags) selector() (hostfork.Selector, error) {
+	var sel hostfork.Selector
+	for _, l := range f.labels {
+		s, err := hostfork.ParseSelector(l)
+		if err != nil || len(s) != 1 {
+			return nil, usageErr("--label %q: write it as KEY=VALUE or KEY", l)
+		}
+		sel = append(sel, s...)
+	}
+	return sel, nil
+}
+
 func newPsCmd(g *globals) *cobra.Command {
-	var all, asJSON bool
+	var all, asJSON, quiet bool
+	var env string
+	var sf selectorFlags
 	c := &cobra.Command{
 		Use:     "ps",
 		Aliases: []string{"list"},
 		Short:   "What is running on this node, why, where its output is, whether it is alive and stoppable",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
-			rows, err := h.List(c.Context(), hostfork.ListOptions{All: all})
+			sel, err := sf.selector()
+			if err != nil {
+				return err
+			}
+			f := hostfork.CommandFilter{Labels: sel, Live: !all}
+			if env != "" {
+				kind, id, err := h.Resolve(c.Context(), env)
+				if err != nil {
+					return err
+				}
+				if kind != "env" {
+					return usageErr("--env %s: that is a command; give an environment id", env)
+				}
+				f.Env = id
+			}
+			rows, err := h.Commands(c.Context(), f)
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				return printJSON(g.out, rows)
 			}
+			if quiet {
+				for _, r := range rows {
+					fmt.Fprintln(g.out, r.ID)
+				}
+				return nil
+			}
 			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tENV\tSTATE\tPID\tAGE\tSTOP\tPURPOSE\tCOMMAND\tOUTPUT")
 			for _, r := range rows {
 				pid := "-"
-				if r.PID > 0 {
-					pid = fmt.Sprint(r.PID)
+				if r.PID != nil {
+					pid = fmt.Sprint(*r.PID)
 				}
-				state := r.State
-				if r.State == hostfork.StateExited {
+				state := string(r.Liveness)
+				if r.Liveness == hostfork.Exited {
 					if st, ok := exitText(r.ExitCode, r.Signal); ok {
 						state += "(" + st + ")"
 					}
+				}
+				if r.StopReason != "" && r.Liveness != hostfork.Alive {
+					state += " " + string(r.StopReason)
 				}
 				stop := "no"
 				if r.Stoppable {
 					stop = "yes"
 				}
-				why := r.Purpose
-				for k, v := range r.Labels {
-					why = strings.TrimSpace(why + " " + k + "=" + v)
+				why := clean(r.Purpose)
+				if l := labelText(r.Labels); l != "" {
+					if why != "" {
+						why += " "
+					}
+					why += l
 				}
 				if why == "" {
 					why = "-"
 				}
-				out := r.StdoutPath
+				out := clean(r.StdoutPath)
 				if out == "" {
 					out = "(inherited)"
-				} else {
-					out = strings.TrimSuffix(out, "/stdout") + "/{stdout,stderr}"
+				} else if len(out) > 7 {
+					out = out[:len(out)-len("/stdout")] + "/{stdout,stderr}"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Env, state, pid,
 					age(r.CreatedAt), stop, why, shortArgv(r.Argv), out)
@@ -63,37 +109,105 @@ func newPsCmd(g *globals) *cobra.Command {
 		}),
 	}
 	c.Flags().BoolVar(&all, "all", false, "include exited commands")
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only")
+	c.Flags().StringVar(&env, "env", "", "only the commands of this environment")
+	sf.add(c, "commands")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (an array of command records)")
 	return c
 }
 
-func exitText(code, sig *int) (string, bool) {
-	switch {
-	case code != nil:
-		return fmt.Sprintf("%d", *code), true
-	case sig != nil:
-		return fmt.Sprintf("signal %d", *sig), true
+func newEnvsCmd(g *globals) *cobra.Command {
+	var all, asJSON, quiet, showEnv bool
+	var states []string
+	var sf selectorFlags
+	c := &cobra.Command{
+		Use:   "envs",
+		Short: "Environments: their state, deadline, trees, commands, why they exist",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
+			sel, err := sf.selector()
+			if err != nil {
+				return err
+			}
+			f := hostfork.EnvFilter{Labels: sel, Active: !all && len(states) == 0, WithCommands: asJSON || !quiet}
+			for _, s := range states {
+				switch st := hostfork.EnvState(s); st {
+				case hostfork.EnvCreating, hostfork.EnvActive, hostfork.EnvStopping, hostfork.EnvStopped, hostfork.EnvFailed:
+					f.States = append(f.States, st)
+				default:
+					return usageErr("--state %q: use creating, active, stopping, stopped or failed", s)
+				}
+			}
+			envs, err := h.Envs(c.Context(), f)
+			if err != nil {
+				return err
+			}
+			if !showEnv {
+				for i := range envs {
+					envs[i] = hostfork.RedactEnv(envs[i])
+				}
+			}
+			if asJSON {
+				return printJSON(g.out, envs)
+			}
+			if quiet {
+				for _, e := range envs {
+					fmt.Fprintln(g.out, e.ID)
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATE\tTIER\tAGE\tDEADLINE\tCOMMANDS\tTREES\tPURPOSE")
+			for _, e := range envs {
+				state := string(e.State)
+				if e.StopReason != "" {
+					state += " (" + string(e.StopReason) + ")"
+				}
+				if e.Due != "" {
+					state += " [due: " + clean(e.Due) + "]"
+				}
+				dl := "-"
+				switch {
+				case e.UntilStopped:
+					dl = "until stopped"
+				case e.DeadlineAt != nil:
+					dl = tstr(e.DeadlineAt)
+					if e.Expired {
+						dl += " (passed)"
+					}
+				}
+				live := 0
+				for _, c := range e.Commands {
+					if c.Liveness != hostfork.Exited {
+						live++
+					}
+				}
+				trees := 0
+				for _, t := range e.Trees {
+					if t.State == hostfork.TreeAllocated {
+						trees++
+					}
+				}
+				why := clean(e.Purpose)
+				if l := labelText(e.Labels); l != "" {
+					if why != "" {
+						why += " "
+					}
+					why += l
+				}
+				if why == "" {
+					why = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d live / %d\t%d\t%s\n", e.ID, state, e.Tier, age(e.CreatedAt), dl, live, len(e.Commands), trees, why)
+			}
+			return tw.Flush()
+		}),
 	}
-	return "", false
-}
-
-func age(t time.Time) string {
-	d := time.Since(t)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
-}
-
-func shortArgv(argv []string) string {
-	s := strings.Join(argv, " ")
-	if len(s) > 60 {
-		s = s[:57] + "..."
-	}
-	return s
+	c.Flags().BoolVar(&all, "all", false, "include stopped and failed environments")
+	c.Flags().StringArrayVar(&states, "state", nil, "only environments in this state (creating, active, stopping, stopped, failed); repeatable")
+	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only")
+	c.Flags().BoolVar(&showEnv, "show-env", false, "show the values of explicit environment variables (hidden by default: they may be secrets)")
+	sf.add(c, "environments")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (an array of environment records)")
+	return c
 }

@@ -233,7 +233,7 @@ func newUsageCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.out, "pool %s (%s): %s free of %s, %d tree(s)\n", p.Path, p.FSType, human(int64(p.FreeBytes)), human(int64(p.TotalBytes)), p.Trees)
 			}
 			fmt.Fprintf(g.out, "cleanup backlog: %d", u.CleanupBacklog)
-			if u.OldestBacklog != "" {
+			if u.OldestBacklog > 0 {
 				fmt.Fprintf(g.out, " (oldest overdue %s)", u.OldestBacklog)
 			}
 			fmt.Fprintf(g.out, "\nfailed operations: %d; pending intents: %d\npending reclamation: %s\n", u.FailedOperations, u.PendingIntents, u.PendingReclamation)

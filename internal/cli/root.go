@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,12 +36,6 @@ func (g *globals) withHost(fn func(c *cobra.Command, args []string, h *hostfork.
 	}
 }
 
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // NewRoot builds the hostfork command tree.
 func NewRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	g := &globals{out: stdout, err: stderr}
@@ -64,7 +57,7 @@ hostfork's own failures use 117-127 (see docs/exit-codes.md).`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see '%s --help')", err, c.CommandPath())
 	})
-	root.AddCommand(newRunCmd(g), newPsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newVersionCmd(g),
+	root.AddCommand(newRunCmd(g), newPsCmd(g), newEnvsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newEventsCmd(g), newVersionCmd(g),
 		newPlanCmd(g), newCreateCmd(g), newExecCmd(g), newShellCmd(g), newBaselineCmd(g),
 		newReapCmd(g), newGCCmd(g), newUsageCmd(g), newExportCmd(g),
 		newCapacityCmd(g), newPauseCmd(g, true), newPauseCmd(g, false))

@@ -2,11 +2,14 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -19,6 +22,8 @@ type runFlags struct {
 	admitFlags
 	output  string
 	cwd     string
+	stdin   string
+	timeout string
 	detach  bool
 	json    bool
 	capture bool
@@ -30,14 +35,18 @@ func newRunCmd(g *globals) *cobra.Command {
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Run a command as an owned tree and exit with its status",
 		Long: `run creates an environment, runs CMD in it as an owned tree, and stops the
-environment when CMD's leader exits: any daemon it left behind is stopped, and
-the record says so. The exit status is CMD's (128+N for signal N).
+environment when CMD's tree ends: when CMD's leader exits, whatever it left
+behind is stopped and the record says so. The exit status is CMD's (128+N for
+signal N), or 124 when hostfork ended CMD (deadline, timeout, idle, owner exit,
+OOM), with one line on stderr saying why.
 
-In the foreground, output streams to this terminal and is also written to the
-command's stdout/stderr files (--output pipe); --output inherit hands CMD this
-process's descriptors; --output files only writes the files. --detach prints
-the run id at once and leaves the run under its recorded expiry (--ttl or
---until-stopped is required).`,
+stdin passes through (a pipe, a file, or this terminal, where CMD becomes the
+foreground job); --stdin none gives CMD /dev/null. In the foreground, output
+streams to this terminal and is also written to the command's stdout/stderr
+files (--output pipe); --output inherit hands CMD this process's descriptors;
+--output files only writes the files. --detach prints the environment id at
+once and leaves the run under its recorded expiry (--ttl or --until-stopped is
+required); its environment stops when CMD's tree ends.`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) == 0 || args[0] == "" {
 				return usageErr("run needs a command: hostfork run [flags] -- CMD [ARGS...]")
@@ -49,12 +58,44 @@ the run id at once and leaves the run under its recorded expiry (--ttl or
 	f.envFlags.add(c)
 	c.Flags().StringVar(&f.output, "output", "", "files, pipe (foreground default) or inherit")
 	c.Flags().StringVar(&f.cwd, "cwd", "", "working directory")
-	c.Flags().BoolVar(&f.detach, "detach", false, "return the run id at once; the run continues under --ttl or --until-stopped")
-	c.Flags().BoolVar(&f.json, "json", false, "with --detach: print the ids as JSON")
+	c.Flags().StringVar(&f.stdin, "stdin", "", "inherit (the default in the foreground: pass this process's stdin through) or none (/dev/null; the default with --detach)")
+	c.Flags().StringVar(&f.timeout, "timeout", "", "stop the command's tree this long after it starts (reason timeout, exit 124); never extends --ttl")
+	c.Flags().BoolVar(&f.detach, "detach", false, "return the environment id at once; the run continues under --ttl or --until-stopped")
+	c.Flags().BoolVar(&f.json, "json", false, "with --detach: print the environment's record as JSON")
 	f.admitFlags.add(c)
 	c.Flags().BoolVar(&f.capture, "capture", false, "take the output back: print one JSON object with stdout, stderr (at most 16 MiB each), their capture states and the result")
 	c.Flags().SetInterspersed(false)
 	return c
+}
+
+// stdinMode resolves --stdin for a launch.
+func stdinMode(flag string, detach bool) (*os.File, error) {
+	switch flag {
+	case "":
+		if detach {
+			return nil, nil
+		}
+		return os.Stdin, nil
+	case "inherit":
+		if detach {
+			return nil, usageErr("--stdin inherit can't go with --detach: a detached command outlives this process's stdin (use --stdin none)")
+		}
+		return os.Stdin, nil
+	case "none":
+		return nil, nil
+	}
+	return nil, usageErr("--stdin %q: use inherit or none", flag)
+}
+
+func parseTimeout(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, usageErr("--timeout %q: give a positive duration such as 30s or 10m", s)
+	}
+	return d, nil
 }
 
 func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
@@ -68,7 +109,11 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 			return err
 		}
 	}
-	output := f.output
+	timeout, err := parseTimeout(f.timeout)
+	if err != nil {
+		return err
+	}
+	output := hostfork.OutputMode(f.output)
 	if f.capture {
 		if f.detach || (output != "" && output != hostfork.OutputPipe) {
 			return usageErr("--capture takes the output back in the foreground; drop --detach/--output")
@@ -85,6 +130,10 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	case f.detach && output != hostfork.OutputFiles:
 		return usageErr("--detach writes output to files; drop --output %s or run in the foreground", output)
 	}
+	stdin, err := stdinMode(f.stdin, f.detach)
+	if err != nil {
+		return err
+	}
 	if f.cwd != "" && s.View.Empty() {
 		if st, err := os.Stat(f.cwd); err != nil || !st.IsDir() {
 			return usageErr("--cwd %s: no such directory", f.cwd)
@@ -100,51 +149,67 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	if err != nil {
 		return err
 	}
-	env, err := h.Create(ctx, plan)
-	if err != nil {
-		return err
-	}
-	cmd := env.Command(argv...)
+	warnUnenforced(g, plan)
+	cmd := h.Command(argv...)
 	if err := f.admitFlags.apply(cmd, g); err != nil {
-		_ = env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
 		return err
 	}
 	cmd.Output = output
 	cmd.Cwd = f.cwd
 	cmd.Purpose = f.purpose
+	cmd.Timeout = timeout
+	if stdin != nil {
+		cmd.Stdin = stdin
+		cmd.Foreground = term.IsTerminal(int(stdin.Fd()))
+	}
 	if output == hostfork.OutputPipe && !f.capture {
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	}
-	if output == hostfork.OutputInherit && term.IsTerminal(int(os.Stdin.Fd())) {
-		cmd.Foreground = true
+	if f.capture {
+		return runCapture(ctx, g, h, plan, cmd)
 	}
-	if err := cmd.Start(ctx); err != nil {
-		_ = env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
+	env, err := h.Run(ctx, plan, cmd)
+	if err != nil {
 		return err
 	}
 	warnEnvNote(g, cmd)
 	if f.detach {
 		if f.json {
-			return printJSON(g.out, map[string]string{"env": env.ID(), "command": cmd.ID()})
+			rec, _, err := h.Status(ctx, env.ID())
+			if err != nil {
+				return err
+			}
+			return printJSON(g.out, hostfork.RedactEnv(*rec))
 		}
 		fmt.Fprintln(g.out, env.ID())
 		return nil
 	}
-	if f.capture {
-		return runCapture(ctx, g, env, cmd)
-	}
 	// The run ends when the leader exits: stop whatever it left behind.
-	return foreground(ctx, g, cmd, func() error {
-		return env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
-	})
+	return foreground(ctx, g, cmd, hostfork.ReasonOwnerExit)
 }
 
-// foreground forwards terminal signals to a started command's leader,
-// waits for the leader, runs finish (which stops what is left), and turns
-// the leader's status into the exit status.
-func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, finish func() error) error {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+// warnUnenforced says at the start of a run which limits are not
+// enforced (accepted with --allow-weaker); the record keeps it too.
+func warnUnenforced(g *globals, p *hostfork.Plan) {
+	for _, l := range p.Limits {
+		if l.Mechanism == "" {
+			fmt.Fprintf(g.err, "hostfork: warning: the %s limit (%s) is NOT enforced on this host (accepted with --allow-weaker)\n", l.Resource, l.Value)
+		}
+	}
+}
+
+// forwarded are the signals a foreground run or exec passes to its
+// leader.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+
+// foreground forwards signals to a started command's leader, waits for the
+// leader, stops what it left behind (leftovers, with reason), waits until
+// the tree's result is recorded, and turns the leader's status into the
+// exit status: its own, 128+N, or 124 with one line saying why when
+// hostfork ended it.
+func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, leftovers hostfork.StopReason) error {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 	if cmd.Foreground {
 		// The workload owns the terminal now; we need it back later.
@@ -158,7 +223,7 @@ func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, finish f
 			case <-done:
 				return
 			case sig := <-sigs:
-				if cmd.Foreground && (sig == syscall.SIGINT || sig == syscall.SIGQUIT) {
+				if cmd.Foreground && (sig == syscall.SIGINT || sig == syscall.SIGQUIT || sig == syscall.SIGWINCH) {
 					continue // the terminal already delivered it to the job
 				}
 				_ = cmd.Signal(sig.(syscall.Signal))
@@ -176,24 +241,69 @@ func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, finish f
 	if cmd.Foreground {
 		reclaimTerminal()
 	}
-	serr := finish()
 	if werr != nil {
 		return werr
 	}
-	if serr != nil {
-		fmt.Fprintf(g.err, "hostfork: %v\n", serr)
+	if res.TreeState != hostfork.PhaseExited && !res.Final() {
+		if _, err := cmd.StopTree(context.Background(), hostfork.StopOptions{Reason: leftovers}); err != nil && !errors.Is(err, hostfork.ErrClosed) {
+			fmt.Fprintf(g.err, "hostfork: stopping what the command left behind: %s\n", clean(err.Error()))
+		}
 	}
-	if res.Error != "" && res.ExitCode != nil && (*res.ExitCode == ExitNotFound || *res.ExitCode == ExitCannotExec) {
-		fmt.Fprintf(g.err, "hostfork: %s\n", res.Error)
+	final, terr := cmd.WaitTree(ctx)
+	if terr != nil {
+		if errors.Is(terr, hostfork.ErrUnverified) {
+			fmt.Fprintf(g.err, "hostfork: %s\n", clean(terr.Error()))
+		} else if final.ID != "" {
+			fmt.Fprintf(g.err, "hostfork: warning: %s\n", clean(terr.Error()))
+		} else {
+			return terr
+		}
 	}
-	status, ok := hostfork.ExitStatus(res)
+	if final.ID == "" {
+		final = res
+	}
+	if final.Error != "" && final.ExitCode != nil && (*final.ExitCode == ExitNotFound || *final.ExitCode == ExitCannotExec) {
+		fmt.Fprintf(g.err, "hostfork: %s\n", clean(final.Error))
+	}
+	if why := endedBy(&final); why != "" {
+		fmt.Fprintf(g.err, "hostfork: %s\n", why)
+		return withCode(ExitEnded, nil)
+	}
+	status, ok := hostfork.ExitStatus(final)
 	if !ok {
-		return withCode(ExitIncomplete, errors.New("the command's exit status was not observed (see 'hostfork status "+cmd.ID()+"')"))
+		return withCode(ExitIncomplete, errors.New("the command's exit status was not observed (see 'hostfork status "+final.ID+"')"))
 	}
 	if status != 0 {
 		return withCode(status, nil)
 	}
 	return nil
+}
+
+// endedBy says why hostfork ended a command's leader ("" when it did
+// not): a stop that hostfork decided before the leader exited, or the
+// kernel's OOM kill under the environment's memory budget.
+func endedBy(c *hostfork.CommandRecord) string {
+	if c.OOM != nil && *c.OOM && c.Signal != nil && *c.Signal == int(syscall.SIGKILL) {
+		return fmt.Sprintf("command %s was OOM-killed: it exceeded the environment's memory budget (%s)", c.ID, clean(c.OOMEvidence))
+	}
+	if !c.StoppedByHostfork || !c.StopReason.EndedByHostfork() {
+		return ""
+	}
+	why := map[hostfork.StopReason]string{
+		hostfork.ReasonDeadline:   "the environment's deadline (--ttl) passed",
+		hostfork.ReasonTimeout:    "its --timeout (" + c.Timeout.String() + ") passed",
+		hostfork.ReasonIdle:       "it was idle for its --idle-timeout",
+		hostfork.ReasonOwnerExit:  "its owner exited",
+		hostfork.ReasonUser:       "a stop was requested ('hostfork stop')",
+		hostfork.ReasonCancelled:  "its context was cancelled",
+		hostfork.ReasonKeeperLost: "its environment's keeper was lost",
+		hostfork.ReasonLimit:      "a resource limit was reached",
+		hostfork.ReasonAbandoned:  "it was abandoned",
+	}[c.StopReason]
+	if why == "" {
+		why = string(c.StopReason)
+	}
+	return fmt.Sprintf("command %s was stopped by hostfork: %s", c.ID, why)
 }
 
 // reclaimTerminal makes our process group the terminal's foreground again.
@@ -205,35 +315,64 @@ func reclaimTerminal() {
 	_ = tcsetpgrp(fd, syscall.Getpgrp())
 }
 
-// runCapture waits for the leader with the capture contract, stops the
-// environment, and prints the result as one JSON object.
-func runCapture(ctx context.Context, g *globals, env *hostfork.Env, cmd *hostfork.Command) error {
+// runCapture runs with the capture contract and prints the result as one
+// JSON object. Output that is not valid UTF-8 is given as base64
+// (stdout_base64, stderr_base64), so bytes are exact. An incomplete
+// capture exits 120.
+func runCapture(ctx context.Context, g *globals, h *hostfork.Host, plan *hostfork.Plan, cmd *hostfork.Command) error {
+	cmd.Stdin = nil // a captured run takes no terminal
+	cmd.Foreground = false
+	cmd.Output = hostfork.OutputPipe
+	cmd.CaptureOutput = true
+	if _, err := h.Run(ctx, plan, cmd); err != nil {
+		return err
+	}
 	res, err := cmd.Capture(ctx)
-	serr := env.Stop(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
 	if err != nil {
 		return err
 	}
-	if serr != nil {
-		fmt.Fprintf(g.err, "hostfork: %v\n", serr)
+	if res.Record.TreeState != hostfork.PhaseExited && !res.Record.Final() {
+		_, _ = cmd.StopTree(context.Background(), hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
+	}
+	final, terr := cmd.WaitTree(ctx)
+	if terr == nil {
+		res.Record = final
 	}
 	status, ok := hostfork.ExitStatus(res.Record)
 	out := map[string]any{
 		"command":       res.Record.ID,
-		"env":           res.Record.EnvID,
+		"env":           res.Record.Env,
 		"exit_status":   status,
 		"exit_observed": ok,
 		"exit_code":     res.Record.ExitCode,
 		"signal":        res.Record.Signal,
+		"stop_reason":   res.Record.StopReason,
 		"complete":      res.Complete(),
-		"stdout":        string(res.Stdout.Data),
-		"stderr":        string(res.Stderr.Data),
-		"capture":       map[string]hostfork.StreamResult{"stdout": res.Stdout, "stderr": res.Stderr},
-		"receipt":       res.Receipt,
+		"capture": map[string]any{
+			"stdout": map[string]any{"state": res.Stdout.State, "bytes": res.Stdout.Bytes, "error": res.Stdout.Error, "artifact": res.Stdout.Artifact},
+			"stderr": map[string]any{"state": res.Stderr.State, "bytes": res.Stderr.Bytes, "error": res.Stderr.Error, "artifact": res.Stderr.Artifact},
+		},
+		"receipt": res.Receipt,
+	}
+	for name, b := range map[string][]byte{"stdout": res.Stdout.Data, "stderr": res.Stderr.Data} {
+		if utf8.Valid(b) {
+			out[name] = string(b)
+		} else {
+			out[name+"_base64"] = base64.StdEncoding.EncodeToString(b)
+		}
 	}
 	if err := printJSON(g.out, out); err != nil {
 		return err
 	}
+	if why := endedBy(&res.Record); why != "" {
+		fmt.Fprintf(g.err, "hostfork: %s\n", why)
+		return withCode(ExitEnded, nil)
+	}
 	if !ok {
+		return withCode(ExitIncomplete, nil)
+	}
+	if !res.Complete() {
+		fmt.Fprintf(g.err, "hostfork: the capture is incomplete (see %s); the artifacts hold the whole output\n", res.Receipt)
 		return withCode(ExitIncomplete, nil)
 	}
 	if status != 0 {

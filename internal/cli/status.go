@@ -9,11 +9,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/habemus-papadum/hostfork"
-	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
 func newStatusCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, showEnv bool
 	c := &cobra.Command{
 		Use:   "status ID",
 		Short: "Everything recorded about an environment or a command",
@@ -23,11 +22,15 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if env != nil && !showEnv {
+				r := hostfork.RedactEnv(*env)
+				env = &r
+			}
 			if asJSON {
 				if env != nil {
-					return printJSON(g.out, envView(env))
+					return printJSON(g.out, env)
 				}
-				return printJSON(g.out, commandView(cmd))
+				return printJSON(g.out, cmd)
 			}
 			if env != nil {
 				printEnv(g.out, env)
@@ -37,59 +40,24 @@ func newStatusCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (the environment's or the command's record)")
+	c.Flags().BoolVar(&showEnv, "show-env", false, "show the values of explicit environment variables (hidden by default: they may be secrets)")
 	return c
 }
 
-// commandJSON is a command record as status and stop print it: every
-// result field is present, also before it has a value (the record's own
-// encoding omits empty ones). capture stays null until it is recorded, like
-// oom.
-type commandJSON struct {
-	*registry.Command
-	StopReason    string                            `json:"stop_reason"`
-	Capture       map[string]registry.StreamCapture `json:"capture"`
-	CleanupErrors []string                          `json:"cleanup_errors"`
-}
-
-func commandView(c *registry.Command) commandJSON {
-	v := commandJSON{Command: c, StopReason: c.StopReason, Capture: c.Capture, CleanupErrors: c.CleanupErrors}
-	if v.CleanupErrors == nil {
-		v.CleanupErrors = []string{}
-	}
-	return v
-}
-
-// envJSON is an environment's status with its commands as commandJSON.
-type envJSON struct {
-	*hostfork.EnvStatus
-	Commands []commandJSON `json:"commands"`
-}
-
-func envView(e *hostfork.EnvStatus) envJSON {
-	v := envJSON{EnvStatus: e, Commands: make([]commandJSON, len(e.Commands))}
-	for i, c := range e.Commands {
-		v.Commands[i] = commandView(c)
-	}
-	return v
-}
-
-func tstr(t *time.Time) string {
-	if t == nil {
-		return "-"
-	}
-	return t.Local().Format(time.RFC3339)
-}
-
-func printEnv(w io.Writer, e *hostfork.EnvStatus) {
+func printEnv(w io.Writer, e *hostfork.EnvRecord) {
 	fmt.Fprintf(w, "environment %s\n", e.ID)
-	fmt.Fprintf(w, "  state:        %s\n", e.State)
+	state := string(e.State)
+	if e.Due != "" {
+		state += " (due: " + clean(e.Due) + ")"
+	}
+	fmt.Fprintf(w, "  state:        %s\n", state)
 	fmt.Fprintf(w, "  tier:         %s\n", e.Tier)
 	if e.Purpose != "" {
-		fmt.Fprintf(w, "  purpose:      %s\n", e.Purpose)
+		fmt.Fprintf(w, "  purpose:      %s\n", clean(e.Purpose))
 	}
-	for k, v := range e.Labels {
-		fmt.Fprintf(w, "  label:        %s=%s\n", k, v)
+	if l := labelText(e.Labels); l != "" {
+		fmt.Fprintf(w, "  labels:       %s\n", l)
 	}
 	fmt.Fprintf(w, "  created:      %s\n", e.CreatedAt.Local().Format(time.RFC3339))
 	switch {
@@ -105,73 +73,101 @@ func printEnv(w io.Writer, e *hostfork.EnvStatus) {
 		fmt.Fprintf(w, "  deadline:     none while its owner runs (owner exit: %s)\n", e.OwnerExit)
 	}
 	fmt.Fprintf(w, "  owner exit:   %s (owner %s)\n", e.OwnerExit, e.OwnerAlive)
+	if e.AutoStop {
+		fmt.Fprintf(w, "  auto-stop:    yes (it stops when its command's tree has exited)\n")
+	}
 	if e.StopReason != "" {
 		fmt.Fprintf(w, "  stop reason:  %s (requested %s, confirmed %s)\n", e.StopReason, tstr(e.StopRequestedAt), tstr(e.StoppedAt))
 	}
 	if e.CgroupPath != "" {
-		fmt.Fprintf(w, "  cgroup:       %s\n", e.CgroupPath)
+		fmt.Fprintf(w, "  cgroup:       %s\n", clean(e.CgroupPath))
 	}
-	fmt.Fprintf(w, "  run dir:      %s\n", e.RunDir)
+	fmt.Fprintf(w, "  run dir:      %s\n", clean(e.RunDir))
+	for _, t := range e.Trees {
+		fmt.Fprintf(w, "  tree:         %s (%s, %s) %s -> %s\n", clean(t.Name), t.Kind, t.State, clean(t.HostPath), clean(t.WorkloadPath))
+	}
 	if e.Error != "" {
-		fmt.Fprintf(w, "  error:        %s\n", e.Error)
+		fmt.Fprintf(w, "  error:        %s\n", clean(e.Error))
+	}
+	for _, a := range e.Abandoned {
+		fmt.Fprintf(w, "  abandoned:    %s\n", clean(a))
 	}
 	for _, ce := range e.CleanupErrors {
-		fmt.Fprintf(w, "  cleanup error: %s\n", ce)
+		fmt.Fprintf(w, "  cleanup error: %s\n", clean(ce))
 	}
-	for _, c := range e.Commands {
+	for i := range e.Commands {
 		fmt.Fprintln(w)
-		printCommand(w, c, "  ")
+		printCommand(w, &e.Commands[i], "  ")
 	}
 }
 
-func printCommand(w io.Writer, c *registry.Command, in string) {
-	fmt.Fprintf(w, "%scommand %s (environment %s)\n", in, c.ID, c.EnvID)
-	fmt.Fprintf(w, "%s  argv:         %s\n", in, strings.Join(c.Argv, " "))
-	fmt.Fprintf(w, "%s  state:        %s\n", in, hostfork.ProcessState(c))
+func printCommand(w io.Writer, c *hostfork.CommandRecord, in string) {
+	fmt.Fprintf(w, "%scommand %s (environment %s)\n", in, c.ID, c.Env)
+	fmt.Fprintf(w, "%s  argv:         %s\n", in, cleanArgv(c.Argv, 0))
+	fmt.Fprintf(w, "%s  state:        %s (record %s)\n", in, c.Liveness, c.State)
 	if c.Purpose != "" {
-		fmt.Fprintf(w, "%s  purpose:      %s\n", in, c.Purpose)
+		fmt.Fprintf(w, "%s  purpose:      %s\n", in, clean(c.Purpose))
 	}
-	for k, v := range c.Labels {
-		fmt.Fprintf(w, "%s  label:        %s=%s\n", in, k, v)
+	if l := labelText(c.Labels); l != "" {
+		fmt.Fprintf(w, "%s  labels:       %s\n", in, l)
 	}
-	fmt.Fprintf(w, "%s  cwd:          %s\n", in, c.Cwd)
+	fmt.Fprintf(w, "%s  cwd:          %s\n", in, clean(c.Cwd))
+	if len(c.EnvKeys) > 0 {
+		fmt.Fprintf(w, "%s  env set:      %s (values not recorded)\n", in, clean(strings.Join(c.EnvKeys, " ")))
+	}
 	if c.StdoutPath != "" {
-		fmt.Fprintf(w, "%s  stdout:       %s\n", in, c.StdoutPath)
-		fmt.Fprintf(w, "%s  stderr:       %s\n", in, c.StderrPath)
+		fmt.Fprintf(w, "%s  stdout:       %s\n", in, clean(c.StdoutPath))
+		fmt.Fprintf(w, "%s  stderr:       %s\n", in, clean(c.StderrPath))
 	} else {
 		fmt.Fprintf(w, "%s  output:       inherited (no files)\n", in)
 	}
-	if c.Workload != nil {
-		fmt.Fprintf(w, "%s  workload pid: %d\n", in, c.Workload.PID)
+	if c.PID != nil {
+		fmt.Fprintf(w, "%s  leader pid:   %d\n", in, *c.PID)
 	}
 	if c.Guardian != nil {
 		fmt.Fprintf(w, "%s  guardian pid: %d\n", in, c.Guardian.PID)
 	}
-	leader := c.LeaderState
+	leader := string(c.LeaderState)
 	if st, ok := exitText(c.ExitCode, c.Signal); ok {
 		leader += " (" + st + ") at " + tstr(c.LeaderExitedAt)
 	}
 	fmt.Fprintf(w, "%s  leader:       %s\n", in, leader)
-	tree := c.TreeState
+	tree := string(c.TreeState)
 	if c.TreeEvidence != "" {
-		tree += " (" + c.TreeEvidence + ")"
+		tree += " (" + clean(c.TreeEvidence) + ")"
 	}
 	if c.TreeExitedAt != nil {
 		tree += " at " + tstr(c.TreeExitedAt)
 	}
 	fmt.Fprintf(w, "%s  tree:         %s\n", in, tree)
 	if c.StopReason != "" {
-		fmt.Fprintf(w, "%s  stop reason:  %s\n", in, c.StopReason)
+		by := ""
+		if c.StoppedByHostfork {
+			by = " (hostfork ended the leader)"
+		}
+		fmt.Fprintf(w, "%s  stop reason:  %s%s\n", in, c.StopReason, by)
+	}
+	if c.Timeout > 0 {
+		fmt.Fprintf(w, "%s  timeout:      %s\n", in, c.Timeout)
 	}
 	oom := "unknown (not observed)"
 	if c.OOM != nil {
 		oom = fmt.Sprint(*c.OOM)
 	}
 	fmt.Fprintf(w, "%s  oom:          %s\n", in, oom)
+	for _, s := range c.Survivors {
+		fmt.Fprintf(w, "%s  survivor:     pid %d (start %d)\n", in, s.PID, s.StartTime)
+	}
+	if c.LimitsNote != "" {
+		fmt.Fprintf(w, "%s  limits:       %s\n", in, clean(c.LimitsNote))
+	}
+	if c.OutputTruncated {
+		fmt.Fprintf(w, "%s  output:       TRUNCATED (the store's filesystem was full)\n", in)
+	}
 	if c.Error != "" {
-		fmt.Fprintf(w, "%s  error:        %s\n", in, c.Error)
+		fmt.Fprintf(w, "%s  error:        %s\n", in, clean(c.Error))
 	}
 	for _, ce := range c.CleanupErrors {
-		fmt.Fprintf(w, "%s  cleanup error: %s\n", in, ce)
+		fmt.Fprintf(w, "%s  cleanup error: %s\n", in, clean(ce))
 	}
 }

@@ -277,13 +277,13 @@ func supportUninstall(ctx context.Context, g *globals, f *supportFlags) error {
 		return err
 	}
 	// Active runs lose their recovery path: say which, before removing it.
-	var rows []hostfork.ProcessRow
+	var rows []hostfork.CommandRecord
 	if st, err := os.Stat(filepath.Join(p.Root, "registry.sqlite")); err == nil && !st.IsDir() {
 		h, err := hostfork.Open(ctx, hostfork.Options{Root: p.Root})
 		if err != nil {
 			return err
 		}
-		rows, err = h.List(ctx, hostfork.ListOptions{})
+		rows, err = h.Commands(ctx, hostfork.CommandFilter{Live: true})
 		h.Close()
 		if err != nil {
 			return err
@@ -295,16 +295,16 @@ func supportUninstall(ctx context.Context, g *globals, f *supportFlags) error {
 			return supportErr(err)
 		}
 		return printJSON(g.out, struct {
-			ActiveRuns []hostfork.ProcessRow `json:"active_runs"`
+			ActiveRuns []hostfork.CommandRecord `json:"active_runs"`
 			*support.UninstallResult
-		}{append([]hostfork.ProcessRow{}, rows...), res})
+		}{append([]hostfork.CommandRecord{}, rows...), res})
 	}
 	if len(rows) == 0 {
 		fmt.Fprintf(g.out, "no active runs in %s\n", p.Root)
 	} else {
 		fmt.Fprintf(g.out, "%d active run(s) in %s lose their periodic recovery; after this, run 'hostfork --root %s reap' yourself if hostfork or the host crashes:\n", len(rows), p.Root, p.Root)
 		for _, r := range rows {
-			fmt.Fprintf(g.out, "  %s (environment %s) %s: %s\n", r.ID, r.Env, r.State, strings.Join(r.Argv, " "))
+			fmt.Fprintf(g.out, "  %s (environment %s) %s: %s\n", r.ID, r.Env, r.Liveness, cleanArgv(r.Argv, 0))
 		}
 	}
 	res, err := support.Uninstall(ctx, p, support.ExecRunner)

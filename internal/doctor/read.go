@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/launchenv"
+	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
@@ -325,7 +326,7 @@ func readStore(ctx context.Context, root, source string) StoreFacts {
 	defer rows.Close()
 	for rows.Next() {
 		var data []byte
-		var b registry.Baseline
+		var b api.Baseline
 		if rows.Scan(&data) == nil && json.Unmarshal(data, &b) == nil {
 			s.Baselines = append(s.Baselines, BaselineFact{Name: b.Name, Path: b.Path, Kind: b.Kind})
 		}

@@ -1,6 +1,9 @@
 package limits
 
-import "path/filepath"
+import (
+	"os"
+	"path/filepath"
+)
 
 // Evidence is what the kernel's counters say about a group. Every field is
 // a pointer: nil means unknown (the file is missing or unreadable, the
@@ -75,7 +78,20 @@ func (g *Group) Evidence() Evidence {
 	case Cgroup1:
 		d := g.V1["memory"]
 		e.Memory = MemoryEvidence{Source: Cgroup1}
+		// v1 counts a kill in the victim's own group only: the
+		// environment's count includes its commands' groups.
 		e.Memory.OOMKills = key(readKeyed(filepath.Join(d, "memory.oom_control")), "oom_kill")
+		if e.Memory.OOMKills != nil {
+			if ents, err := os.ReadDir(d); err == nil {
+				for _, ent := range ents {
+					if ent.IsDir() {
+						if n := key(readKeyed(filepath.Join(d, ent.Name(), "memory.oom_control")), "oom_kill"); n != nil {
+							*e.Memory.OOMKills += *n
+						}
+					}
+				}
+			}
+		}
 		e.Memory.LimitHits = v1LimitHits(d)
 		e.Memory.Peak = readUint(filepath.Join(d, "memory.max_usage_in_bytes"))
 		e.Memory.Current = readUint(filepath.Join(d, "memory.usage_in_bytes"))

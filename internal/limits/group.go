@@ -249,21 +249,99 @@ func (g *Group) Remove(ctx context.Context) error {
 	deadline := time.Now().Add(removeRetry)
 	var errs []error
 	for _, d := range g.v1Dirs() {
-		for {
-			err := rmdir(d)
-			if err == nil || errors.Is(err, unix.ENOENT) {
-				break
-			}
-			if errors.Is(err, unix.EBUSY) && ctx.Err() == nil && time.Now().Before(deadline) {
-				select {
-				case <-ctx.Done():
-				case <-time.After(5 * time.Millisecond):
+		// Commands' own groups (CommandGroups) that are left go first.
+		if ents, err := os.ReadDir(d); err == nil {
+			for _, e := range ents {
+				if e.IsDir() {
+					if err := removeDir(ctx, filepath.Join(d, e.Name()), deadline); err != nil {
+						errs = append(errs, err)
+					}
 				}
-				continue
 			}
-			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", d, err))
-			break
+		}
+		if err := removeDir(ctx, d, deadline); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CommandGroups makes a command's own cgroup v1 memory group, a child of
+// the environment's, so that the kernel's OOM-kill counter names the
+// command (v1 counts a kill in the victim's own group only). It returns
+// the directories the command's workload joins before it runs; none when
+// memory is not limited on v1 (on cgroup2 the command's own cgroup2 group
+// carries its counters).
+func (g *Group) CommandGroups(cid string) ([]string, error) {
+	d, ok := g.commandDir(cid)
+	if !ok {
+		return nil, nil
+	}
+	if err := mkdir(d); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("creating cgroup %s: %w", d, ErrExists)
+		}
+		return nil, fmt.Errorf("creating cgroup %s: %w", d, err)
+	}
+	return []string{d}, nil
+}
+
+// CommandGroupDirs are the directories CommandGroups makes for cid (for
+// the ledger, before they are made).
+func (g *Group) CommandGroupDirs(cid string) []string {
+	if d, ok := g.commandDir(cid); ok {
+		return []string{d}
+	}
+	return nil
+}
+
+func (g *Group) commandDir(cid string) (string, bool) {
+	if g.Mechanisms[Memory] != Cgroup1 || cid == "" || strings.ContainsRune(cid, '/') {
+		return "", false
+	}
+	return filepath.Join(g.V1["memory"], cid), true
+}
+
+// CommandOOMKills reads a command's own OOM-kill counter: its v1 memory
+// group, or memory.events of its cgroup2 group (v2Group) when memory is on
+// cgroup2. nil: unknown (not accounted, or the counter is unreadable).
+func (g *Group) CommandOOMKills(cid, v2Group string) *uint64 {
+	switch g.Mechanisms[Memory] {
+	case Cgroup1:
+		if d, ok := g.commandDir(cid); ok {
+			return key(readKeyed(filepath.Join(d, "memory.oom_control")), "oom_kill")
+		}
+	case Cgroup2:
+		if v2Group != "" {
+			return key(readKeyed(filepath.Join(v2Group, "memory.events")), "oom_kill")
+		}
+	}
+	return nil
+}
+
+// RemoveCommand removes a command's own groups (CommandGroups). A group
+// already gone is fine.
+func (g *Group) RemoveCommand(ctx context.Context, cid string) error {
+	d, ok := g.commandDir(cid)
+	if !ok {
+		return nil
+	}
+	return removeDir(ctx, d, time.Now().Add(removeRetry))
+}
+
+func removeDir(ctx context.Context, d string, deadline time.Time) error {
+	for {
+		err := rmdir(d)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if errors.Is(err, unix.EBUSY) && ctx.Err() == nil && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Millisecond):
+			}
+			continue
+		}
+		return fmt.Errorf("removing cgroup %s: %w", d, err)
+	}
 }

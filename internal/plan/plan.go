@@ -22,10 +22,10 @@ var ErrShadowing = fmt.Errorf("view hides a path hostfork needs: %w", spec.ErrIn
 
 // Rule kinds.
 const (
-	Replace  = "replace"
-	Scratch  = "scratch"
-	ReadOnly = "read_only"
-	Share    = "share"
+	Replace  = spec.RuleReplace
+	Scratch  = spec.RuleScratch
+	ReadOnly = spec.RuleReadOnly
+	Share    = spec.RuleShare
 )
 
 // Mount is one entry of the host's mount table.
@@ -47,31 +47,10 @@ type Facts struct {
 }
 
 // Rule is one planned step, in application order.
-type Rule struct {
-	Kind   string `json:"kind"`
-	Target string `json:"target"`
-	// Requested is the path as written, when it differs from Target
-	// (a symlink alias was resolved).
-	Requested string `json:"requested,omitempty"`
-	Tree      string `json:"tree,omitempty"`
-	// Restore: a share that must be put back on top of a covering rule.
-	Restore bool `json:"restore,omitempty"`
-	// Mkdir: the target is missing on the host but lies inside a private
-	// layer created earlier in the view, where it will be created.
-	Mkdir bool `json:"mkdir,omitempty"`
-	// Hides lists host mounts below Target that the rule covers.
-	Hides []string `json:"hides,omitempty"`
-	Note  string   `json:"note,omitempty"`
-}
+type Rule = spec.ViewRule
 
 // Result is the planned view.
-type Result struct {
-	Rules []Rule `json:"rules"`
-	// Overlaps lists pairs of rules whose targets nest.
-	Overlaps []string `json:"overlaps,omitempty"`
-	// InheritedWritable lists host mounts that stay writable in the view.
-	InheritedWritable []string `json:"inherited_writable,omitempty"`
-}
+type Result = spec.ViewPlan
 
 func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
 

@@ -225,7 +225,10 @@ func TestIntentsAndEvents(t *testing.T) {
 	}
 	act := *e
 	act.State = api.EnvActive
-	if err := commit(t, d, func(b *Batch) { b.UpdateEnv(e, &act); b.SettleIntent(in.ID, Fact{Exists: true, Identity: `{"inode":1}`}) }); err != nil {
+	if err := commit(t, d, func(b *Batch) {
+		b.UpdateEnv(e, &act)
+		b.SettleIntent(in.ID, Fact{Exists: true, Identity: `{"inode":1}`})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	ins, _ := d.Intents(ctx, IntentFilter{EnvID: "e1"})

@@ -259,7 +259,7 @@ func firstErr(errs ...error) error {
 func envDoc(e *api.Env) (string, error) {
 	d := *e
 	d.Rev, d.State = 0, ""
-	d.OwnerAlive, d.Expired, d.Due, d.Commands = "", false, "", nil
+	d.OwnerAlive, d.Expired, d.Due, d.Commands, d.LimitsNow = "", false, "", nil, nil
 	b, err := json.Marshal(&d)
 	if err != nil {
 		return "", err

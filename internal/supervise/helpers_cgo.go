@@ -54,3 +54,12 @@ func NotDispatched(mode string) int {
 	fmt.Fprintf(os.Stderr, "hostfork: argv[1] is %s but the C helper constructor (internal/supervise/hf_ctor.c) did not run; this binary can't act as a hostfork helper\n", mode)
 	return 125
 }
+
+// The C constructor (hf_ctor.c) runs a helper before the Go runtime starts.
+// Should it not have run, a helper's argv must still never reach the
+// program's own main: this package's init stops it first.
+func init() {
+	if len(os.Args) > 1 && (os.Args[1] == GuardianMode || os.Args[1] == KeeperMode) {
+		os.Exit(NotDispatched(os.Args[1]))
+	}
+}

@@ -1,9 +1,8 @@
-// Package view owns an environment's filesystem view: the mount operations
-// (as data) that turn an inherited copy of the host's mounts into the
-// environment's view, and the keeper, a re-executed hostfork mode that
-// lives in its own private mount namespace, applies those operations in
-// one place, and holds the namespace while commands come and go.
-//
-// The hostfork library imports it to plan and start keepers; the guardian
-// joins a keeper's namespace by PID. Only Linux code imports it.
+// Package view describes an environment's view of the host — the
+// operations that turn the host's mount table into the environment's:
+// binds, overlays, private scratch, read-only paths and restored shares —
+// and compiles them into the primitive steps the keeper (a C helper in
+// internal/supervise) applies in its own mount namespace. It also reads the
+// host's mount table for the planner. It changes no mount itself. Only the
+// engine imports it.
 package view

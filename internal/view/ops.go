@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
 
 // Op kinds, applied in the order given.
@@ -59,128 +59,85 @@ func (o Op) String() string {
 	return o.Kind + " " + o.Target
 }
 
-// apply runs ops in the current mount namespace, which must be private.
-// Shared paths are captured (open_tree clones) before anything can cover
-// them, and moved back at the end.
-func apply(ops []Op) error {
-	restore := map[string]int{}
-	defer func() {
-		for _, fd := range restore {
-			unix.Close(fd)
-		}
-	}()
+// Compile turns the view's operations into the keeper's primitive steps
+// (supervise.KeeperOp), in the order the keeper applies them: the live
+// host paths that shares restore are captured (cloned) before anything can
+// cover them, and moved back on top at the end of their rule. Storage
+// mounts become mount(2) calls with their flags and data; a bind with
+// extra flags becomes a bind plus a remount.
+func Compile(ops []Op) ([]supervise.KeeperOp, error) {
+	var out []supervise.KeeperOp
+	slot := map[string]int{}
 	for _, o := range ops {
 		if o.Kind != OpRestore {
 			continue
 		}
-		fd, err := unix.OpenTree(unix.AT_FDCWD, o.Target, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-		if err != nil {
-			return &os.PathError{Op: "open_tree", Path: o.Target, Err: err}
+		if _, ok := slot[o.Target]; !ok {
+			slot[o.Target] = len(slot)
+			out = append(out, supervise.KeeperOp{Kind: "capture", Target: o.Target, Slot: slot[o.Target]})
 		}
-		restore[o.Target] = fd
+	}
+	if len(slot) > 64 {
+		return nil, fmt.Errorf("view: %d shared paths, at most 64: %w", len(slot), storage.ErrInvalidRequest)
 	}
 	for _, o := range ops {
 		if o.Mkdir && o.Kind != OpRestore {
-			if err := os.MkdirAll(o.Target, 0o755); err != nil {
-				return fmt.Errorf("creating mount point %s: %w", o.Target, err)
-			}
+			out = append(out, supervise.KeeperOp{Kind: "mkdirs", Target: o.Target})
 		}
-		var err error
 		switch o.Kind {
 		case OpBind:
-			err = mount(o.Source, o.Target, "", unix.MS_BIND|unix.MS_REC, "")
+			out = append(out, supervise.KeeperOp{Kind: "mount", Source: o.Source, Target: o.Target, Flags: unix.MS_BIND | unix.MS_REC})
 		case OpOverlay:
-			opts := "lowerdir=" + escapeOpt(o.Lower) + ",upperdir=" + escapeOpt(o.Upper) + ",workdir=" + escapeOpt(o.Work)
-			err = mount("overlay", o.Target, "overlay", 0, opts)
+			data := "lowerdir=" + storage.EscapeOverlayPath(o.Lower) + ",upperdir=" + storage.EscapeOverlayPath(o.Upper) + ",workdir=" + storage.EscapeOverlayPath(o.Work)
+			out = append(out, supervise.KeeperOp{Kind: "mount", Source: "overlay", Target: o.Target, FSType: "overlay", Data: data})
 		case OpMount:
 			if o.Mount == nil {
-				err = errors.New("mount op without a mount")
-			} else {
-				err = o.Mount.Apply(o.Target)
+				return nil, errors.New("view: mount op without a mount")
 			}
+			ks, err := mountOps(*o.Mount, o.Target)
+			if err != nil {
+				return nil, fmt.Errorf("view: %s: %w", o, err)
+			}
+			out = append(out, ks...)
 		case OpTmpfs:
-			mode := "1777"
-			if st, serr := os.Stat(o.Target); serr == nil {
-				mode = fmt.Sprintf("%o", uint32(st.Mode().Perm())|modeSticky(st.Mode()))
-			}
-			err = mount("tmpfs", o.Target, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode="+mode)
+			out = append(out, supervise.KeeperOp{Kind: "tmpfs", Target: o.Target})
 		case OpReadOnly:
-			if err = mount(o.Target, o.Target, "", unix.MS_BIND|unix.MS_REC, ""); err == nil {
-				attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
-				if serr := unix.MountSetattr(-1, o.Target, unix.AT_RECURSIVE, attr); serr != nil {
-					err = &os.PathError{Op: "mount_setattr", Path: o.Target, Err: serr}
-				}
-			}
+			out = append(out, supervise.KeeperOp{Kind: "mount", Source: o.Target, Target: o.Target, Flags: unix.MS_BIND | unix.MS_REC},
+				supervise.KeeperOp{Kind: "rdonly", Target: o.Target})
 		case OpRestore:
-			fd := restore[o.Target]
 			if o.Mkdir {
-				err = makeMountPoint(fd, o.Target)
+				out = append(out, supervise.KeeperOp{Kind: "mkpoint", Target: o.Target, Slot: slot[o.Target]})
 			}
-			if err == nil {
-				if merr := unix.MoveMount(fd, "", unix.AT_FDCWD, o.Target, unix.MOVE_MOUNT_F_EMPTY_PATH); merr != nil {
-					err = &os.PathError{Op: "move_mount", Path: o.Target, Err: merr}
-				}
-			}
+			out = append(out, supervise.KeeperOp{Kind: "move", Target: o.Target, Slot: slot[o.Target]})
 		default:
-			err = fmt.Errorf("unknown view op %q", o.Kind)
-		}
-		if err != nil {
-			return fmt.Errorf("view: %s: %w", o, err)
+			return nil, fmt.Errorf("view: unknown op %q", o.Kind)
 		}
 	}
-	return nil
+	return out, nil
 }
 
-// makeMountPoint creates target when it is missing, as a directory or an
-// empty file like the mount captured in fd. A restored share lies under a
-// covering rule, so a missing target is missing from a private layer (an
-// empty scratch, a tree without that path) and is created there, never on
-// the host.
-func makeMountPoint(fd int, target string) error {
-	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return &os.PathError{Op: "fstat", Path: target, Err: err}
-	}
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-		return err
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return os.Mkdir(target, os.FileMode(st.Mode&0o777))
-	}
-	f, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-func modeSticky(m os.FileMode) uint32 {
-	if m&os.ModeSticky != 0 {
-		return 0o1000
-	}
-	return 0
-}
-
-func mount(src, dst, fstype string, flags uintptr, data string) error {
-	for {
-		err := unix.Mount(src, dst, fstype, flags, data)
-		if err == unix.EINTR {
-			continue
+// mountOps turns a storage mount (mounts as data) into keeper steps at
+// target.
+func mountOps(m storage.Mount, target string) ([]supervise.KeeperOp, error) {
+	if m.Target != "" {
+		if filepath.IsAbs(m.Target) || !filepath.IsLocal(m.Target) {
+			return nil, fmt.Errorf("target %q must be relative and inside the root: %w", m.Target, storage.ErrInvalidRequest)
 		}
-		if err != nil {
-			return &os.PathError{Op: "mount", Path: dst, Err: err}
-		}
-		return nil
+		target = filepath.Join(target, m.Target)
 	}
-}
-
-// escapeOpt escapes characters overlay treats specially in paths.
-func escapeOpt(p string) string {
-	r := strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`)
-	return r.Replace(p)
+	flags, data := storage.MountFlags(m.Options)
+	if len(data) >= os.Getpagesize() {
+		return nil, fmt.Errorf("options are %d bytes, mount(2) takes less than a page: %w", len(data), storage.ErrInvalidRequest)
+	}
+	if m.Type == "bind" || flags&unix.MS_BIND != 0 {
+		ops := []supervise.KeeperOp{{Kind: "mount", Source: m.Source, Target: target, Flags: unix.MS_BIND | (flags & unix.MS_REC)}}
+		// A bind ignores every flag but MS_REC; the others need a remount.
+		if rest := flags &^ (unix.MS_BIND | unix.MS_REC); rest != 0 {
+			ops = append(ops, supervise.KeeperOp{Kind: "remount", Target: target, Flags: rest})
+		}
+		return ops, nil
+	}
+	return []supervise.KeeperOp{{Kind: "mount", Source: m.Source, Target: target, FSType: m.Type, Flags: flags, Data: data}}, nil
 }
 
 // ErrKeeperLost reports that the keeper holding a view is gone.

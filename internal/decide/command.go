@@ -1,0 +1,228 @@
+package decide
+
+import (
+	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
+)
+
+// Liveness is what is known of a recorded process now.
+type Liveness int
+
+// Process liveness.
+const (
+	Unverified Liveness = iota // the evidence proves neither
+	Alive                      // the recorded process exists now
+	Gone                       // it no longer exists (or the boot changed)
+)
+
+// Receipt is what a command's guardian wrote in its receipt, verified
+// against the registered proof file.
+type Receipt struct {
+	WorkloadPID       int
+	WorkloadStart     uint64
+	StartError        string
+	LeaderExited      *time.Time
+	ExitCode          *int
+	Signal            *int
+	StopReason        api.StopReason
+	StoppedByHostfork bool
+	OutsideCgroup     int
+	TreeExited        *time.Time
+	Complete          bool
+}
+
+// Group is what a cgroup says.
+type Group int
+
+// Cgroup evidence.
+const (
+	GroupNone      Group = iota // no cgroup (subreaper tier) or not read
+	GroupPopulated              // it has processes
+	GroupEmpty                  // populated 0, or the group is gone
+)
+
+// Evidence is everything gathered about one command, now.
+type Evidence struct {
+	Now time.Time
+	// BootID is this boot; a record of another boot's lifetime ended.
+	BootID   string
+	Receipt  *Receipt // nil: none readable
+	Guardian Liveness
+	Launcher Liveness
+	Workload Group // the workload cgroup, read after the guardian was found gone
+	// OOM, when known, is whether the command's own OOM-kill counter
+	// shows a kill; OOMEvidence says which counter.
+	OOM         *bool
+	OOMEvidence string
+}
+
+// Command decides what c's record becomes given ev. It returns the new
+// record and whether it differs. A final record never changes.
+//
+// The rules: a receipt's leader facts are taken as soon as they are there;
+// its "complete" (the tree is gone) only once the guardian is gone, since
+// only the guardian can know it and a receipt can't vouch for a live
+// guardian. A guardian that is alive means the tree is live. A guardian
+// gone without a complete receipt: another boot proves the former lifetime
+// ended; an empty cgroup is the kernel's proof for its members; anything
+// else is unverified.
+func Command(c api.Command, ev Evidence) (api.Command, bool) {
+	if c.Final() {
+		return c, false
+	}
+	n := c
+	now := ev.Now.UTC()
+	if r := ev.Receipt; r != nil {
+		mergeLeader(&n, r, ev.BootID)
+	}
+	if n.Guardian == nil {
+		// Never registered: the launch did not get past its reservation.
+		if n.State == api.CommandReserved && ev.Launcher == Gone {
+			n.State = api.CommandFailed
+			n.Error = "launch interrupted before release"
+			n.LeaderState = api.PhaseUnknown
+			n.TreeState = api.PhaseExited
+			n.TreeEvidence = "never released"
+			n.TreeExitedAt = &now
+		}
+		return n, !same(c, n)
+	}
+	switch ev.Guardian {
+	case Alive:
+		n.TreeState = api.PhaseLive
+		if n.State == api.CommandUnverified {
+			n.State = api.CommandRunning
+		}
+		return n, !same(c, n)
+	case Unverified:
+		n.TreeState = api.PhaseUnverified
+		return n, !same(c, n)
+	}
+	// The guardian is gone: its receipt can no longer change.
+	if r := ev.Receipt; r != nil && r.Complete {
+		n.TreeState = api.PhaseExited
+		n.TreeExitedAt = r.TreeExited
+		n.TreeEvidence = "guardian receipt (no children left)"
+		if n.StopReason == "" {
+			n.StopReason = r.StopReason
+		}
+		n.State = api.CommandExited
+		if r.StartError != "" {
+			n.State = api.CommandFailed
+		}
+		finishOOM(&n, ev)
+		return n, !same(c, n)
+	}
+	if n.Guardian.BootID != ev.BootID {
+		// A different boot proves the whole former lifetime ended; no PID
+		// is looked at or signalled.
+		n.TreeState = api.PhaseExited
+		n.TreeEvidence = "boot id changed"
+		n.TreeExitedAt = &now
+		if n.LeaderState != api.PhaseExited {
+			n.LeaderState = api.PhaseUnknown
+		}
+		n.State = api.CommandExited
+		return n, !same(c, n)
+	}
+	switch ev.Workload {
+	case GroupEmpty:
+		n.TreeState = api.PhaseExited
+		n.TreeEvidence = "cgroup empty (guardian lost: a process that moved itself out of the cgroup would not be seen)"
+		n.TreeExitedAt = &now
+		if n.LeaderState != api.PhaseExited {
+			n.LeaderState = api.PhaseUnknown
+		}
+		n.State = api.CommandExited
+		finishOOM(&n, ev)
+	case GroupPopulated:
+		n.TreeState = api.PhaseLive
+		n.TreeEvidence = "cgroup populated (guardian lost)"
+	default:
+		n.TreeState = api.PhaseUnverified
+		n.TreeEvidence = "guardian lost without a receipt; no cgroup to prove the tree's exit"
+		n.State = api.CommandUnverified
+	}
+	return n, !same(c, n)
+}
+
+// mergeLeader applies a receipt's facts about the workload and its leader.
+func mergeLeader(n *api.Command, r *Receipt, boot string) {
+	if r.WorkloadPID != 0 && n.Workload == nil {
+		b := boot
+		if n.Guardian != nil {
+			b = n.Guardian.BootID
+		}
+		n.Workload = &api.Identity{BootID: b, PID: r.WorkloadPID, StartTime: r.WorkloadStart}
+	}
+	if r.StartError != "" && n.Error == "" {
+		n.Error = r.StartError
+	}
+	if n.StopReason == "" && r.StopReason != "" {
+		n.StopReason = r.StopReason
+	}
+	if r.LeaderExited != nil && n.LeaderState != api.PhaseExited {
+		n.LeaderState = api.PhaseExited
+		n.LeaderExitedAt = r.LeaderExited
+		n.ExitCode, n.Signal = r.ExitCode, r.Signal
+		n.StoppedByHostfork = r.StoppedByHostfork
+	} else if r.LeaderExited == nil && r.WorkloadPID != 0 {
+		n.LeaderState = api.PhaseLive
+	}
+	if n.StartedAt == nil && r.WorkloadPID != 0 {
+		// The registration time stands in when the record has none.
+		n.StartedAt = &n.CreatedAt
+	}
+}
+
+func finishOOM(n *api.Command, ev Evidence) {
+	if n.OOM == nil && ev.OOM != nil {
+		v := *ev.OOM
+		n.OOM = &v
+		n.OOMEvidence = ev.OOMEvidence
+	} else if n.OOM == nil && ev.OOMEvidence != "" {
+		n.OOMEvidence = ev.OOMEvidence
+	}
+}
+
+func same(a, b api.Command) bool {
+	return a.State == b.State && a.LeaderState == b.LeaderState && a.TreeState == b.TreeState &&
+		a.TreeEvidence == b.TreeEvidence && a.StopReason == b.StopReason && a.Error == b.Error &&
+		eqInt(a.ExitCode, b.ExitCode) && eqInt(a.Signal, b.Signal) && eqBool(a.OOM, b.OOM) &&
+		a.OOMEvidence == b.OOMEvidence && (a.Workload == nil) == (b.Workload == nil) &&
+		a.StoppedByHostfork == b.StoppedByHostfork && eqTime(a.LeaderExitedAt, b.LeaderExitedAt) &&
+		eqTime(a.TreeExitedAt, b.TreeExitedAt) && eqTime(a.StartedAt, b.StartedAt)
+}
+
+func eqInt(a, b *int) bool   { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+func eqBool(a, b *bool) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+func eqTime(a, b *time.Time) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.Equal(*b))
+}
+
+// Liveness maps a record to what ps answers: alive, exited or unverified.
+func LivenessOf(c *api.Command) api.Liveness {
+	switch {
+	case c.Final() || c.TreeState == api.PhaseExited:
+		return api.Exited
+	case c.TreeState == api.PhaseLive:
+		return api.Alive
+	case c.State == api.CommandReserved:
+		return api.Alive // launching: its launcher is alive
+	}
+	return api.Unverified
+}
+
+// StopReason is the reason a stop records: the first one wins — the
+// recorded one, else the one the guardian received first (its receipt),
+// else the stopper's own.
+func StopReason(recorded, receipt, mine api.StopReason) api.StopReason {
+	switch {
+	case recorded != "":
+		return recorded
+	case receipt != "":
+		return receipt
+	}
+	return mine
+}

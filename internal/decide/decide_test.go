@@ -1,0 +1,162 @@
+package decide
+
+import (
+	"testing"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
+)
+
+func ip(v int) *int { return &v }
+
+func TestCommand(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	g := &api.Identity{BootID: "b1", PID: 10, StartTime: 5}
+	running := api.Command{ID: "c", State: api.CommandRunning, Guardian: g, LeaderState: api.PhaseLive, TreeState: api.PhaseLive}
+	leaderDone := &Receipt{WorkloadPID: 11, LeaderExited: &now, ExitCode: ip(3)}
+	complete := &Receipt{WorkloadPID: 11, LeaderExited: &now, ExitCode: ip(0), TreeExited: &now, Complete: true, StopReason: api.ReasonIdle}
+	yes := true
+	cases := []struct {
+		name  string
+		c     api.Command
+		ev    Evidence
+		state api.CommandState
+		tree  api.Phase
+		check func(t *testing.T, n api.Command)
+	}{
+		{"final stays", api.Command{State: api.CommandExited, TreeState: api.PhaseExited}, Evidence{Guardian: Alive}, api.CommandExited, api.PhaseExited, nil},
+		{"alive guardian, live tree", running, Evidence{BootID: "b1", Guardian: Alive}, api.CommandRunning, api.PhaseLive, nil},
+		{"leader exit taken while guardian lives", running, Evidence{BootID: "b1", Guardian: Alive, Receipt: leaderDone}, api.CommandRunning, api.PhaseLive,
+			func(t *testing.T, n api.Command) {
+				if n.LeaderState != api.PhaseExited || *n.ExitCode != 3 || n.Workload == nil {
+					t.Fatalf("%+v", n)
+				}
+			}},
+		{"a complete receipt can't vouch for a live guardian", running, Evidence{BootID: "b1", Guardian: Alive, Receipt: complete}, api.CommandRunning, api.PhaseLive, nil},
+		{"complete receipt, guardian gone", running, Evidence{BootID: "b1", Guardian: Gone, Receipt: complete, OOM: &yes, OOMEvidence: "x"}, api.CommandExited, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.StopReason != api.ReasonIdle || n.OOM == nil || !*n.OOM {
+					t.Fatalf("%+v", n)
+				}
+			}},
+		{"start error", running, Evidence{BootID: "b1", Guardian: Gone, Receipt: &Receipt{StartError: "no", LeaderExited: &now, ExitCode: ip(127), TreeExited: &now, Complete: true}}, api.CommandFailed, api.PhaseExited, nil},
+		{"guardian gone, cgroup empty", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupEmpty}, api.CommandExited, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.LeaderState != api.PhaseUnknown {
+					t.Fatalf("leader %s", n.LeaderState)
+				}
+			}},
+		{"guardian gone, cgroup populated", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupPopulated}, api.CommandRunning, api.PhaseLive, nil},
+		{"guardian gone, no cgroup", running, Evidence{BootID: "b1", Guardian: Gone}, api.CommandUnverified, api.PhaseUnverified, nil},
+		{"another boot", running, Evidence{BootID: "b2", Guardian: Gone}, api.CommandExited, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.TreeEvidence != "boot id changed" {
+					t.Fatal(n.TreeEvidence)
+				}
+			}},
+		{"guardian unverified", running, Evidence{BootID: "b1", Guardian: Unverified}, api.CommandRunning, api.PhaseUnverified, nil},
+		{"reserved, launcher alive", api.Command{State: api.CommandReserved}, Evidence{Launcher: Alive}, api.CommandReserved, "", nil},
+		{"reserved, launcher gone", api.Command{State: api.CommandReserved}, Evidence{Launcher: Gone}, api.CommandFailed, api.PhaseExited, nil},
+		{"unverified again alive", api.Command{State: api.CommandUnverified, Guardian: g, TreeState: api.PhaseUnverified}, Evidence{BootID: "b1", Guardian: Alive}, api.CommandRunning, api.PhaseLive, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.ev.Now = now
+			n, _ := Command(c.c, c.ev)
+			if n.State != c.state || n.TreeState != c.tree {
+				t.Fatalf("state %s tree %s, want %s %s (%+v)", n.State, n.TreeState, c.state, c.tree, n)
+			}
+			if c.check != nil {
+				c.check(t, n)
+			}
+			if _, changed := Command(n, c.ev); changed {
+				t.Fatal("deciding again changed the record")
+			}
+		})
+	}
+}
+
+func TestStopReasonFirstWins(t *testing.T) {
+	if StopReason("", "", api.ReasonUser) != api.ReasonUser ||
+		StopReason("", api.ReasonOwnerExit, api.ReasonUser) != api.ReasonOwnerExit ||
+		StopReason(api.ReasonDeadline, api.ReasonOwnerExit, api.ReasonUser) != api.ReasonDeadline {
+		t.Fatal("first reason does not win")
+	}
+}
+
+func TestEnv(t *testing.T) {
+	done := api.Command{State: api.CommandExited}
+	live := api.Command{State: api.CommandRunning}
+	base := api.Env{State: api.EnvActive, BootID: "b", OwnerExit: api.OwnerExitDetach}
+	with := func(f func(e *api.Env)) api.Env { e := base; f(&e); return e }
+	cases := []struct {
+		name   string
+		e      api.Env
+		f      EnvFacts
+		stop   bool
+		reason api.StopReason
+		quiet  bool
+	}{
+		{"nothing due", base, EnvFacts{BootID: "b", Commands: []api.Command{live}}, false, "", false},
+		{"deadline", with(func(e *api.Env) { e.DeadlineMono = 10 }), EnvFacts{BootID: "b", NowMono: 10, Commands: []api.Command{done}}, true, api.ReasonDeadline, true},
+		{"before deadline", with(func(e *api.Env) { e.DeadlineMono = 10 }), EnvFacts{BootID: "b", NowMono: 9}, false, "", true},
+		{"reboot", base, EnvFacts{BootID: "other"}, true, api.ReasonReboot, true},
+		{"owner gone, stop", with(func(e *api.Env) { e.OwnerExit = api.OwnerExitStop }), EnvFacts{BootID: "b", Owner: Gone, Commands: []api.Command{live}}, true, api.ReasonOwnerExit, false},
+		{"owner gone, detach", base, EnvFacts{BootID: "b", Owner: Gone}, false, "", true},
+		{"keeper lost", with(func(e *api.Env) { e.Keeper = &api.Identity{} }), EnvFacts{BootID: "b", Keeper: Gone}, true, api.ReasonKeeperLost, true},
+		{"auto-stop, all done", with(func(e *api.Env) { e.AutoStop = true }), EnvFacts{BootID: "b", Commands: []api.Command{done}}, true, api.ReasonCompleted, true},
+		{"auto-stop, one live", with(func(e *api.Env) { e.AutoStop = true }), EnvFacts{BootID: "b", Commands: []api.Command{done, live}}, false, "", false},
+		{"decided, unrecorded", base, EnvFacts{BootID: "b", Decided: api.ReasonUser}, true, api.ReasonUser, true},
+		{"stopping completes", with(func(e *api.Env) { e.State = api.EnvStopping; e.StopReason = api.ReasonIdle }), EnvFacts{BootID: "b"}, true, api.ReasonIdle, true},
+	}
+	for _, c := range cases {
+		a := Env(c.e, c.f)
+		if a.Stop != c.stop || a.Reason != c.reason || (c.stop && a.Quiet != c.quiet) {
+			t.Errorf("%s: %+v", c.name, a)
+		}
+	}
+	if a := Env(api.Env{State: api.EnvCreating, BootID: "b"}, EnvFacts{BootID: "b", Owner: Alive}); a.Pending == "" || a.AbandonCreation {
+		t.Errorf("creating, owner alive: %+v", a)
+	}
+	if a := Env(api.Env{State: api.EnvCreating, BootID: "b"}, EnvFacts{BootID: "b", Owner: Gone}); !a.AbandonCreation {
+		t.Errorf("creating, owner gone: %+v", a)
+	}
+}
+
+func TestRetention(t *testing.T) {
+	now := time.Now()
+	ago := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
+	cases := []struct {
+		name string
+		f    RetentionFacts
+		want []string // "what:delete|hold"
+	}{
+		{"no stop time", RetentionFacts{}, []string{"environment:hold"}},
+		{"unfinished", RetentionFacts{StoppedAt: ago(time.Hour), Unfinished: "command x is alive"}, []string{"evidence:hold"}},
+		{"young", RetentionFacts{StoppedAt: ago(time.Minute), KeepTrees: time.Hour, KeepEvidence: time.Hour, Trees: []TreeFacts{{Name: "p"}}}, nil},
+		{"trees due, evidence not", RetentionFacts{StoppedAt: ago(2 * time.Hour), KeepTrees: time.Hour, KeepEvidence: 3 * time.Hour, Trees: []TreeFacts{{Name: "p"}}}, []string{"tree p:delete"}},
+		{"all due", RetentionFacts{StoppedAt: ago(4 * time.Hour), KeepTrees: time.Hour, KeepEvidence: 3 * time.Hour, Trees: []TreeFacts{{Name: "p"}}}, []string{"tree p:delete", "evidence:delete"}},
+		{"held tree keeps evidence", RetentionFacts{StoppedAt: ago(4 * time.Hour), KeepTrees: time.Hour, KeepEvidence: time.Hour, Trees: []TreeFacts{{Name: "p", Hold: "export"}}}, []string{"tree p:hold", "evidence:hold"}},
+		{"force", RetentionFacts{StoppedAt: ago(time.Second), KeepTrees: time.Hour, KeepEvidence: time.Hour, Force: true, Trees: []TreeFacts{{Name: "p"}}}, []string{"tree p:delete", "evidence:delete"}},
+	}
+	for _, c := range cases {
+		c.f.Now = now
+		var got []string
+		for _, it := range Retention(c.f) {
+			v := "hold"
+			if it.Delete {
+				v = "delete"
+			}
+			got = append(got, it.What+":"+v)
+		}
+		if len(got) != len(c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Errorf("%s: %v, want %v", c.name, got, c.want)
+			}
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/admit"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+)
+
+// Admission modes.
+const (
+	AdmitWait = string(admit.Wait)
+	AdmitFail = string(admit.Fail)
+	AdmitSkip = string(admit.Skip)
+)
+
+const pausedKey = "admission.paused"
+
+// Paused reports whether new admission is paused.
+func (e *Engine) Paused(ctx context.Context) (bool, error) {
+	v, _, err := e.reg.Setting(ctx, pausedKey)
+	return v == "1", err
+}
+
+// SetPaused pauses or resumes admission. Running work continues either way.
+func (e *Engine) SetPaused(ctx context.Context, paused bool) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	v := "0"
+	if paused {
+		v = "1"
+	}
+	var b registry.Batch
+	b.SetSetting(pausedKey, v)
+	return e.reg.Commit(ctx, &b)
+}
+
+// Capacity samples the host and the live agent workloads and computes the
+// free slots.
+func (e *Engine) Capacity(ctx context.Context) (*api.CapacityReport, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	cfg, err := e.Config()
+	if err != nil {
+		return nil, err
+	}
+	cmds, err := e.Commands(ctx, api.CommandFilter{Live: true})
+	if err != nil {
+		return nil, err
+	}
+	var live []api.Command
+	var targets []admit.Target
+	for _, c := range cmds {
+		if c.WorkloadKind != WorkloadAgent {
+			continue
+		}
+		// Alive and unverified workloads keep their capacity.
+		live = append(live, c)
+		switch {
+		case c.CgroupPath != "":
+			targets = append(targets, admit.Target{Cgroup: c.CgroupPath})
+		case c.Guardian != nil:
+			targets = append(targets, admit.Target{PIDs: []int{c.Guardian.PID}})
+		default:
+			targets = append(targets, admit.Target{})
+		}
+	}
+	samples, err := admit.Sampler{}.Sample(ctx, targets)
+	if err != nil {
+		return nil, err
+	}
+	in := admit.Input{Host: admit.SampleHost(), Share: cfg.Admission.Share}
+	rep := &api.CapacityReport{Live: []api.LiveWorkload{}}
+	for i, c := range live {
+		var s *admit.Sample
+		if i < len(samples) {
+			s = &samples[i]
+		}
+		in.Live = append(in.Live, admit.Workload{ID: c.ID, Sample: s})
+		rep.Live = append(rep.Live, api.LiveWorkload{Command: c.ID, Env: c.Env, Argv: c.Argv, Sample: s})
+	}
+	capa, err := admit.Compute(in)
+	if err != nil {
+		return nil, fmt.Errorf("admission: %v (check admission.share in %s): %w", err, ConfigFile, api.ErrStore)
+	}
+	rep.Capacity = capa
+	rep.Paused, err = e.Paused(ctx)
+	return rep, err
+}
+
+// admission serializes admission decisions across processes until the
+// admitted command is registered (and so counted as live).
+func (e *Engine) admissionLock(ctx context.Context) (func(), error) {
+	return flock(ctx, filepath.Join(e.root, "admission.lock"), 2*time.Millisecond)
+}
+
+// admitCommand blocks (mode wait), refuses (fail) or passes (skip) a new
+// agent workload. On admission it returns with the admission lock held;
+// the caller releases it once the command is registered.
+func (e *Engine) admitCommand(ctx context.Context, mode string, onWait func(reason string)) (release func(), decision string, err error) {
+	m, err := admit.ParseMode(mode)
+	if err != nil {
+		return nil, "", fmt.Errorf("%v: %w", err, api.ErrInvalid)
+	}
+	if m == admit.Skip {
+		return func() {}, "admission skipped by request", nil
+	}
+	waited := false
+	for {
+		unlock, err := e.admissionLock(ctx)
+		if err != nil {
+			return nil, "", fmt.Errorf("admission: %w", err)
+		}
+		rep, err := e.Capacity(ctx)
+		if err != nil {
+			unlock()
+			return nil, "", err
+		}
+		d := admit.Decide(rep.Capacity, m, rep.Paused)
+		switch d.Verdict {
+		case admit.Admit:
+			if waited {
+				d.Reason += " (after waiting)"
+			}
+			return unlock, d.Reason, nil
+		case admit.Refuse:
+			unlock()
+			return nil, "", fmt.Errorf("%s; retry later or use --admit wait: %w", d.Reason, api.ErrAdmissionRefused)
+		}
+		unlock()
+		if !waited && onWait != nil {
+			onWait(d.Reason)
+		}
+		waited = true
+		select {
+		case <-ctx.Done():
+			return nil, "", fmt.Errorf("waiting for admission (%s): %w", d.Reason, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// Baseline kinds.
+const (
+	BaselineSubvolume = "btrfs-subvolume"
+	BaselineDirectory = "directory"
+)
+
+// inspectSource looks at a directory without changing it.
+func inspectSource(path string) (*baselineInfo, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("%s must be an absolute path: %w", path, api.ErrInvalid)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil, fmt.Errorf("%s: %v (it must be an existing directory): %w", path, err, api.ErrInvalid)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, fmt.Errorf("%s is not a directory: %w", path, api.ErrInvalid)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
+		return nil, &os.PathError{Op: "statfs", Path: path, Err: err}
+	}
+	b := &baselineInfo{path: path, kind: BaselineDirectory, fstype: storage.FSName(int64(fs.Type)), dev: st.Dev, ino: st.Ino}
+	// A btrfs subvolume's root directory always has inode 256.
+	if int64(fs.Type) == unix.BTRFS_SUPER_MAGIC && st.Ino == 256 {
+		b.kind = BaselineSubvolume
+	}
+	return b, nil
+}
+
+// kernelHas reports whether the running kernel lists fs in
+// /proc/filesystems.
+func kernelHas(fs string) bool {
+	b, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(strings.TrimPrefix(line, "nodev")) == fs {
+			return true
+		}
+	}
+	return false
+}
+
+// AddBaseline registers a prepared directory or Btrfs subvolume under name.
+// It is host preparation: it only looks at the path, never changes it, and
+// a baseline is never deleted by hostfork.
+func (e *Engine) AddBaseline(ctx context.Context, name, path string) (*api.Baseline, error) {
+	if !baselineName(name) {
+		return nil, fmt.Errorf("baseline name %q: use letters, digits, '.', '-', '_' (max 63): %w", name, api.ErrInvalid)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v: %w", path, err, api.ErrInvalid)
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = r
+	}
+	info, err := inspectSource(abs)
+	if err != nil {
+		return nil, err
+	}
+	b := &api.Baseline{Name: name, Path: abs, Kind: info.kind, Device: info.dev, Inode: info.ino, FSType: info.fstype, CreatedAt: time.Now().UTC()}
+	if info.kind == BaselineSubvolume {
+		b.Offers = []string{spec.KindBtrfs, spec.KindOverlay, spec.KindCopy}
+		b.Notes = []string{"btrfs: writable point-in-time snapshots, usable after the baseline is deleted", "overlay: requires the subvolume to stay unchanged while in use"}
+	} else {
+		b.Offers = []string{spec.KindOverlay, spec.KindCopy}
+		b.Notes = []string{"not a btrfs subvolume (" + info.fstype + "): no snapshots; overlay needs the directory kept stable by the operator; copy is not atomic across the tree"}
+	}
+	var batch registry.Batch
+	batch.InsertBaseline(b)
+	if err := e.reg.Commit(ctx, &batch); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func baselineName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i, c := range s {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || (i > 0 && (c == '.' || c == '-' || c == '_'))
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Baselines lists registered baselines.
+func (e *Engine) Baselines(ctx context.Context) ([]*api.Baseline, error) {
+	return e.reg.Baselines(ctx)
+}
+
+// RemoveBaseline unregisters a baseline. Its files are left alone; trees
+// already made from it keep working (snapshots and copies are independent;
+// an overlay still needs its lower, which the operator keeps).
+func (e *Engine) RemoveBaseline(ctx context.Context, name string) error {
+	var b registry.Batch
+	b.DeleteBaseline(name)
+	return e.reg.Commit(ctx, &b)
+}

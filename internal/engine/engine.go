@@ -1,0 +1,192 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+)
+
+// Options configure an Engine.
+type Options struct {
+	// Root is the store directory (absolute after DefaultRoot).
+	Root string
+	// CgroupParent is the cgroup2 directory under which environments get
+	// their groups; "" means $HOSTFORK_CGROUP_PARENT, else <cgroup2
+	// mount>/hostfork for root, else the user's delegated subtree.
+	CgroupParent string
+	// Exe is the program re-executed as the guardian and the keeper; ""
+	// means /proc/self/exe (every binary that links the library carries
+	// the C helpers).
+	Exe string
+}
+
+// Capabilities is what the host offers for ownership.
+type Capabilities = api.Capabilities
+
+// Engine is one open store.
+type Engine struct {
+	root string
+	reg  *registry.DB
+	opts Options
+
+	capOnce sync.Once
+	caps    Capabilities
+
+	mu sync.Mutex
+	// running are the launches of this process, by command id: their
+	// watchers record their results.
+	running map[string]*Running
+
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+// Open validates the store at opts.Root (creating it if needed) and opens
+// its registry.
+func Open(ctx context.Context, opts Options) (*Engine, error) {
+	root, err := prepareStore(opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := registry.Open(ctx, root)
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", err, api.ErrStore)
+	}
+	if err := checkRegistry(ctx, root, reg); err != nil {
+		reg.Close()
+		return nil, err
+	}
+	ensureConfig(root)
+	if opts.Exe == "" {
+		opts.Exe = "/proc/self/exe"
+	}
+	opts.Root = root
+	return &Engine{root: root, reg: reg, opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
+}
+
+// Root is the store directory.
+func (e *Engine) Root() string { return e.root }
+
+// Registry gives tests and the public layer read access.
+func (e *Engine) Registry() *registry.DB { return e.reg }
+
+// Close releases the registry. Launches of this process keep running
+// under their owner-exit policy; their pending waits return ErrClosed.
+func (e *Engine) Close() error {
+	var err error
+	e.closeOnce.Do(func() {
+		close(e.closed)
+		err = e.reg.Close()
+	})
+	return err
+}
+
+// Closed is closed when Close was called.
+func (e *Engine) Closed() <-chan struct{} { return e.closed }
+
+func (e *Engine) isClosed() bool {
+	select {
+	case <-e.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// checkOpen fails with ErrClosed after Close.
+func (e *Engine) checkOpen() error {
+	if e.isClosed() {
+		return api.ErrClosed
+	}
+	return nil
+}
+
+// Capabilities probes (once) what ownership tiers this host offers.
+func (e *Engine) Capabilities() Capabilities {
+	e.capOnce.Do(func() { e.caps = probeCapabilities(e.opts.CgroupParent) })
+	return e.caps
+}
+
+func probeCapabilities(parent string) Capabilities {
+	var c Capabilities
+	m, err := cgroup.FindMount()
+	if err != nil {
+		c.Cgroup2Reason = err.Error()
+		return c
+	}
+	c.CgroupMount = m.Path
+	c.Hybrid = m.Hybrid
+	if parent == "" {
+		parent = os.Getenv("HOSTFORK_CGROUP_PARENT")
+	}
+	if parent == "" {
+		if os.Geteuid() != 0 {
+			d, ok := cgroup.DelegatedSubtree(m.Path, m.Self, os.Geteuid())
+			if !ok {
+				c.Cgroup2Reason = "no delegated cgroup2 subtree for this user: this process's cgroup " + m.Self + " is not inside a directory this user owns (ask the administrator to delegate one — chown it to you, or use a systemd user session with Delegate=yes — and run from inside it, or set HOSTFORK_CGROUP_PARENT)"
+				return c
+			}
+			parent = filepath.Join(d, "hostfork")
+		} else {
+			parent = filepath.Join(m.Path, "hostfork")
+		}
+	}
+	if !strings.HasPrefix(filepath.Clean(parent)+"/", filepath.Clean(m.Path)+"/") {
+		c.Cgroup2Reason = fmt.Sprintf("cgroup parent %s is not under the cgroup2 mount %s", parent, m.Path)
+		return c
+	}
+	if err := cgroup.EnsureParent(parent); err != nil {
+		c.Cgroup2Reason = err.Error()
+		return c
+	}
+	if err := unix.Access(parent, unix.W_OK); err != nil {
+		c.Cgroup2Reason = fmt.Sprintf("cgroup parent %s is not writable by this user", parent)
+		return c
+	}
+	c.Cgroup2 = true
+	c.CgroupParent = parent
+	return c
+}
+
+// newID returns a short random id: 10 characters of lowercase base32hex.
+func newID() string {
+	const alphabet = "0123456789abcdefghijklmnopqrstuv"
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	for i := range b {
+		b[i] = alphabet[b[i]&31]
+	}
+	return string(b[:])
+}
+
+func (e *Engine) track(r *Running) {
+	e.mu.Lock()
+	e.running[r.rec.ID] = r
+	e.mu.Unlock()
+}
+
+func (e *Engine) untrack(id string) {
+	e.mu.Lock()
+	delete(e.running, id)
+	e.mu.Unlock()
+}
+
+// runningOf is this process's launch of command id, if any.
+func (e *Engine) runningOf(id string) *Running {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.running[id]
+}
+
+// Running is this process's launch of command id (nil: none).
+func (e *Engine) Running(id string) *Running { return e.runningOf(id) }

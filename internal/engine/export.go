@@ -1,0 +1,192 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
+	"github.com/habemus-papadum/hostfork/internal/view"
+)
+
+// ExportOptions configure Export.
+type ExportOptions struct {
+	// Progress is called as files are copied, with the total counted
+	// beforehand (0 if counting was skipped).
+	Progress func(files, total int64)
+}
+
+// Export copies an environment's tree out to dest and labels the result.
+// dest must not exist: hostfork creates it (a partial copy is built under
+// another name and renamed into place only when the copy ends), walks
+// everything by descriptors without following symlinks, and sets metadata
+// on descriptors. It works while the environment runs (labelled
+// live/inconsistent) and after it stopped: a snapshot or copy is read
+// directly, an overlay through the live view or, when the keeper is gone,
+// through a view rebuilt from its recorded lower and upper.
+func (e *Engine) Export(ctx context.Context, envID, tree, dest string, opts ExportOptions) (*api.ExportResult, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	env, err := e.reg.Env(ctx, envID)
+	if err != nil {
+		return nil, err
+	}
+	var tr *api.Tree
+	names := []string{}
+	for i := range env.Trees {
+		names = append(names, env.Trees[i].Name)
+		if env.Trees[i].Name == tree {
+			tr = &env.Trees[i]
+		}
+	}
+	if tr == nil {
+		return nil, fmt.Errorf("environment %s has no tree %q (it has %v): %w", envID, tree, names, api.ErrNotFound)
+	}
+	if tr.State != api.TreeAllocated {
+		return nil, fmt.Errorf("tree %s of %s was deleted by retention: %w", tree, envID, api.ErrNotFound)
+	}
+	abs, err := filepath.Abs(dest)
+	if err != nil {
+		return nil, fmt.Errorf("--to %s: %v: %w", dest, err, api.ErrInvalid)
+	}
+	if _, err := os.Lstat(abs); err == nil {
+		return nil, fmt.Errorf("--to %s already exists; an export creates its destination and never writes into an existing path: %w", abs, api.ErrExists)
+	}
+	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("--to %s: its parent directory does not exist: %w", abs, api.ErrInvalid)
+	}
+	var st storage.Tree
+	if err := json.Unmarshal(tr.Storage, &st); err != nil {
+		return nil, fmt.Errorf("tree %s: unreadable record: %w", tree, err)
+	}
+	res := &api.ExportResult{Env: envID, Tree: tree, Kind: tr.Kind, Dest: abs, StartedAt: time.Now().UTC()}
+	live := !env.State.Final()
+	// Hold the tree against gc while we copy.
+	expDir := filepath.Join(env.RunDir, "exports")
+	if err := os.MkdirAll(expDir, 0o700); err != nil {
+		return nil, err
+	}
+	stamp := res.StartedAt.Format("20060102T150405.000000000Z") + "-" + tree
+	marker := filepath.Join(expDir, stamp+".inprogress")
+	self, _ := linux.IdentityOf(os.Getpid())
+	if b, err := json.Marshal(self); err == nil {
+		if err := os.WriteFile(marker, b, 0o600); err != nil {
+			return nil, fmt.Errorf("marking the export: %w", err)
+		}
+	}
+	defer os.Remove(marker)
+
+	src := st.Path
+	if st.Kind == storage.KindOverlay {
+		var cleanup func()
+		src, cleanup, err = e.overlaySource(ctx, env, tr, st)
+		if err != nil {
+			res.Label = api.ExportFailed
+			res.Errors = []string{err.Error()}
+			res.FinishedAt = time.Now().UTC()
+			recordExport(expDir, stamp, res)
+			return res, fmt.Errorf("exporting tree %s: %v: %w", tree, err, api.ErrExportFailed)
+		}
+		defer cleanup()
+	}
+	res.Source = src
+	var total int64
+	if opts.Progress != nil {
+		total = countFiles(src)
+	}
+	cr, cerr := storage.CopyDir(ctx, src, abs, storage.CopyOptions{Tolerate: true, Progress: func(files, _ int64) {
+		if opts.Progress != nil {
+			opts.Progress(files, total)
+		}
+	}})
+	res.Files, res.Bytes, res.Cloned, res.Failed, res.Errors, res.PartialPath = cr.Files, cr.Bytes, cr.Cloned, cr.Failed, cr.Errors, cr.PartialPath
+	res.FinishedAt = time.Now().UTC()
+	switch {
+	case cerr != nil:
+		res.Label = api.ExportFailed
+		res.Errors = append(res.Errors, cerr.Error())
+	case cr.Failed > 0:
+		res.Label = api.ExportPartial
+	case live:
+		res.Label = api.ExportLive
+	default:
+		res.Label = api.ExportComplete
+	}
+	recordExport(expDir, stamp, res)
+	if cerr != nil {
+		where := ""
+		if res.PartialPath != "" {
+			where = "; what was copied is in " + res.PartialPath
+		}
+		if errors.Is(cerr, api.ErrExists) || errors.Is(cerr, os.ErrExist) {
+			return res, fmt.Errorf("exporting tree %s: %v%s: %w", tree, cerr, where, api.ErrExists)
+		}
+		return res, fmt.Errorf("exporting tree %s: %v%s: %w", tree, cerr, where, api.ErrExportFailed)
+	}
+	return res, nil
+}
+
+func recordExport(dir, stamp string, res *api.ExportResult) {
+	writeJSONAtomic(filepath.Join(dir, stamp+".json"), res)
+}
+
+// overlaySource returns a host path through which the merged overlay can
+// be read: the live keeper's view, or a temporary keeper that rebuilds the
+// view from the recorded lower and upper (the lower is verified first).
+func (e *Engine) overlaySource(ctx context.Context, env *api.Env, tr *api.Tree, st storage.Tree) (string, func(), error) {
+	if env.Keeper != nil && linux.Assess(toLinux(env.Keeper)) == linux.Alive && tr.WorkloadPath != "" {
+		return view.RootPath(env.Keeper.PID, tr.WorkloadPath), func() {}, nil
+	}
+	mounts, err := storage.Reopen(ctx, st)
+	if err != nil {
+		return "", nil, fmt.Errorf("rebuilding the overlay view: %w", err)
+	}
+	tmp, err := os.MkdirTemp(e.root, ".export-view-")
+	if err != nil {
+		return "", nil, err
+	}
+	ops := make([]view.Op, 0, len(mounts))
+	for i := range mounts {
+		ops = append(ops, view.Op{Kind: view.OpMount, Target: tmp, Mount: &mounts[i], Why: "export " + tr.Name})
+	}
+	kops, err := view.Compile(ops)
+	if err != nil {
+		os.Remove(tmp)
+		return "", nil, err
+	}
+	klog, _ := os.OpenFile(filepath.Join(env.RunDir, "export-keeper.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	k, err := supervise.StartKeeper(&supervise.KeeperSpec{Exe: e.opts.Exe, Log: klog, EnvID: env.ID, OwnerExit: api.OwnerExitStop, Ops: kops})
+	if klog != nil {
+		klog.Close()
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", nil, err
+	}
+	_ = k.Commit("", "")
+	cleanup := func() {
+		k.Detach() // owner-exit stop: the keeper exits and its mount goes
+		stopKeeper(context.Background(), toAPI(k.ID))
+		os.Remove(tmp)
+	}
+	return view.RootPath(k.ID.PID, tmp), cleanup, nil
+}
+
+func countFiles(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n++
+		}
+		return nil
+	})
+	return n
+}

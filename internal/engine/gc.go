@@ -1,0 +1,334 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/fault"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
+	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// GCOptions select what a gc pass may delete.
+type GCOptions struct {
+	// DryRun reports what would be deleted and deletes nothing.
+	DryRun bool
+	// RetainTrees / RetainEvidence override the configured and
+	// per-environment retention for this call.
+	RetainTrees, RetainEvidence *time.Duration
+	// Force lists environments (ids or prefixes) whose trees and evidence
+	// are discarded now, whatever their retention. Live environments are
+	// still refused.
+	Force []string
+}
+
+// retentionFor resolves an environment's retention: per call, then the
+// environment's own spec, then the store configuration.
+func retentionFor(env *api.Env, cfg *Config, opts GCOptions) (trees, evidence time.Duration) {
+	trees, evidence = time.Duration(*cfg.Retention.Trees), time.Duration(*cfg.Retention.Evidence)
+	var s spec.Environment
+	if len(env.Spec) > 0 && json.Unmarshal(env.Spec, &s) == nil {
+		if s.Retention.Trees != nil {
+			trees = time.Duration(*s.Retention.Trees)
+		}
+		if s.Retention.Evidence != nil {
+			evidence = time.Duration(*s.Retention.Evidence)
+		}
+	}
+	if opts.RetainTrees != nil {
+		trees = *opts.RetainTrees
+	}
+	if opts.RetainEvidence != nil {
+		evidence = *opts.RetainEvidence
+	}
+	return trees, evidence
+}
+
+// GC applies retention to stopped environments: private trees first, then
+// evidence (records, logs, receipts, manifests, exports) once no tree of
+// the environment remains. The decisions are pure (decide.Retention) over
+// facts gathered under the environment's lock; every deletion checks
+// containment in the store's own directories and the recorded identity
+// first, whatever the registry says. Borrowed baselines are never deleted.
+func (e *Engine) GC(ctx context.Context, opts GCOptions) (*api.GCReport, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	cfg, err := e.Config()
+	if err != nil {
+		return nil, err
+	}
+	rep := &api.GCReport{DryRun: opts.DryRun, Deleted: []api.GCItem{}, Held: []api.GCItem{}, Errors: []api.GCItem{},
+		Note: "Btrfs reclaims deleted snapshots in the background: deleted means acknowledged, not reclaimed"}
+	forced := map[string]bool{}
+	for _, f := range opts.Force {
+		kind, id, err := e.reg.Resolve(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		if kind != "env" {
+			return nil, fmt.Errorf("--force %s: that is a command; give its environment: %w", f, api.ErrInvalid)
+		}
+		env, err := e.reg.Env(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if !env.State.Final() {
+			return nil, fmt.Errorf("--force %s: the environment is %s; stop it first ('hostfork stop %s'): %w", id, env.State, id, api.ErrInvalid)
+		}
+		forced[id] = true
+	}
+	envs, err := e.reg.Envs(ctx, registry.EnvQuery{States: []api.EnvState{api.EnvStopped, api.EnvFailed}})
+	if err != nil {
+		return nil, err
+	}
+	all, err := e.reg.Envs(ctx, registry.EnvQuery{})
+	if err != nil {
+		return nil, err
+	}
+	for _, env := range envs {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		e.gcEnv(ctx, env, all, cfg, opts, forced[env.ID], rep)
+	}
+	if !opts.DryRun && len(rep.Deleted) > 0 {
+		var b registry.Batch
+		for _, it := range rep.Deleted {
+			b.Event(api.Event{Kind: api.EventGC, Env: it.Env, Detail: it.What + ": " + it.Reason})
+		}
+		_ = e.reg.Commit(ctx, &b)
+		_ = e.reg.Checkpoint(ctx)
+	}
+	return rep, nil
+}
+
+func (e *Engine) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg *Config, opts GCOptions, force bool, rep *api.GCReport) {
+	unlock, ok := envLock(env.RunDir, 5*time.Second)
+	if !ok {
+		rep.Held = append(rep.Held, api.GCItem{Env: env.ID, What: "environment", Reason: "another reaper, gc or stop holds it"})
+		return
+	}
+	defer unlock()
+	env, err := e.reg.Env(ctx, env.ID) // re-check under the lock
+	if err != nil || !env.State.Final() {
+		return
+	}
+	f := decide.RetentionFacts{Now: time.Now(), StoppedAt: env.StoppedAt, Force: force}
+	f.KeepTrees, f.KeepEvidence = retentionFor(env, cfg, opts)
+	// Every command must be proven finished: live or unverified owners
+	// keep their evidence.
+	cmds, _ := e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
+	for _, c := range cmds {
+		if !c.Final() {
+			f.Unfinished = "command " + c.ID + " is " + string(decide.LivenessOf(c)) + "; run 'hostfork reap'"
+		}
+	}
+	byName := map[string]*api.Tree{}
+	for i := range env.Trees {
+		t := &env.Trees[i]
+		if t.State != api.TreeAllocated {
+			continue
+		}
+		byName[t.Name] = t
+		f.Trees = append(f.Trees, decide.TreeFacts{Name: t.Name, Hold: e.treeHold(env, t, all)})
+	}
+	changed := false
+	for _, it := range decide.Retention(f) {
+		item := api.GCItem{Env: env.ID, What: it.What, Reason: it.Reason}
+		switch {
+		case !it.Delete:
+			rep.Held = append(rep.Held, item)
+		case it.Tree != "":
+			t := byName[it.Tree]
+			item.Path = t.HostPath
+			if opts.DryRun {
+				rep.Deleted = append(rep.Deleted, item)
+				continue
+			}
+			if err := removeTree(ctx, t); err != nil {
+				item.Reason = err.Error()
+				rep.Errors = append(rep.Errors, item)
+				continue
+			}
+			t.State = api.TreeRemoved
+			changed = true
+			rep.Deleted = append(rep.Deleted, item)
+		default: // evidence
+			item.Path, item.Bytes = env.RunDir, dirBytes(env.RunDir)
+			if changed && !e.recordTrees(ctx, env, rep) {
+				return
+			}
+			changed = false
+			if opts.DryRun {
+				rep.Deleted = append(rep.Deleted, item)
+				continue
+			}
+			if err := e.removeEvidence(ctx, env); err != nil {
+				item.Reason = err.Error()
+				rep.Errors = append(rep.Errors, item)
+				continue
+			}
+			var b registry.Batch
+			ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: env.ID, Open: true})
+			settleAll(&b, ptrs(ins), nil)
+			b.DeleteEnv(env.ID)
+			if err := e.reg.Commit(ctx, &b); err != nil {
+				item.Reason = "files deleted, record kept: " + err.Error()
+				rep.Errors = append(rep.Errors, item)
+				continue
+			}
+			rep.Deleted = append(rep.Deleted, item)
+		}
+	}
+	if changed {
+		e.recordTrees(ctx, env, rep)
+	}
+}
+
+// recordTrees records deleted trees (and settles their intents).
+func (e *Engine) recordTrees(ctx context.Context, env *api.Env, rep *api.GCReport) bool {
+	for try := 0; try < 5; try++ {
+		cur, err := e.reg.Env(ctx, env.ID)
+		if err != nil {
+			break
+		}
+		n := *cur
+		n.Trees = env.Trees
+		var b registry.Batch
+		b.UpdateEnv(cur, &n)
+		ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: env.ID, Kind: registry.KindTree, Open: true})
+		settleAll(&b, ptrs(ins), nil)
+		err = e.reg.Commit(ctx, &b)
+		if err == nil {
+			e.writeManifest(ctx, env.ID)
+			return true
+		}
+		if !errors.Is(err, registry.ErrConflict) {
+			rep.Errors = append(rep.Errors, api.GCItem{Env: env.ID, What: "record", Reason: "trees were deleted but the record could not be updated: " + err.Error()})
+			return false
+		}
+	}
+	return false
+}
+
+// removeTree deletes one allocated tree through its storage backend,
+// which checks the recorded identities first.
+func removeTree(ctx context.Context, t *api.Tree) error {
+	var st storage.Tree
+	if err := json.Unmarshal(t.Storage, &st); err != nil {
+		return fmt.Errorf("unreadable tree record: %w", err)
+	}
+	b, err := storage.ForKind(st.Kind)
+	if err != nil {
+		return err
+	}
+	fault.Point(fault.GCDelete)
+	return b.Remove(ctx, st)
+}
+
+// removeEvidence deletes an environment's run directory — only if it is
+// <store>/runs/<id> and still the directory recorded when it was made
+// (device and inode), walked by descriptors without following a symlink.
+func (e *Engine) removeEvidence(ctx context.Context, env *api.Env) error {
+	want := filepath.Join(e.root, "runs", env.ID)
+	if filepath.Clean(env.RunDir) != want {
+		return fmt.Errorf("the record names run directory %s, which is not %s: refusing to delete it: %w", env.RunDir, want, safefs.ErrIdentityMismatch)
+	}
+	ins, err := e.reg.Intents(ctx, registry.IntentFilter{EnvID: env.ID, Kind: registry.KindDir})
+	if err != nil {
+		return err
+	}
+	var id safefs.FileID
+	for _, in := range ins {
+		if in.CommandID == "" && in.Target == want {
+			if dev, ino, ok := recordedInode(in.Identity); ok {
+				id = safefs.FileID{Dev: dev, Ino: ino}
+			}
+		}
+	}
+	runs, err := safefs.OpenDir(filepath.Join(e.root, "runs"))
+	if err != nil {
+		return err
+	}
+	defer runs.Close()
+	if _, err := runs.Lstat(env.ID); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if id.Ino == 0 {
+		return fmt.Errorf("no identity was recorded for %s: refusing to delete it (remove it by hand if it is yours): %w", want, safefs.ErrIdentityMismatch)
+	}
+	if id.Dev == 0 {
+		st, err := runs.Stat()
+		if err != nil {
+			return err
+		}
+		id.Dev = st.Dev
+	}
+	return runs.RemoveTree(env.ID, id)
+}
+
+// treeHold says why a tree must be kept although its retention passed.
+func (e *Engine) treeHold(env *api.Env, t *api.Tree, all []*api.Env) string {
+	if exportsInProgress(env.RunDir, t.Name) {
+		return "an export of this tree has not finished"
+	}
+	for _, o := range all {
+		if o.ID == env.ID {
+			continue
+		}
+		for _, ot := range o.Trees {
+			if ot.State == api.TreeAllocated && (ot.Source == t.HostPath || safefs.Within(t.HostPath, ot.Source)) {
+				return "tree " + ot.Name + " of environment " + o.ID + " is built on it"
+			}
+		}
+	}
+	return ""
+}
+
+// exportsInProgress reports an unfinished export of tree (its marker file
+// is present and names a live process).
+func exportsInProgress(runDir, tree string) bool {
+	marks, _ := filepath.Glob(filepath.Join(runDir, "exports", "*"+tree+"*.inprogress"))
+	for _, m := range marks {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		var id linux.Identity
+		if json.Unmarshal(b, &id) != nil {
+			return true // unreadable: keep, never guess
+		}
+		if linux.Assess(id) != linux.Gone {
+			return true
+		}
+	}
+	return false
+}
+
+// dirBytes sums apparent file sizes below dir (0 if unreadable).
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}

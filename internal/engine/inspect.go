@@ -1,0 +1,286 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+)
+
+// Resolve finds the environment or command an id (or unique prefix)
+// names: kind is "env" or "command".
+func (e *Engine) Resolve(ctx context.Context, prefix string) (kind, id string, err error) {
+	if err := e.checkOpen(); err != nil {
+		return "", "", err
+	}
+	return e.reg.Resolve(ctx, prefix)
+}
+
+// liveStates are the recorded command states a live or unverified tree
+// can have.
+var liveStates = []api.CommandState{api.CommandReserved, api.CommandRunning, api.CommandUnverified}
+
+// Commands lists commands by filter, oldest first, each settled from its
+// evidence and with the reader's computed fields.
+func (e *Engine) Commands(ctx context.Context, f api.CommandFilter) ([]api.Command, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := f.Labels.Validate(); err != nil {
+		return nil, err
+	}
+	q := registry.CommandQuery{Env: f.Env, States: f.States, Labels: f.Labels}
+	if f.Live && len(q.States) == 0 {
+		q.States = liveStates
+	}
+	cmds, err := e.reg.Commands(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	envs := map[string]*api.Env{}
+	out := make([]api.Command, 0, len(cmds))
+	for _, c := range cmds {
+		env := envs[c.Env]
+		if env == nil {
+			if env, err = e.reg.Env(ctx, c.Env); err != nil {
+				continue
+			}
+			envs[c.Env] = env
+		}
+		if !c.Final() {
+			if n, _ := e.settleCommand(ctx, env, c); n != nil {
+				c = n
+			}
+		}
+		e.compute(c, env)
+		if f.Live && c.Liveness == api.Exited {
+			continue
+		}
+		if len(f.States) > 0 && !slices.Contains(f.States, c.State) {
+			continue
+		}
+		out = append(out, *c)
+	}
+	return out, nil
+}
+
+// compute fills a command's reader-computed fields.
+func (e *Engine) compute(c *api.Command, env *api.Env) {
+	c.Liveness = decide.LivenessOf(c)
+	c.Stoppable = c.Liveness != api.Exited && canStop(c)
+	c.PID = nil
+	if c.Workload != nil && c.Liveness == api.Alive && c.LeaderState == api.PhaseLive {
+		pid := c.Workload.PID
+		c.PID = &pid
+	}
+	c.DeadlineAt = nil
+	if env != nil && env.DeadlineAt != nil {
+		t := *env.DeadlineAt
+		c.DeadlineAt = &t
+	}
+	if c.Timeout > 0 && c.StartedAt != nil {
+		t := c.StartedAt.Add(c.Timeout.D())
+		if c.DeadlineAt == nil || t.Before(*c.DeadlineAt) {
+			c.DeadlineAt = &t
+		}
+	}
+	if c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	if c.CleanupErrors == nil {
+		c.CleanupErrors = []string{}
+	}
+	if c.EnvKeys == nil {
+		c.EnvKeys = []string{}
+	}
+	if c.Argv == nil {
+		c.Argv = []string{}
+	}
+}
+
+// canStop reports whether this user can stop the tree: root, or the owner
+// of its cgroup (cgroup2 tier) or of its guardian (subreaper tier).
+func canStop(c *api.Command) bool {
+	if os.Geteuid() == 0 {
+		return true
+	}
+	if c.CgroupPath != "" {
+		return unix.Access(filepath.Join(c.CgroupPath, "cgroup.kill"), unix.W_OK) == nil
+	}
+	if c.Guardian == nil {
+		return false
+	}
+	var st unix.Stat_t
+	if unix.Stat("/proc/"+strconv.Itoa(c.Guardian.PID), &st) != nil {
+		return false
+	}
+	return int(st.Uid) == os.Geteuid()
+}
+
+// Command reads one command (by exact id), settled and computed.
+func (e *Engine) Command(ctx context.Context, id string) (*api.Command, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	c, err := e.reg.Command(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	env, err := e.reg.Env(ctx, c.Env)
+	if err != nil {
+		return nil, err
+	}
+	if n, _ := e.settleCommand(ctx, env, c); n != nil {
+		c = n
+	}
+	e.compute(c, env)
+	return c, nil
+}
+
+// Envs lists environments by filter, oldest first. A reader computes what
+// it can prove now: each environment that is not final is reconciled
+// from its evidence, and when its stop is due and nothing of it runs any
+// more (the guardians and the keeper did the stopping), the reader
+// finishes the bookkeeping — records the stop and removes the empty
+// cgroups.
+func (e *Engine) Envs(ctx context.Context, f api.EnvFilter) ([]api.Env, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := f.Labels.Validate(); err != nil {
+		return nil, err
+	}
+	q := registry.EnvQuery{States: f.States, Labels: f.Labels}
+	if f.Active && len(q.States) == 0 {
+		q.States = []api.EnvState{api.EnvCreating, api.EnvActive, api.EnvStopping}
+	}
+	envs, err := e.reg.Envs(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	var cmdsOf map[string][]*api.Command
+	if f.WithCommands && len(envs) > 0 {
+		cmdsOf = map[string][]*api.Command{}
+		var ids []string
+		if len(envs) <= 500 {
+			for _, env := range envs {
+				ids = append(ids, env.ID)
+			}
+		}
+		all, err := e.reg.Commands(ctx, registry.CommandQuery{Envs: ids})
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range all {
+			cmdsOf[c.Env] = append(cmdsOf[c.Env], c)
+		}
+	}
+	out := make([]api.Env, 0, len(envs))
+	for _, env := range envs {
+		var cmds []*api.Command
+		if cmdsOf != nil {
+			cmds = cmdsOf[env.ID]
+		}
+		env = e.reconcile(ctx, env, cmds, cmdsOf != nil)
+		if f.Active && env.State.Final() {
+			continue
+		}
+		if len(f.States) > 0 && !slices.Contains(f.States, env.State) {
+			continue
+		}
+		out = append(out, *env)
+	}
+	return out, nil
+}
+
+// Env reads one environment (by exact id) with its commands, reconciled.
+func (e *Engine) Env(ctx context.Context, id string) (*api.Env, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	env, err := e.reg.Env(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	cmds, err := e.reg.Commands(ctx, registry.CommandQuery{Env: id})
+	if err != nil {
+		return nil, err
+	}
+	return e.reconcile(ctx, env, cmds, true), nil
+}
+
+// reconcile settles an environment that is not final and fills the
+// reader's computed fields (and its commands, when given).
+func (e *Engine) reconcile(ctx context.Context, env *api.Env, cmds []*api.Command, with bool) *api.Env {
+	if !env.State.Final() {
+		if !with {
+			cmds, _ = e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
+		}
+		facts, settled := e.envFacts(ctx, env, cmds)
+		if with {
+			cmds = settled
+		}
+		a := decide.Env(*env, facts)
+		env.Due = a.Due
+		if a.Stop && a.Quiet && e.runningOf(envRunner(e, env.ID)) == nil {
+			// Nothing of it runs any more: finish the bookkeeping the
+			// guardians and the keeper could not (they don't write the
+			// registry).
+			if unlock, ok := envLock(env.RunDir, 0); ok {
+				if n, err := e.stopEnvLocked(ctx, env, StopOptions{Reason: a.Reason}); err == nil && n != nil {
+					env = n
+					env.Due = ""
+					if with {
+						cmds, _ = e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
+					}
+				}
+				unlock()
+			}
+		}
+	}
+	env.LimitsNow = nil
+	if g := limitGroup(env); g != nil && !env.State.Final() {
+		env.LimitsNow, _ = json.Marshal(g.Evidence())
+	}
+	boot, _ := linux.BootID()
+	env.OwnerAlive = livenessText(liveness(env.Owner))
+	env.Expired = env.DeadlineMono > 0 && (env.BootID != boot || linux.MonotonicNow() >= env.DeadlineMono)
+	if env.Trees == nil {
+		env.Trees = []api.Tree{}
+	}
+	if env.CleanupErrors == nil {
+		env.CleanupErrors = []string{}
+	}
+	env.Commands = nil
+	if with {
+		env.Commands = make([]api.Command, 0, len(cmds))
+		for _, c := range cmds {
+			e.compute(c, env)
+			env.Commands = append(env.Commands, *c)
+		}
+	}
+	return env
+}
+
+// envRunner is the id of a command of env this process is running (""
+// none): its watcher, not a reader, records that environment's stop.
+func envRunner(e *Engine, envID string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id, r := range e.running {
+		if r.env.ID == envID {
+			return id
+		}
+	}
+	return ""
+}
+

@@ -1,0 +1,556 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/fault"
+	"github.com/habemus-papadum/hostfork/internal/limits"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
+)
+
+// WorkloadAgent marks a command as an agent workload: it takes part in
+// admission (DESIGN.md, "Not overload the host").
+const WorkloadAgent = "agent"
+
+// CommandSpec is one command to launch.
+type CommandSpec struct {
+	Argv []string
+	// Cwd is the working directory ("" = the caller's), resolved inside
+	// the view.
+	Cwd string
+	// Env is the environment as given (nil: EnvPolicy resolves it);
+	// EnvSet are explicit K=V variables applied last.
+	Env       []string
+	EnvPolicy string
+	EnvSet    []string
+	Output    api.OutputMode
+	// Stdin is the workload's standard input (nil: /dev/null).
+	Stdin *os.File
+	// Stdout and Stderr receive the streamed copy (pipe mode) or are the
+	// workload's own descriptors (inherit mode; nil: the caller's).
+	Stdout, Stderr io.Writer
+	// Foreground makes the workload the terminal's foreground job (its
+	// stdin is a terminal).
+	Foreground bool
+	Purpose    string
+	Labels     map[string]string
+	// OwnerExit overrides the environment's owner-exit policy for this
+	// command.
+	OwnerExit string
+	// Workload "agent" takes part in admission with Admit (wait, fail or
+	// skip); OnAdmissionWait is called once if it has to wait.
+	Workload        string
+	Admit           string
+	OnAdmissionWait func(reason string)
+	// Capture keeps the streamed output (at most CaptureLimit bytes per
+	// stream) for Running.Capture.
+	Capture      bool
+	CaptureLimit int
+	// Timeout is the command's own timeout (0: none); it never extends
+	// the environment's deadline.
+	Timeout time.Duration
+	// AutoStop (Create with a first command only): the environment stops
+	// when this command's tree has exited.
+	AutoStop bool
+}
+
+// launch is one command being launched: reserved, prepared at the gate,
+// registered, released. Each step is a small function; what a failed step
+// leaves is undone by abort.
+type launch struct {
+	e  *Engine
+	cs *CommandSpec
+	// rec is the command's record (reserved, then running); regRev the
+	// revision the registry holds.
+	rec     *api.Command
+	intents []*registry.Intent
+	// admission
+	admitted func()
+	decision string
+	// resolved
+	envv         []string
+	path         string
+	view         *viewRoot
+	keeperPID    int
+	keeperStart  uint64
+	deadlineMono time.Duration
+	// prepared
+	g      *supervise.Guardian
+	opened []*os.File
+	wlPath string
+	v1join []string
+	lg     *limits.Group
+	gcg    string
+	mount  string
+}
+
+// newLaunch validates a command and takes its admission (an agent
+// workload keeps the admission lock until its reservation commits).
+func (e *Engine) newLaunch(ctx context.Context, cs *CommandSpec) (*launch, error) {
+	if len(cs.Argv) == 0 || cs.Argv[0] == "" {
+		return nil, fmt.Errorf("empty command: give the program to run after --: %w", api.ErrInvalid)
+	}
+	if cs.Output == "" {
+		cs.Output = api.OutputFiles
+	}
+	switch cs.Output {
+	case api.OutputFiles, api.OutputPipe, api.OutputInherit:
+	default:
+		return nil, fmt.Errorf("output mode %q: use files, pipe or inherit: %w", cs.Output, api.ErrInvalid)
+	}
+	if cs.Timeout < 0 {
+		return nil, fmt.Errorf("timeout %v is negative: %w", cs.Timeout, api.ErrInvalid)
+	}
+	switch cs.OwnerExit {
+	case "", api.OwnerExitStop, api.OwnerExitDetach:
+	default:
+		return nil, fmt.Errorf("owner-exit %q: use stop or detach: %w", cs.OwnerExit, api.ErrInvalid)
+	}
+	l := &launch{e: e, cs: cs}
+	if cs.Workload == WorkloadAgent {
+		rel, d, err := e.admitCommand(ctx, cs.Admit, cs.OnAdmissionWait)
+		if err != nil {
+			return nil, err
+		}
+		l.admitted, l.decision = rel, d
+	} else if cs.Workload != "" {
+		return nil, fmt.Errorf("workload kind %q: the only kind is %q: %w", cs.Workload, WorkloadAgent, api.ErrInvalid)
+	}
+	return l, nil
+}
+
+func (l *launch) releaseAdmission() {
+	if l.admitted != nil {
+		l.admitted()
+		l.admitted = nil
+	}
+}
+
+// reserved: the command is registered, so it counts as live for the next
+// admission decision.
+func (l *launch) reserved() {
+	l.releaseAdmission()
+	fault.Point(fault.CommandReserved)
+}
+
+// reserve adds the command's reservation (record and intents) to b.
+func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
+	cs := l.cs
+	boot, _ := linux.BootID()
+	self, _ := linux.IdentityOf(os.Getpid())
+	id := newID()
+	dir := filepath.Join(env.RunDir, "commands", id)
+	labels := map[string]string{}
+	for k, v := range env.Labels {
+		labels[k] = v
+	}
+	for k, v := range cs.Labels {
+		labels[k] = v
+	}
+	purpose := cs.Purpose
+	if purpose == "" {
+		purpose = env.Purpose
+	}
+	rec := &api.Command{
+		ID: id, Env: env.ID, State: api.CommandReserved, CreatedAt: time.Now().UTC(),
+		Purpose: purpose, Labels: labels, Argv: cs.Argv, Cwd: cs.Cwd, Output: cs.Output, Dir: dir,
+		Tier: env.Tier, Launcher: toAPI(self), LeaderState: api.PhasePending, TreeState: api.PhasePending,
+		WorkloadKind: cs.Workload, Admission: l.decision, Timeout: api.Duration(cs.Timeout),
+		CleanupErrors: []string{},
+	}
+	if rec.Launcher != nil {
+		rec.Launcher.BootID = boot
+	}
+	if cs.Output != api.OutputInherit {
+		rec.StdoutPath = filepath.Join(dir, "stdout")
+		rec.StderrPath = filepath.Join(dir, "stderr")
+	}
+	if env.CgroupPath != "" {
+		rec.CgroupPath = filepath.Join(env.CgroupPath, "commands", id)
+	}
+	if env.Limits != nil && lh == nil {
+		if g := limitGroup(env); g != nil {
+			l.lg = g
+		}
+	}
+	l.rec = rec
+	add := func(kind, target string) {
+		in := &registry.Intent{EnvID: env.ID, CommandID: id, Kind: kind, Target: target}
+		l.intents = append(l.intents, in)
+		b.AddIntent(in)
+	}
+	b.InsertCommand(rec)
+	add(registry.KindDir, dir)
+	if rec.CgroupPath != "" {
+		add(registry.KindCgroup, rec.CgroupPath)
+	}
+	// The command's own v1 memory group (per-command OOM evidence).
+	if l.lg != nil {
+		for _, d := range l.lg.CommandGroupDirs(id) {
+			add(registry.KindCgroupV1, d)
+		}
+	} else if lh != nil {
+		if s := lh.For(limits.Memory); s.Mechanism == limits.Cgroup1 && s.Dir != "" {
+			add(registry.KindCgroupV1, filepath.Join(s.Dir, env.ID, id))
+		}
+	}
+}
+
+// resolve fixes the command's environment variables, program and working
+// directory as the workload will see them: inside the view, through the
+// keeper's root.
+func (l *launch) resolve(env *api.Env) error {
+	e, cs := l.e, l.cs
+	envv, policy, note, keys, err := e.commandEnv(context.Background(), env, cs)
+	if err != nil {
+		return err
+	}
+	l.envv = envv
+	l.rec.EnvPolicy, l.rec.EnvPolicyNote, l.rec.EnvKeys = policy, note, keys
+	if env.Keeper != nil {
+		p, err := linux.OpenVerified(toLinux(env.Keeper))
+		if err != nil {
+			return fmt.Errorf("environment %s: its keeper is gone (%v); new commands are refused (stop it and create a new one): %w", env.ID, err, api.ErrEnvNotActive)
+		}
+		defer p.Close()
+		v, err := openViewRoot(env.Keeper.PID)
+		if err != nil {
+			return fmt.Errorf("environment %s: its view can't be entered: %v: %w", env.ID, err, api.ErrEnvNotActive)
+		}
+		l.view, l.keeperPID, l.keeperStart = v, env.Keeper.PID, env.Keeper.StartTime
+		defer func() { l.view.Close(); l.view = nil }()
+	}
+	if l.view != nil {
+		if l.path, err = l.view.lookPath(cs.Argv[0], envv); err != nil {
+			return err
+		}
+	} else if l.path, err = LookPath(cs.Argv[0], envv); err != nil {
+		return err
+	}
+	cwd := cs.Cwd
+	if cwd != "" {
+		if !filepath.IsAbs(cwd) {
+			abs, err := filepath.Abs(cwd)
+			if err != nil {
+				return fmt.Errorf("working directory %s: %v: %w", cwd, err, api.ErrInvalid)
+			}
+			cwd = abs
+		}
+		ok := false
+		if l.view != nil {
+			ok = l.view.isDir(cwd)
+		} else if st, err := os.Stat(cwd); err == nil && st.IsDir() {
+			ok = true
+		}
+		if !ok {
+			where := ""
+			if l.view != nil {
+				where = " in the environment's view"
+			}
+			return fmt.Errorf("working directory %s does not exist%s or is not a directory: %w", cwd, where, api.ErrInvalid)
+		}
+	} else if wd, err := os.Getwd(); err == nil {
+		cwd = wd
+		if l.view != nil && !l.view.isDir(cwd) {
+			cwd = "/"
+		}
+	}
+	l.rec.Cwd = cwd
+	if env.DeadlineMono > 0 {
+		if boot, _ := linux.BootID(); env.BootID == boot {
+			l.deadlineMono = env.DeadlineMono
+		}
+	}
+	return nil
+}
+
+// prepare makes the command's directory, files and cgroups and starts its
+// guardian at the gate.
+func (l *launch) prepare(ctx context.Context, env *api.Env, lg *limits.Group) error {
+	rec, cs := l.rec, l.cs
+	if lg != nil {
+		l.lg = lg
+	}
+	if err := os.Mkdir(rec.Dir, 0o700); err != nil {
+		return fmt.Errorf("creating command directory: %w", err)
+	}
+	create := func(name string, flag int) (*os.File, error) {
+		f, err := os.OpenFile(filepath.Join(rec.Dir, name), os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|flag, 0o600)
+		if err == nil {
+			l.opened = append(l.opened, f)
+		}
+		return f, err
+	}
+	dirf, err := os.OpenFile(rec.Dir, unix.O_PATH|unix.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening command directory: %w", err)
+	}
+	l.opened = append(l.opened, dirf)
+	receipt, err := create("receipt", os.O_RDWR)
+	if err != nil {
+		return fmt.Errorf("creating receipt: %w", err)
+	}
+	// The receipt is rewritten in place as facts arrive: its blocks are
+	// allocated now, so a full filesystem can't cut it later.
+	_ = unix.Fallocate(int(receipt.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, 4096)
+	var rst unix.Stat_t
+	if err := unix.Fstat(int(receipt.Fd()), &rst); err != nil {
+		return fmt.Errorf("stat receipt: %w", err)
+	}
+	rec.ProofDev, rec.ProofIno = rst.Dev, rst.Ino
+	ss := supervise.StartSpec{Exe: l.e.opts.Exe, Receipt: receipt, Dir: dirf, Setsid: !cs.Foreground}
+	switch cs.Output {
+	case api.OutputInherit:
+		ss.Stdin, ss.Stdout, ss.Stderr = cs.Stdin, fileOr(cs.Stdout, os.Stdout), fileOr(cs.Stderr, os.Stderr)
+	default:
+		if ss.Stdout, err = create("stdout", os.O_WRONLY|os.O_APPEND); err != nil {
+			return fmt.Errorf("creating stdout file: %w", err)
+		}
+		if ss.Stderr, err = create("stderr", os.O_WRONLY|os.O_APPEND); err != nil {
+			return fmt.Errorf("creating stderr file: %w", err)
+		}
+		ss.Stdin = cs.Stdin
+		ss.Forward = cs.Output == api.OutputPipe
+	}
+	if rec.CgroupPath != "" {
+		g, err := cgroup.Create(rec.CgroupPath)
+		if err != nil {
+			return fmt.Errorf("creating the command's cgroup: %w", err)
+		}
+		rec.CgroupInode, _ = g.Inode()
+		l.wlPath = rec.CgroupPath
+		l.gcg = filepath.Join(env.CgroupPath, "guardians")
+		ss.GuardianCgroup = l.gcg
+		if m, err := cgroup.FindMount(); err == nil {
+			l.mount = m.Path
+		}
+	}
+	if l.lg != nil {
+		dirs, err := l.lg.CommandGroups(rec.ID)
+		if err != nil {
+			return fmt.Errorf("creating the command's limit groups: %w", err)
+		}
+		l.v1join = dirs
+		zero := uint64(0)
+		rec.OOMBaseline = &zero
+	}
+	g, err := supervise.Start(ss)
+	if err != nil {
+		return err
+	}
+	l.g = g
+	if l.lg != nil {
+		// cgroup v1 has no clone-into: the gated guardian joins the
+		// environment's limit groups before anything runs; its workload
+		// inherits them (and joins its own memory group).
+		if err := l.lg.Join(g.ID.PID); err != nil {
+			return fmt.Errorf("placing the command in its limit groups: %w", err)
+		}
+	}
+	fault.Point(fault.GuardianStarted)
+	rec.Guardian = toAPI(g.ID)
+	rec.State = api.CommandRunning
+	now := time.Now().UTC()
+	rec.StartedAt = &now
+	if notes := unenforcedOf(env); notes != "" {
+		rec.LimitsNote = notes
+	}
+	return nil
+}
+
+// register adds the guardian's registration to b: the record with its
+// identity, the intents' identities, and the launch gate's condition (the
+// environment still takes commands).
+func (l *launch) register(b *registry.Batch, env *api.Env) {
+	boot, _ := linux.BootID()
+	b.RequireEnv(env.ID, []api.EnvState{api.EnvActive}, boot, linux.MonotonicNow())
+	old := *l.rec
+	old.State, old.Rev = api.CommandReserved, 1
+	b.UpdateCommand(&old, l.rec)
+	settleAll(b, l.intents, nil)
+}
+
+// release opens the gate and starts watching the guardian.
+func (l *launch) release(ctx context.Context, env *api.Env) (*Running, error) {
+	fault.Point(fault.GuardianRegistered)
+	for _, f := range l.opened {
+		f.Close()
+	}
+	l.opened = nil
+	cs, rec := l.cs, l.rec
+	cfg := &supervise.Config{
+		CommandID: rec.ID, EnvID: env.ID, Argv: cs.Argv, Path: l.path, Env: l.envv, Cwd: rec.Cwd,
+		Output: string(cs.Output), WorkloadCgroup: l.wlPath, CgroupMount: l.mount, GuardiansCgroup: l.gcg,
+		V1Join: l.v1join, Grace: env.Grace.D(), Idle: env.IdleTimeout.D(), OwnerExit: env.OwnerExit,
+		Foreground: cs.Foreground, DeadlineMono: l.deadlineMono, AutoStop: cs.AutoStop,
+	}
+	if cs.OwnerExit != "" {
+		cfg.OwnerExit = cs.OwnerExit
+	}
+	if l.keeperPID > 0 {
+		cfg.ViewPID, cfg.ViewStart = l.keeperPID, l.keeperStart
+	}
+	if cs.Timeout > 0 {
+		cfg.TimeoutMono = linux.MonotonicNow() + cs.Timeout
+		rec.TimeoutMono = cfg.TimeoutMono
+	}
+	r := newRunning(l, env)
+	if err := l.g.Release(cfg); err != nil {
+		// The guardian is registered; it exits on its own at EOF. The
+		// record is settled from its evidence like any other loss.
+		l.g.Abort()
+		r.abandonWatch(err)
+		return nil, fmt.Errorf("releasing the command: %w", err)
+	}
+	fault.Point(fault.Released)
+	go r.watch()
+	return r, nil
+}
+
+// abortGuardian revokes an unreleased gate: the guardian exits without
+// starting anything.
+func (l *launch) abortGuardian() {
+	if l == nil {
+		return
+	}
+	if l.g != nil {
+		l.g.Abort()
+		l.g = nil
+	}
+	for _, f := range l.opened {
+		f.Close()
+	}
+	l.opened = nil
+}
+
+// failInBatch adds the failed record of a launch aborted before release.
+func (l *launch) failInBatch(ctx context.Context, b *registry.Batch, cause error) {
+	cur, err := l.e.reg.Command(ctx, l.rec.ID)
+	if err != nil {
+		return
+	}
+	next := *cur
+	next.State = api.CommandFailed
+	next.Error = cause.Error()
+	next.LeaderState = api.PhaseUnknown
+	next.TreeState = api.PhaseExited
+	next.TreeEvidence = "never released"
+	b.UpdateCommand(cur, &next)
+}
+
+// abort settles a command whose launch failed before release: its cgroups
+// are removed and its record says why. Its directory stays as evidence.
+func (l *launch) abort(cause error) error {
+	ctx := context.Background()
+	l.abortGuardian()
+	var cleanup []string
+	if l.rec.CgroupPath != "" {
+		if err := cgroup.Open(l.rec.CgroupPath).Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			cleanup = append(cleanup, err.Error())
+		}
+	}
+	if l.lg != nil {
+		if err := l.lg.RemoveCommand(ctx, l.rec.ID); err != nil {
+			cleanup = append(cleanup, err.Error())
+		}
+	}
+	for try := 0; try < 5; try++ {
+		cur, err := l.e.reg.Command(ctx, l.rec.ID)
+		if err != nil {
+			break
+		}
+		next := *cur
+		next.State = api.CommandFailed
+		next.Error = cause.Error()
+		next.LeaderState = api.PhaseUnknown
+		next.TreeState = api.PhaseExited
+		next.TreeEvidence = "never released"
+		next.CleanupErrors = append(append([]string{}, cur.CleanupErrors...), cleanup...)
+		var b registry.Batch
+		b.UpdateCommand(cur, &next)
+		override := map[int64]registry.Fact{}
+		for _, in := range l.intents {
+			if in.Kind == registry.KindDir {
+				if _, err := os.Lstat(in.Target); err == nil {
+					override[in.ID] = registry.Fact{Exists: true, Identity: pathIdentity(in.Target)}
+				}
+			}
+		}
+		settleAll(&b, l.intents, override)
+		if err := l.e.reg.Commit(ctx, &b); err == nil || !errors.Is(err, registry.ErrConflict) {
+			break
+		}
+	}
+	if cur, err := l.e.reg.Command(ctx, l.rec.ID); err == nil {
+		writeCommandRecord(cur)
+	}
+	return cause
+}
+
+func fileOr(w io.Writer, def *os.File) *os.File {
+	if f, ok := w.(*os.File); ok && f != nil {
+		return f
+	}
+	return def
+}
+
+// Start launches a command in an existing environment: a reservation
+// commit, the guardian started at its gate, a registration commit, the
+// release. Nothing of the workload runs before its identity is durably
+// registered; a failure before release leaves no process and a settled
+// ledger. The result is recorded by the returned Running (the third
+// commit).
+func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Running, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	if cs.AutoStop {
+		return nil, fmt.Errorf("AutoStop applies to an environment's first command only (Create): %w", api.ErrInvalid)
+	}
+	env, err := e.reg.Env(ctx, envID)
+	if err != nil {
+		return nil, err
+	}
+	if env.State != api.EnvActive {
+		return nil, fmt.Errorf("environment %s is %s; create a new one: %w", env.ID, env.State, api.ErrEnvNotActive)
+	}
+	l, err := e.newLaunch(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	defer l.releaseAdmission()
+	if err := l.resolve(env); err != nil {
+		return nil, err
+	}
+	boot, _ := linux.BootID()
+	var b registry.Batch
+	b.RequireEnv(env.ID, []api.EnvState{api.EnvActive}, boot, linux.MonotonicNow())
+	l.reserve(&b, env, nil)
+	if err := e.reg.Commit(ctx, &b); err != nil {
+		return nil, fmt.Errorf("registering the command: %w", err)
+	}
+	l.reserved()
+	if err := l.prepare(ctx, env, limitGroup(env)); err != nil {
+		return nil, l.abort(err)
+	}
+	var b2 registry.Batch
+	l.register(&b2, env)
+	if err := e.reg.Commit(ctx, &b2); err != nil {
+		// Not durably registered: revoke the gate; nothing ran.
+		return nil, l.abort(fmt.Errorf("registering the guardian: %w", err))
+	}
+	return l.release(ctx, env)
+}

@@ -1,0 +1,338 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/limits"
+	"github.com/habemus-papadum/hostfork/internal/plan"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/systemd"
+	"github.com/habemus-papadum/hostfork/internal/view"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// V1LimitParent is the group under each cgroup v1 hierarchy that holds
+// hostfork's per-environment limit groups.
+const V1LimitParent = "hostfork"
+
+// Plan validates s against this host and resolves it. Errors are for
+// malformed requests; what the host can't do is listed in Unsupported.
+func (e *Engine) Plan(ctx context.Context, s spec.Environment) (*spec.Plan, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	caps := e.Capabilities()
+	p := &spec.Plan{
+		Spec:         s,
+		MaxRuntime:   s.Lifetime.MaxRuntime,
+		Grace:        s.Lifetime.Grace,
+		OwnerExit:    s.Lifetime.OwnerExit,
+		UntilStopped: s.Lifetime.UntilStopped,
+	}
+	switch api.Tier(s.Tier) {
+	case api.TierSystemdScope:
+		if err := e.planScope(ctx, p); err != nil {
+			return nil, err
+		}
+	case api.TierCgroup2:
+		if !caps.Cgroup2 {
+			return nil, fmt.Errorf("the cgroup2 ownership tier was requested but %s; run as root on a host with a writable cgroup2 mount, or choose --tier subreaper explicitly: %w", caps.Cgroup2Reason, api.ErrUnsupported)
+		}
+		p.Tier = api.TierCgroup2
+	case api.TierSubreaper:
+		p.Tier = api.TierSubreaper
+		p.TierNote = "subreaper chosen explicitly: orphans are adopted and reaped, but a process that leaves the tree is not owned and there is no kernel tree-exit proof"
+	default:
+		if systemdBooted() && e.planScope(ctx, p) == nil {
+			break // under systemd, environments are its delegated scopes
+		}
+		if caps.Cgroup2 {
+			p.Tier = api.TierCgroup2
+		} else {
+			p.Tier = api.TierSubreaper
+			p.TierNote = "weaker subreaper tier (" + caps.Cgroup2Reason + "): orphans are adopted and reaped, but there is no kernel tree-exit proof"
+		}
+	}
+	if p.Tier == api.TierCgroup2 {
+		p.CgroupParent = caps.CgroupParent
+	}
+	if p.MaxRuntime > 0 && p.DeadlineEnforcer == "" {
+		p.DeadlineEnforcer = "guardian timers (and the keeper's, with a view): independent of the registry, storage and caller; 'hostfork reap' is the backstop"
+	}
+	if _, err := e.planView(ctx, p); err != nil {
+		return nil, err
+	}
+	if err := e.planLimits(p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// baselineInfo is what inspecting a tree's source found.
+type baselineInfo struct {
+	path   string
+	kind   string
+	fstype string
+	dev    uint64
+	ino    uint64
+}
+
+// planView plans the view and its trees; it returns what each tree's
+// source is (Create inspects them again).
+func (e *Engine) planView(ctx context.Context, p *spec.Plan) (map[string]*baselineInfo, error) {
+	s := &p.Spec
+	infos := map[string]*baselineInfo{}
+	if s.View.Empty() {
+		return infos, nil
+	}
+	if os.Geteuid() != 0 {
+		p.Unsupported = append(p.Unsupported, "a view needs a private mount namespace, which needs root here (rootless views through user namespaces are not implemented yet)")
+	}
+	mounts, err := view.ReadMountinfo()
+	if err != nil {
+		return nil, fmt.Errorf("reading the host's mounts: %w", err)
+	}
+	facts := plan.Facts{
+		Resolve: func(p string) (string, bool) {
+			r, err := filepath.EvalSymlinks(p)
+			if err != nil {
+				return p, false
+			}
+			return r, true
+		},
+		Protected: []string{e.root},
+	}
+	if exe, err := os.Executable(); err == nil {
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+		if strings.Contains(exe, "/go-build") {
+			p.Notes = append(p.Notes, "the hostfork binary "+exe+" is a temporary 'go run'/'go test' build; it is not protected from the view")
+		} else {
+			facts.Protected = append(facts.Protected, exe)
+		}
+	}
+	for _, m := range mounts {
+		facts.Mounts = append(facts.Mounts, plan.Mount{Target: m.Target, FSType: m.FSType, Options: m.Options})
+	}
+	res, err := plan.View(s, facts)
+	if err != nil {
+		return nil, err
+	}
+	// replace and scratch mount a directory: refuse a file target now,
+	// before anything is allocated.
+	for _, r := range res.Rules {
+		if (r.Kind == plan.Replace || r.Kind == plan.Scratch) && !r.Mkdir {
+			if st, err := os.Stat(r.Target); err == nil && !st.IsDir() {
+				return nil, fmt.Errorf("view %s: %s is a file; %s takes a directory: %w", r.Kind, r.Target, r.Kind, api.ErrInvalid)
+			}
+		}
+	}
+	p.View = res
+	p.Propagation = "private"
+	if shared, err := rootShared(); err == nil && shared {
+		p.Propagation = "slave"
+	} else {
+		p.Notes = append(p.Notes, "the host's mounts are private here, so the view is private too: a filesystem the host mounts or unmounts later is not seen by the view, and one the view still covers stays busy on the host until the environment stops (see 'hostfork doctor')")
+	}
+	names := make([]string, 0, len(s.Trees))
+	for n := range s.Trees {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	targetOf := map[string]string{}
+	for _, r := range res.Rules {
+		if r.Tree != "" {
+			targetOf[r.Tree] = r.Target
+		}
+	}
+	for _, n := range names {
+		t := s.Trees[n]
+		pt := spec.PlannedTree{Name: n, Kind: t.Kind, Baseline: t.Baseline, Source: t.Source, Target: targetOf[n]}
+		info, err := e.planTree(ctx, p, &pt)
+		if err != nil {
+			return nil, err
+		}
+		infos[n] = info
+		p.Trees = append(p.Trees, pt)
+	}
+	return infos, nil
+}
+
+// rootShared reports whether the host's "/" mount has shared propagation.
+func rootShared() (bool, error) {
+	ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter("/"))
+	if err != nil || len(ms) == 0 {
+		return false, err
+	}
+	return strings.Contains(ms[len(ms)-1].Optional, "shared:"), nil
+}
+
+// planTree checks one tree against the host and the registered baselines.
+func (e *Engine) planTree(ctx context.Context, p *spec.Plan, t *spec.PlannedTree) (*baselineInfo, error) {
+	src := t.Source
+	if t.Baseline != "" {
+		b, err := e.reg.Baseline(ctx, t.Baseline)
+		if err != nil {
+			if errors.Is(err, registry.ErrNotFound) {
+				return nil, fmt.Errorf("tree %s: no baseline named %q (register it with 'hostfork baseline add %s PATH'): %w", t.Name, t.Baseline, t.Baseline, api.ErrInvalid)
+			}
+			return nil, err
+		}
+		src = b.Path
+		t.Source = b.Path
+	}
+	info, err := inspectSource(src)
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: %w", t.Name, err)
+	}
+	if t.Baseline != "" {
+		b, _ := e.reg.Baseline(ctx, t.Baseline)
+		if b != nil && (b.Device != info.dev || b.Inode != info.ino) {
+			p.Unsupported = append(p.Unsupported, fmt.Sprintf("tree %s: baseline %s at %s is no longer the directory registered (device/inode changed); re-register it", t.Name, t.Baseline, src))
+		}
+	}
+	switch t.Kind {
+	case spec.KindBtrfs:
+		t.Consistency = "point-in-time writable snapshot of the subvolume; independent of the source after creation"
+		if !kernelHas("btrfs") {
+			p.Unsupported = append(p.Unsupported, fmt.Sprintf("tree %s: the kernel has no btrfs support (load the btrfs module), and kind btrfs never falls back to another mechanism", t.Name))
+		} else if info.kind != BaselineSubvolume {
+			p.Unsupported = append(p.Unsupported, fmt.Sprintf("tree %s: kind btrfs needs a btrfs subvolume, but %s is a directory on %s; prepare a subvolume and register it ('hostfork baseline add'), or choose kind overlay or copy explicitly", t.Name, src, info.fstype))
+		}
+	case spec.KindOverlay:
+		t.Consistency = "live overlay over the source: the source must stay unchanged while the tree is in use (operator-declared stable); reopening needs the source"
+		if !kernelHas("overlay") {
+			p.Unsupported = append(p.Unsupported, fmt.Sprintf("tree %s: the kernel has no overlay filesystem (modprobe overlay), and kind overlay never falls back", t.Name))
+		}
+	case spec.KindCopy:
+		t.Consistency = "independent copy made file by file at creation: not atomic across the tree; reflinked where the filesystem allows"
+	}
+	return info, nil
+}
+
+func (e *Engine) limitHost(p *spec.Plan) (*limits.Host, error) {
+	return limits.Detect(limits.Config{V2Parent: p.CgroupParent, V1Parent: V1LimitParent, EnableV2: p.CgroupParent != ""})
+}
+
+// planLimits resolves the requested budget against the host's controllers.
+func (e *Engine) planLimits(p *spec.Plan) error {
+	l := p.Spec.Limits
+	if l.Empty() {
+		return nil
+	}
+	if cores := runtime.NumCPU(); l.CPUs > float64(cores) {
+		return fmt.Errorf("cpus %g is more than this host's %d cores; give at most %d: %w", l.CPUs, cores, cores, api.ErrInvalid)
+	}
+	lh, err := e.limitHost(p)
+	if err != nil {
+		return fmt.Errorf("detecting resource controllers: %w", err)
+	}
+	want := []struct {
+		r     limits.Resource
+		on    bool
+		value string
+	}{
+		{limits.Memory, l.Memory != 0, fmt.Sprintf("%d bytes", int64(l.Memory))},
+		{limits.CPU, l.CPUs != 0, fmt.Sprintf("%g cores", l.CPUs)},
+		{limits.Pids, l.Pids != 0, fmt.Sprintf("%d processes", l.Pids)},
+	}
+	for _, w := range want {
+		if !w.on {
+			continue
+		}
+		s := lh.For(w.r)
+		pl := spec.PlannedLimit{Resource: string(w.r), Value: w.value, Mechanism: string(s.Mechanism)}
+		switch {
+		case s.Available() && s.Mechanism == limits.Cgroup1:
+			pl.Note = "aggregate over the environment (keeper included) through the cgroup v1 " + string(w.r) + " controller at " + s.Dir + " (this host's controllers are on v1)"
+		case s.Available():
+			pl.Note = "aggregate over the environment (keeper included) through the cgroup2 controller"
+		case l.AllowWeaker:
+			pl.Note = "NOT enforced: " + s.Reason + " (accepted with --allow-weaker)"
+		default:
+			p.Unsupported = append(p.Unsupported, fmt.Sprintf("%s limit: %s; run where the controller is available, or accept an unenforced limit explicitly with --allow-weaker", w.r, s.Reason))
+		}
+		p.Limits = append(p.Limits, pl)
+	}
+	return nil
+}
+
+// unenforced lists the limits a plan accepted without enforcement.
+func unenforced(p *spec.Plan) []string {
+	var out []string
+	for _, pl := range p.Limits {
+		if pl.Mechanism == "" {
+			out = append(out, pl.Resource+" "+pl.Value)
+		}
+	}
+	return out
+}
+
+// budget is what Create will ask the kernel to enforce.
+func budget(p *spec.Plan) limits.Budget {
+	b := limits.Budget{MemoryBytes: int64(p.Spec.Limits.Memory), CPUs: p.Spec.Limits.CPUs, Pids: p.Spec.Limits.Pids}
+	for _, pl := range p.Limits {
+		if pl.Mechanism != "" {
+			continue
+		}
+		switch limits.Resource(pl.Resource) {
+		case limits.Memory:
+			b.MemoryBytes = 0
+		case limits.CPU:
+			b.CPUs = 0
+		case limits.Pids:
+			b.Pids = 0
+		}
+	}
+	return b
+}
+
+// systemdBus is the manager hostfork talks to: the system manager for
+// root, the user's manager otherwise.
+func systemdBus() systemd.Bus {
+	if os.Geteuid() == 0 {
+		return systemd.SystemBus
+	}
+	return systemd.UserBus
+}
+
+// systemdBooted reports whether this host (this PID namespace) runs
+// systemd as its init.
+func systemdBooted() bool {
+	st, err := os.Stat("/run/systemd/system")
+	return err == nil && st.IsDir()
+}
+
+// probeSystemd checks that a manager answers, and what it can do.
+func probeSystemd(ctx context.Context) (version string, pidfds bool, reason string) {
+	if !systemdBooted() {
+		return "", false, "systemd is not this host's init (/run/systemd/system is missing)"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := systemd.Connect(ctx, systemdBus(), systemd.Options{CallTimeout: 3 * time.Second})
+	if err != nil {
+		return "", false, "no systemd manager answers on " + systemdBus().String() + ": " + err.Error()
+	}
+	defer c.Close()
+	pidfds, version, err = c.SupportsPIDFDs(ctx)
+	if err != nil {
+		return "", false, "the systemd manager did not say its version: " + err.Error()
+	}
+	return version, pidfds, ""
+}

@@ -1,0 +1,456 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
+	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/systemd"
+)
+
+// Reap reconciles what the ledger recorded with what exists and finishes
+// interrupted work: it settles command records from receipts and kernel
+// evidence, stops environments whose stop is due (deadline, owner exit,
+// keeper lost, a run whose command ended, a reboot), completes interrupted
+// stops and creations, records kept stop decisions, and settles intents
+// that never produced a resource. It is idempotent and safe to run
+// concurrently with itself and with live runs: each environment is handled
+// under its own lock, every record change is a compare-and-set, and
+// nothing a live or unverified owner might use is deleted. What it cannot
+// settle is reported as pending, with the reason.
+func (e *Engine) Reap(ctx context.Context) (*api.ReapReport, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	rep := &api.ReapReport{Actions: []api.ReapAction{}, Pending: []api.ReapPending{}}
+	envs, err := e.reg.Envs(ctx, registry.EnvQuery{States: []api.EnvState{api.EnvCreating, api.EnvActive, api.EnvStopping}})
+	if err != nil {
+		return nil, err
+	}
+	for _, env := range envs {
+		rep.Checked++
+		if err := e.reapEnv(ctx, env, rep); err != nil {
+			rep.Pending = append(rep.Pending, api.ReapPending{Env: env.ID, What: "environment", Reason: err.Error()})
+		}
+	}
+	// Intents of finished environments and commands that were never
+	// settled.
+	if err := e.reapIntents(ctx, rep); err != nil {
+		return rep, err
+	}
+	e.recordReap(ctx, rep)
+	_ = e.reg.Checkpoint(ctx)
+	return rep, nil
+}
+
+// recordReap puts the reap's actions in the event log.
+func (e *Engine) recordReap(ctx context.Context, rep *api.ReapReport) {
+	if len(rep.Actions) == 0 {
+		return
+	}
+	var b registry.Batch
+	for _, a := range rep.Actions {
+		b.Event(api.Event{Kind: api.EventReap, Env: a.Env, Command: a.Command, Detail: a.Action + detailSuffix(a.Detail)})
+	}
+	_ = e.reg.Commit(ctx, &b)
+}
+
+func detailSuffix(d string) string {
+	if d == "" {
+		return ""
+	}
+	return ": " + d
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// envFacts gathers what decide.Env needs about an environment, settling
+// its commands first.
+func (e *Engine) envFacts(ctx context.Context, env *api.Env, cmds []*api.Command) (decide.EnvFacts, []*api.Command) {
+	boot, _ := linux.BootID()
+	f := decide.EnvFacts{NowMono: linux.MonotonicNow(), BootID: boot, Owner: liveness(env.Owner)}
+	if env.Keeper != nil {
+		f.Keeper = liveness(env.Keeper)
+	}
+	f.Decided = readDecision(filepath.Join(env.RunDir, "stop-decision"))
+	settled := make([]*api.Command, 0, len(cmds))
+	for _, c := range cmds {
+		n, _ := e.settleCommand(ctx, env, c)
+		if n == nil {
+			n = c
+		}
+		settled = append(settled, n)
+		f.Commands = append(f.Commands, *n)
+	}
+	return f, settled
+}
+
+func (e *Engine) reapEnv(ctx context.Context, env *api.Env, rep *api.ReapReport) error {
+	unlock, ok := envLock(env.RunDir, 5*time.Second)
+	if !ok {
+		rep.Pending = append(rep.Pending, api.ReapPending{Env: env.ID, What: "environment", Reason: "another reaper or stop holds it"})
+		return nil
+	}
+	defer unlock()
+	// Re-read under the lock: the decision must be based on current state.
+	env, err := e.reg.Env(ctx, env.ID)
+	if err != nil {
+		return err
+	}
+	if env.State.Final() {
+		return nil
+	}
+	cmds, err := e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
+	if err != nil {
+		return err
+	}
+	before := map[string]int64{}
+	for _, c := range cmds {
+		before[c.ID] = c.Rev
+	}
+	f, settled := e.envFacts(ctx, env, cmds)
+	boot, _ := linux.BootID()
+	for _, c := range settled {
+		if c.Rev != before[c.ID] {
+			rep.Actions = append(rep.Actions, api.ReapAction{Env: env.ID, Command: c.ID, Action: "settled", Detail: "tree " + string(c.TreeState)})
+		}
+		if c.TreeState == api.PhaseUnverified {
+			rep.Pending = append(rep.Pending, api.ReapPending{Env: env.ID, What: "command " + c.ID, Reason: "its guardian's liveness and its tree's exit can't be verified; evidence and capacity are kept (release it explicitly with 'hostfork stop --abandon " + c.ID + "')"})
+		}
+		// A stop of this command was decided (its reason is recorded) but
+		// not carried out: its stopper died. Finish it, unless a stop is in
+		// progress.
+		dec := readDecision(filepath.Join(c.Dir, "stop-decision"))
+		if !c.Final() && (c.StopReason != "" || dec != "") && c.Guardian != nil && c.Guardian.BootID == boot && stopIdle(c.Dir) {
+			reason := c.StopReason
+			if reason == "" {
+				reason = dec
+			}
+			_, err := e.stopCommand(ctx, env, c, StopOptions{Reason: reason})
+			rep.Actions = append(rep.Actions, api.ReapAction{Env: env.ID, Command: c.ID, Action: "completed-stop", Detail: errText(err)})
+		} else if c.Final() && dec != "" {
+			// Stopped, but the record missed its reason.
+			if c.StopReason == "" {
+				n := *c
+				n.StopReason = dec
+				var b registry.Batch
+				b.UpdateCommand(c, &n)
+				if e.reg.Commit(ctx, &b) == nil {
+					os.Remove(filepath.Join(c.Dir, "stop-decision"))
+					rep.Actions = append(rep.Actions, api.ReapAction{Env: env.ID, Command: c.ID, Action: "recorded-stop", Detail: string(dec)})
+				}
+			} else {
+				os.Remove(filepath.Join(c.Dir, "stop-decision"))
+			}
+		}
+	}
+	a := decide.Env(*env, f)
+	switch {
+	case a.Pending != "":
+		rep.Pending = append(rep.Pending, api.ReapPending{Env: env.ID, What: "environment", Reason: a.Pending})
+		return nil
+	case a.AbandonCreation:
+		e.abandonInterrupted(ctx, env, rep)
+		return nil
+	case a.Stop:
+		was := env.State
+		_, err := e.stopEnvLocked(ctx, env, StopOptions{Reason: a.Reason})
+		action := "stopped"
+		if was == api.EnvStopping {
+			action = "completed-stop"
+		}
+		rep.Actions = append(rep.Actions, api.ReapAction{Env: env.ID, Action: action, Detail: string(a.Reason) + detailSuffix(errText(err))})
+		return err
+	}
+	return nil
+}
+
+// stopIdle reports whether no stop of the command whose directory is dir
+// is in progress (its stop lock is free).
+func stopIdle(dir string) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // one attempt, no waiting
+	unlock, err := stopLock(ctx, dir)
+	if err != nil {
+		return false
+	}
+	unlock()
+	return true
+}
+
+// abandonInterrupted finishes a creation whose creator died: whatever the
+// ledger shows was made is killed and removed (exact targets only), and the
+// environment is recorded as failed.
+func (e *Engine) abandonInterrupted(ctx context.Context, env *api.Env, rep *api.ReapReport) {
+	ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: env.ID, Open: true})
+	for _, in := range ins {
+		if in.Kind == registry.KindTree && in.State == registry.IntentCreated {
+			found := false
+			for _, t := range env.Trees {
+				if t.HostPath == in.Target || safefs.Within(in.Target, t.HostPath) {
+					found = true
+				}
+			}
+			if !found {
+				// The identity is only in the intent: rebuild the record.
+				var st storage.Tree
+				if json.Unmarshal([]byte(in.Identity), &st) == nil {
+					raw, _ := json.Marshal(st)
+					env.Trees = append(env.Trees, api.Tree{Name: filepath.Base(in.Target), Kind: string(st.Kind), HostPath: st.Path, Storage: raw, State: api.TreeAllocated})
+				}
+			}
+		}
+	}
+	c := &creation{e: e, rec: env}
+	if env.CgroupPath != "" {
+		c.madeCg = true
+	}
+	c.lg = limitGroup(env)
+	if env.Keeper != nil {
+		// Not our child: end it through its verified identity.
+		stopKeeper(ctx, env.Keeper)
+	}
+	var l *launch
+	cmds, _ := e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
+	for _, cmd := range cmds {
+		if !cmd.Final() {
+			if n, _ := e.settleCommand(ctx, env, cmd); n != nil && !n.Final() {
+				_, _ = e.stopCommand(ctx, env, n, StopOptions{Reason: api.ReasonOwnerExit})
+			}
+		}
+	}
+	c.abandon(errors.New("creation interrupted: its creator exited before the environment was active"), l)
+	rep.Actions = append(rep.Actions, api.ReapAction{Env: env.ID, Action: "abandoned-creation"})
+}
+
+// reapIntents settles ledger entries of finished environments and of
+// finished commands (also in environments that are still active): an
+// intent whose target never appeared is abandoned; an empty cgroup (v2, or
+// a v1 limit group) left behind is removed and released. What it can't
+// settle is reported as pending on every pass. An environment with work to
+// do is handled under its lock, with its intents read again there, so that
+// concurrent reapers neither repeat nor race each other's settlements.
+func (e *Engine) reapIntents(ctx context.Context, rep *api.ReapReport) error {
+	ins, err := e.reg.Intents(ctx, registry.IntentFilter{Open: true})
+	if err != nil {
+		return err
+	}
+	envState := map[string]api.EnvState{}
+	var todo []string
+	for _, in := range ins {
+		// Most entries of a store with many retained runs are evidence
+		// that exists: settled without reading the environment's record.
+		if slices.Contains(todo, in.EnvID) || retained(in) {
+			continue
+		}
+		st, ok := envState[in.EnvID]
+		if !ok {
+			env, err := e.reg.Env(ctx, in.EnvID)
+			if err != nil {
+				continue
+			}
+			st = env.State
+			envState[in.EnvID] = st
+		}
+		if e.intentDue(ctx, in, st) {
+			todo = append(todo, in.EnvID)
+		}
+	}
+	for _, id := range todo {
+		env, err := e.reg.Env(ctx, id)
+		if err != nil {
+			continue
+		}
+		unlock, ok := envLock(env.RunDir, 5*time.Second)
+		if !ok {
+			rep.Pending = append(rep.Pending, api.ReapPending{Env: id, What: "environment", Reason: "another reaper or gc holds it"})
+			continue
+		}
+		// Re-read under the lock: another reaper may have settled them.
+		if env, err = e.reg.Env(ctx, id); err == nil {
+			if ins, err := e.reg.Intents(ctx, registry.IntentFilter{EnvID: id, Open: true}); err == nil {
+				for _, in := range ins {
+					if e.intentDue(ctx, in, env.State) {
+						e.reapIntent(ctx, env, in, rep)
+					}
+				}
+			}
+		}
+		unlock()
+	}
+	return nil
+}
+
+// intentDue reports whether reapIntent has something to do with in: its
+// owner (the command, else the environment) is finished, and the intent is
+// pending, names a cgroup, or names a target that is gone.
+func (e *Engine) intentDue(ctx context.Context, in registry.Intent, envState api.EnvState) bool {
+	if retained(in) {
+		return false
+	}
+	if in.CommandID != "" {
+		// A finished command's resources are settled even while its
+		// environment runs on (a failed launch, a command that ended).
+		c, err := e.reg.Command(ctx, in.CommandID)
+		if err != nil {
+			return envState.Final()
+		}
+		return c.Final() && e.runningOf(c.ID) == nil
+	}
+	return envState.Final()
+}
+
+// retained reports a created resource that still exists and that no
+// environment state settles (retained evidence or a tree): nothing to do.
+func retained(in registry.Intent) bool {
+	if in.State != registry.IntentCreated || in.Kind == registry.KindCgroup || in.Kind == registry.KindCgroupV1 || in.Kind == registry.KindScope {
+		return false
+	}
+	_, err := os.Lstat(in.Target)
+	return err == nil
+}
+
+func (e *Engine) settleOne(ctx context.Context, id int64, f registry.Fact) {
+	var b registry.Batch
+	b.SettleIntent(id, f)
+	_ = e.reg.Commit(ctx, &b)
+}
+
+// reapIntent settles one due intent, or reports why it can't.
+func (e *Engine) reapIntent(ctx context.Context, env *api.Env, in registry.Intent, rep *api.ReapReport) {
+	if in.Kind == registry.KindScope {
+		e.reapScopeIntent(ctx, in, rep)
+		return
+	}
+	_, statErr := os.Lstat(in.Target)
+	missing := errors.Is(statErr, os.ErrNotExist)
+	act := func(action, detail string) {
+		rep.Actions = append(rep.Actions, api.ReapAction{Env: in.EnvID, Command: in.CommandID, Action: action, Detail: detail})
+	}
+	pend := func(what, reason string) {
+		rep.Pending = append(rep.Pending, api.ReapPending{Env: in.EnvID, What: what, Reason: reason})
+	}
+	switch {
+	case missing && in.State == registry.IntentPending:
+		e.settleOne(ctx, in.ID, registry.Fact{Exists: false})
+		act("intent-abandoned", in.Kind+" "+in.Target)
+	case missing:
+		e.settleOne(ctx, in.ID, registry.Fact{Exists: false})
+		act("intent-released", in.Kind+" "+in.Target)
+	case in.Kind == registry.KindCgroup:
+		g := cgroup.Open(in.Target)
+		if ev, err := g.Events(); err == nil && ev.Populated {
+			pend("cgroup "+in.Target, "still has processes after its command or environment ended; run 'hostfork stop "+in.EnvID+"'")
+			return
+		}
+		if err := g.Remove(); err != nil {
+			pend("cgroup "+in.Target, err.Error())
+			return
+		}
+		e.settleOne(ctx, in.ID, registry.Fact{Exists: false})
+		act("cgroup-removed", in.Target)
+	case in.Kind == registry.KindCgroupV1:
+		// A v1 limit group of a finished environment or command.
+		if procs, err := os.ReadFile(filepath.Join(in.Target, "cgroup.procs")); err == nil && len(bytes.TrimSpace(procs)) > 0 {
+			pend("cgroup "+in.Target, "still has processes after its environment stopped")
+			return
+		}
+		if ents, err := os.ReadDir(in.Target); err == nil {
+			for _, ent := range ents {
+				if ent.IsDir() {
+					_ = unix.Rmdir(filepath.Join(in.Target, ent.Name()))
+				}
+			}
+		}
+		if err := unix.Rmdir(in.Target); err != nil && err != unix.ENOENT {
+			pend("cgroup "+in.Target, (&os.PathError{Op: "rmdir", Path: in.Target, Err: err}).Error())
+			return
+		}
+		e.settleOne(ctx, in.ID, registry.Fact{Exists: false})
+		act("cgroup-removed", in.Target)
+	case in.State == registry.IntentPending && in.Kind == registry.KindDir:
+		// The directory exists: the creation got that far. It is
+		// evidence, kept and now recorded.
+		e.settleOne(ctx, in.ID, registry.Fact{Exists: true, Identity: pathIdentity(in.Target)})
+		act("intent-recorded", in.Target)
+	case in.State == registry.IntentPending && in.Kind == registry.KindTree:
+		// Its identity was never recorded, but the intent names the exact
+		// destination, which allocation creates exclusively and uniquely
+		// (<env>-<tree> in an allocation area): that is identity enough.
+		if !e.isAllocationDest(in.EnvID, in.Target) {
+			pend("tree "+in.Target, "preparation was interrupted before its identity was recorded, and the path is not one hostfork allocates; check it and remove it by hand")
+			return
+		}
+		if err := storage.RemoveUnrecorded(ctx, in.Target); err != nil {
+			pend("tree "+in.Target, "preparation was interrupted before its identity was recorded; removing it: "+err.Error())
+			return
+		}
+		e.settleOne(ctx, in.ID, registry.Fact{Exists: false})
+		act("unrecorded-tree-removed", in.Target)
+	case in.State == registry.IntentPending:
+		pend(in.Kind+" "+in.Target, "it exists, but its identity was never recorded; check it and remove it by hand (hostfork never deletes what it can't identify)")
+	}
+}
+
+// reapScopeIntent settles the intent of a systemd scope by asking the
+// manager: a unit that is gone or ended is released; a running one is
+// stopped (its environment is finished); an unreachable manager leaves it
+// pending.
+func (e *Engine) reapScopeIntent(ctx context.Context, in registry.Intent, rep *api.ReapReport) {
+	unit := strings.TrimPrefix(in.Target, "systemd:")
+	c, err := systemd.Connect(ctx, systemdBus(), systemd.Options{})
+	if err != nil {
+		rep.Pending = append(rep.Pending, api.ReapPending{Env: in.EnvID, What: "scope " + unit, Reason: "no systemd manager answers: " + err.Error()})
+		return
+	}
+	defer c.Close()
+	st, err := c.State(ctx, unit)
+	if err != nil {
+		rep.Pending = append(rep.Pending, api.ReapPending{Env: in.EnvID, What: "scope " + unit, Reason: err.Error()})
+		return
+	}
+	if !st.Gone() && !st.Ended() {
+		if _, err := c.StopUnit(ctx, unit); err != nil {
+			rep.Pending = append(rep.Pending, api.ReapPending{Env: in.EnvID, What: "scope " + unit, Reason: "stopping it: " + err.Error()})
+			return
+		}
+		rep.Actions = append(rep.Actions, api.ReapAction{Env: in.EnvID, Action: "scope-stopped", Detail: unit})
+	}
+	e.settleOne(ctx, in.ID, registry.Fact{Exists: false})
+	state := "released"
+	if in.State == registry.IntentPending && st.Gone() {
+		state = "abandoned"
+	}
+	rep.Actions = append(rep.Actions, api.ReapAction{Env: in.EnvID, Action: "intent-" + state, Detail: "scope " + unit})
+}
+
+// isAllocationDest reports whether p is a tree destination hostfork
+// allocates for envID: <root>/trees/<env>-<tree> or
+// <dir>/.hostfork-trees/<env>-<tree> (see treeDest).
+func (e *Engine) isAllocationDest(envID, p string) bool {
+	if filepath.Clean(p) != p || !strings.HasPrefix(filepath.Base(p), envID+"-") {
+		return false
+	}
+	dir := filepath.Dir(p)
+	return dir == filepath.Join(e.root, "trees") || filepath.Base(dir) == poolName
+}

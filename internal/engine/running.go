@@ -1,0 +1,312 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/limits"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
+)
+
+// FinalDrain is how long output is still forwarded after the leader exits
+// (DESIGN.md, Capture): descendants that keep a pipe open can't hold back
+// the result.
+const FinalDrain = 200 * time.Millisecond
+
+// MaxCapture is the most output kept in memory per stream for a caller
+// that takes the output back. The artifact files keep everything.
+const MaxCapture = 16 << 20
+
+// Running is a command this process launched: it follows the guardian's
+// events, forwards pipe output, and records the result when the tree has
+// exited (with the environment's stop, for a run).
+type Running struct {
+	e        *Engine
+	env      api.Env
+	g        *supervise.Guardian
+	lg       *limits.Group
+	intents  []*registry.Intent
+	autoStop bool
+
+	mu  sync.Mutex
+	rec *api.Command // as observed
+	// committed is the record as the registry holds it (its revision).
+	committed api.Command
+	// envFinal is the environment's record after a run's stop.
+	envFinal *api.Env
+	finalErr error
+	// capture is what Capture observed; finishing is set once finish has
+	// taken the record it commits.
+	capture   map[string]api.StreamCapture
+	finishing bool
+
+	leaderDone chan struct{}
+	treeDone   chan struct{}
+	fwd        sync.WaitGroup
+	forwarding bool
+	capOut     *StreamCapture
+	capErr     *StreamCapture
+}
+
+func newRunning(l *launch, env *api.Env) *Running {
+	r := &Running{e: l.e, env: *env, g: l.g, lg: l.lg, intents: l.intents, autoStop: l.cs.AutoStop,
+		rec: l.rec, committed: *l.rec, leaderDone: make(chan struct{}), treeDone: make(chan struct{})}
+	if l.g.ForwardOut != nil {
+		r.forwarding = true
+		limit := 0
+		if l.cs.Capture {
+			limit = l.cs.CaptureLimit
+			if limit <= 0 {
+				limit = MaxCapture
+			}
+		}
+		r.capOut, r.capErr = newStreamCapture(limit), newStreamCapture(limit)
+		r.forward(l.g.ForwardOut, l.cs.Stdout, r.capOut)
+		r.forward(l.g.ForwardErr, l.cs.Stderr, r.capErr)
+	}
+	l.e.track(r)
+	return r
+}
+
+// ID is the command's id.
+func (r *Running) ID() string { return r.rec.ID }
+
+// Record is the command's record as last observed.
+func (r *Running) Record() api.Command {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return *r.rec
+}
+
+// Env is the environment's record: after a run's stop, the stopped one.
+func (r *Running) Env() api.Env {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.envFinal != nil {
+		return *r.envFinal
+	}
+	return r.env
+}
+
+// LeaderDone is closed when the leader's exit was observed.
+func (r *Running) LeaderDone() <-chan struct{} { return r.leaderDone }
+
+// TreeDone is closed when the tree's exit was observed and recorded.
+func (r *Running) TreeDone() <-chan struct{} { return r.treeDone }
+
+// RecordErr is why the final record could not be written (nil: written).
+func (r *Running) RecordErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.finalErr
+}
+
+// Signal asks the guardian to send sig to the leader (only).
+func (r *Running) Signal(sig syscall.Signal) error { return r.g.Signal(sig) }
+
+// Pipes reports whether output is streamed (pipe mode).
+func (r *Running) Pipes() bool { return r.forwarding }
+
+// forward copies a forwarded stream to w until EOF, or until the final
+// drain after leader exit has passed.
+func (r *Running) forward(src *os.File, w io.Writer, st *StreamCapture) {
+	if w == nil {
+		w = io.Discard
+	}
+	r.fwd.Add(1)
+	go func() {
+		defer r.fwd.Done()
+		defer src.Close()
+		buf := make([]byte, 128<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				_, _ = w.Write(buf[:n])
+				st.add(buf[:n])
+			}
+			if err != nil {
+				st.finish(err)
+				return
+			}
+		}
+	}()
+}
+
+// endForwarding gives forwarded output the fixed final drain, then stops.
+func (r *Running) endForwarding() {
+	if !r.forwarding {
+		return
+	}
+	done := make(chan struct{})
+	go func() { r.fwd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(FinalDrain):
+		// Descendants still hold the pipe: stop reading. The guardian keeps
+		// writing the files; its forward copy gets EPIPE.
+		for _, f := range []*os.File{r.g.ForwardOut, r.g.ForwardErr} {
+			_ = f.SetReadDeadline(time.Now())
+		}
+		<-done
+	}
+}
+
+// watch follows the guardian's events: each is a wakeup to read the
+// verified receipt, so live events and later settlement share one merge.
+// Nothing is committed until the tree has exited.
+func (r *Running) watch() {
+	evs := r.g.Events()
+	leaderClosed := false
+	closeLeader := func() {
+		if !leaderClosed {
+			leaderClosed = true
+			r.endForwarding()
+			close(r.leaderDone)
+		}
+	}
+	for ev := range evs {
+		for more := true; more; {
+			select {
+			case e2, ok := <-evs:
+				if !ok {
+					more = false
+				} else {
+					ev = e2
+				}
+			default:
+				more = false
+			}
+		}
+		r.observe(decide.Alive)
+		if ev.Kind == "leader" || ev.Kind == "exec-failed" || ev.Kind == "tree" {
+			closeLeader()
+		}
+		if ev.Kind == "tree" || ev.Kind == "exec-failed" {
+			break
+		}
+	}
+	_ = r.g.Reap()
+	r.observe(decide.Gone)
+	closeLeader()
+	r.finish()
+	r.e.untrack(r.rec.ID)
+	close(r.treeDone)
+}
+
+// observe re-reads the receipt and updates the in-memory record.
+func (r *Running) observe(guardian decide.Liveness) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev := r.e.evidence(&r.env, r.rec)
+	ev.Guardian = guardian
+	if guardian == decide.Gone {
+		r.e.oomEvidence(&r.env, r.rec, r.lg, &ev)
+	}
+	n, _ := decide.Command(*r.rec, ev)
+	r.rec = &n
+}
+
+// abandonWatch ends the waits of a launch whose release failed.
+func (r *Running) abandonWatch(err error) {
+	r.mu.Lock()
+	r.finalErr = err
+	r.mu.Unlock()
+	close(r.leaderDone)
+	close(r.treeDone)
+	r.e.untrack(r.rec.ID)
+}
+
+// finish records the result: the command's final record, its cgroups
+// removed and its intents settled, and for a run the environment's stop,
+// all in one commit. On a conflict (a reader or a stopper recorded
+// something first) it reads the record again and decides again from the
+// same evidence.
+func (r *Running) finish() {
+	ctx := context.Background()
+	e := r.e
+	r.mu.Lock()
+	obs := *r.rec
+	if r.capture != nil {
+		obs.Capture = r.capture
+	}
+	r.finishing = true
+	r.mu.Unlock()
+	cleanup := e.removeCommandGroups(ctx, &obs, r.lg)
+	var envNext *api.Env
+	var envFacts envFinish
+	if r.autoStop {
+		reason := obs.StopReason
+		if reason == "" {
+			reason = api.ReasonCompleted
+		}
+		envFacts = e.finishEnv(ctx, &r.env, reason, obs.ID)
+	}
+	var err error
+	cur := &obs
+	cur.CleanupErrors = append(append([]string{}, obs.CleanupErrors...), cleanup...)
+	base := r.committed
+	for try := 0; try < 8; try++ {
+		var b registry.Batch
+		b.UpdateCommand(&base, cur)
+		settleAll(&b, r.intents, nil)
+		if r.autoStop {
+			envCur, eerr := e.reg.Env(ctx, r.env.ID)
+			if eerr != nil {
+				err = eerr
+				break
+			}
+			envNext = envFacts.next(envCur)
+			if envNext != nil {
+				b.UpdateEnv(envCur, envNext)
+				envFacts.settle(&b)
+			}
+		}
+		err = e.reg.Commit(ctx, &b)
+		if err == nil || !errors.Is(err, registry.ErrConflict) {
+			break
+		}
+		// Someone recorded something first: decide again from the newer
+		// record and the same evidence.
+		fresh, rerr := e.reg.Command(ctx, obs.ID)
+		if rerr != nil {
+			err = rerr
+			break
+		}
+		ev := e.evidence(&r.env, fresh)
+		ev.Guardian = decide.Gone
+		e.oomEvidence(&r.env, fresh, r.lg, &ev)
+		n, _ := decide.Command(*fresh, ev)
+		if !n.Final() {
+			n = *cur
+			n.Rev = fresh.Rev
+		}
+		if n.Capture == nil {
+			n.Capture = obs.Capture
+		}
+		n.CleanupErrors = append(append([]string{}, fresh.CleanupErrors...), cleanup...)
+		base, cur = *fresh, &n
+	}
+	r.mu.Lock()
+	if r.capture != nil {
+		cur.Capture = r.capture
+	}
+	r.rec = cur
+	r.finalErr = err
+	if envNext != nil {
+		r.envFinal = envNext
+	}
+	r.mu.Unlock()
+	if r.autoStop {
+		e.writeManifest(ctx, r.env.ID)
+	} else {
+		writeCommandRecord(cur)
+	}
+}

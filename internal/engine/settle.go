@@ -1,0 +1,201 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/limits"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
+)
+
+// readReceipt reads and verifies a command's receipt (nil: none readable).
+func readReceipt(c *api.Command) *decide.Receipt {
+	if c.ProofIno == 0 {
+		return nil
+	}
+	r, err := supervise.ReadReceipt(filepath.Join(c.Dir, "receipt"), c.ID, c.ProofDev, c.ProofIno)
+	if err != nil {
+		return nil
+	}
+	return &decide.Receipt{
+		WorkloadPID: r.WorkloadPID, WorkloadStart: r.WorkloadStart, StartError: r.StartError,
+		LeaderExited: r.LeaderExited, ExitCode: r.ExitCode, Signal: r.Signal, StopReason: r.StopReason,
+		StoppedByHostfork: r.StoppedByHostfork, OutsideCgroup: r.OutsideCgroup, TreeExited: r.TreeExited,
+		Complete: r.Complete,
+	}
+}
+
+// evidence gathers what can be known about command c now (DESIGN.md: each
+// assessment rechecks current evidence; nothing is cached).
+func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
+	boot, _ := linux.BootID()
+	ev := decide.Evidence{Now: time.Now(), BootID: boot}
+	ev.Receipt = readReceipt(c)
+	if c.Guardian == nil {
+		ev.Launcher = liveness(c.Launcher)
+		return ev
+	}
+	ev.Guardian = liveness(c.Guardian)
+	if ev.Guardian == decide.Gone {
+		// Gone: its receipt can no longer change; the read above may
+		// predate its last writes.
+		ev.Receipt = readReceipt(c)
+		if (ev.Receipt == nil || !ev.Receipt.Complete) && c.CgroupPath != "" {
+			g := cgroup.Open(c.CgroupPath)
+			evs, err := g.Events()
+			switch {
+			case errors.Is(err, os.ErrNotExist), err == nil && !evs.Populated:
+				ev.Workload = decide.GroupEmpty
+			case err == nil:
+				ev.Workload = decide.GroupPopulated
+			}
+		}
+		e.oomEvidence(env, c, limitGroup(env), &ev)
+	}
+	return ev
+}
+
+// oomEvidence reads the command's own OOM-kill counter (its v1 memory
+// group, or its cgroup2 group's memory.events): OOM is true when the
+// kernel killed a process of it, false when the counter proves it did not,
+// and unknown when it can't be read — never inferred from a signal.
+func (e *Engine) oomEvidence(env *api.Env, c *api.Command, g *limits.Group, ev *decide.Evidence) {
+	if g == nil || c.OOMBaseline == nil {
+		return
+	}
+	n := g.CommandOOMKills(c.ID, c.CgroupPath)
+	if n == nil {
+		ev.OOMEvidence = "the command's OOM counter could not be read when its tree exit was observed"
+		return
+	}
+	v := *n > *c.OOMBaseline
+	ev.OOM = &v
+	ev.OOMEvidence = fmt.Sprintf("the command's own oom_kill counter was %d at start, %d after its tree exited", *c.OOMBaseline, *n)
+}
+
+func limitGroup(env *api.Env) *limits.Group {
+	if env == nil || len(env.Limits) == 0 {
+		return nil
+	}
+	var g limits.Group
+	if json.Unmarshal(env.Limits, &g) != nil {
+		return nil
+	}
+	return &g
+}
+
+// unenforcedOf says which of an environment's requested limits are not
+// enforced (accepted with --allow-weaker): the run says so at its start and
+// the record keeps it.
+func unenforcedOf(env *api.Env) string {
+	var s struct {
+		Limits struct {
+			Memory      any     `json:"memory"`
+			CPUs        float64 `json:"cpus"`
+			Pids        int64   `json:"pids"`
+			AllowWeaker bool    `json:"allow_weaker"`
+		} `json:"limits"`
+	}
+	if len(env.Spec) == 0 || json.Unmarshal(env.Spec, &s) != nil || !s.Limits.AllowWeaker {
+		return ""
+	}
+	g := limitGroup(env)
+	var missing []string
+	has := func(r limits.Resource) bool { return g != nil && g.Mechanisms[r] != "" }
+	if s.Limits.Memory != nil && s.Limits.Memory != "0" && !has(limits.Memory) {
+		missing = append(missing, "memory")
+	}
+	if s.Limits.CPUs > 0 && !has(limits.CPU) {
+		missing = append(missing, "cpus")
+	}
+	if s.Limits.Pids > 0 && !has(limits.Pids) {
+		missing = append(missing, "pids")
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("NOT enforced on this host (accepted with --allow-weaker): %v", missing)
+}
+
+// removeCommandGroups removes a finished command's own cgroups (its
+// cgroup2 group, its v1 memory group) and returns what could not be
+// removed.
+func (e *Engine) removeCommandGroups(ctx context.Context, c *api.Command, g *limits.Group) []string {
+	var errs []string
+	if c.CgroupPath != "" {
+		if err := cgroup.Open(c.CgroupPath).Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err.Error())
+		}
+	}
+	if g != nil {
+		if err := g.RemoveCommand(ctx, c.ID); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	return errs
+}
+
+// settleCommand assesses c from its evidence and, if the facts changed,
+// records them with a compare-and-set (and, for a final record, removes
+// its cgroups and settles its intents in the same commit). On a conflict
+// it reads the newer record and decides again, so a newer decision is
+// never rolled back. A command this process launched is left to its
+// watcher. The returned record is what the evidence shows, also when it
+// could not be recorded (err says why).
+func (e *Engine) settleCommand(ctx context.Context, env *api.Env, c *api.Command) (*api.Command, error) {
+	if c.Final() {
+		return c, nil
+	}
+	if r := e.runningOf(c.ID); r != nil {
+		rec := r.Record()
+		return &rec, nil
+	}
+	cur := c
+	for try := 0; try < 5; try++ {
+		ev := e.evidence(env, cur)
+		n, changed := decide.Command(*cur, ev)
+		if !changed {
+			return &n, nil
+		}
+		var b registry.Batch
+		if n.Final() {
+			n.CleanupErrors = append(append([]string{}, n.CleanupErrors...), e.removeCommandGroups(ctx, &n, limitGroup(env))...)
+			ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: n.Env, CommandID: n.ID, Open: true})
+			override := map[int64]registry.Fact{}
+			for _, in := range ins {
+				if in.Kind == registry.KindDir {
+					// The command's directory stays: it is evidence.
+					override[in.ID] = registry.Fact{Exists: true, Identity: pathIdentity(in.Target)}
+				}
+			}
+			settleAll(&b, ptrs(ins), override)
+		}
+		b.UpdateCommand(cur, &n)
+		err := e.reg.Commit(ctx, &b)
+		if err == nil {
+			if n.Final() {
+				writeCommandRecord(&n)
+			}
+			return &n, nil
+		}
+		if !errors.Is(err, registry.ErrConflict) {
+			// Recording failed (e.g. a full disk): report the observation
+			// anyway; the receipt stays the durable evidence.
+			return &n, err
+		}
+		if cur, err = e.reg.Command(ctx, c.ID); err != nil {
+			return nil, err
+		}
+	}
+	return cur, registry.ErrConflict
+}

@@ -1,0 +1,207 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
+)
+
+// DefaultRoot is /var/lib/hostfork for root, else $XDG_STATE_HOME/hostfork
+// or ~/.local/state/hostfork. $HOSTFORK_ROOT overrides it.
+func DefaultRoot() (string, error) {
+	if r := os.Getenv("HOSTFORK_ROOT"); r != "" {
+		return r, nil
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/hostfork", nil
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "hostfork"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no store root: set --root or HOSTFORK_ROOT (%v): %w", err, api.ErrStore)
+	}
+	return filepath.Join(home, ".local", "state", "hostfork"), nil
+}
+
+// storeErr names the store, the problem and the fix.
+func storeErr(root, format string, args ...any) error {
+	return fmt.Errorf("store %s: %s: %w", root, fmt.Sprintf(format, args...), api.ErrStore)
+}
+
+// storeFiles are the names a hostfork store holds at its top.
+var storeFiles = map[string]bool{
+	registry.FileName: true, registry.FileName + "-wal": true, registry.FileName + "-shm": true,
+	registry.FileName + "-journal": true, "registry.lock": true, "admission.lock": true,
+	ConfigFile: true, "runs": true, "trees": true, "cache": true, "api.sock": true,
+}
+
+// prepareStore checks the store's trust and shape (DESIGN.md, "Trust
+// model"), creating it when it does not exist, and returns its absolute
+// path. Nobody but the store's owner and root may write or replace the
+// store or any directory above it (a root-owned sticky directory such as
+// /tmp is accepted as an ancestor); the store and its top-level files are
+// made private (0700, 0600), also when they exist; "/" and a non-empty
+// directory that is not a hostfork store are refused.
+func prepareStore(root string) (string, error) {
+	if root == "" {
+		var err error
+		if root, err = DefaultRoot(); err != nil {
+			return "", err
+		}
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return "", fmt.Errorf("store root %q: %v: %w", root, err, api.ErrStore)
+	}
+	root = filepath.Clean(abs)
+	if root == "/" {
+		return "", storeErr(root, "the root directory can't be a store; choose a directory of its own with --root or HOSTFORK_ROOT")
+	}
+	uid := os.Geteuid()
+	st, err := os.Lstat(root)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// The walk ends at the first missing component: every existing
+		// ancestor must be trusted; what is created is private.
+		if err := safefs.CheckTrusted(root, uid); err != nil {
+			return "", fmt.Errorf("store %s can't be created safely: %v; choose a directory only you (and root) can write, with --root or HOSTFORK_ROOT: %w", root, err, api.ErrStore)
+		}
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return "", storeErr(root, "creating it: %v; choose a writable one with --root or HOSTFORK_ROOT", err)
+		}
+	case err != nil:
+		return "", storeErr(root, "%v; choose a usable one with --root or HOSTFORK_ROOT", err)
+	case st.Mode()&os.ModeSymlink != 0:
+		real, _ := filepath.EvalSymlinks(root)
+		return "", storeErr(root, "it is a symbolic link (to %s); give the real directory with --root or HOSTFORK_ROOT", real)
+	case !st.IsDir():
+		return "", storeErr(root, "it is not a directory; choose another with --root or HOSTFORK_ROOT")
+	}
+	d, err := safefs.OpenDir(root)
+	if err != nil {
+		return "", storeErr(root, "%v", err)
+	}
+	defer d.Close()
+	dst, err := d.Stat()
+	if err != nil {
+		return "", storeErr(root, "%v", err)
+	}
+	if int(dst.Uid) != uid {
+		return "", storeErr(root, "it is owned by uid %d, not by this user (uid %d); a store belongs to one user: use your own with --root or HOSTFORK_ROOT", dst.Uid, uid)
+	}
+	if dst.Mode&0o7077 != 0 {
+		if err := unix.Fchmod(d.Fd(), 0o700); err != nil {
+			return "", storeErr(root, "tightening it to 0700: %v", err)
+		}
+	}
+	// Now private itself; every directory above it must be trusted too.
+	if err := safefs.CheckTrusted(root, uid); err != nil {
+		return "", fmt.Errorf("store %s can't be trusted: %v; choose a directory only you (and root) can write, with --root or HOSTFORK_ROOT: %w", root, err, api.ErrStore)
+	}
+	if unix.Faccessat(d.Fd(), ".", unix.W_OK|unix.X_OK, 0) != nil {
+		return "", storeErr(root, "it is not writable by this user; choose another with --root or HOSTFORK_ROOT")
+	}
+	names, err := d.ReadNames()
+	if err != nil {
+		return "", storeErr(root, "%v", err)
+	}
+	hasRegistry, foreign := false, ""
+	for _, n := range names {
+		if n == registry.FileName {
+			hasRegistry = true
+		}
+		if !storeFiles[n] && n[0] != '.' && foreign == "" {
+			foreign = n
+		}
+	}
+	if len(names) > 0 && !hasRegistry {
+		return "", storeErr(root, "it is not empty and holds no %s (it has %q): it is not a hostfork store; choose an empty or new directory", registry.FileName, firstOf(names, foreign))
+	}
+	if !hasRegistry || registryEmpty(d) {
+		if rd, err := d.OpenDir("runs"); err == nil {
+			runs, _ := rd.ReadNames()
+			rd.Close()
+			if len(runs) > 0 {
+				return "", storeErr(root, "%s is missing or empty but runs/ holds %d run directories: the registry was lost or truncated; restore it from a backup, or move the store aside and start a new one", registry.FileName, len(runs))
+			}
+		}
+	}
+	// Tighten what is there: every file of the store's top level is the
+	// owner's alone.
+	for _, n := range names {
+		fst, err := d.Lstat(n)
+		if err != nil {
+			continue
+		}
+		if fst.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return "", storeErr(root, "%s is a symbolic link; a store holds none (move it away)", n)
+		}
+		if int(fst.Uid) != uid && uid != 0 {
+			return "", storeErr(root, "%s is owned by uid %d; a store's files belong to its owner", n, fst.Uid)
+		}
+		want := uint32(0o600)
+		if fst.Mode&unix.S_IFMT == unix.S_IFDIR {
+			want = 0o700
+		}
+		if fst.Mode&0o077 != 0 && fst.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			if err := d.Lchmod(n, os.FileMode(want)); err != nil {
+				return "", storeErr(root, "tightening %s: %v", n, err)
+			}
+		}
+	}
+	if _, err := d.EnsurePrivateDir("runs", 0o700); err != nil {
+		return "", storeErr(root, "runs: %v", err)
+	}
+	return root, nil
+}
+
+func registryEmpty(d *safefs.Dir) bool {
+	st, err := d.Lstat(registry.FileName)
+	return err == nil && st.Size == 0
+}
+
+func firstOf(names []string, prefer string) string {
+	if prefer != "" {
+		return prefer
+	}
+	return names[0]
+}
+
+// checkRegistry refuses a registry that lost its records: an empty
+// database beside run directories (a truncated or replaced registry.sqlite
+// would otherwise be re-initialised and live environments vanish).
+func checkRegistry(ctx context.Context, root string, reg *registry.DB) error {
+	runs, err := os.ReadDir(filepath.Join(root, "runs"))
+	if err != nil || len(runs) == 0 {
+		return nil
+	}
+	envs, err := reg.Envs(ctx, registry.EnvQuery{})
+	if err != nil {
+		return fmt.Errorf("reading registry: %v: %w", err, api.ErrStore)
+	}
+	if len(envs) > 0 {
+		return nil
+	}
+	return storeErr(root, "%s holds no environment but runs/ holds %d run directories: the registry was lost, truncated or replaced; restore registry.sqlite from a backup, or move the store aside and start a new one", registry.FileName, len(runs))
+}
+
+// ensureConfig writes the default configuration when the store has none.
+func ensureConfig(root string) {
+	f, err := os.OpenFile(filepath.Join(root, ConfigFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return // exists (or unwritable: Config reports that)
+	}
+	_, _ = f.WriteString(defaultConfig)
+	f.Close()
+}

@@ -1,0 +1,145 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/fault"
+	"github.com/habemus-papadum/hostfork/internal/plan"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/view"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// poolName is the allocation area beside a Btrfs source.
+const poolName = ".hostfork-trees"
+
+// treeDest chooses where a tree is allocated: snapshots and copies of a
+// btrfs source go into the allocation area beside the source, on its
+// filesystem (a snapshot must, and a copy can then reflink); everything
+// else goes under the store (decision 18).
+func (e *Engine) treeDest(envID, name, kind string, src *baselineInfo) string {
+	leaf := envID + "-" + name
+	if src != nil && src.fstype == "btrfs" && kind != spec.KindOverlay {
+		return filepath.Join(filepath.Dir(src.path), poolName, leaf)
+	}
+	return filepath.Join(e.root, "trees", leaf)
+}
+
+// allocateTrees prepares each planned tree in its allocation area (made
+// private, never through a symlink). Their intents were recorded with the
+// environment; their identities are recorded with its activation. On
+// error the trees made so far are returned so the caller can remove them.
+func (e *Engine) allocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, infos map[string]*baselineInfo, intents map[string]*registry.Intent) ([]api.Tree, error) {
+	out := []api.Tree{}
+	for _, pt := range p.Trees {
+		in := intents[pt.Name]
+		if in == nil {
+			return out, fmt.Errorf("tree %s was not reserved", pt.Name)
+		}
+		dest := in.Target
+		pool, err := storage.PoolDir(filepath.Dir(filepath.Dir(dest)), filepath.Base(filepath.Dir(dest)))
+		if err != nil {
+			return out, fmt.Errorf("tree %s: %w", pt.Name, err)
+		}
+		b, err := storage.ForKind(storage.Kind(pt.Kind))
+		if err != nil {
+			pool.Close()
+			return out, err
+		}
+		t, err := b.Prepare(ctx, storage.Request{Dest: dest, Source: pt.Source, Pool: pool})
+		pool.Close()
+		if err != nil {
+			return out, fmt.Errorf("preparing tree %s (%s of %s): %w", pt.Name, pt.Kind, pt.Source, err)
+		}
+		fault.Point(fault.TreePrepared)
+		raw, _ := json.Marshal(t)
+		tr := api.Tree{
+			Name: pt.Name, Kind: pt.Kind, Baseline: pt.Baseline, Source: pt.Source,
+			HostPath: t.Path, WorkloadPath: pt.Target, Storage: raw, State: api.TreeAllocated,
+		}
+		if t.Copy != nil {
+			tr.Note = fmt.Sprintf("copied %d files, reflink %s", t.Copy.Files, t.Copy.Reflink)
+		}
+		out = append(out, tr)
+	}
+	return out, nil
+}
+
+// removeTrees deletes trees (identity-checked by the backend); it is used
+// only to undo a failed creation. Errors are returned as text for the
+// record.
+func (e *Engine) removeTrees(ctx context.Context, trees []api.Tree) []string {
+	var errs []string
+	for i := range trees {
+		t := &trees[i]
+		if t.State != api.TreeAllocated {
+			continue
+		}
+		var st storage.Tree
+		if err := json.Unmarshal(t.Storage, &st); err != nil {
+			errs = append(errs, fmt.Sprintf("tree %s: unreadable record: %v", t.Name, err))
+			continue
+		}
+		b, err := storage.ForKind(st.Kind)
+		if err == nil {
+			err = b.Remove(ctx, st)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("removing tree %s: %v", t.Name, err))
+			continue
+		}
+		t.State = api.TreeRemoved
+	}
+	return errs
+}
+
+// viewOps turns the planned rules and the allocated trees into the view's
+// operations.
+func viewOps(p *spec.Plan, trees []api.Tree) ([]view.Op, error) {
+	byName := map[string]api.Tree{}
+	for _, t := range trees {
+		byName[t.Name] = t
+	}
+	var ops []view.Op
+	for _, r := range p.View.Rules {
+		why := r.Kind + " " + r.Target
+		switch r.Kind {
+		case plan.Replace:
+			tr, ok := byName[r.Tree]
+			if !ok {
+				return nil, fmt.Errorf("tree %s was not allocated", r.Tree)
+			}
+			var st storage.Tree
+			if err := json.Unmarshal(tr.Storage, &st); err != nil {
+				return nil, err
+			}
+			b, err := storage.ForKind(st.Kind)
+			if err != nil {
+				return nil, err
+			}
+			ms, err := b.Mounts(st)
+			if err != nil {
+				return nil, err
+			}
+			for i := range ms {
+				ops = append(ops, view.Op{Kind: view.OpMount, Target: r.Target, Mount: &ms[i], Mkdir: r.Mkdir, Why: why})
+			}
+		case plan.Scratch:
+			ops = append(ops, view.Op{Kind: view.OpTmpfs, Target: r.Target, Mkdir: r.Mkdir, Why: why})
+		case plan.ReadOnly:
+			ops = append(ops, view.Op{Kind: view.OpReadOnly, Target: r.Target, Mkdir: r.Mkdir, Why: why})
+		case plan.Share:
+			if r.Restore {
+				// The covering rule may lack the path (an empty scratch, a
+				// tree without it): the mount point is made in that layer.
+				ops = append(ops, view.Op{Kind: view.OpRestore, Target: r.Target, Mkdir: true, Why: why})
+			}
+		}
+	}
+	return ops, nil
+}

@@ -1,0 +1,434 @@
+// Package tree is hostfork's one mechanism for stopping a process tree
+// (DESIGN.md, "Stop"). Every stop of a command tree, of an environment's
+// leftovers and of a keeper-less environment's commands goes through Stop;
+// the C helpers (internal/supervise, hf_tree.c) follow the same rules in C
+// for the guardian's deadline, timeout and idle stops and the keeper's
+// owner-exit stop:
+//
+//   - membership is the whole cgroup2 subtree of the target, nested groups
+//     included, and every live descendant of its roots (a command's
+//     guardian is its subreaper, so a process that moved itself out of the
+//     cgroup is still a member while the guardian lives);
+//   - every signal goes through a pidfd opened first and then re-checked
+//     for membership, so a PID reused after an exit is never signalled;
+//   - after SIGTERM and the grace, the tree is quiesced (cgroup.freeze, and
+//     SIGSTOP for members outside the cgroup), listed until two listings
+//     agree, every listed member is killed (and the cgroup with
+//     cgroup.kill), and only what this stop froze is thawed;
+//   - the stop is verified: it reports the members that survive.
+//
+// Only the engine imports it.
+package tree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+)
+
+// ErrSurvivors reports members that a stop could not end.
+var ErrSurvivors = fmt.Errorf("the tree did not end: %w", api.ErrUnverified)
+
+// Target names one tree.
+type Target struct {
+	// Cgroup is the cgroup2 group whose subtree's processes are members
+	// ("" in the subreaper tier); Mount is the cgroup2 mount it is under.
+	Cgroup string
+	Mount  string
+	// Roots are processes whose live descendants are members; the roots
+	// themselves are not. Each is checked against its identity before its
+	// descendants are looked for.
+	Roots []linux.Identity
+}
+
+// Result is what one stop did and found.
+type Result struct {
+	Signalled int  // members that got SIGTERM
+	Killed    int  // members that got SIGKILL
+	Froze     bool // this stop froze the cgroup (and thawed it)
+	Stable    bool // membership was stable when the tree was killed
+	// Outsiders counts members found outside the cgroup (descendants of a
+	// root that moved themselves out).
+	Outsiders int
+	// Survivors are members still alive after the kill and its
+	// verification.
+	Survivors []linux.Identity
+}
+
+// roots returns the PIDs of the roots that are still the recorded
+// processes.
+func (t Target) roots() []int {
+	var out []int
+	for _, r := range t.Roots {
+		if linux.Assess(r) == linux.Alive {
+			out = append(out, r.PID)
+		}
+	}
+	return out
+}
+
+// rel is the cgroup relative to its mount ("/hostfork/e/commands/c").
+func (t Target) rel() string {
+	if t.Cgroup == "" || t.Mount == "" {
+		return ""
+	}
+	r, ok := strings.CutPrefix(filepath.Clean(t.Cgroup), filepath.Clean(t.Mount))
+	if !ok || (r != "" && r[0] != '/') {
+		return ""
+	}
+	return r
+}
+
+// inCgroup reports whether pid's cgroup2 group is the target's or below it.
+func (t Target) inCgroup(pid int) bool {
+	want := t.rel()
+	if want == "" {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if cur, ok := strings.CutPrefix(line, "0::"); ok {
+			cur = strings.TrimSpace(cur)
+			return cur == want || strings.HasPrefix(cur, want+"/")
+		}
+	}
+	return false
+}
+
+// descendant re-reads pid's ancestry now.
+func descendant(pid int, roots []int) bool {
+	for n := 0; n < 4096 && pid > 1; n++ {
+		st, err := linux.ReadStat(pid)
+		if err != nil {
+			return false
+		}
+		if slices.Contains(roots, st.PPID) {
+			return true
+		}
+		pid = st.PPID
+	}
+	return false
+}
+
+// member reports whether pid belongs to the tree now.
+func (t Target) member(pid int, roots []int) bool {
+	if slices.Contains(roots, pid) {
+		return false
+	}
+	return t.inCgroup(pid) || (len(roots) > 0 && descendant(pid, roots))
+}
+
+// Members lists the tree's members now, sorted.
+func Members(t Target) ([]int, error) { return t.members(t.roots()) }
+
+func (t Target) members(roots []int) ([]int, error) {
+	var out []int
+	if t.Cgroup != "" {
+		pids, err := cgroup.Open(t.Cgroup).AllProcs()
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		out = append(out, pids...)
+	}
+	if len(roots) > 0 {
+		out = append(out, descendantsOf(roots)...)
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	return slices.DeleteFunc(out, func(p int) bool { return slices.Contains(roots, p) }), nil
+}
+
+// descendantsOf walks /proc for the live descendants of roots.
+func descendantsOf(roots []int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	parent := map[int]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := linux.ReadStat(pid)
+		if err != nil || st.State == 'Z' || st.State == 'X' {
+			continue
+		}
+		parent[pid] = st.PPID
+	}
+	memo := map[int]bool{}
+	var isDesc func(pid, depth int) bool
+	isDesc = func(pid, depth int) bool {
+		if v, ok := memo[pid]; ok {
+			return v
+		}
+		pp, ok := parent[pid]
+		r := false
+		switch {
+		case !ok || depth > 4096:
+		case slices.Contains(roots, pp):
+			r = true
+		default:
+			r = isDesc(pp, depth+1)
+		}
+		memo[pid] = r
+		return r
+	}
+	var out []int
+	for pid := range parent {
+		if isDesc(pid, 0) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// handle is one member opened through a pidfd and verified.
+type handle struct {
+	pid int
+	fd  int
+}
+
+// open opens members through pidfds, keeping those that are still members
+// after the open (the pidfd pins the PID, so the check is about exactly
+// the process the descriptor refers to).
+func (t Target) open(pids, roots []int) []handle {
+	var hs []handle
+	for _, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		if !t.member(pid, roots) {
+			unix.Close(fd)
+			continue
+		}
+		hs = append(hs, handle{pid, fd})
+	}
+	return hs
+}
+
+func closeAll(hs []handle) {
+	for _, h := range hs {
+		unix.Close(h.fd)
+	}
+}
+
+func signal(hs []handle, sig syscall.Signal) int {
+	n := 0
+	for _, h := range hs {
+		if unix.PidfdSendSignal(h.fd, sig, nil, 0) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// waitExited waits until every handle's process has exited, ctx ends or
+// the time runs out; it reports whether all exited.
+func waitExited(ctx context.Context, hs []handle, d time.Duration) bool {
+	end := time.Now().Add(d)
+	left := slices.Clone(hs)
+	for {
+		fds := make([]unix.PollFd, len(left))
+		for i, h := range left {
+			fds[i] = unix.PollFd{Fd: int32(h.fd), Events: unix.POLLIN}
+		}
+		if len(fds) == 0 {
+			return true
+		}
+		wait := time.Until(end)
+		if wait <= 0 || ctx.Err() != nil {
+			return false
+		}
+		if wait > 50*time.Millisecond {
+			wait = 50 * time.Millisecond
+		}
+		if _, err := unix.Poll(fds, int(wait/time.Millisecond)+1); err != nil && err != unix.EINTR {
+			return false
+		}
+		var still []handle
+		for i, f := range fds {
+			if f.Revents&unix.POLLIN == 0 {
+				still = append(still, left[i])
+			}
+		}
+		left = still
+	}
+}
+
+// Grace and verification bounds of a stop.
+const (
+	// freezeWait bounds waiting for a cgroup to report frozen.
+	freezeWait = 500 * time.Millisecond
+	// stableRounds bounds the listings that must agree before the kill.
+	stableRounds = 10
+	// verifyWait bounds waiting for killed members to be gone.
+	verifyWait = 5 * time.Second
+)
+
+// Stop stops the tree: SIGTERM to every member, up to grace for them to
+// exit, then the quiesced kill, then verification. A grace of zero or less
+// kills at once. It returns ErrSurvivors (with Result.Survivors) when
+// members remain; nothing is deleted.
+func Stop(ctx context.Context, t Target, grace time.Duration) (Result, error) {
+	var res Result
+	roots := t.roots()
+	pids, err := t.members(roots)
+	if err != nil {
+		return res, fmt.Errorf("listing the tree: %w", err)
+	}
+	if len(pids) == 0 {
+		res.Stable = true
+		return res, nil
+	}
+	if grace > 0 {
+		hs := t.open(pids, roots)
+		res.Signalled = signal(hs, syscall.SIGTERM)
+		done := waitExited(ctx, hs, grace)
+		closeAll(hs)
+		if done {
+			// Members that appeared during the grace are killed below.
+			if pids, err = t.members(roots); err == nil && len(pids) == 0 {
+				res.Stable = true
+				return res, nil
+			}
+		}
+	}
+	return kill(ctx, t, roots, res)
+}
+
+// Kill kills the tree at once (the quiesced kill and its verification).
+func Kill(ctx context.Context, t Target) (Result, error) {
+	return kill(ctx, t, t.roots(), Result{})
+}
+
+func kill(ctx context.Context, t Target, roots []int, res Result) (Result, error) {
+	var g *cgroup.Group
+	if t.Cgroup != "" {
+		g = cgroup.Open(t.Cgroup)
+		if g.SetFrozen(true) == nil {
+			res.Froze = true
+			fctx, cancel := context.WithTimeout(ctx, freezeWait)
+			_, _ = g.WaitEvent(fctx, func(e cgroup.Events) bool { return e.Frozen || !e.Populated })
+			cancel()
+		}
+	}
+	var all []handle
+	defer func() { closeAll(all) }()
+	seen := map[int]bool{}
+	add := func(pids []int) {
+		var fresh []int
+		for _, p := range pids {
+			if !seen[p] {
+				fresh = append(fresh, p)
+			}
+		}
+		for _, h := range t.open(fresh, roots) {
+			seen[h.pid] = true
+			all = append(all, h)
+			if t.Cgroup == "" || !t.inCgroup(h.pid) {
+				// Outside the frozen cgroup: stop it so it can't fork.
+				_ = unix.PidfdSendSignal(h.fd, syscall.SIGSTOP, nil, 0)
+				if t.Cgroup != "" {
+					res.Outsiders++
+				}
+			}
+		}
+	}
+	prev, _ := t.members(roots)
+	add(prev)
+	for round := 0; round < stableRounds; round++ {
+		cur, err := t.members(roots)
+		if err != nil {
+			break
+		}
+		if slices.Equal(prev, cur) {
+			res.Stable = true
+			break
+		}
+		add(cur)
+		prev = cur
+		time.Sleep(2 * time.Millisecond)
+	}
+	if g != nil {
+		if err := g.Kill(); err != nil && !errors.Is(err, os.ErrNotExist) && res.Froze {
+			res.Froze = g.SetFrozen(false) != nil
+			return res, fmt.Errorf("killing the tree: %w", err)
+		}
+	}
+	res.Killed = signal(all, syscall.SIGKILL)
+	exited := waitExited(ctx, all, verifyWait)
+	if g != nil {
+		wctx, cancel := context.WithTimeout(ctx, verifyWait)
+		_ = g.WaitEmpty(wctx)
+		cancel()
+		if res.Froze {
+			// Thaw only what this stop froze; the group may be gone.
+			_ = g.SetFrozen(false)
+		}
+	}
+	if !exited {
+		for _, h := range all {
+			if !pidfdExited(h.fd) {
+				// Resume what this stop suspended: a survivor is left as
+				// it was found.
+				_ = unix.PidfdSendSignal(h.fd, syscall.SIGCONT, nil, 0)
+				if id, err := linux.IdentityOf(h.pid); err == nil {
+					res.Survivors = append(res.Survivors, id)
+				}
+			}
+		}
+	}
+	if rest, err := t.members(roots); err == nil {
+		for _, pid := range rest {
+			if !seen[pid] {
+				if id, err := linux.IdentityOf(pid); err == nil {
+					res.Survivors = append(res.Survivors, id)
+				}
+			}
+		}
+	}
+	if len(res.Survivors) > 0 {
+		return res, fmt.Errorf("%d process(es) survived the kill (%s): %w", len(res.Survivors), describe(res.Survivors), ErrSurvivors)
+	}
+	return res, nil
+}
+
+func pidfdExited(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, _ := unix.Poll(fds, 0)
+	return n > 0
+}
+
+func describe(ids []linux.Identity) string {
+	var parts []string
+	for i, id := range ids {
+		if i == 5 {
+			parts = append(parts, "…")
+			break
+		}
+		state := "?"
+		if st, err := linux.ReadStat(id.PID); err == nil {
+			state = string(st.State)
+		}
+		parts = append(parts, fmt.Sprintf("pid %d state %s", id.PID, state))
+	}
+	return strings.Join(parts, ", ")
+}

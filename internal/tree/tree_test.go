@@ -1,0 +1,194 @@
+package tree
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/testutil"
+)
+
+// start runs a shell script in group (cloned into it) and returns it with
+// the PIDs it prints, one per line, before the line "ready".
+func start(t *testing.T, group, script string) (*exec.Cmd, []int) {
+	t.Helper()
+	fd, err := cgroup.Open(group).OpenFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	cmd := exec.Command("sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var pids []int
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if sc.Text() == "ready" {
+			return cmd, pids
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(sc.Text()))
+		if err != nil {
+			t.Fatalf("script said %q", sc.Text())
+		}
+		pids = append(pids, n)
+	}
+	t.Fatalf("script ended before ready: %v", sc.Err())
+	return nil, nil
+}
+
+func gone(pid int, start uint64) bool {
+	boot, _ := linux.BootID()
+	return linux.Assess(linux.Identity{BootID: boot, PID: pid, StartTime: start}) != linux.Alive
+}
+
+func identity(t *testing.T, pid int) linux.Identity {
+	t.Helper()
+	id, err := linux.IdentityOf(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// A member that traps SIGTERM in a nested cgroup gets SIGTERM first (it
+// records it), then is killed after the grace; the parent group is thawed.
+func TestStopNestedGetsTERMThenKill(t *testing.T) {
+	parent := testutil.CgroupParent(t)
+	wl := filepath.Join(parent, "workload")
+	if _, err := cgroup.Create(wl); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(t.TempDir(), "term")
+	m, _ := cgroup.FindMount()
+	script := `mkdir ` + wl + `/nested && sh -c 'echo $$ > ` + wl + `/nested/cgroup.procs; trap "echo got > ` + mark + `" TERM; echo $$; echo ready; while :; do sleep 0.05; done' & wait`
+	_, pids := start(t, wl, script)
+	victim := identity(t, pids[0])
+	res, err := Stop(context.Background(), Target{Cgroup: wl, Mount: m.Path}, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(mark); strings.TrimSpace(string(b)) != "got" {
+		t.Fatalf("nested member did not get SIGTERM first (mark %q)", b)
+	}
+	if !gone(victim.PID, victim.StartTime) {
+		t.Fatal("nested member survived")
+	}
+	if !res.Froze || !res.Stable || res.Signalled == 0 || res.Killed == 0 {
+		t.Fatalf("result %+v", res)
+	}
+	if ev, err := cgroup.Open(wl).Events(); err == nil && ev.Frozen {
+		t.Fatal("the group was left frozen")
+	}
+}
+
+// A descendant of a root that moved itself out of the cgroup is still a
+// member and is stopped; a process outside both is never signalled.
+func TestStopEscapedDescendant(t *testing.T) {
+	parent := testutil.CgroupParent(t)
+	wl := filepath.Join(parent, "workload")
+	other := filepath.Join(parent, "other")
+	gd := filepath.Join(parent, "guardian")
+	for _, g := range []string{wl, other, gd} {
+		if _, err := cgroup.Create(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := cgroup.FindMount()
+	// The root shell (like a guardian) is outside the workload group; its
+	// child joins the workload group, and a grandchild moves to "other"
+	// (outside the target) and keeps running.
+	root, pids := start(t, gd, `sh -c 'echo $$ > `+wl+`/cgroup.procs; sh -c "echo \$\$ > `+other+`/cgroup.procs; echo \$\$; exec sleep 1000" & exec sleep 1000' & sleep 0.2; echo ready; wait; exec sleep 1000`)
+	escaped := identity(t, pids[0])
+	bystander, _ := start(t, other, `echo ready; exec sleep 1000`)
+	by := identity(t, bystander.Process.Pid)
+	target := Target{Cgroup: wl, Mount: m.Path, Roots: []linux.Identity{identity(t, root.Process.Pid)}}
+	got, _ := Members(target)
+	found := false
+	for _, p := range got {
+		if p == escaped.PID {
+			found = true
+		}
+		if p == by.PID || p == root.Process.Pid {
+			t.Fatalf("members %v include pid %d", got, p)
+		}
+	}
+	if !found {
+		t.Fatalf("members %v lack the escaped descendant %d", got, escaped.PID)
+	}
+	res, err := Stop(context.Background(), target, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gone(escaped.PID, escaped.StartTime) || res.Outsiders != 1 {
+		t.Fatalf("escaped member: gone=%v result %+v", gone(escaped.PID, escaped.StartTime), res)
+	}
+	if gone(by.PID, by.StartTime) {
+		t.Fatal("a process outside the tree was killed")
+	}
+	if gone(root.Process.Pid, target.Roots[0].StartTime) {
+		t.Fatal("the root was killed")
+	}
+}
+
+// In the subreaper tier (no cgroup), the root's descendants are the tree.
+func TestStopDescendantsOnly(t *testing.T) {
+	parent := testutil.CgroupParent(t)
+	root, pids := start(t, parent, `sleep 1000 & echo $!; sh -c 'sleep 1000 & echo $!; wait' & sleep 0.1; echo ready; wait; exec sleep 1000`)
+	ids := []linux.Identity{identity(t, pids[0]), identity(t, pids[1])}
+	target := Target{Roots: []linux.Identity{identity(t, root.Process.Pid)}}
+	if _, err := Stop(context.Background(), target, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if !gone(id.PID, id.StartTime) {
+			t.Fatalf("pid %d survived", id.PID)
+		}
+	}
+	if gone(root.Process.Pid, target.Roots[0].StartTime) {
+		t.Fatal("the root was killed")
+	}
+}
+
+// A fork loop can't outrun the quiesced kill.
+func TestStopForkLoop(t *testing.T) {
+	parent := testutil.CgroupParent(t)
+	wl := filepath.Join(parent, "workload")
+	if _, err := cgroup.Create(wl); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := cgroup.FindMount()
+	start(t, wl, `echo ready; while :; do sleep 5 & done`)
+	time.Sleep(200 * time.Millisecond)
+	if _, err := Stop(context.Background(), Target{Cgroup: wl, Mount: m.Path}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ := cgroup.Open(wl).Events(); ev.Populated {
+		t.Fatal("group still populated")
+	}
+}
+
+// An empty tree is a no-op.
+func TestStopEmpty(t *testing.T) {
+	parent := testutil.CgroupParent(t)
+	m, _ := cgroup.FindMount()
+	res, err := Stop(context.Background(), Target{Cgroup: parent, Mount: m.Path}, time.Second)
+	if err != nil || res.Signalled != 0 || res.Froze {
+		t.Fatalf("%+v %v", res, err)
+	}
+}
