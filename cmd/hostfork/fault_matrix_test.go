@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/limits"
@@ -338,69 +338,39 @@ func (c *hostforkCLI) reap(env ...string) *hostfork.ReapReport {
 
 // storeRecords is the registry's content, decoded.
 type storeRecords struct {
-	envs    map[string]*registry.Env
-	cmds    map[string]*registry.Command
+	envs    map[string]*api.Env
+	cmds    map[string]*api.Command
 	intents []registry.Intent
 }
 
 func (c *hostforkCLI) records() *storeRecords {
 	c.t.Helper()
-	s := &storeRecords{envs: map[string]*registry.Env{}, cmds: map[string]*registry.Command{}}
-	path := filepath.Join(c.root, "registry.sqlite")
-	if _, err := os.Stat(path); err != nil {
+	s := &storeRecords{envs: map[string]*api.Env{}, cmds: map[string]*api.Command{}}
+	if _, err := os.Stat(filepath.Join(c.root, registry.FileName)); err != nil {
 		return s
 	}
-	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=30000")
+	ctx := context.Background()
+	db, err := registry.Open(ctx, c.root)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	defer db.Close()
-	scan := func(q string, fn func(data []byte) error) {
-		rows, err := db.Query(q)
-		if err != nil {
-			c.t.Fatalf("%s: %v", q, err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var data []byte
-			if err := rows.Scan(&data); err != nil {
-				c.t.Fatal(err)
-			}
-			if err := fn(data); err != nil {
-				c.t.Fatal(err)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			c.t.Fatal(err)
-		}
-	}
-	scan("select data from envs", func(b []byte) error {
-		var e registry.Env
-		if err := json.Unmarshal(b, &e); err != nil {
-			return err
-		}
-		s.envs[e.ID] = &e
-		return nil
-	})
-	scan("select data from commands", func(b []byte) error {
-		var cm registry.Command
-		if err := json.Unmarshal(b, &cm); err != nil {
-			return err
-		}
-		s.cmds[cm.ID] = &cm
-		return nil
-	})
-	rows, err := db.Query("select id, env_id, command_id, kind, target, state, identity from intents order by id")
+	envs, err := db.Envs(ctx, registry.EnvQuery{})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var in registry.Intent
-		if err := rows.Scan(&in.ID, &in.EnvID, &in.CommandID, &in.Kind, &in.Target, &in.State, &in.Identity); err != nil {
-			c.t.Fatal(err)
-		}
-		s.intents = append(s.intents, in)
+	for _, e := range envs {
+		s.envs[e.ID] = e
+	}
+	cmds, err := db.Commands(ctx, registry.CommandQuery{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, cm := range cmds {
+		s.cmds[cm.ID] = cm
+	}
+	if s.intents, err = db.Intents(ctx, registry.IntentFilter{}); err != nil {
+		c.t.Fatal(err)
 	}
 	return s
 }
@@ -440,7 +410,7 @@ func v1Groups(envID string) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, h := range v1Hierarchies {
-		d := filepath.Join("/sys/fs/cgroup", h, hostfork.V1LimitParent, envID)
+		d := filepath.Join("/sys/fs/cgroup", h, "hostfork", envID)
 		real, err := filepath.EvalSymlinks(d)
 		if err != nil || seen[real] {
 			continue
@@ -501,21 +471,21 @@ func checkRecovered(t *testing.T, c *hostforkCLI, rep *hostfork.ReapReport, befo
 
 	// (1) The registry is consistent.
 	for _, e := range recs.envs {
-		if e.State == registry.EnvCreating || e.State == registry.EnvStopping {
+		if e.State == api.EnvCreating || e.State == api.EnvStopping {
 			t.Errorf("environment %s is still %s", e.ID, e.State)
 		}
 	}
 	for _, cm := range recs.cmds {
 		switch cm.State {
-		case registry.CmdReserved, registry.CmdRunning:
+		case api.CommandReserved, api.CommandRunning:
 			if cm.Guardian == nil || !sameProcessAlive(cm.Guardian.PID, cm.Guardian.StartTime) {
 				t.Errorf("command %s is %s, but its guardian %v is gone and nothing settled it", cm.ID, cm.State, cm.Guardian)
 			}
-			if e := recs.envs[cm.EnvID]; e != nil && e.State != registry.EnvActive {
+			if e := recs.envs[cm.Env]; e != nil && e.State != api.EnvActive {
 				t.Errorf("command %s is %s in environment %s, which is %s", cm.ID, cm.State, e.ID, e.State)
 			}
-		case registry.CmdUnknown:
-			if !reported(cm.EnvID, cm.ID) {
+		case api.CommandUnverified:
+			if !reported(cm.Env, cm.ID) {
 				t.Errorf("command %s is unverified and reap does not report it as pending", cm.ID)
 			}
 		}
@@ -543,9 +513,9 @@ func checkRecovered(t *testing.T, c *hostforkCLI, rep *hostfork.ReapReport, befo
 	// cgroups: an active environment's groups, and the groups of its
 	// commands that are not finished.
 	allowedCg := map[string]bool{c.parent: true}
-	liveCmdGroups := map[string]*registry.Command{}
+	liveCmdGroups := map[string]*api.Command{}
 	for _, e := range recs.envs {
-		if e.State != registry.EnvActive || e.CgroupPath == "" {
+		if e.State != api.EnvActive || e.CgroupPath == "" {
 			continue
 		}
 		allowedCg[e.CgroupPath] = true
@@ -555,10 +525,10 @@ func checkRecovered(t *testing.T, c *hostforkCLI, rep *hostfork.ReapReport, befo
 		}
 	}
 	for _, cm := range recs.cmds {
-		if cm.Terminal() || cm.CgroupPath == "" {
+		if cm.Final() || cm.CgroupPath == "" {
 			continue
 		}
-		if e := recs.envs[cm.EnvID]; e == nil || e.State != registry.EnvActive {
+		if e := recs.envs[cm.Env]; e == nil || e.State != api.EnvActive {
 			continue
 		}
 		liveCmdGroups[cm.CgroupPath] = cm
@@ -574,7 +544,7 @@ func checkRecovered(t *testing.T, c *hostforkCLI, rep *hostfork.ReapReport, befo
 	})
 	for id, e := range recs.envs {
 		var want []string
-		if e.State == registry.EnvActive && len(e.Limits) > 0 {
+		if e.State == api.EnvActive && len(e.Limits) > 0 {
 			var g limits.Group
 			if err := json.Unmarshal(e.Limits, &g); err == nil {
 				for _, d := range g.V1 {
@@ -604,7 +574,7 @@ func checkRecovered(t *testing.T, c *hostforkCLI, rep *hostfork.ReapReport, befo
 			}
 		}
 		for _, e := range recs.envs {
-			if e.State == registry.EnvActive && e.Keeper != nil && e.Keeper.PID == pid && cg == filepath.Join(e.CgroupPath, "keeper") {
+			if e.State == api.EnvActive && e.Keeper != nil && e.Keeper.PID == pid && cg == filepath.Join(e.CgroupPath, "keeper") {
 				ok = true
 			}
 		}
@@ -934,12 +904,12 @@ func TestReapAfterSimulatedReboot(t *testing.T) {
 	}
 	recs = c.records()
 	for _, e := range recs.envs {
-		if e.State != registry.EnvStopped {
+		if e.State != api.EnvStopped {
 			t.Errorf("environment %s of the previous boot is %s, want stopped", e.ID, e.State)
 		}
 	}
 	for _, cm := range recs.cmds {
-		if cm.State != registry.CmdExited || cm.TreeState != registry.Exited || cm.TreeEvidence != "boot id changed" {
+		if cm.State != api.CommandExited || cm.TreeState != api.PhaseExited || cm.TreeEvidence != "boot id changed" {
 			t.Errorf("command %s of the previous boot: state %s, tree %s (%s); want exited, with evidence %q", cm.ID, cm.State, cm.TreeState, cm.TreeEvidence, "boot id changed")
 		}
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
-	"github.com/habemus-papadum/hostfork/internal/childproc"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
@@ -32,7 +31,6 @@ import (
 // dispatched first, exactly as main does; a guardian that starts from a C
 // constructor never reaches this code at all.
 func TestMain(m *testing.M) {
-	childproc.Dispatch()
 	testscript.Main(m, map[string]func(){"hostfork": main})
 }
 

@@ -126,7 +126,6 @@ the environment's expiry either.`,
 	c.Flags().StringArrayVar(&labels, "label", nil, "label K=V (repeatable)")
 	c.Flags().BoolVar(&asJSON, "json", false, "with --detach: print the command's record as JSON")
 	lf.add(c, true)
-	c.Flags().SetInterspersed(false)
 	return c
 }
 

@@ -81,6 +81,9 @@ type launch struct {
 	admitted func()
 	decision string
 	// resolved
+	policy, note string
+	keys         []string
+	cwd          string
 	envv         []string
 	path         string
 	view         *viewRoot
@@ -187,6 +190,7 @@ func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 		}
 	}
 	l.rec = rec
+	l.apply()
 	add := func(kind, target string) {
 		in := &registry.Intent{EnvID: env.ID, CommandID: id, Kind: kind, Target: target}
 		l.intents = append(l.intents, in)
@@ -219,7 +223,7 @@ func (l *launch) resolve(env *api.Env) error {
 		return err
 	}
 	l.envv = envv
-	l.rec.EnvPolicy, l.rec.EnvPolicyNote, l.rec.EnvKeys = policy, note, keys
+	l.policy, l.note, l.keys = policy, note, keys
 	if env.Keeper != nil {
 		p, err := linux.OpenVerified(toLinux(env.Keeper))
 		if err != nil {
@@ -268,13 +272,23 @@ func (l *launch) resolve(env *api.Env) error {
 			cwd = "/"
 		}
 	}
-	l.rec.Cwd = cwd
+	l.cwd = cwd
+	l.apply()
 	if env.DeadlineMono > 0 {
 		if boot, _ := linux.BootID(); env.BootID == boot {
 			l.deadlineMono = env.DeadlineMono
 		}
 	}
 	return nil
+}
+
+// apply copies what resolve found into the record (when it exists: a run
+// reserves before it resolves, an exec resolves first).
+func (l *launch) apply() {
+	if l.rec == nil || l.cwd == "" {
+		return
+	}
+	l.rec.EnvPolicy, l.rec.EnvPolicyNote, l.rec.EnvKeys, l.rec.Cwd = l.policy, l.note, l.keys, l.cwd
 }
 
 // prepare makes the command's directory, files and cgroups and starts its

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/habemus-papadum/hostfork/internal/childproc"
 	"github.com/habemus-papadum/hostfork/internal/cli"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
@@ -22,8 +21,7 @@ import (
 // then run it as hostfork too.
 func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == "hostfork" {
-		childproc.Dispatch()
-		os.Exit(cli.Main(os.Args[1:]))
+			os.Exit(cli.Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
