@@ -63,6 +63,7 @@ hostfork's own failures use 117-127 (see docs/exit-codes.md).`,
 		newCapacityCmd(g), newPauseCmd(g, true), newPauseCmd(g, false))
 	root.AddCommand(newDoctorCmd(g))
 	root.AddCommand(newSupportCmd(g))
+	root.AddCommand(newServeCmd(g), newMCPCmd(g))
 	return root, g
 }
 

@@ -62,7 +62,8 @@ func goList(t *testing.T, args ...string) []listedPackage {
 }
 
 // isLibrary reports whether a package of the module is library code: the
-// root package, spec, and everything under internal/ except the CLI.
+// root package, spec, and everything under internal/ except the adapters
+// (the CLI, the HTTP server and the MCP server: DESIGN.md, "Layout").
 func isLibrary(module, path string) bool {
 	rel, ok := strings.CutPrefix(path, module)
 	if !ok {
@@ -73,7 +74,9 @@ func isLibrary(module, path string) bool {
 		return true
 	case rel == "/spec" || strings.HasPrefix(rel, "/spec/"):
 		return true
-	case rel == "/internal/cli" || strings.HasPrefix(rel, "/internal/cli/"):
+	case rel == "/internal/cli" || strings.HasPrefix(rel, "/internal/cli/"),
+		rel == "/internal/server" || strings.HasPrefix(rel, "/internal/server/"),
+		rel == "/internal/mcp" || strings.HasPrefix(rel, "/internal/mcp/"):
 		return false
 	case strings.HasPrefix(rel, "/internal/"):
 		return true

@@ -1,0 +1,498 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
+)
+
+// HostEnv is the environment variable that names the server when New is
+// given "".
+const HostEnv = "HOSTFORK_HOST"
+
+// UnixHost is the Host header the client sends over a unix socket (the
+// server accepts "", "localhost" and "unix").
+const UnixHost = "unix"
+
+// Client talks to one hostfork server. It is safe for concurrent use.
+type Client struct {
+	base string // http://unix or http://HOST:PORT
+	hc   *http.Client
+	// Socket is the unix socket path ("" for an http:// server).
+	socket string
+}
+
+// DefaultSocket is the socket of a server on the default store: api.sock
+// in $HOSTFORK_ROOT, else /var/lib/hostfork for root, else
+// $XDG_STATE_HOME/hostfork or ~/.local/state/hostfork (the library's
+// DefaultRoot rule).
+func DefaultSocket() (string, error) {
+	root := os.Getenv("HOSTFORK_ROOT")
+	switch {
+	case root != "":
+	case os.Geteuid() == 0:
+		root = "/var/lib/hostfork"
+	case os.Getenv("XDG_STATE_HOME") != "" && filepath.IsAbs(os.Getenv("XDG_STATE_HOME")):
+		root = filepath.Join(os.Getenv("XDG_STATE_HOME"), "hostfork")
+	default:
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("no default socket: set %s=unix:///path/api.sock (%v): %w", HostEnv, err, api.ErrInvalid)
+		}
+		root = filepath.Join(home, ".local", "state", "hostfork")
+	}
+	return filepath.Join(root, "api.sock"), nil
+}
+
+// New returns a client of the server at socketOrURL: "unix:///path/api.sock",
+// an absolute socket path, or an http:// URL (a server behind a proxy).
+// "" means $HOSTFORK_HOST, else DefaultSocket. New does not connect.
+func New(socketOrURL string) (*Client, error) {
+	s := socketOrURL
+	if s == "" {
+		s = os.Getenv(HostEnv)
+	}
+	if s == "" {
+		d, err := DefaultSocket()
+		if err != nil {
+			return nil, err
+		}
+		s = d
+	}
+	var path string
+	switch {
+	case strings.HasPrefix(s, "unix://"):
+		path = strings.TrimPrefix(s, "unix://")
+	case strings.HasPrefix(s, "/"):
+		path = s
+	case strings.HasPrefix(s, "http://"), strings.HasPrefix(s, "https://"):
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("server %q: not a URL such as http://127.0.0.1:8080: %w", s, api.ErrInvalid)
+		}
+		return &Client{base: strings.TrimRight(u.String(), "/"), hc: &http.Client{}}, nil
+	default:
+		return nil, fmt.Errorf("server %q: use unix:///path/api.sock or an absolute socket path: %w", s, api.ErrInvalid)
+	}
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("server %q: the socket path must be absolute (unix:///var/lib/hostfork/api.sock): %w", s, api.ErrInvalid)
+	}
+	path = filepath.Clean(path)
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	return &Client{base: "http://" + UnixHost, hc: &http.Client{Transport: tr}, socket: path}, nil
+}
+
+// Socket is the server's unix socket path ("" for an http:// server).
+func (c *Client) Socket() string { return c.socket }
+
+// Close releases idle connections.
+func (c *Client) Close() error {
+	c.hc.CloseIdleConnections()
+	return nil
+}
+
+// do sends one request and returns the response of a 2xx answer; any other
+// answer becomes an *Error.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the request: %v: %w", err, api.ErrInvalid)
+		}
+		rd = bytes.NewReader(b)
+	}
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %v: %w", method, path, err, api.ErrInvalid)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("hostfork server %s: %w", c.where(), err)
+	}
+	if resp.Header.Get(VersionHeader) == "" {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s answered without a %s header: it is not a hostfork server", c.where(), VersionHeader)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, decodeError(resp)
+}
+
+func (c *Client) where() string {
+	if c.socket != "" {
+		return "unix://" + c.socket
+	}
+	return c.base
+}
+
+func decodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var eb ErrorBody
+	if json.Unmarshal(b, &eb) != nil || eb.Message == "" {
+		eb.Message = fmt.Sprintf("hostfork server: HTTP %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return &Error{Status: resp.StatusCode, Message: eb.Message, Cause: eb.Cause, ExitCode: eb.ExitCode, sentinel: sentinelOf(eb.Cause)}
+}
+
+// call sends a request and decodes a JSON answer into out (unless nil).
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	resp, err := c.do(ctx, method, path, q, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func esc(id string) string { return url.PathEscape(id) }
+
+// Ping checks that the server answers.
+func (c *Client) Ping(ctx context.Context) error {
+	var p Ping
+	return c.call(ctx, http.MethodGet, "/v1/_ping", nil, nil, &p)
+}
+
+// Version returns the server's build provenance.
+func (c *Client) Version(ctx context.Context) (*VersionInfo, error) {
+	var v VersionInfo
+	if err := c.call(ctx, http.MethodGet, "/v1/version", nil, nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Envs lists environments by filter, oldest first, each with its commands.
+// Spec environment values are redacted.
+func (c *Client) Envs(ctx context.Context, f api.EnvFilter) ([]api.Env, error) {
+	q := url.Values{}
+	for _, l := range f.Labels {
+		q.Add("label", l)
+	}
+	for _, s := range f.States {
+		q.Add("state", string(s))
+	}
+	if f.Active {
+		q.Set("active", "1")
+	}
+	var out []api.Env
+	if err := c.call(ctx, http.MethodGet, "/v1/envs", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Env returns one environment (by id or unique prefix) with its commands.
+func (c *Client) Env(ctx context.Context, id string) (*api.Env, error) {
+	var out api.Env
+	if err := c.call(ctx, http.MethodGet, "/v1/envs/"+esc(id), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// CreateEnv creates an environment from spec: a spec.Environment, or
+// anything that marshals to a spec file's JSON (a map, json.RawMessage).
+// Its lifetime needs max_runtime or until_stopped; owner_exit is detach
+// (the environment outlives the server).
+func (c *Client) CreateEnv(ctx context.Context, spec any) (*api.Env, error) {
+	if spec == nil {
+		spec = map[string]any{}
+	}
+	var out api.Env
+	if err := c.call(ctx, http.MethodPost, "/v1/envs", nil, spec, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// StopOptions configure a stop.
+type StopOptions struct {
+	// Grace is how long members get after SIGTERM before SIGKILL; 0 means
+	// the environment's grace.
+	Grace time.Duration
+	// Abandon releases an unverified tree without proof of its exit (see
+	// the library's StopOptions.Abandon).
+	Abandon bool
+}
+
+func (o StopOptions) query() url.Values {
+	q := url.Values{}
+	if o.Grace > 0 {
+		q.Set("grace", o.Grace.String())
+	}
+	if o.Abandon {
+		q.Set("abandon", "1")
+	}
+	return q
+}
+
+// StopEnv stops an environment: every command tree, then the environment.
+// It deletes no file.
+func (c *Client) StopEnv(ctx context.Context, id string, opts StopOptions) (*api.Env, error) {
+	var out api.Env
+	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(id)+"/stop", opts.query(), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Export copies one of the environment's trees to dest (absolute, must
+// not exist), created by the server.
+func (c *Client) Export(ctx context.Context, env, tree, dest string) (*api.ExportResult, error) {
+	var out api.ExportResult
+	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/export", nil, ExportRequest{Tree: tree, Destination: dest}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// StartCommand starts a detached command in an environment (output in
+// files) and returns its record.
+func (c *Client) StartCommand(ctx context.Context, env string, req CommandRequest) (*api.Command, error) {
+	var out api.Command
+	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/commands", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Commands lists commands by filter, oldest first. f.Env may be an id
+// prefix.
+func (c *Client) Commands(ctx context.Context, f api.CommandFilter) ([]api.Command, error) {
+	q := url.Values{}
+	if f.Env != "" {
+		q.Set("env", f.Env)
+	}
+	for _, l := range f.Labels {
+		q.Add("label", l)
+	}
+	for _, s := range f.States {
+		q.Add("state", string(s))
+	}
+	if f.Live {
+		q.Set("live", "1")
+	}
+	var out []api.Command
+	if err := c.call(ctx, http.MethodGet, "/v1/commands", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Command returns one command's record (by id or unique prefix).
+func (c *Client) Command(ctx context.Context, id string) (*api.Command, error) {
+	var out api.Command
+	if err := c.call(ctx, http.MethodGet, "/v1/commands/"+esc(id), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// WaitCondition says what Wait waits for.
+type WaitCondition string
+
+// Wait conditions.
+const (
+	// WaitLeader: the leader process exited (the library's Command.Wait).
+	WaitLeader WaitCondition = "leader"
+	// WaitTree: the whole tree is gone and its record is final (WaitTree).
+	WaitTree WaitCondition = "tree"
+)
+
+// Wait blocks until the command's leader exited (WaitLeader) or its whole
+// tree is gone and recorded (WaitTree, also for ""), or ctx ends.
+func (c *Client) Wait(ctx context.Context, id string, cond WaitCondition) (*api.Command, error) {
+	if cond == "" {
+		cond = WaitTree
+	}
+	var out api.Command
+	q := url.Values{"condition": {string(cond)}}
+	if err := c.call(ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/wait", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Signal sends sig to the command's leader process only.
+func (c *Client) Signal(ctx context.Context, id string, sig syscall.Signal) (*api.Command, error) {
+	var out api.Command
+	if err := c.call(ctx, http.MethodPost, "/v1/commands/"+esc(id)+"/signal", nil, SignalRequest{Signal: strconv.Itoa(int(sig))}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// StopCommand stops the command's whole tree and returns its final record.
+func (c *Client) StopCommand(ctx context.Context, id string, opts StopOptions) (*api.Command, error) {
+	var out api.Command
+	if err := c.call(ctx, http.MethodPost, "/v1/commands/"+esc(id)+"/stop", opts.query(), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// LogOptions select what Logs reads.
+type LogOptions struct {
+	// Stream is "stdout" (default) or "stderr".
+	Stream string
+	// Offset is the byte offset to start at: a reader that reconnects
+	// with the count of bytes it has resumes exactly where it stopped.
+	Offset int64
+	// Follow keeps the stream open as the command writes, until its tree
+	// has exited and everything is read.
+	Follow bool
+}
+
+// Logs returns the raw bytes of a command's stdout or stderr from an
+// offset. Close it when done; cancelling ctx ends it too.
+func (c *Client) Logs(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, error) {
+	q := url.Values{}
+	if opts.Stream != "" {
+		q.Set("stream", opts.Stream)
+	}
+	if opts.Offset != 0 {
+		q.Set("offset", strconv.FormatInt(opts.Offset, 10))
+	}
+	if opts.Follow {
+		q.Set("follow", "1")
+	}
+	resp, err := c.do(ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/logs", q, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// Events yields the server's events after sequence since, in order. With
+// follow it keeps yielding as new events are committed until ctx ends (a
+// last ctx.Err()) or the connection ends (a last error; resume with the
+// last sequence seen). A consumer that resumes with the last sequence it
+// saw misses nothing and sees nothing twice.
+func (c *Client) Events(ctx context.Context, since int64, follow bool) iter.Seq2[api.Event, error] {
+	return func(yield func(api.Event, error) bool) {
+		q := url.Values{"since": {strconv.FormatInt(since, 10)}, "follow": {"0"}}
+		if follow {
+			q.Set("follow", "1")
+		}
+		resp, err := c.do(ctx, http.MethodGet, "/v1/events", q, nil)
+		if err != nil {
+			yield(api.Event{}, err)
+			return
+		}
+		defer resp.Body.Close()
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var ev api.Event
+			err := dec.Decode(&ev)
+			if err == nil {
+				if !yield(ev, nil) {
+					return
+				}
+				continue
+			}
+			switch {
+			case ctx.Err() != nil:
+				yield(api.Event{}, ctx.Err())
+			case errors.Is(err, io.EOF) && !follow:
+			case errors.Is(err, io.EOF):
+				yield(api.Event{}, fmt.Errorf("the event stream of %s ended (resume with since=%d): %w", c.where(), since, api.ErrClosed))
+			default:
+				yield(api.Event{}, fmt.Errorf("reading events from %s: %w", c.where(), err))
+			}
+			return
+		}
+	}
+}
+
+// Capacity returns the admission computation and the live workloads.
+func (c *Client) Capacity(ctx context.Context) (*api.CapacityReport, error) {
+	var out api.CapacityReport
+	if err := c.call(ctx, http.MethodGet, "/v1/capacity", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Pause pauses admission of new agent workloads.
+func (c *Client) Pause(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, "/v1/pause", nil, nil, nil)
+}
+
+// Resume resumes admission.
+func (c *Client) Resume(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, "/v1/resume", nil, nil, nil)
+}
+
+// Reap reconciles the ledger with what exists (idempotent).
+func (c *Client) Reap(ctx context.Context) (*api.ReapReport, error) {
+	var out api.ReapReport
+	if err := c.call(ctx, http.MethodPost, "/v1/reap", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Usage measures the store.
+func (c *Client) Usage(ctx context.Context) (*api.Usage, error) {
+	var out api.Usage
+	if err := c.call(ctx, http.MethodGet, "/v1/usage", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Doctor returns the server host's doctor report, as `hostfork doctor
+// --json` prints it (its type is not part of package api).
+func (c *Client) Doctor(ctx context.Context) (json.RawMessage, error) {
+	var out json.RawMessage
+	if err := c.call(ctx, http.MethodGet, "/v1/doctor", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

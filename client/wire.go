@@ -1,0 +1,184 @@
+package client
+
+import (
+	"errors"
+	"strconv"
+	"syscall"
+
+	"github.com/habemus-papadum/hostfork/api"
+)
+
+// APIVersion is the version of the HTTP API this package speaks; every
+// response of the server carries it in the header named by VersionHeader.
+const APIVersion = "1"
+
+// VersionHeader is the response header that carries the API version.
+const VersionHeader = "Hostfork-API-Version"
+
+// CommandRequest is the body of POST /v1/envs/{id}/commands: a detached
+// command in the environment, with its output in files.
+type CommandRequest struct {
+	Argv []string `json:"argv"`
+	// Cwd is the working directory, resolved inside the environment's
+	// view ("" = the server's).
+	Cwd string `json:"cwd,omitempty"`
+	// Env holds K=V variables applied last, after the launch environment
+	// policy (the library's Command.EnvSet): their names are recorded,
+	// their values are not.
+	Env []string `json:"env,omitempty"`
+	// EnvPolicy is inherit, clean, host-shell or toolchain ("" = the
+	// environment's).
+	EnvPolicy string            `json:"env_policy,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Purpose   string            `json:"purpose,omitempty"`
+	// Timeout stops the command's tree this long after it starts (never
+	// beyond the environment's deadline); 0s: none.
+	Timeout api.Duration `json:"timeout,omitempty"`
+	// Workload "agent" makes the command take part in admission; Admit is
+	// then fail (the default through the server: a full host answers 429)
+	// or skip. Waiting for a slot is not offered over HTTP: retry on 429.
+	Workload string `json:"workload,omitempty"`
+	Admit    string `json:"admit,omitempty"`
+}
+
+// ExportRequest is the body of POST /v1/envs/{id}/export.
+type ExportRequest struct {
+	// Tree names one of the environment's private trees.
+	Tree string `json:"tree"`
+	// Destination is an absolute path that must not exist; the server
+	// creates it (as the server's user).
+	Destination string `json:"destination"`
+}
+
+// SignalRequest is the body of POST /v1/commands/{id}/signal. Signal is a
+// name ("TERM", "SIGTERM") or a number ("15"); the server also accepts a
+// JSON number.
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// PauseState is the answer of POST /v1/pause and POST /v1/resume.
+type PauseState struct {
+	Paused bool `json:"paused"`
+}
+
+// Ping is the answer of GET /v1/_ping.
+type Ping struct {
+	OK         bool   `json:"ok"`
+	APIVersion string `json:"api_version"`
+}
+
+// VersionInfo is the answer of GET /v1/version: the server binary's build
+// provenance, as `hostfork version --json` prints it.
+type VersionInfo struct {
+	Version   string `json:"version"`
+	GoVersion string `json:"go_version"`
+	Commit    string `json:"commit"`
+	Dirty     *bool  `json:"dirty"`
+	CommitAt  string `json:"commit_time,omitempty"`
+	Kind      string `json:"kind"`
+}
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	Message string `json:"message"`
+	// Cause names the sentinel error the failure wraps (see Causes), ""
+	// when it wraps none.
+	Cause string `json:"cause,omitempty"`
+	// ExitCode is the CLI's exit code for the same failure
+	// (docs/exit-codes.md).
+	ExitCode int `json:"exit_code"`
+}
+
+// causes names each sentinel of package api on the wire; the first match
+// wins (the same order as the CLI's exit table).
+var causes = []struct {
+	name string
+	err  error
+}{
+	{"ambiguous", api.ErrAmbiguous},
+	{"executable_not_found", api.ErrExecutableNotFound},
+	{"not_executable", api.ErrNotExecutable},
+	{"not_found", api.ErrNotFound},
+	{"forbidden", api.ErrForbidden},
+	{"admission_refused", api.ErrAdmissionRefused},
+	{"store_full", api.ErrStoreFull},
+	{"store_full", syscall.ENOSPC},
+	{"store", api.ErrStore},
+	{"unsupported", api.ErrUnsupported},
+	{"incomplete_capture", api.ErrIncompleteCapture},
+	{"unverified", api.ErrUnverified},
+	{"export_failed", api.ErrExportFailed},
+	{"conflict", api.ErrConflict},
+	{"exists", api.ErrExists},
+	{"env_not_active", api.ErrEnvNotActive},
+	{"invalid", api.ErrInvalid},
+	{"closed", api.ErrClosed},
+}
+
+// Causes lists the cause names an error body may carry.
+func Causes() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range causes {
+		if !seen[c.name] {
+			seen[c.name] = true
+			out = append(out, c.name)
+		}
+	}
+	return out
+}
+
+// CauseOf names the sentinel err wraps ("" for none).
+func CauseOf(err error) string {
+	for _, c := range causes {
+		if errors.Is(err, c.err) {
+			return c.name
+		}
+	}
+	return ""
+}
+
+// sentinelOf is the sentinel a cause name stands for (nil for none).
+func sentinelOf(cause string) error {
+	if cause == "store_full" {
+		return api.ErrStoreFull
+	}
+	for _, c := range causes {
+		if c.name == cause {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// Error is an error answer of the server. It wraps the sentinel its cause
+// names, so errors.Is works against a server.
+type Error struct {
+	// Status is the HTTP status.
+	Status   int
+	Message  string
+	Cause    string
+	ExitCode int
+	sentinel error
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "hostfork server: HTTP status " + strconv.Itoa(e.Status)
+	}
+	return e.Message
+}
+
+// Unwrap returns the api sentinel the error's cause names.
+func (e *Error) Unwrap() error { return e.sentinel }
+
+// ExitCode is the CLI's exit code carried by an error of the server, or
+// ok=false when err is not one.
+func ExitCode(err error) (code int, ok bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.ExitCode, true
+	}
+	return 0, false
+}

@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/doctor"
+	"github.com/habemus-papadum/hostfork/internal/server"
+)
+
+func newServeCmd(g *globals) *cobra.Command {
+	var socket, metricsListen string
+	c := &cobra.Command{
+		Use:   "serve [--socket PATH] [--metrics-listen 127.0.0.1:PORT]",
+		Short: "Serve the HTTP API on a unix socket (docs/api.md)",
+		Long: `serve answers hostfork's HTTP API (docs/api.md) on a unix socket, by
+default <store>/api.sock (mode 0660, owned by the store's owner). Only root
+and the store's owner may use it (peer credentials); requests with an Origin
+or Referer header, or another Host than localhost or unix, are refused.
+
+Environments and commands made through it are bounded like 'run --detach'
+(an expiry or until-stopped; owner exit detach): they keep running when
+serve stops or crashes, and a restarted serve finds them again.
+
+--metrics-listen also serves GET /metrics (only) over plain HTTP on a
+loopback TCP address, without authentication.
+
+SIGTERM or SIGINT shut it down: it stops accepting, ends streams, and gives
+in-flight requests 5s.`,
+		Args: exactArgs(0, "no arguments (use --socket, --metrics-listen)"),
+		RunE: func(c *cobra.Command, args []string) error {
+			var mln net.Listener
+			if metricsListen != "" {
+				if err := loopbackOnly(metricsListen); err != nil {
+					return err
+				}
+			}
+			ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			h, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			var st unix.Stat_t
+			if err := unix.Stat(h.Root(), &st); err != nil {
+				return fmt.Errorf("store %s: %w", h.Root(), err)
+			}
+			if socket == "" {
+				socket = filepath.Join(h.Root(), "api.sock")
+			}
+			if abs, err := filepath.Abs(socket); err == nil {
+				socket = abs
+			}
+			sock, err := server.Listen(server.ListenOptions{Path: socket, StoreDir: h.Root(), UID: int(st.Uid), GID: int(st.Gid)})
+			if err != nil {
+				return err
+			}
+			defer sock.Close()
+			if metricsListen != "" {
+				if mln, err = net.Listen("tcp", metricsListen); err != nil {
+					return usageErr("--metrics-listen %s: %v", metricsListen, err)
+				}
+				defer mln.Close()
+			}
+			srv, err := server.New(server.Config{
+				Host: h, OwnerUID: int(st.Uid), SocketPath: socket, ExitCode: ExitCodeOf,
+				Version: func() any { return ReadBuildInfo() },
+				Doctor:  func(ctx context.Context) (any, error) { return serveDoctor(ctx, c, g, h.Root()), nil },
+				Logf:    func(format string, args ...any) { fmt.Fprintf(g.err, "hostfork serve: "+format+"\n", args...) },
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "hostfork serve: listening on unix://%s\n", socket)
+			if mln != nil {
+				fmt.Fprintf(g.out, "hostfork serve: metrics on http://%s/metrics\n", mln.Addr())
+			}
+			if f, ok := g.out.(*os.File); ok {
+				_ = f.Sync()
+			}
+			return srv.Serve(ctx, sock, mln)
+		},
+	}
+	c.Flags().StringVar(&socket, "socket", "", "unix socket path (default <store>/api.sock)")
+	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "also serve GET /metrics on this loopback TCP address, e.g. 127.0.0.1:9464")
+	return c
+}
+
+// loopbackOnly refuses a metrics address that is not a loopback IP: the
+// TCP listener has no authentication (docs/api.md, "Metrics").
+func loopbackOnly(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return usageErr("--metrics-listen %q: give HOST:PORT with a loopback host, e.g. 127.0.0.1:9464", addr)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return usageErr("--metrics-listen %q: only a loopback address (127.0.0.0/8, [::1], localhost) is allowed, since metrics are served without authentication; put an authenticating proxy in front to scrape from elsewhere", addr)
+	}
+	return nil
+}
+
+// serveDoctor builds the doctor report as 'hostfork doctor --json' does
+// without --spec (read-only: it does not probe).
+func serveDoctor(ctx context.Context, c *cobra.Command, g *globals, root string) *doctor.Report {
+	source := "--root"
+	if g.root == "" {
+		source = "$HOSTFORK_ROOT"
+		if os.Getenv("HOSTFORK_ROOT") == "" {
+			source = "default"
+		}
+	}
+	var o doctor.Options
+	o.Root, o.RootSource = root, source
+	if exe, err := os.Executable(); err == nil {
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+		o.Exe = exe
+	}
+	b := ReadBuildInfo()
+	o.Version = b.Version + " " + b.Commit
+	o.Verbs = map[string]bool{}
+	for _, sub := range c.Root().Commands() {
+		o.Verbs[sub.Name()] = true
+	}
+	return doctor.Run(ctx, o)
+}

@@ -1,0 +1,504 @@
+// Package mcp is `hostfork mcp`: a Model Context Protocol server (the
+// official Go SDK) whose tools run, start, list, inspect, read, stop,
+// create and export owned, bounded commands and environments through the
+// public library (package hostfork), so a coding agent can start a dev
+// server or a long test run and come back to it.
+//
+// Every tool call is bounded: environments get a default expiry the agent
+// can change (never none without an explicit until_stopped), a captured
+// run ends with its environment, and every other call has a time limit.
+// Results are the JSON of the api types; failures are tool errors carrying
+// the message, the cause and the CLI's exit code. Only internal/cli imports
+// it.
+package mcp
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+	"unicode/utf8"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/client"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// Defaults of the tools.
+const (
+	// DefaultTTL is an environment's expiry when the agent gives none.
+	DefaultTTL = 10 * time.Minute
+	// callTimeout bounds every tool call but run.
+	callTimeout = 2 * time.Minute
+	// defaultLogLength and maxLogLength bound what logs returns at once.
+	defaultLogLength = 64 << 10
+	maxLogLength     = 1 << 20
+	// defaultCapture bounds the output run returns per stream (the
+	// artifact files keep everything; read more with logs).
+	defaultCapture = 256 << 10
+)
+
+// Options configure the server.
+type Options struct {
+	// Version is reported to the client.
+	Version string
+	// ExitCode maps an error to the CLI's exit code (cli.ExitCodeOf).
+	ExitCode func(error) int
+}
+
+// NewServer returns the MCP server with hostfork's tools over h.
+func NewServer(h *hostfork.Host, o Options) *sdk.Server {
+	if o.ExitCode == nil {
+		o.ExitCode = func(error) int { return 125 }
+	}
+	if o.Version == "" {
+		o.Version = "unknown"
+	}
+	t := &tools{h: h, o: o}
+	s := sdk.NewServer(&sdk.Implementation{Name: "hostfork", Version: o.Version}, &sdk.ServerOptions{
+		Instructions: "hostfork runs commands as owned, bounded process trees in environments on this host, with durable records and logs. " +
+			"Use run for a command whose result you need now; create + start for something long-running (a dev server, a long test run), then logs, status and stop. " +
+			"Environments expire after their ttl (default 10m).",
+	})
+	add(s, t, "run", "Run a command in a new environment and return its captured result (exit status, stdout, stderr). The environment ends when the command's tree does, or at its ttl (default 10m).", t.run)
+	add(s, t, "create", "Create an environment that later commands (start) run in. It expires after ttl (default 10m) unless until_stopped is true; it outlives this MCP server.", t.create)
+	add(s, t, "start", "Start a detached command in an environment (from create); returns its record with its id. Read its output with logs, stop it with stop.", t.start)
+	add(s, t, "ps", "List commands: by default the live ones (alive or unverified); all=true includes exited ones.", t.ps)
+	add(s, t, "status", "Everything recorded about an environment or a command (id or unique prefix).", t.status)
+	add(s, t, "logs", "Read a command's stdout or stderr from a byte offset: at most length bytes (default 64 KiB). Continue from next_offset.", t.logs)
+	add(s, t, "stop", "Stop a command's tree or a whole environment (id or unique prefix). Deletes no file.", t.stop)
+	add(s, t, "export", "Copy one of an environment's private trees to a new destination directory.", t.export)
+	return s
+}
+
+// Run serves on stdin/stdout until the client disconnects or ctx ends.
+func Run(ctx context.Context, h *hostfork.Host, o Options) error {
+	return NewServer(h, o).Run(ctx, &sdk.StdioTransport{})
+}
+
+type tools struct {
+	h *hostfork.Host
+	o Options
+}
+
+// add registers a tool whose handler returns a value (marshalled as the
+// result's JSON text) or an error (a tool error with message, cause and
+// exit code).
+func add[In any](s *sdk.Server, t *tools, name, desc string, fn func(context.Context, In) (any, error)) {
+	sdk.AddTool(s, &sdk.Tool{Name: name, Description: desc}, func(ctx context.Context, _ *sdk.CallToolRequest, in In) (*sdk.CallToolResult, any, error) {
+		v, err := fn(ctx, in)
+		if err != nil {
+			b, _ := json.Marshal(client.ErrorBody{Message: err.Error(), Cause: client.CauseOf(err), ExitCode: t.o.ExitCode(err)})
+			return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: string(b)}}}, nil, nil
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: string(b)}}}, nil, nil
+	})
+}
+
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, callTimeout)
+}
+
+// lifetime is the expiry the agent asked for: a ttl, the default, or an
+// explicit until_stopped.
+func lifetime(ttl string, untilStopped bool) (spec.Lifetime, error) {
+	var l spec.Lifetime
+	switch {
+	case untilStopped && ttl != "":
+		return l, fmt.Errorf("give ttl or until_stopped, not both: %w", api.ErrInvalid)
+	case untilStopped:
+		l.UntilStopped = true
+	case ttl == "":
+		l.MaxRuntime = spec.Duration(DefaultTTL)
+	default:
+		d, err := api.ParseDuration(ttl)
+		if err != nil {
+			return l, err
+		}
+		if d == 0 {
+			return l, fmt.Errorf("ttl must be positive (or until_stopped: true): %w", api.ErrInvalid)
+		}
+		l.MaxRuntime = spec.Duration(d)
+	}
+	return l, nil
+}
+
+// envArgs are what create and run take to describe an environment.
+type envArgs struct {
+	TTL          string            `json:"ttl,omitempty" jsonschema:"expiry of the environment from its start, grace included, e.g. 5m (default 10m)"`
+	UntilStopped bool              `json:"until_stopped,omitempty" jsonschema:"no expiry: runs until stopped (explicit choice)"`
+	Purpose      string            `json:"purpose,omitempty" jsonschema:"why this runs (shown by ps and status)"`
+	Labels       map[string]string `json:"labels,omitempty" jsonschema:"labels to find it again"`
+	Memory       string            `json:"memory,omitempty" jsonschema:"memory budget for the whole environment, e.g. 2G"`
+	CPUs         float64           `json:"cpus,omitempty" jsonschema:"CPU budget in cores, e.g. 1.5"`
+	Pids         int64             `json:"pids,omitempty" jsonschema:"maximum number of processes"`
+}
+
+func (a envArgs) spec(ownerExit string) (spec.Environment, error) {
+	var s spec.Environment
+	l, err := lifetime(a.TTL, a.UntilStopped)
+	if err != nil {
+		return s, err
+	}
+	l.OwnerExit = ownerExit
+	s.Lifetime, s.Purpose, s.Labels = l, a.Purpose, a.Labels
+	if a.Memory != "" {
+		n, err := spec.ParseSize(a.Memory)
+		if err != nil {
+			return s, err
+		}
+		s.Limits.Memory = spec.Size(n)
+	}
+	s.Limits.CPUs, s.Limits.Pids = a.CPUs, a.Pids
+	return s, s.Validate()
+}
+
+type runArgs struct {
+	Argv []string `json:"argv" jsonschema:"the program and its arguments, e.g. [\"go\", \"test\", \"./...\"]"`
+	Cwd  string   `json:"cwd,omitempty" jsonschema:"working directory"`
+	Env  []string `json:"env,omitempty" jsonschema:"extra NAME=VALUE variables"`
+	envArgs
+	Timeout   string `json:"timeout,omitempty" jsonschema:"stop the command this long after it starts, e.g. 2m (never beyond the ttl)"`
+	MaxOutput int    `json:"max_output,omitempty" jsonschema:"bytes of each stream to return (default 262144); the logs keep everything"`
+}
+
+// run is `hostfork run --capture`: the environment stops when the tree
+// exits, at its ttl, or when the call is cancelled (the tree is stopped).
+func (t *tools) run(ctx context.Context, a runArgs) (any, error) {
+	if len(a.Argv) == 0 {
+		return nil, fmt.Errorf("argv is required: %w", api.ErrInvalid)
+	}
+	sp, err := a.envArgs.spec(spec.OwnerExitStop)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := optDuration("timeout", a.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := hostfork.LookPath(a.Argv[0], nil); err != nil {
+		return nil, err
+	}
+	p, err := t.h.Plan(ctx, sp)
+	if err != nil {
+		return nil, err
+	}
+	cmd := t.h.Command(a.Argv...)
+	cmd.Cwd, cmd.EnvSet, cmd.Timeout, cmd.Purpose, cmd.Labels = a.Cwd, a.Env, timeout, a.Purpose, a.Labels
+	cmd.Output = hostfork.OutputPipe
+	cmd.CaptureOutput = true
+	cmd.CaptureLimit = defaultCapture
+	if a.MaxOutput > 0 && a.MaxOutput < hostfork.MaxCapture {
+		cmd.CaptureLimit = a.MaxOutput
+	}
+	if _, err := t.h.Run(ctx, p, cmd); err != nil {
+		return nil, err
+	}
+	res, err := cmd.Capture(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if res.Record.TreeState != hostfork.PhaseExited && !res.Record.Final() {
+		// What the leader left behind ends with the run, as in the CLI.
+		sctx, cancel := bounded(context.WithoutCancel(ctx))
+		_, _ = cmd.StopTree(sctx, hostfork.StopOptions{Reason: hostfork.ReasonOwnerExit})
+		cancel()
+	}
+	wctx, cancel := bounded(ctx)
+	defer cancel()
+	if final, err := cmd.WaitTree(wctx); err == nil {
+		res.Record = final
+	}
+	status, ok := hostfork.ExitStatus(res.Record)
+	out := map[string]any{
+		"command":       res.Record.ID,
+		"env":           res.Record.Env,
+		"exit_status":   status,
+		"exit_observed": ok,
+		"exit_code":     res.Record.ExitCode,
+		"signal":        res.Record.Signal,
+		"stop_reason":   res.Record.StopReason,
+		"oom":           res.Record.OOM,
+		"complete":      res.Complete(),
+		"capture": map[string]any{
+			"stdout": map[string]any{"state": res.Stdout.State, "bytes": res.Stdout.Bytes, "error": res.Stdout.Error, "artifact": res.Stdout.Artifact},
+			"stderr": map[string]any{"state": res.Stderr.State, "bytes": res.Stderr.Bytes, "error": res.Stderr.Error, "artifact": res.Stderr.Artifact},
+		},
+		"receipt": res.Receipt,
+	}
+	for name, b := range map[string][]byte{"stdout": res.Stdout.Data, "stderr": res.Stderr.Data} {
+		if utf8.Valid(b) {
+			out[name] = string(b)
+		} else {
+			out[name+"_base64"] = base64.StdEncoding.EncodeToString(b)
+		}
+	}
+	return out, nil
+}
+
+func optDuration(name, v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := api.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return d, nil
+}
+
+// create makes a detached environment: it outlives this server until its
+// ttl (or a stop, with until_stopped).
+func (t *tools) create(ctx context.Context, a envArgs) (any, error) {
+	sp, err := a.spec(spec.OwnerExitDetach)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	p, err := t.h.Plan(ctx, sp)
+	if err != nil {
+		return nil, err
+	}
+	env, err := t.h.Create(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	rec, _, err := t.h.Status(ctx, env.ID())
+	if err != nil {
+		return nil, err
+	}
+	return hostfork.RedactEnv(*rec), nil
+}
+
+type startArgs struct {
+	Env     string            `json:"env" jsonschema:"the environment's id (from create)"`
+	Argv    []string          `json:"argv" jsonschema:"the program and its arguments"`
+	Cwd     string            `json:"cwd,omitempty" jsonschema:"working directory"`
+	Vars    []string          `json:"vars,omitempty" jsonschema:"extra NAME=VALUE variables"`
+	Purpose string            `json:"purpose,omitempty" jsonschema:"why this runs"`
+	Labels  map[string]string `json:"labels,omitempty" jsonschema:"labels to find it again"`
+	Timeout string            `json:"timeout,omitempty" jsonschema:"stop the command this long after it starts (never beyond the environment's ttl)"`
+}
+
+// start runs a detached command (output in files) under the environment's
+// bounds; it outlives the call and this server.
+func (t *tools) start(ctx context.Context, a startArgs) (any, error) {
+	if len(a.Argv) == 0 || a.Env == "" {
+		return nil, fmt.Errorf("env and argv are required: %w", api.ErrInvalid)
+	}
+	timeout, err := optDuration("timeout", a.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	env, err := t.h.OpenEnv(ctx, a.Env)
+	if err != nil {
+		return nil, err
+	}
+	cmd := env.Command(a.Argv...)
+	cmd.Cwd, cmd.EnvSet, cmd.Purpose, cmd.Labels, cmd.Timeout = a.Cwd, a.Vars, a.Purpose, a.Labels, timeout
+	cmd.Output = hostfork.OutputFiles
+	cmd.OwnerExit = hostfork.OwnerExitDetach
+	// A context whose Done is nil: the library arms no cancellation, so
+	// the tree keeps the environment's bounds after this call.
+	if err := cmd.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, err
+	}
+	_, rec, err := t.h.Status(ctx, cmd.ID())
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+type psArgs struct {
+	All   bool   `json:"all,omitempty" jsonschema:"include exited commands"`
+	Env   string `json:"env,omitempty" jsonschema:"only the commands of this environment"`
+	Label string `json:"label,omitempty" jsonschema:"label selector, e.g. role=server"`
+}
+
+func (t *tools) ps(ctx context.Context, a psArgs) (any, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	f := hostfork.CommandFilter{Live: !a.All}
+	if a.Label != "" {
+		sel, err := hostfork.ParseSelector(a.Label)
+		if err != nil {
+			return nil, err
+		}
+		f.Labels = sel
+	}
+	if a.Env != "" {
+		env, _, err := t.h.Status(ctx, a.Env)
+		if err != nil {
+			return nil, err
+		}
+		if env == nil {
+			return nil, fmt.Errorf("%s is a command; give an environment id: %w", a.Env, api.ErrInvalid)
+		}
+		f.Env = env.ID
+	}
+	cmds, err := t.h.Commands(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if cmds == nil {
+		cmds = []hostfork.CommandRecord{}
+	}
+	return cmds, nil
+}
+
+type idArgs struct {
+	ID string `json:"id" jsonschema:"an environment or command id, or a unique prefix"`
+}
+
+func (t *tools) status(ctx context.Context, a idArgs) (any, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	env, cmd, err := t.h.Status(ctx, a.ID)
+	if err != nil {
+		return nil, err
+	}
+	if env != nil {
+		return hostfork.RedactEnv(*env), nil
+	}
+	return cmd, nil
+}
+
+type logsArgs struct {
+	ID     string `json:"id" jsonschema:"a command id or unique prefix"`
+	Stream string `json:"stream,omitempty" jsonschema:"stdout (default) or stderr"`
+	Offset int64  `json:"offset,omitempty" jsonschema:"byte offset to start at (next_offset of the previous call)"`
+	Length int    `json:"length,omitempty" jsonschema:"most bytes to return (default 65536, at most 1048576)"`
+}
+
+// logsResult is one slice of a command's output.
+type logsResult struct {
+	Command    string `json:"command"`
+	Stream     string `json:"stream"`
+	Offset     int64  `json:"offset"`
+	NextOffset int64  `json:"next_offset"`
+	Bytes      int    `json:"bytes"`
+	Text       string `json:"text,omitempty"`
+	Base64     string `json:"base64,omitempty"`
+	// Ended: the command's tree is gone and everything up to next_offset
+	// is all it wrote.
+	Ended bool         `json:"ended"`
+	State api.Liveness `json:"state"`
+}
+
+func (t *tools) logs(ctx context.Context, a logsArgs) (any, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	n := a.Length
+	if n <= 0 {
+		n = defaultLogLength
+	}
+	if n > maxLogLength {
+		n = maxLogLength
+	}
+	stream := a.Stream
+	if stream == "" {
+		stream = "stdout"
+	}
+	cmd, err := t.h.OpenCommand(ctx, a.ID)
+	if err != nil {
+		return nil, err
+	}
+	// The record first: if the tree is gone now, what the read finds is
+	// everything it wrote.
+	_, rec, err := t.h.Status(ctx, cmd.ID())
+	if err != nil {
+		return nil, err
+	}
+	rd, err := cmd.Logs(ctx, hostfork.LogOptions{Stream: stream, Offset: a.Offset})
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	buf := make([]byte, n)
+	got, err := io.ReadFull(rd, buf)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, err
+	}
+	buf = buf[:got]
+	res := logsResult{Command: cmd.ID(), Stream: stream, Offset: a.Offset, NextOffset: a.Offset + int64(got), Bytes: got, State: rec.Liveness}
+	res.Ended = rec.Final() && got < n
+	switch cut := validPrefix(buf); {
+	case cut == len(buf):
+		res.Text = string(buf)
+	case cut >= len(buf)-3 && cut > 0:
+		// A multi-byte character cut at the end: return up to it; the
+		// next call continues from there.
+		res.Text = string(buf[:cut])
+		res.Bytes, res.NextOffset, res.Ended = cut, a.Offset+int64(cut), false
+	default:
+		res.Base64 = base64.StdEncoding.EncodeToString(buf)
+	}
+	return res, nil
+}
+
+// validPrefix is the length of the longest prefix of b that is valid
+// UTF-8 and ends within the last three bytes' cut, else len(b) if all is.
+func validPrefix(b []byte) int {
+	if utf8.Valid(b) {
+		return len(b)
+	}
+	for cut := len(b) - 1; cut >= 0 && cut >= len(b)-3; cut-- {
+		if utf8.Valid(b[:cut]) {
+			return cut
+		}
+	}
+	return -1
+}
+
+type stopArgs struct {
+	ID    string `json:"id" jsonschema:"an environment or command id, or a unique prefix"`
+	Grace string `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, e.g. 5s (default the environment's, 2s)"`
+}
+
+func (t *tools) stop(ctx context.Context, a stopArgs) (any, error) {
+	grace, err := optDuration("grace", a.Grace)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	kind, id, err := t.h.Resolve(ctx, a.ID)
+	if err != nil {
+		return nil, err
+	}
+	o := hostfork.StopOptions{Grace: grace}
+	if kind == "command" {
+		return t.h.StopCommand(ctx, id, o)
+	}
+	rec, err := t.h.StopEnv(ctx, id, o)
+	if err != nil {
+		return nil, err
+	}
+	return hostfork.RedactEnv(*rec), nil
+}
+
+type exportArgs struct {
+	Env         string `json:"env" jsonschema:"the environment's id or unique prefix"`
+	Tree        string `json:"tree" jsonschema:"the name of one of its private trees"`
+	Destination string `json:"destination" jsonschema:"an absolute path that does not exist yet"`
+}
+
+func (t *tools) export(ctx context.Context, a exportArgs) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	return t.h.Export(ctx, a.Env, a.Tree, a.Destination, hostfork.ExportOptions{})
+}

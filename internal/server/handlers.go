@@ -1,0 +1,610 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/client"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+func (s *Server) ping(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, client.Ping{OK: true, APIVersion: client.APIVersion})
+	return nil
+}
+
+func (s *Server) version(w http.ResponseWriter, r *http.Request) error {
+	if s.cfg.Version == nil {
+		return fmt.Errorf("no version information: %w", hostfork.ErrUnsupported)
+	}
+	writeJSON(w, http.StatusOK, s.cfg.Version())
+	return nil
+}
+
+// flag reads a boolean query parameter: absent is def; 1/true/0/false.
+func flag(r *http.Request, name string, def bool) (bool, error) {
+	v, ok := r.URL.Query()[name]
+	if !ok || len(v) == 0 {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v[len(v)-1])
+	if err != nil {
+		return false, invalid("query %s=%q: use 1 or 0", name, v[len(v)-1])
+	}
+	return b, nil
+}
+
+func selector(r *http.Request) (hostfork.Selector, error) {
+	var sel hostfork.Selector
+	for _, l := range r.URL.Query()["label"] {
+		t, err := hostfork.ParseSelector(l)
+		if err != nil {
+			return nil, err
+		}
+		sel = append(sel, t...)
+	}
+	return sel, nil
+}
+
+func stopOptions(r *http.Request) (hostfork.StopOptions, error) {
+	var o hostfork.StopOptions
+	if g := r.URL.Query().Get("grace"); g != "" {
+		d, err := api.ParseDuration(g)
+		if err != nil {
+			return o, fmt.Errorf("query grace: %w", err)
+		}
+		o.Grace = d
+	}
+	ab, err := flag(r, "abandon", false)
+	o.Abandon = ab
+	return o, err
+}
+
+func redact(r *http.Request, e hostfork.EnvRecord) (hostfork.EnvRecord, error) {
+	show, err := flag(r, "show_env", false)
+	if err != nil || show {
+		return e, err
+	}
+	return hostfork.RedactEnv(e), nil
+}
+
+func (s *Server) listEnvs(w http.ResponseWriter, r *http.Request) error {
+	sel, err := selector(r)
+	if err != nil {
+		return err
+	}
+	f := hostfork.EnvFilter{Labels: sel, WithCommands: true}
+	for _, st := range r.URL.Query()["state"] {
+		switch es := hostfork.EnvState(st); es {
+		case hostfork.EnvCreating, hostfork.EnvActive, hostfork.EnvStopping, hostfork.EnvStopped, hostfork.EnvFailed:
+			f.States = append(f.States, es)
+		default:
+			return invalid("state %q: use creating, active, stopping, stopped or failed", st)
+		}
+	}
+	if f.Active, err = flag(r, "active", false); err != nil {
+		return err
+	}
+	envs, err := s.h.Envs(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	for i := range envs {
+		if envs[i], err = redact(r, envs[i]); err != nil {
+			return err
+		}
+	}
+	if envs == nil {
+		envs = []hostfork.EnvRecord{}
+	}
+	writeJSON(w, http.StatusOK, envs)
+	return nil
+}
+
+// envRecord reads an environment by id or prefix; a command id is 404.
+func (s *Server) envRecord(r *http.Request, id string) (*hostfork.EnvRecord, error) {
+	env, cmd, err := s.h.Status(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if env == nil {
+		return nil, fmt.Errorf("%s is a command, not an environment (GET /v1/commands/%s): %w", cmd.ID, cmd.ID, hostfork.ErrNotFound)
+	}
+	return env, nil
+}
+
+func (s *Server) getEnv(w http.ResponseWriter, r *http.Request) error {
+	env, err := s.envRecord(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	e, err := redact(r, *env)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
+// createEnv creates an environment bounded like `run --detach`: an expiry
+// (or until_stopped) is required and its owner-exit policy is detach, so it
+// outlives the server and is found again as a record.
+func (s *Server) createEnv(w http.ResponseWriter, r *http.Request) error {
+	var sp spec.Environment
+	if err := decode(w, r, &sp); err != nil {
+		return err
+	}
+	l := &sp.Lifetime
+	if l.MaxRuntime == 0 && !l.UntilStopped {
+		return invalid("an environment made through the server outlives the request: give lifetime.max_runtime (e.g. \"20m\") or lifetime.until_stopped: true")
+	}
+	switch l.OwnerExit {
+	case "":
+		l.OwnerExit = spec.OwnerExitDetach
+	case spec.OwnerExitDetach:
+	default:
+		return invalid("lifetime.owner_exit %q: an environment made through the server is detached (drop owner_exit, or use detach)", l.OwnerExit)
+	}
+	if err := sp.Validate(); err != nil {
+		return err
+	}
+	ctx, cancel := mutationContext(r)
+	defer cancel()
+	p, err := s.h.Plan(ctx, sp)
+	if err != nil {
+		return err
+	}
+	env, err := s.h.Create(ctx, p)
+	if err != nil {
+		return err
+	}
+	rec, _, err := s.h.Status(ctx, env.ID())
+	if err != nil {
+		return err
+	}
+	e, err := redact(r, *rec)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/envs/"+e.ID)
+	writeJSON(w, http.StatusCreated, e)
+	return nil
+}
+
+func (s *Server) stopEnv(w http.ResponseWriter, r *http.Request) error {
+	o, err := stopOptions(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := mutationContext(r)
+	defer cancel()
+	rec, err := s.h.StopEnv(ctx, r.PathValue("id"), o)
+	if err != nil {
+		return err
+	}
+	e, err := redact(r, *rec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
+// exportEnv runs the export under the request's context: a client that
+// leaves aborts it, and the result records the partial copy.
+func (s *Server) exportEnv(w http.ResponseWriter, r *http.Request) error {
+	var req client.ExportRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if req.Tree == "" {
+		return invalid("tree is required (the name of one of the environment's trees)")
+	}
+	if !filepath.IsAbs(req.Destination) {
+		return invalid("destination %q: give an absolute path that does not exist yet", req.Destination)
+	}
+	if _, err := s.envRecord(r, r.PathValue("id")); err != nil {
+		return err
+	}
+	res, err := s.h.Export(r.Context(), r.PathValue("id"), req.Tree, req.Destination, hostfork.ExportOptions{})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// startCommand starts a detached command: output in files, owner-exit
+// detach, stdin /dev/null, and a context that is never done, so the tree
+// runs under its own bounds (the environment's deadline, its timeout) and
+// outlives the request and the server.
+func (s *Server) startCommand(w http.ResponseWriter, r *http.Request) error {
+	var req client.CommandRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return invalid("argv is required: the program and its arguments, e.g. [\"make\", \"test\"]")
+	}
+	for _, kv := range req.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || !spec.ValidEnvName(k) {
+			return invalid("env %q: write it as NAME=VALUE", kv)
+		}
+	}
+	if !spec.ValidEnvPolicy(req.EnvPolicy) {
+		return invalid("env_policy %q: use inherit, clean, host-shell or toolchain", req.EnvPolicy)
+	}
+	switch req.Workload {
+	case "":
+		if req.Admit != "" {
+			return invalid("admit is only for workload \"agent\"")
+		}
+	case hostfork.WorkloadAgent:
+		switch req.Admit {
+		case "":
+			req.Admit = hostfork.AdmitFail
+		case hostfork.AdmitFail, hostfork.AdmitSkip:
+		case hostfork.AdmitWait:
+			return invalid("admit \"wait\" is not offered over HTTP: use fail (429 when the host is full; retry) or skip")
+		default:
+			return invalid("admit %q: use fail or skip", req.Admit)
+		}
+	default:
+		return invalid("workload %q: use \"agent\" or leave it out", req.Workload)
+	}
+	ctx, cancel := mutationContext(r)
+	defer cancel()
+	env, err := s.h.OpenEnv(ctx, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	cmd := env.Command(req.Argv...)
+	cmd.Cwd, cmd.EnvPolicy, cmd.EnvSet = req.Cwd, req.EnvPolicy, req.Env
+	cmd.Labels, cmd.Purpose, cmd.Timeout = req.Labels, req.Purpose, req.Timeout.D()
+	cmd.Workload, cmd.Admit = req.Workload, req.Admit
+	cmd.Output = hostfork.OutputFiles
+	cmd.OwnerExit = hostfork.OwnerExitDetach
+	start := time.Now()
+	// A context whose Done is nil: the library arms no cancellation, so
+	// the tree keeps the environment's bounds, not the request's.
+	if err := cmd.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	s.launches.Observe(time.Since(start).Seconds())
+	_, rec, err := s.h.Status(ctx, cmd.ID())
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/commands/"+rec.ID)
+	writeJSON(w, http.StatusCreated, rec)
+	return nil
+}
+
+func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) error {
+	sel, err := selector(r)
+	if err != nil {
+		return err
+	}
+	f := hostfork.CommandFilter{Labels: sel}
+	if e := r.URL.Query().Get("env"); e != "" {
+		env, err := s.envRecord(r, e)
+		if err != nil {
+			return err
+		}
+		f.Env = env.ID
+	}
+	for _, st := range r.URL.Query()["state"] {
+		switch cs := hostfork.CommandState(st); cs {
+		case hostfork.CommandReserved, hostfork.CommandRunning, hostfork.CommandExited, hostfork.CommandFailed, hostfork.CommandUnverified:
+			f.States = append(f.States, cs)
+		default:
+			return invalid("state %q: use a record state: reserved, running, exited, failed or unverified (live=1 for what ps shows)", st)
+		}
+	}
+	if f.Live, err = flag(r, "live", false); err != nil {
+		return err
+	}
+	cmds, err := s.h.Commands(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	if cmds == nil {
+		cmds = []hostfork.CommandRecord{}
+	}
+	writeJSON(w, http.StatusOK, cmds)
+	return nil
+}
+
+// commandRecord reads a command by id or prefix; an environment id is 404.
+func (s *Server) commandRecord(r *http.Request, id string) (*hostfork.CommandRecord, error) {
+	env, cmd, err := s.h.Status(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if cmd == nil {
+		return nil, fmt.Errorf("%s is an environment, not a command (GET /v1/envs/%s): %w", env.ID, env.ID, hostfork.ErrNotFound)
+	}
+	return cmd, nil
+}
+
+func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) error {
+	c, err := s.commandRecord(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, c)
+	return nil
+}
+
+func (s *Server) openCommand(r *http.Request) (*hostfork.Command, error) {
+	if _, err := s.commandRecord(r, r.PathValue("id")); err != nil {
+		return nil, err
+	}
+	return s.h.OpenCommand(r.Context(), r.PathValue("id"))
+}
+
+// waitCommand blocks until the condition holds, the client leaves (the
+// request's context) or the server shuts down (503, cause closed).
+func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) error {
+	cond := r.URL.Query().Get("condition")
+	if cond != "" && cond != "leader" && cond != "tree" {
+		return invalid("condition %q: use leader or tree", cond)
+	}
+	c, err := s.openCommand(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	var rec hostfork.CommandRecord
+	if cond == "leader" {
+		rec, err = c.Wait(ctx)
+	} else {
+		rec, err = c.WaitTree(ctx)
+	}
+	if err != nil {
+		if s.streams.Err() != nil && r.Context().Err() == nil {
+			return fmt.Errorf("the server is shutting down; wait again: %w", hostfork.ErrClosed)
+		}
+		return err
+	}
+	writeJSON(w, http.StatusOK, rec)
+	return nil
+}
+
+// signalBody accepts the signal as a string (name or number) or a number.
+type signalBody struct {
+	Signal json.RawMessage `json:"signal"`
+}
+
+func parseSignal(raw json.RawMessage) (syscall.Signal, error) {
+	if len(raw) == 0 {
+		return 0, invalid("signal is required: a name (TERM, SIGKILL) or a number")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		var n int
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return 0, invalid("signal %s: give a name (TERM, SIGKILL) or a number", raw)
+		}
+		s = strconv.Itoa(n)
+	}
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, invalid("signal %d is out of range (1-64)", n)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig := unix.SignalNum(name); sig != 0 {
+		return sig, nil
+	}
+	return 0, invalid("signal %q: unknown name (use e.g. TERM, INT, HUP, KILL, USR1)", s)
+}
+
+func (s *Server) signalCommand(w http.ResponseWriter, r *http.Request) error {
+	var b signalBody
+	if err := decode(w, r, &b); err != nil {
+		return err
+	}
+	sig, err := parseSignal(b.Signal)
+	if err != nil {
+		return err
+	}
+	c, err := s.openCommand(r)
+	if err != nil {
+		return err
+	}
+	if err := c.Signal(sig); err != nil {
+		return err
+	}
+	rec, err := s.commandRecord(r, c.ID())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rec)
+	return nil
+}
+
+func (s *Server) stopCommand(w http.ResponseWriter, r *http.Request) error {
+	o, err := stopOptions(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := mutationContext(r)
+	defer cancel()
+	rec, err := s.h.StopCommand(ctx, r.PathValue("id"), o)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rec)
+	return nil
+}
+
+// logs streams a command's artifact from a byte offset, flushing each
+// chunk as it is read.
+func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	o := hostfork.LogOptions{Stream: q.Get("stream")}
+	if o.Stream != "" && o.Stream != "stdout" && o.Stream != "stderr" {
+		return invalid("stream %q: use stdout or stderr", o.Stream)
+	}
+	if v := q.Get("offset"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return invalid("offset %q: give a byte offset (0 or more)", v)
+		}
+		o.Offset = n
+	}
+	var err error
+	if o.Follow, err = flag(r, "follow", false); err != nil {
+		return err
+	}
+	c, err := s.openCommand(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	rd, err := c.Logs(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Hostfork-Log-Offset", strconv.FormatInt(o.Offset, 10))
+	w.WriteHeader(http.StatusOK)
+	fl := http.NewResponseController(w)
+	_ = fl.Flush()
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := rd.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return nil
+			}
+			_ = fl.Flush()
+		}
+		if rerr != nil {
+			// EOF: all of it (follow: the tree exited). Anything else
+			// (the client left, shutdown) just ends the stream; the
+			// client resumes from the bytes it has.
+			if !errors.Is(rerr, io.EOF) {
+				s.cfg.Logf("logs of %s: %v", c.ID(), rerr)
+			}
+			return nil
+		}
+	}
+}
+
+// events streams the event log as NDJSON, one event per line, flushed per
+// event; it follows unless follow=0.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
+	var since int64
+	if v := r.URL.Query().Get("since"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return invalid("since %q: give the last sequence seen (0 or more)", v)
+		}
+		since = n
+	}
+	follow, err := flag(r, "follow", true)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	fl := http.NewResponseController(w)
+	_ = fl.Flush()
+	enc := json.NewEncoder(w)
+	for ev, err := range s.h.Events(ctx, since, follow) {
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Logf("events: %v", err)
+			}
+			return nil
+		}
+		if enc.Encode(ev) != nil {
+			return nil
+		}
+		_ = fl.Flush()
+	}
+	return nil
+}
+
+func (s *Server) capacity(w http.ResponseWriter, r *http.Request) error {
+	c, err := s.h.Capacity(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, c)
+	return nil
+}
+
+func (s *Server) pause(paused bool) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		ctx, cancel := mutationContext(r)
+		defer cancel()
+		if err := s.h.SetPaused(ctx, paused); err != nil {
+			return err
+		}
+		p, err := s.h.Paused(ctx)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, client.PauseState{Paused: p})
+		return nil
+	}
+}
+
+func (s *Server) reap(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := mutationContext(r)
+	defer cancel()
+	rep, err := s.h.Reap(ctx)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rep)
+	return nil
+}
+
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
+	u, err := s.h.Usage(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, u)
+	return nil
+}
+
+func (s *Server) doctor(w http.ResponseWriter, r *http.Request) error {
+	if s.cfg.Doctor == nil {
+		return fmt.Errorf("doctor is not available in this server: %w", hostfork.ErrUnsupported)
+	}
+	rep, err := s.cfg.Doctor(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rep)
+	return nil
+}

@@ -1,0 +1,213 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/api"
+)
+
+// Socket is the server's listening unix socket and the lock that makes it
+// the only server on that path.
+type Socket struct {
+	*net.UnixListener
+	path     string
+	dev, ino uint64
+	lock     *os.File
+}
+
+// Path is the socket's path.
+func (s *Socket) Path() string { return s.path }
+
+// Close stops listening, removes the socket file if it is still the one
+// Listen made (same device and inode), and releases the lock.
+func (s *Socket) Close() error {
+	err := s.UnixListener.Close()
+	var st unix.Stat_t
+	if unix.Lstat(s.path, &st) == nil && st.Dev == s.dev && st.Ino == s.ino && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		_ = os.Remove(s.path)
+	}
+	if s.lock != nil {
+		s.lock.Close()
+	}
+	return err
+}
+
+// ListenOptions say where the socket goes and who owns it.
+type ListenOptions struct {
+	// Path is the socket's absolute path.
+	Path string
+	// StoreDir is the store's root: a stale socket is removed only there.
+	StoreDir string
+	// UID and GID own the socket (the store's owner); it is made 0660.
+	UID, GID int
+}
+
+// Listen makes the server's socket. It refuses a path that exists and is
+// not a socket, and a socket a server answers on; a stale socket (nobody
+// answers) is removed only when it is a socket owned by this user in the
+// store's directory. Concurrent starts are serialized by a lock file beside
+// the socket (".NAME.lock"). The socket is bound in a private temporary
+// directory, given its mode and owner there, and renamed into place, so it
+// never exists at Path with other permissions.
+func Listen(o ListenOptions) (*Socket, error) {
+	path := filepath.Clean(o.Path)
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("socket %q: give an absolute path: %w", o.Path, api.ErrInvalid)
+	}
+	if len(path) > 107 {
+		return nil, fmt.Errorf("socket %s: the path is longer than a unix socket address allows (107 bytes); choose a shorter --socket: %w", path, api.ErrInvalid)
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("socket %s: its directory %s does not exist or is not a directory: %w", path, dir, api.ErrInvalid)
+	}
+	lock, err := lockBeside(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := listenLocked(path, dir, o)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+func lockBeside(path string) (*os.File, error) {
+	lp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".lock")
+	f, err := os.OpenFile(lp, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("socket lock %s: %w", lp, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("socket lock %s: %w", lp, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
+		f.Close()
+		return nil, fmt.Errorf("socket lock %s is not a regular file of this user (uid %d): remove it or choose another --socket: %w", lp, st.Uid, api.ErrForbidden)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another hostfork serve holds %s (it serves %s): stop it first: %w", lp, path, api.ErrExists)
+		}
+		return nil, fmt.Errorf("socket lock %s: %w", lp, err)
+	}
+	return f, nil
+}
+
+func listenLocked(path, dir string, o ListenOptions) (*Socket, error) {
+	var st unix.Stat_t
+	switch err := unix.Lstat(path, &st); {
+	case errors.Is(err, unix.ENOENT):
+	case err != nil:
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
+		return nil, fmt.Errorf("socket %s exists and is not a socket: remove it or choose another --socket: %w", path, api.ErrExists)
+	default:
+		if answers(path) {
+			return nil, fmt.Errorf("a server already answers on %s: stop it first, or choose another --socket: %w", path, api.ErrExists)
+		}
+		if int(st.Uid) != os.Geteuid() {
+			return nil, fmt.Errorf("stale socket %s belongs to uid %d, not this user: remove it yourself: %w", path, st.Uid, api.ErrForbidden)
+		}
+		if o.StoreDir == "" || filepath.Clean(o.StoreDir) != dir {
+			return nil, fmt.Errorf("stale socket %s is outside the store's directory: remove it yourself (only a stale socket in the store is removed automatically): %w", path, api.ErrExists)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
+		}
+	}
+
+	tmp, err := os.MkdirTemp(dir, "."+filepath.Base(path)+"-")
+	if err != nil {
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	defer os.RemoveAll(tmp)
+	tpath := filepath.Join(tmp, "s")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tpath, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(false)
+	fail := func(err error) (*Socket, error) {
+		ln.Close()
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	if err := os.Chmod(tpath, 0o660); err != nil {
+		return fail(err)
+	}
+	if err := os.Lchown(tpath, o.UID, o.GID); err != nil && os.Geteuid() == 0 {
+		return fail(err)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, tpath, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return fail(fmt.Errorf("it appeared while starting: %w", api.ErrExists))
+		}
+		return fail(err)
+	}
+	if err := unix.Lstat(path, &st); err != nil {
+		return fail(err)
+	}
+	return &Socket{UnixListener: ln, path: path, dev: st.Dev, ino: st.Ino}, nil
+}
+
+// answers reports whether something accepts connections on the socket.
+func answers(path string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		// ECONNREFUSED: nobody listens (stale). Anything else (EACCES,
+		// a timeout) is treated as "maybe": refuse rather than remove.
+		return !errors.Is(err, syscall.ECONNREFUSED)
+	}
+	c.Close()
+	return true
+}
+
+// peer is the credentials of the process on the other end of a connection.
+type peer struct {
+	ok       bool // read from SO_PEERCRED
+	tcp      bool // a TCP connection (the metrics listener)
+	uid, pid int
+}
+
+type peerKey struct{}
+
+// connContext records the peer's credentials in the connection's context
+// (http.Server.ConnContext).
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	p := peer{}
+	switch uc := c.(type) {
+	case *net.UnixConn:
+		if raw, err := uc.SyscallConn(); err == nil {
+			_ = raw.Control(func(fd uintptr) {
+				if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+					p = peer{ok: true, uid: int(cred.Uid), pid: int(cred.Pid)}
+				}
+			})
+		}
+	case *net.TCPConn:
+		p.tcp = true
+	}
+	return context.WithValue(ctx, peerKey{}, p)
+}
+
+func peerOf(ctx context.Context) peer {
+	p, _ := ctx.Value(peerKey{}).(peer)
+	return p
+}

@@ -1,0 +1,202 @@
+package server
+
+import (
+	"encoding"
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/client"
+)
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, s.OpenAPI())
+	return nil
+}
+
+var pathParam = regexp.MustCompile(`\{([a-z_]+)\}`)
+
+// OpenAPI is the OpenAPI 3 document of the server's routes, generated from
+// the same table the mux is built from; the schemas come from the Go types
+// of the bodies (package api, package client, spec.Environment).
+func (s *Server) OpenAPI() map[string]any {
+	g := &schemaGen{defs: map[string]any{}}
+	paths := map[string]map[string]any{}
+	for _, rt := range s.routes {
+		op := map[string]any{
+			"summary":     rt.summary,
+			"operationId": operationID(rt),
+		}
+		var params []any
+		for _, m := range pathParam.FindAllStringSubmatch(rt.path, -1) {
+			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true,
+				"description": "an id or a unique id prefix", "schema": map[string]any{"type": "string"}})
+		}
+		for _, p := range rt.query {
+			sch := map[string]any{"type": p.typ}
+			if p.typ == "boolean" {
+				sch = map[string]any{"type": "string", "enum": []string{"0", "1", "true", "false"}}
+			}
+			if p.repeat {
+				sch = map[string]any{"type": "array", "items": sch}
+			}
+			params = append(params, map[string]any{"name": p.name, "in": "query", "description": p.desc, "schema": sch, "explode": true})
+		}
+		if params != nil {
+			op["parameters"] = params
+		}
+		if rt.body != nil {
+			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
+				"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(rt.body))}}}
+		}
+		ct := rt.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		var content map[string]any
+		switch {
+		case rt.resp != nil:
+			content = map[string]any{ct: map[string]any{"schema": g.schema(reflect.TypeOf(rt.resp))}}
+		case strings.HasPrefix(ct, "text/"):
+			content = map[string]any{ct: map[string]any{"schema": map[string]any{"type": "string"}}}
+		default:
+			content = map[string]any{ct: map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}
+		}
+		op["responses"] = map[string]any{
+			strconv.Itoa(rt.status): map[string]any{"description": http.StatusText(rt.status), "content": content},
+			"default": map[string]any{"description": "an error (docs/api.md, \"Errors\")",
+				"content": map[string]any{"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(client.ErrorBody{}))}}},
+		}
+		if paths[rt.path] == nil {
+			paths[rt.path] = map[string]any{}
+		}
+		paths[rt.path][strings.ToLower(rt.method)] = op
+	}
+	return map[string]any{
+		"openapi": "3.0.3",
+		"info": map[string]any{
+			"title":       "hostfork serve",
+			"version":     client.APIVersion,
+			"description": "The local HTTP API of hostfork on a unix socket (docs/api.md). Every response carries the header " + client.VersionHeader + ": " + client.APIVersion + ".",
+		},
+		"servers":    []any{map[string]any{"url": "http://localhost", "description": "curl --unix-socket /var/lib/hostfork/api.sock http://localhost/v1/..."}},
+		"paths":      paths,
+		"components": map[string]any{"schemas": g.defs},
+	}
+}
+
+func operationID(rt route) string {
+	p := strings.NewReplacer("/v1/", "", "/", "_", "{", "", "}", "", ".", "_").Replace(strings.TrimPrefix(rt.path, "/"))
+	return strings.ToLower(rt.method) + "_" + strings.Trim(p, "_")
+}
+
+// schemaGen derives JSON Schemas (the OpenAPI 3.0 dialect) from Go types
+// the way encoding/json writes them.
+type schemaGen struct {
+	defs map[string]any
+}
+
+var (
+	textMarshaler = reflect.TypeOf((*encoding.TextMarshaler)(nil)).Elem()
+	jsonMarshaler = reflect.TypeOf((*json.Marshaler)(nil)).Elem()
+	timeType      = reflect.TypeOf(time.Time{})
+	rawType       = reflect.TypeOf(json.RawMessage{})
+	durationType  = reflect.TypeOf(time.Duration(0))
+)
+
+func (g *schemaGen) schema(t reflect.Type) map[string]any {
+	switch {
+	case t == timeType:
+		return map[string]any{"type": "string", "format": "date-time"}
+	case t == rawType:
+		return map[string]any{"description": "any JSON value"}
+	case t.Implements(textMarshaler) || reflect.PointerTo(t).Implements(textMarshaler):
+		return map[string]any{"type": "string"}
+	case t.Implements(jsonMarshaler):
+		return map[string]any{"description": "any JSON value"}
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		s := g.schema(t.Elem())
+		if _, isRef := s["$ref"]; isRef {
+			return map[string]any{"allOf": []any{s}, "nullable": true}
+		}
+		out := map[string]any{"nullable": true}
+		for k, v := range s {
+			out[k] = v
+		}
+		return out
+	case reflect.Bool:
+		return map[string]any{"type": "boolean"}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if t == durationType {
+			return map[string]any{"type": "integer", "description": "nanoseconds"}
+		}
+		return map[string]any{"type": "integer"}
+	case reflect.Float32, reflect.Float64:
+		return map[string]any{"type": "number"}
+	case reflect.String:
+		return map[string]any{"type": "string"}
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return map[string]any{"type": "string", "format": "byte"}
+		}
+		return map[string]any{"type": "array", "items": g.schema(t.Elem())}
+	case reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": g.schema(t.Elem())}
+	case reflect.Interface:
+		return map[string]any{"description": "any JSON value"}
+	case reflect.Struct:
+		name := t.Name()
+		if name == "" {
+			return g.object(t)
+		}
+		pkg := t.PkgPath()
+		key := pkg[strings.LastIndex(pkg, "/")+1:] + "." + name
+		if _, ok := g.defs[key]; !ok {
+			g.defs[key] = map[string]any{} // break recursion
+			g.defs[key] = g.object(t)
+		}
+		return map[string]any{"$ref": "#/components/schemas/" + key}
+	}
+	return map[string]any{}
+}
+
+func (g *schemaGen) object(t reflect.Type) map[string]any {
+	props := map[string]any{}
+	g.fields(t, props)
+	return map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+}
+
+func (g *schemaGen) fields(t reflect.Type, props map[string]any) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				g.fields(ft, props)
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		props[name] = g.schema(f.Type)
+	}
+}

@@ -1,0 +1,85 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/client"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// route is one endpoint: what the mux routes and what the OpenAPI
+// document says, from the same table so they can't drift.
+type route struct {
+	method, path string
+	summary      string
+	query        []param
+	// body is a value of the request body's type (nil: no body).
+	body any
+	// status is the success status; resp a value of the answer's type
+	// (nil with a raw content type).
+	status      int
+	resp        any
+	contentType string // "" = application/json
+	handle      func(w http.ResponseWriter, r *http.Request) error
+}
+
+// param is one query parameter.
+type param struct {
+	name, typ, desc string
+	repeat          bool
+}
+
+var (
+	pLabel   = param{name: "label", typ: "string", desc: "label selector term K=V or K; repeatable, all must match", repeat: true}
+	pGrace   = param{name: "grace", typ: "string", desc: "termination grace after SIGTERM, a duration such as 2s (default: the environment's)"}
+	pAbandon = param{name: "abandon", typ: "boolean", desc: "1: release an unverified tree without proof of its exit (recorded)"}
+	pShowEnv = param{name: "show_env", typ: "boolean", desc: "1: show the values of the spec's explicit environment variables (redacted by default)"}
+)
+
+func (s *Server) table() []route {
+	return []route{
+		{method: "GET", path: "/v1/_ping", summary: "Check that the server answers", status: 200, resp: client.Ping{}, handle: s.ping},
+		{method: "GET", path: "/v1/version", summary: "The server's version and build provenance (as hostfork version --json)", status: 200, resp: client.VersionInfo{}, handle: s.version},
+		{method: "GET", path: "/v1/openapi.json", summary: "This document", status: 200, resp: map[string]any{}, handle: s.openapi},
+
+		{method: "GET", path: "/v1/envs", summary: "List environments with their commands, oldest first", status: 200, resp: []api.Env{},
+			query: []param{pLabel, {name: "state", typ: "string", desc: "environment state: creating, active, stopping, stopped or failed; repeatable", repeat: true},
+				{name: "active", typ: "boolean", desc: "1: only environments that are not final"}, pShowEnv}, handle: s.listEnvs},
+		{method: "POST", path: "/v1/envs", summary: "Create an environment from a spec file's JSON; it needs lifetime.max_runtime or lifetime.until_stopped and outlives the server (owner_exit detach)",
+			body: spec.Environment{}, status: 201, resp: api.Env{}, handle: s.createEnv},
+		{method: "GET", path: "/v1/envs/{id}", summary: "One environment (id or unique prefix) with its commands", query: []param{pShowEnv}, status: 200, resp: api.Env{}, handle: s.getEnv},
+		{method: "POST", path: "/v1/envs/{id}/stop", summary: "Stop an environment: every command tree, then the environment (deletes no file)", query: []param{pGrace, pAbandon}, status: 200, resp: api.Env{}, handle: s.stopEnv},
+		{method: "POST", path: "/v1/envs/{id}/export", summary: "Copy one of the environment's trees to a new destination", body: client.ExportRequest{}, status: 200, resp: api.ExportResult{}, handle: s.exportEnv},
+		{method: "POST", path: "/v1/envs/{id}/commands", summary: "Start a detached command in the environment (output in files)", body: client.CommandRequest{}, status: 201, resp: api.Command{}, handle: s.startCommand},
+
+		{method: "GET", path: "/v1/commands", summary: "List commands, oldest first", status: 200, resp: []api.Command{},
+			query: []param{{name: "env", typ: "string", desc: "only the commands of this environment (id or unique prefix)"}, pLabel,
+				{name: "state", typ: "string", desc: "record state (record_state): reserved, running, exited, failed or unverified; repeatable", repeat: true},
+				{name: "live", typ: "boolean", desc: "1: only commands whose tree is alive or unverified (hostfork ps)"}}, handle: s.listCommands},
+		{method: "GET", path: "/v1/commands/{id}", summary: "One command's record (id or unique prefix)", status: 200, resp: api.Command{}, handle: s.getCommand},
+		{method: "GET", path: "/v1/commands/{id}/wait", summary: "Block until the leader exited (condition=leader) or the tree is gone and recorded (condition=tree, the default)",
+			query: []param{{name: "condition", typ: "string", desc: "leader or tree (default tree)"}}, status: 200, resp: api.Command{}, handle: s.waitCommand},
+		{method: "POST", path: "/v1/commands/{id}/signal", summary: "Send a signal to the command's leader process", body: client.SignalRequest{}, status: 200, resp: api.Command{}, handle: s.signalCommand},
+		{method: "POST", path: "/v1/commands/{id}/stop", summary: "Stop the command's whole tree", query: []param{pGrace, pAbandon}, status: 200, resp: api.Command{}, handle: s.stopCommand},
+		{method: "GET", path: "/v1/commands/{id}/logs", summary: "Raw output bytes from a byte offset, optionally followed until the tree exits",
+			query: []param{{name: "stream", typ: "string", desc: "stdout (default) or stderr"}, {name: "offset", typ: "integer", desc: "byte offset to start at"},
+				{name: "follow", typ: "boolean", desc: "1: keep streaming as the command writes, until its tree has exited"}},
+			status: 200, contentType: "application/octet-stream", handle: s.logs},
+
+		{method: "GET", path: "/v1/events", summary: "The event log after a sequence, as NDJSON (one api.Event per line), following by default",
+			query: []param{{name: "since", typ: "integer", desc: "the last sequence seen (default 0: from the start)"},
+				{name: "follow", typ: "boolean", desc: "0: end after the events that exist; 1 (default): keep streaming until the client leaves"}},
+			status: 200, resp: api.Event{}, contentType: "application/x-ndjson", handle: s.events},
+
+		{method: "GET", path: "/v1/capacity", summary: "Admission: slots, reservations, live agent workloads", status: 200, resp: api.CapacityReport{}, handle: s.capacity},
+		{method: "POST", path: "/v1/pause", summary: "Pause admission of new agent workloads", status: 200, resp: client.PauseState{}, handle: s.pause(true)},
+		{method: "POST", path: "/v1/resume", summary: "Resume admission", status: 200, resp: client.PauseState{}, handle: s.pause(false)},
+		{method: "POST", path: "/v1/reap", summary: "Reconcile the ledger with what exists (idempotent)", status: 200, resp: api.ReapReport{}, handle: s.reap},
+		{method: "GET", path: "/v1/usage", summary: "The store's inventory", status: 200, resp: api.Usage{}, handle: s.usage},
+		{method: "GET", path: "/v1/doctor", summary: "The host's doctor report (as hostfork doctor --json; read-only)", status: 200, resp: json.RawMessage{}, handle: s.doctor},
+
+		{method: "GET", path: "/metrics", summary: "Prometheus metrics, read from the kernel's counters at scrape time", status: 200, contentType: "text/plain; version=0.0.4", handle: s.metrics},
+	}
+}

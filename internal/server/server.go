@@ -1,0 +1,292 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/client"
+)
+
+// MaxBody is the largest request body the server reads (413 beyond).
+const MaxBody = 1 << 20
+
+// ShutdownGrace bounds how long in-flight requests may take to finish
+// after a SIGTERM; streams (event and log follows, waits) end at once.
+const ShutdownGrace = 5 * time.Second
+
+// mutationTimeout bounds a mutation that runs to completion although its
+// client left (create, start, stop, signal, reap): half-made work is worse
+// than an answer nobody reads.
+const mutationTimeout = 5 * time.Minute
+
+// Config configures a Server.
+type Config struct {
+	// Host is the open store; the server only calls it.
+	Host *hostfork.Host
+	// OwnerUID is the store's owner (the uid owning its directory): it
+	// and root may use the API, nobody else.
+	OwnerUID int
+	// SocketPath is the socket's path (documentation, the Host check).
+	SocketPath string
+	// ExitCode maps an error to the CLI's exit code (cli.ExitCodeOf).
+	ExitCode func(error) int
+	// Version returns the build provenance (GET /v1/version).
+	Version func() any
+	// Doctor builds the doctor report (GET /v1/doctor), as `hostfork
+	// doctor --json` does.
+	Doctor func(ctx context.Context) (any, error)
+	// Logf reports what the server can't answer to anyone (a failed
+	// scrape source, a listener error); nil discards it.
+	Logf func(format string, args ...any)
+}
+
+// Server is the HTTP API over one Host.
+type Server struct {
+	cfg      Config
+	h        *hostfork.Host
+	mux      *http.ServeMux
+	routes   []route
+	reg      *prometheus.Registry
+	launches prometheus.Histogram
+	// streams ends the long requests (follows, waits) at shutdown.
+	streams    context.Context
+	endStreams context.CancelFunc
+}
+
+// New builds the server and its routes.
+func New(cfg Config) (*Server, error) {
+	if cfg.Host == nil {
+		return nil, errors.New("server: no Host")
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	s := &Server{cfg: cfg, h: cfg.Host, mux: http.NewServeMux()}
+	s.streams, s.endStreams = context.WithCancel(context.Background())
+	if err := s.initMetrics(); err != nil {
+		return nil, err
+	}
+	s.routes = s.table()
+	for _, rt := range s.routes {
+		s.mux.Handle(rt.method+" "+rt.path, s.adapt(rt.handle))
+	}
+	return s, nil
+}
+
+// adapt turns a handler that returns an error into an http.Handler.
+func (s *Server) adapt(h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, err)
+		}
+	})
+}
+
+// Handler is the socket's handler: every check, then the routes.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()[client.VersionHeader] = []string{client.APIVersion}
+		if err := s.admit(r); err != nil {
+			s.writeError(w, err)
+			return
+		}
+		if _, pattern := s.mux.Handler(r); pattern == "" {
+			s.unrouted(w, r)
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// unrouted answers a request no route takes with a JSON 404 or 405.
+func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
+	h, _ := s.mux.Handler(r)
+	rec := &statusRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	if rec.status == http.StatusMethodNotAllowed {
+		if a := rec.header.Get("Allow"); a != "" {
+			w.Header().Set("Allow", a)
+		}
+		s.writeError(w, withStatus(http.StatusMethodNotAllowed, invalid("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, rec.header.Get("Allow"))))
+		return
+	}
+	s.writeError(w, withStatus(http.StatusNotFound, fmt.Errorf("%s %s: no such endpoint (see GET /v1/openapi.json): %w", r.Method, r.URL.Path, hostfork.ErrNotFound)))
+}
+
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header         { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *statusRecorder) WriteHeader(code int)        { r.status = code }
+
+// admit refuses browsers and other users (docs/api.md, "Who may talk to
+// it").
+func (s *Server) admit(r *http.Request) error {
+	if err := refuseBrowser(r); err != nil {
+		return err
+	}
+	if !socketHost(r.Host) {
+		return withStatus(http.StatusForbidden, fmt.Errorf("Host %q is not this server's (send Host: localhost or unix): %w", r.Host, hostfork.ErrForbidden))
+	}
+	p := peerOf(r.Context())
+	if !p.ok {
+		return withStatus(http.StatusForbidden, fmt.Errorf("the peer's credentials could not be read: %w", hostfork.ErrForbidden))
+	}
+	if p.uid != 0 && p.uid != s.cfg.OwnerUID {
+		return withStatus(http.StatusForbidden, fmt.Errorf("uid %d may not use this server: only root and the store's owner (uid %d) may: %w", p.uid, s.cfg.OwnerUID, hostfork.ErrForbidden))
+	}
+	return nil
+}
+
+// refuseBrowser refuses requests a browser would send: any Origin or
+// Referer header (a page, or a DNS-rebinding attack, as tailscale's
+// LocalAPI refuses them).
+func refuseBrowser(r *http.Request) error {
+	if _, ok := r.Header["Origin"]; ok {
+		return withStatus(http.StatusForbidden, fmt.Errorf("requests with an Origin header are refused (browsers may not use this API): %w", hostfork.ErrForbidden))
+	}
+	if _, ok := r.Header["Referer"]; ok {
+		return withStatus(http.StatusForbidden, fmt.Errorf("requests with a Referer header are refused (browsers may not use this API): %w", hostfork.ErrForbidden))
+	}
+	return nil
+}
+
+// socketHost reports whether h is a Host header the socket accepts: none,
+// "localhost" (curl --unix-socket http://localhost/...) or "unix" (the Go
+// client).
+func socketHost(h string) bool {
+	switch h {
+	case "", "localhost", client.UnixHost:
+		return true
+	}
+	return false
+}
+
+// metricsHost reports whether h is a Host header the TCP metrics listener
+// accepts: an IP literal or localhost, with or without a port — never a
+// DNS name, which a rebinding page could point here.
+func metricsHost(h string) bool {
+	host := h
+	if hh, _, err := net.SplitHostPort(h); err == nil {
+		host = hh
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return host == "localhost" || net.ParseIP(host) != nil
+}
+
+// MetricsHandler serves GET /metrics only, for the TCP listener: no peer
+// credentials exist there, so it is read-only and takes no other route.
+func (s *Server) MetricsHandler() http.Handler {
+	prom := s.metricsHTTP()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()[client.VersionHeader] = []string{client.APIVersion}
+		if err := refuseBrowser(r); err != nil {
+			s.writeError(w, err)
+			return
+		}
+		if !metricsHost(r.Host) {
+			s.writeError(w, withStatus(http.StatusForbidden, fmt.Errorf("Host %q: scrape by IP address or localhost: %w", r.Host, hostfork.ErrForbidden)))
+			return
+		}
+		if r.URL.Path != "/metrics" {
+			s.writeError(w, withStatus(http.StatusNotFound, fmt.Errorf("only /metrics is served here: %w", hostfork.ErrNotFound)))
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			s.writeError(w, withStatus(http.StatusMethodNotAllowed, invalid("%s /metrics: use GET", r.Method)))
+			return
+		}
+		prom.ServeHTTP(w, r)
+	})
+}
+
+// Serve answers on ln (and serves metrics on mln, if not nil) until ctx
+// ends, then shuts down gracefully: it stops accepting, ends the streams,
+// and gives in-flight requests ShutdownGrace to finish. The caller closes
+// the listeners' files (Socket.Close) and the Host afterwards.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, mln net.Listener) error {
+	hs := &http.Server{Handler: s.Handler(), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- hs.Serve(ln) }()
+	var ms *http.Server
+	if mln != nil {
+		ms = &http.Server{Handler: s.MetricsHandler(), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- ms.Serve(mln) }()
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	s.endStreams()
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if ms != nil {
+		err = errors.Join(err, ms.Shutdown(sctx))
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Requests still running after the grace are cut off; their
+		// work (a create, a start) finishes or rolls back on its own.
+		return nil
+	}
+	return err
+}
+
+// streamContext is the request's context, also ended at shutdown.
+func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.Context())
+	stop := context.AfterFunc(s.streams, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// mutationContext is a context for work that must not stop halfway when
+// the client leaves: it keeps the request's values, not its cancellation.
+func mutationContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), mutationTimeout)
+}
+
+// decode reads a JSON body into v: at most MaxBody bytes (413), unknown
+// fields and trailing data refused (400).
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = terr
+			if err == nil {
+				err = errors.New("trailing data after the JSON value")
+			}
+		}
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &mbe):
+		return withStatus(http.StatusRequestEntityTooLarge, invalid("the request body is over the limit of %d bytes (1 MiB)", MaxBody))
+	case errors.Is(err, io.EOF):
+		return badRequest("a JSON body is required")
+	case errors.Is(err, hostfork.ErrInvalid):
+		return withStatus(http.StatusBadRequest, fmt.Errorf("request body: %w", err))
+	}
+	return badRequest("request body: %v", err)
+}
