@@ -257,4 +257,3 @@ func InheritedEnv() []string { return engine.InheritedEnv() }
 // environment variables replaced by "<redacted>" (for output read by more
 // eyes than the store's owner).
 func RedactEnv(env EnvRecord) EnvRecord { return engine.RedactEnv(env) }
-

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -261,9 +262,17 @@ func (c *hostforkCLI) unaccounted() ([]psRow, string) {
 		state[r.ID] = r.State
 	}
 	groups := map[string]string{} // command cgroup -> command id
-	for _, line := range strings.Split(c.query("select id, json_extract(data, '$.cgroup_path') from commands"), "\n") {
-		if id, path, ok := strings.Cut(line, "|"); ok && path != "" {
-			groups[path] = id
+	guardians := map[int]string{} // guardian pid -> command id
+	for _, line := range strings.Split(c.query("select id, cgroup_path, guardian_pid from commands"), "\n") {
+		f := strings.Split(line, "|")
+		if len(f) != 3 {
+			continue
+		}
+		if f[1] != "" {
+			groups[f[1]] = f[0]
+		}
+		if pid, err := strconv.Atoi(f[2]); err == nil && pid > 0 {
+			guardians[pid] = f[0]
 		}
 	}
 	var bad []string
@@ -277,6 +286,9 @@ func (c *hostforkCLI) unaccounted() ([]psRow, string) {
 			if cg == path || strings.HasPrefix(cg, path+"/") {
 				owner = id
 			}
+		}
+		if id, ok := guardians[pid]; ok && filepath.Base(cg) == "guardians" {
+			owner = id // a guardian lives in its environment's guardians group
 		}
 		if owner == "" || state[owner] != "alive" {
 			bad = append(bad, fmt.Sprintf("pid %d in %s (command %q, ps state %q)", pid, strings.TrimPrefix(cg, c.parent), owner, state[owner]))

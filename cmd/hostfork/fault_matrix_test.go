@@ -393,7 +393,9 @@ func snapshotStore(t *testing.T, c *hostforkCLI) *storeSnapshot {
 		s.cmds = append(s.cmds, id)
 	}
 	_ = filepath.WalkDir(filepath.Join(c.root, "runs"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
+		// A stop decision is consumed once the stop it keeps is recorded;
+		// everything else is evidence.
+		if err == nil && d.Type().IsRegular() && d.Name() != "stop-decision" {
 			s.files = append(s.files, p)
 		}
 		return nil
@@ -520,6 +522,7 @@ func checkRecovered(t *testing.T, c *hostforkCLI, rep *hostfork.ReapReport, befo
 		}
 		allowedCg[e.CgroupPath] = true
 		allowedCg[filepath.Join(e.CgroupPath, "commands")] = true
+		allowedCg[filepath.Join(e.CgroupPath, "guardians")] = true
 		if e.Keeper != nil {
 			allowedCg[filepath.Join(e.CgroupPath, "keeper")] = true
 		}
@@ -532,9 +535,7 @@ func checkRecovered(t *testing.T, c *hostforkCLI, rep *hostfork.ReapReport, befo
 			continue
 		}
 		liveCmdGroups[cm.CgroupPath] = cm
-		for _, sub := range []string{"", "guardian", "workload"} {
-			allowedCg[filepath.Join(cm.CgroupPath, sub)] = true
-		}
+		allowedCg[cm.CgroupPath] = true
 	}
 	_ = filepath.WalkDir(c.parent, func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.IsDir() && !allowedCg[p] {
@@ -575,6 +576,13 @@ func checkRecovered(t *testing.T, c *hostforkCLI, rep *hostfork.ReapReport, befo
 		}
 		for _, e := range recs.envs {
 			if e.State == api.EnvActive && e.Keeper != nil && e.Keeper.PID == pid && cg == filepath.Join(e.CgroupPath, "keeper") {
+				ok = true
+			}
+		}
+		for _, cm := range liveCmdGroups {
+			// A guardian lives beside its tree, in the environment's
+			// guardians group.
+			if cm.Guardian != nil && cm.Guardian.PID == pid && cg == filepath.Join(filepath.Dir(filepath.Dir(cm.CgroupPath)), "guardians") {
 				ok = true
 			}
 		}
@@ -829,12 +837,12 @@ func TestReapDuringLiveExec(t *testing.T) {
 	}
 	checkRecovered(t, c, nil, nil, live.Process.Pid)
 	// The exec still works: stopping the command ends it and the exec
-	// returns with the signal's status.
+	// returns 124, hostfork having ended it (docs/exit-codes.md).
 	c.mustRun("stop", id)
 	err := live.Wait()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
-		t.Errorf("exec after stop: %v, want exit status %d", err, 128+int(syscall.SIGTERM))
+	if !errors.As(err, &ee) || ee.ExitCode() != 124 {
+		t.Errorf("exec after stop: %v, want exit status 124", err)
 	}
 	if sameProcessAlive(leader, st) {
 		t.Errorf("stop left the workload running")

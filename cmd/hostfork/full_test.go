@@ -46,7 +46,7 @@ func TestStoreFilesystemFull(t *testing.T) {
 			t.Fatalf("status: %s", st)
 		}
 		for _, line := range strings.Split(st, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "workload pid:"); ok {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "leader pid:"); ok {
 				pid, _ := strconv.Atoi(strings.TrimSpace(v))
 				id, err := linux.IdentityOf(pid)
 				if err != nil {
@@ -55,7 +55,7 @@ func TestStoreFilesystemFull(t *testing.T) {
 				return id
 			}
 		}
-		t.Fatalf("no workload pid in status:\n%s", st)
+		t.Fatalf("no leader pid in status:\n%s", st)
 		return linux.Identity{}
 	}
 	stopEnv, code := hf("run", "--detach", "--until-stopped", "--", "sleep", "300")

@@ -53,7 +53,7 @@ func TestIdentityMismatchIsNeverSignalled(t *testing.T) {
 			st := startTime(pid)
 
 			if tc.replaceReceipt {
-				dir := c.query("select json_extract(data, '$.dir') from commands where id = '" + id + "'")
+				dir := c.query("select dir from commands where id = '" + id + "'")
 				receipt := filepath.Join(dir, "receipt")
 				b, err := os.ReadFile(receipt)
 				if err != nil {
@@ -66,13 +66,12 @@ func TestIdentityMismatchIsNeverSignalled(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			set := fmt.Sprintf(`json_set(json_remove(data, '$.stop_reason', '$.tree_exited_at', '$.tree_evidence'),
-				'$.record_state', 'running', '$.tree_state', 'live', '$.leader_state', 'live',
-				'$.guardian.pid', %d, '$.workload.pid', %d)`, pid, pid)
+			set := fmt.Sprintf(`stop_reason = '', tree_exited_at = NULL, tree_evidence = '',
+				tree_state = 'live', leader_state = 'live', guardian_pid = %d, workload_pid = %d`, pid, pid)
 			if tc.forgeStart {
-				set = fmt.Sprintf(`json_set(%s, '$.guardian.start_time', %d, '$.workload.start_time', %d)`, set, st, st)
+				set += fmt.Sprintf(`, guardian_start = %d, workload_start = %d`, st, st)
 			}
-			c.exec("update commands set rev = rev + 1, state = 'running', data = "+set+" where id = ?", id)
+			c.exec("update commands set rev = rev + 1, state = 'running', "+set+" where id = ?", id)
 
 			check := func(after string) {
 				t.Helper()

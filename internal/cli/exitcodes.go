@@ -49,9 +49,9 @@ var exitTable = []struct {
 	{hostfork.ErrIncompleteCapture, ExitIncomplete},
 	{hostfork.ErrUnverified, ExitFailed},
 	{hostfork.ErrExportFailed, ExitFailed},
+	{hostfork.ErrEnvNotActive, ExitUsage}, // before ErrConflict: a refused precondition wraps both
 	{hostfork.ErrConflict, ExitFailed},
 	{hostfork.ErrExists, ExitUsage},
-	{hostfork.ErrEnvNotActive, ExitUsage},
 	{hostfork.ErrInvalid, ExitUsage},
 }
 

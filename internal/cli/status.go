@@ -104,7 +104,8 @@ func printEnv(w io.Writer, e *hostfork.EnvRecord) {
 func printCommand(w io.Writer, c *hostfork.CommandRecord, in string) {
 	fmt.Fprintf(w, "%scommand %s (environment %s)\n", in, c.ID, c.Env)
 	fmt.Fprintf(w, "%s  argv:         %s\n", in, cleanArgv(c.Argv, 0))
-	fmt.Fprintf(w, "%s  state:        %s (record %s)\n", in, c.Liveness, c.State)
+	fmt.Fprintf(w, "%s  state:        %s\n", in, c.Liveness)
+	fmt.Fprintf(w, "%s  record:       %s\n", in, c.State)
 	if c.Purpose != "" {
 		fmt.Fprintf(w, "%s  purpose:      %s\n", in, clean(c.Purpose))
 	}

@@ -101,7 +101,11 @@ verified (its guardian was lost), recording what that gives up.`,
 						fmt.Fprintf(g.err, "hostfork: environment %s: %s\n", t.id, clean(err.Error()))
 						continue
 					}
-					if !asJSON {
+					switch {
+					case asJSON:
+					case rec.StopReason == "" || rec.StopReason == hostfork.ReasonUser:
+						fmt.Fprintf(g.out, "stopped environment %s\n", t.id)
+					default: // it had stopped already, for another reason
 						fmt.Fprintf(g.out, "stopped environment %s (%s)\n", t.id, rec.StopReason)
 					}
 					continue

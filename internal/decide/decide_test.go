@@ -104,6 +104,12 @@ func TestEnv(t *testing.T) {
 		{"owner gone, stop", with(func(e *api.Env) { e.OwnerExit = api.OwnerExitStop }), EnvFacts{BootID: "b", Owner: Gone, Commands: []api.Command{live}}, true, api.ReasonOwnerExit, false},
 		{"owner gone, detach", base, EnvFacts{BootID: "b", Owner: Gone}, false, "", true},
 		{"keeper lost", with(func(e *api.Env) { e.Keeper = &api.Identity{} }), EnvFacts{BootID: "b", Keeper: Gone}, true, api.ReasonKeeperLost, true},
+		{"keeper lost in the deadline's grace", with(func(e *api.Env) {
+			e.Keeper, e.DeadlineMono, e.Grace = &api.Identity{}, 10*time.Second, api.Duration(2*time.Second)
+		}), EnvFacts{BootID: "b", Keeper: Gone, NowMono: 8 * time.Second}, true, api.ReasonDeadline, true},
+		{"keeper lost before the deadline's grace", with(func(e *api.Env) {
+			e.Keeper, e.DeadlineMono, e.Grace = &api.Identity{}, 10*time.Second, api.Duration(2*time.Second)
+		}), EnvFacts{BootID: "b", Keeper: Gone, NowMono: 7 * time.Second}, true, api.ReasonKeeperLost, true},
 		{"auto-stop, all done", with(func(e *api.Env) { e.AutoStop = true }), EnvFacts{BootID: "b", Commands: []api.Command{done}}, true, api.ReasonCompleted, true},
 		{"auto-stop, one live", with(func(e *api.Env) { e.AutoStop = true }), EnvFacts{BootID: "b", Commands: []api.Command{done, live}}, false, "", false},
 		{"decided, unrecorded", base, EnvFacts{BootID: "b", Decided: api.ReasonUser}, true, api.ReasonUser, true},

@@ -76,7 +76,10 @@ func Env(e api.Env, f EnvFacts) EnvAction {
 			return stop(api.ReasonDeadline, "the host rebooted (deadline)")
 		}
 		return stop(api.ReasonReboot, "the host rebooted")
-	case e.DeadlineMono > 0 && f.NowMono >= e.DeadlineMono:
+	case e.DeadlineMono > 0 && f.NowMono >= e.DeadlineMono-e.Grace.D():
+		// The deadline's stop begins a grace before it (SIGTERM, then
+		// the kill at the deadline): a keeper or tree gone from then on
+		// went to the deadline.
 		return stop(api.ReasonDeadline, "deadline passed")
 	case f.Decided != "":
 		return stop(f.Decided, fmt.Sprintf("%s (decided, not yet recorded)", f.Decided))

@@ -21,8 +21,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/habemus-papadum/hostfork/internal/launchenv"
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/launchenv"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 

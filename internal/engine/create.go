@@ -403,6 +403,19 @@ func (c *creation) abandon(cause error, l *launch) {
 		}
 	}
 	cleanup = append(cleanup, e.removeTrees(ctx, rec.Trees)...)
+	// Trees whose identity was never recorded (made, but not yet in the
+	// record): exact allocation destinations are removed; anything else
+	// stays pending for a person to check.
+	treeFacts := map[int64]registry.Fact{}
+	if ins, err := e.reg.Intents(ctx, registry.IntentFilter{EnvID: rec.ID, Kind: registry.KindTree, Open: true}); err == nil {
+		for _, in := range ins {
+			if in.State == registry.IntentPending {
+				if f, ok := e.removeUnrecordedTree(ctx, in, &cleanup); ok {
+					treeFacts[in.ID] = f
+				}
+			}
+		}
+	}
 	// The run directory stays: its logs (keeper.log) are the evidence of
 	// the failure; retention removes it like any other evidence.
 	for try := 0; try < 5; try++ {
@@ -426,6 +439,9 @@ func (c *creation) abandon(cause error, l *launch) {
 		for i := range ins {
 			if ins[i].Kind == registry.KindScope {
 				override[ins[i].ID] = registry.Fact{Exists: false}
+			}
+			if f, ok := treeFacts[ins[i].ID]; ok {
+				override[ins[i].ID] = f
 			}
 			if ins[i].CommandID != "" && l != nil && ins[i].CommandID == l.rec.ID && ins[i].Kind == registry.KindDir {
 				// The command's directory stays as evidence.

@@ -87,6 +87,15 @@ func settleAll(b *registry.Batch, ins []*registry.Intent, override map[int64]reg
 		}
 		f, ok := override[in.ID]
 		if !ok {
+			if in.Kind == registry.KindTree && in.State == registry.IntentPending {
+				// A tree's identity is its storage record, known only to
+				// who made it: an existing path is not enough. Left
+				// pending, the reaper removes it as an unrecorded
+				// allocation.
+				if _, err := os.Lstat(in.Target); err == nil {
+					continue
+				}
+			}
 			f = factOf(*in)
 		}
 		b.SettleIntent(in.ID, f)

@@ -283,4 +283,3 @@ func envRunner(e *Engine, envID string) string {
 	}
 	return ""
 }
-

@@ -564,6 +564,9 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 	l.register(&b2, env)
 	if err := e.reg.Commit(ctx, &b2); err != nil {
 		// Not durably registered: revoke the gate; nothing ran.
+		if errors.Is(err, api.ErrEnvNotActive) {
+			return nil, l.abort(fmt.Errorf("the launch gate is revoked, nothing of the command ran: %w", err))
+		}
 		return nil, l.abort(fmt.Errorf("registering the guardian: %w", err))
 	}
 	return l.release(ctx, env)

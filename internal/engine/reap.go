@@ -397,15 +397,13 @@ func (e *Engine) reapIntent(ctx context.Context, env *api.Env, in registry.Inten
 		// Its identity was never recorded, but the intent names the exact
 		// destination, which allocation creates exclusively and uniquely
 		// (<env>-<tree> in an allocation area): that is identity enough.
-		if !e.isAllocationDest(in.EnvID, in.Target) {
-			pend("tree "+in.Target, "preparation was interrupted before its identity was recorded, and the path is not one hostfork allocates; check it and remove it by hand")
+		var why []string
+		f, ok := e.removeUnrecordedTree(ctx, in, &why)
+		if !ok {
+			pend("tree "+in.Target, "preparation was interrupted before its identity was recorded: "+strings.Join(why, "; "))
 			return
 		}
-		if err := storage.RemoveUnrecorded(ctx, in.Target); err != nil {
-			pend("tree "+in.Target, "preparation was interrupted before its identity was recorded; removing it: "+err.Error())
-			return
-		}
-		e.settleOne(ctx, in.ID, registry.Fact{Exists: false})
+		e.settleOne(ctx, in.ID, f)
 		act("unrecorded-tree-removed", in.Target)
 	case in.State == registry.IntentPending:
 		pend(in.Kind+" "+in.Target, "it exists, but its identity was never recorded; check it and remove it by hand (hostfork never deletes what it can't identify)")
@@ -442,6 +440,26 @@ func (e *Engine) reapScopeIntent(ctx context.Context, in registry.Intent, rep *a
 		state = "abandoned"
 	}
 	rep.Actions = append(rep.Actions, api.ReapAction{Env: in.EnvID, Action: "intent-" + state, Detail: "scope " + unit})
+}
+
+// removeUnrecordedTree removes the destination of a tree whose identity
+// was never recorded (its preparation was interrupted) when it is exactly
+// a destination hostfork allocates, and returns the fact to settle its
+// intent with. A path it can't vouch for, or can't remove, is reported in
+// cleanup and its intent stays pending (ok false).
+func (e *Engine) removeUnrecordedTree(ctx context.Context, in registry.Intent, cleanup *[]string) (registry.Fact, bool) {
+	if _, err := os.Lstat(in.Target); errors.Is(err, os.ErrNotExist) {
+		return registry.Fact{Exists: false}, true
+	}
+	if !e.isAllocationDest(in.EnvID, in.Target) {
+		*cleanup = append(*cleanup, "tree "+in.Target+": its identity was never recorded and the path is not one hostfork allocates; check it and remove it by hand")
+		return registry.Fact{}, false
+	}
+	if err := storage.RemoveUnrecorded(ctx, in.Target); err != nil {
+		*cleanup = append(*cleanup, "tree "+in.Target+": "+err.Error())
+		return registry.Fact{}, false
+	}
+	return registry.Fact{Exists: false}, true
 }
 
 // isAllocationDest reports whether p is a tree destination hostfork

@@ -282,7 +282,9 @@ func (r *Running) finish() {
 		}
 		ev := e.evidence(&r.env, fresh)
 		ev.Guardian = decide.Gone
-		e.oomEvidence(&r.env, fresh, r.lg, &ev)
+		// The command's own groups are gone: its OOM verdict is the one
+		// read before they were removed.
+		ev.OOM, ev.OOMEvidence = obs.OOM, obs.OOMEvidence
 		n, _ := decide.Command(*fresh, ev)
 		if !n.Final() {
 			n = *cur

@@ -129,13 +129,18 @@ func unenforcedOf(env *api.Env) string {
 
 // removeCommandGroups removes a finished command's own cgroups (its
 // cgroup2 group, its v1 memory group) and returns what could not be
-// removed.
+// removed. A v1 memory group whose OOM-kill counter moved stays until its
+// environment ends: cgroup v1 counts a kill in the victim's group only, so
+// the environment's limit evidence sums its commands' groups then.
 func (e *Engine) removeCommandGroups(ctx context.Context, c *api.Command, g *limits.Group) []string {
 	var errs []string
 	if c.CgroupPath != "" {
 		if err := cgroup.Open(c.CgroupPath).Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err.Error())
 		}
+	}
+	if g != nil && g.Mechanisms[limits.Memory] == limits.Cgroup1 && c.OOM != nil && *c.OOM {
+		return errs
 	}
 	if g != nil {
 		if err := g.RemoveCommand(ctx, c.ID); err != nil {

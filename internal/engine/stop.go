@@ -78,18 +78,43 @@ func (e *Engine) grace(env *api.Env, opts StopOptions) time.Duration {
 	return g
 }
 
-// target is the tree-stop target of a command.
-func target(c *api.Command) tree.Target {
+// target is the tree-stop target of a command; its guardian is a root
+// only when guardianProven.
+func target(env *api.Env, c *api.Command) tree.Target {
 	t := tree.Target{Cgroup: c.CgroupPath}
 	if t.Cgroup != "" {
 		if m, err := cgroup.FindMount(); err == nil {
 			t.Mount = m.Path
 		}
 	}
-	if c.Guardian != nil {
+	if c.Guardian != nil && guardianProven(env, c) == nil {
 		t.Roots = []linux.Identity{toLinux(c.Guardian)}
 	}
 	return t
+}
+
+// guardianProven says whether the live process the record names as the
+// command's guardian is hostfork's guardian of it, not merely a process
+// with the same PID and start time (a record can be edited): in the cgroup
+// tiers it must be in its environment's guardians group, where only
+// guardians are started; without a cgroup, the guardian's own receipt
+// (registered by inode) must name it. Nothing is signalled or treated as a
+// tree's root without this proof.
+func guardianProven(env *api.Env, c *api.Command) error {
+	if c.Guardian == nil {
+		return errors.New("no guardian is recorded")
+	}
+	if env != nil && env.CgroupPath != "" && c.CgroupPath != "" {
+		m, err := cgroup.FindMount()
+		if err != nil {
+			return fmt.Errorf("the cgroup2 mount can't be found: %v", err)
+		}
+		if !tree.InGroup(c.Guardian.PID, m.Path, filepath.Join(env.CgroupPath, "guardians")) {
+			return fmt.Errorf("pid %d is not in the environment's guardians group", c.Guardian.PID)
+		}
+		return nil
+	}
+	return guardianMatchesReceipt(c)
 }
 
 // StopCommand stops one command tree: it tells the guardian the decided
@@ -168,15 +193,19 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 		}
 	}
 	// Tell the guardian first (a notice: it records the reason and keeps
-	// a backup kill in case this stopper dies), then kill.
+	// a backup kill in case this stopper dies), then kill. The pidfd is
+	// opened before the proof is checked, so the process checked is the
+	// one signalled.
 	if cur.Guardian != nil {
 		if p, err := linux.OpenVerified(toLinux(cur.Guardian)); err == nil {
-			_ = p.SignalValue(syscall.SIGTERM, supervise.StopValue(reason, true, grace))
+			if guardianProven(env, cur) == nil {
+				_ = p.SignalValue(syscall.SIGTERM, supervise.StopValue(reason, true, grace))
+			}
 			p.Close()
 		}
 	}
 	fault.Point(fault.StopRecorded)
-	res, stopErr := tree.Stop(ctx, target(cur), grace)
+	res, stopErr := tree.Stop(ctx, target(env, cur), grace)
 	fault.Point(fault.StopKilled)
 	// The guardian now reaps what is left and writes its receipt.
 	waitGone(ctx, cur.Guardian, 2*time.Second)
@@ -526,6 +555,12 @@ func (e *Engine) stopEnvLocked(ctx context.Context, env *api.Env, opts StopOptio
 		return env, nil
 	}
 	reason := decide.StopReason(env.StopReason, readDecision(filepath.Join(env.RunDir, "stop-decision")), opts.Reason)
+	// The decision is kept beside the evidence before anything is
+	// stopped, so that a stopper killed at any point leaves a stop the
+	// reaper completes (the record may not have it yet: admission closes
+	// in parallel with the kill). It is removed once the stop is
+	// recorded.
+	keepDecision(filepath.Join(env.RunDir, "stop-decision"), reason)
 	// Close admission, in parallel with the kill.
 	closed := make(chan error, 1)
 	go func() {

@@ -36,7 +36,7 @@ func DefaultRoot() (string, error) {
 
 // storeErr names the store, the problem and the fix.
 func storeErr(root, format string, args ...any) error {
-	return fmt.Errorf("store %s: %s: %w", root, fmt.Sprintf(format, args...), api.ErrStore)
+	return fmt.Errorf("store root %s %s: %w", root, fmt.Sprintf(format, args...), api.ErrStore)
 }
 
 // storeFiles are the names a hostfork store holds at its top.
@@ -66,7 +66,7 @@ func prepareStore(root string) (string, error) {
 	}
 	root = filepath.Clean(abs)
 	if root == "/" {
-		return "", storeErr(root, "the root directory can't be a store; choose a directory of its own with --root or HOSTFORK_ROOT")
+		return "", storeErr(root, "can't be a store (it is the root directory); choose a directory of its own with --root or HOSTFORK_ROOT")
 	}
 	uid := os.Geteuid()
 	st, err := os.Lstat(root)
@@ -78,43 +78,43 @@ func prepareStore(root string) (string, error) {
 			return "", fmt.Errorf("store %s can't be created safely: %v; choose a directory only you (and root) can write, with --root or HOSTFORK_ROOT: %w", root, err, api.ErrStore)
 		}
 		if err := os.MkdirAll(root, 0o700); err != nil {
-			return "", storeErr(root, "creating it: %v; choose a writable one with --root or HOSTFORK_ROOT", err)
+			return "", storeErr(root, "can't be created (%v); choose a writable one with --root or HOSTFORK_ROOT", err)
 		}
 	case err != nil:
-		return "", storeErr(root, "%v; choose a usable one with --root or HOSTFORK_ROOT", err)
+		return "", storeErr(root, "can't be used (%v); choose another with --root or HOSTFORK_ROOT", err)
 	case st.Mode()&os.ModeSymlink != 0:
 		real, _ := filepath.EvalSymlinks(root)
-		return "", storeErr(root, "it is a symbolic link (to %s); give the real directory with --root or HOSTFORK_ROOT", real)
+		return "", storeErr(root, "is a symbolic link (to %s); give the real directory with --root or HOSTFORK_ROOT", real)
 	case !st.IsDir():
-		return "", storeErr(root, "it is not a directory; choose another with --root or HOSTFORK_ROOT")
+		return "", storeErr(root, "is not a directory; choose another with --root or HOSTFORK_ROOT")
 	}
 	d, err := safefs.OpenDir(root)
 	if err != nil {
-		return "", storeErr(root, "%v", err)
+		return "", storeErr(root, "can't be read (%v); choose another with --root or HOSTFORK_ROOT", err)
 	}
 	defer d.Close()
 	dst, err := d.Stat()
 	if err != nil {
-		return "", storeErr(root, "%v", err)
+		return "", storeErr(root, "can't be read (%v); choose another with --root or HOSTFORK_ROOT", err)
+	}
+	if unix.Faccessat(d.Fd(), ".", unix.W_OK|unix.X_OK, 0) != nil {
+		return "", storeErr(root, "is not writable by this user; choose another with --root or HOSTFORK_ROOT")
 	}
 	if int(dst.Uid) != uid {
-		return "", storeErr(root, "it is owned by uid %d, not by this user (uid %d); a store belongs to one user: use your own with --root or HOSTFORK_ROOT", dst.Uid, uid)
+		return "", storeErr(root, "is owned by uid %d, not by this user (uid %d); a store belongs to one user: use your own with --root or HOSTFORK_ROOT", dst.Uid, uid)
 	}
 	if dst.Mode&0o7077 != 0 {
 		if err := unix.Fchmod(d.Fd(), 0o700); err != nil {
-			return "", storeErr(root, "tightening it to 0700: %v", err)
+			return "", storeErr(root, "can't be made private (mode 0700): %v", err)
 		}
 	}
 	// Now private itself; every directory above it must be trusted too.
 	if err := safefs.CheckTrusted(root, uid); err != nil {
 		return "", fmt.Errorf("store %s can't be trusted: %v; choose a directory only you (and root) can write, with --root or HOSTFORK_ROOT: %w", root, err, api.ErrStore)
 	}
-	if unix.Faccessat(d.Fd(), ".", unix.W_OK|unix.X_OK, 0) != nil {
-		return "", storeErr(root, "it is not writable by this user; choose another with --root or HOSTFORK_ROOT")
-	}
 	names, err := d.ReadNames()
 	if err != nil {
-		return "", storeErr(root, "%v", err)
+		return "", storeErr(root, "can't be read (%v); choose another with --root or HOSTFORK_ROOT", err)
 	}
 	hasRegistry, foreign := false, ""
 	for _, n := range names {
@@ -126,14 +126,14 @@ func prepareStore(root string) (string, error) {
 		}
 	}
 	if len(names) > 0 && !hasRegistry {
-		return "", storeErr(root, "it is not empty and holds no %s (it has %q): it is not a hostfork store; choose an empty or new directory", registry.FileName, firstOf(names, foreign))
+		return "", storeErr(root, "is not empty and holds no %s (it has %q): it is not a hostfork store; choose an empty or new directory with --root or HOSTFORK_ROOT", registry.FileName, firstOf(names, foreign))
 	}
 	if !hasRegistry || registryEmpty(d) {
 		if rd, err := d.OpenDir("runs"); err == nil {
 			runs, _ := rd.ReadNames()
 			rd.Close()
 			if len(runs) > 0 {
-				return "", storeErr(root, "%s is missing or empty but runs/ holds %d run directories: the registry was lost or truncated; restore it from a backup, or move the store aside and start a new one", registry.FileName, len(runs))
+				return "", storeErr(root, "has no usable registry: %s is missing or empty but runs/ holds %d run directories: the registry was lost or truncated; restore it from a backup, or move the store aside and start a new one", registry.FileName, len(runs))
 			}
 		}
 	}
@@ -145,10 +145,10 @@ func prepareStore(root string) (string, error) {
 			continue
 		}
 		if fst.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return "", storeErr(root, "%s is a symbolic link; a store holds none (move it away)", n)
+			return "", storeErr(root, "holds %s as a symbolic link; a store holds none (move it away)", n)
 		}
 		if int(fst.Uid) != uid && uid != 0 {
-			return "", storeErr(root, "%s is owned by uid %d; a store's files belong to its owner", n, fst.Uid)
+			return "", storeErr(root, "holds %s owned by uid %d; a store's files belong to its owner (move it away)", n, fst.Uid)
 		}
 		want := uint32(0o600)
 		if fst.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -156,12 +156,12 @@ func prepareStore(root string) (string, error) {
 		}
 		if fst.Mode&0o077 != 0 && fst.Mode&unix.S_IFMT != unix.S_IFSOCK {
 			if err := d.Lchmod(n, os.FileMode(want)); err != nil {
-				return "", storeErr(root, "tightening %s: %v", n, err)
+				return "", storeErr(root, "holds %s, which can't be made private: %v", n, err)
 			}
 		}
 	}
 	if _, err := d.EnsurePrivateDir("runs", 0o700); err != nil {
-		return "", storeErr(root, "runs: %v", err)
+		return "", storeErr(root, "can't be read (runs: %v)", err)
 	}
 	return root, nil
 }
@@ -193,7 +193,7 @@ func checkRegistry(ctx context.Context, root string, reg *registry.DB) error {
 	if len(envs) > 0 {
 		return nil
 	}
-	return storeErr(root, "%s holds no environment but runs/ holds %d run directories: the registry was lost, truncated or replaced; restore registry.sqlite from a backup, or move the store aside and start a new one", registry.FileName, len(runs))
+	return storeErr(root, "has no usable registry: %s holds no environment but runs/ holds %d run directories: the registry was lost, truncated or replaced; restore registry.sqlite from a backup, or move the store aside and start a new one", registry.FileName, len(runs))
 }
 
 // ensureConfig writes the default configuration when the store has none.

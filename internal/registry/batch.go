@@ -194,7 +194,7 @@ func (b *Batch) RequireEnv(id string, states []api.EnvState, boot string, nowMon
 			}
 		}
 		if !ok {
-			return fmt.Errorf("environment %s is %s: %w: %w", id, state, api.ErrEnvNotActive, ErrConflict)
+			return refused{fmt.Errorf("environment %s is %s: %w", id, state, api.ErrEnvNotActive)}
 		}
 		if nowMono > 0 && dl > 0 && bootID == boot {
 			var g struct {
@@ -202,12 +202,18 @@ func (b *Batch) RequireEnv(id string, states []api.EnvState, boot string, nowMon
 			}
 			_ = fromJSON(data, &g)
 			if nowMono >= time.Duration(dl)-g.Grace.D() {
-				return fmt.Errorf("environment %s has reached its deadline: %w: %w", id, api.ErrEnvNotActive, ErrConflict)
+				return refused{fmt.Errorf("environment %s has reached its deadline: %w", id, api.ErrEnvNotActive)}
 			}
 		}
 		return nil
 	})
 }
+
+// refused is a precondition that no longer holds: it reads as its reason
+// and also tests as ErrConflict.
+type refused struct{ error }
+
+func (r refused) Unwrap() []error { return []error{r.error, ErrConflict} }
 
 // Event records an event that no record change implies (a reap action, a
 // gc deletion).

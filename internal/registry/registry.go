@@ -25,8 +25,6 @@ var (
 	// ErrConflict: the row's revision changed since it was read, or a
 	// precondition of the batch no longer holds. Re-read and decide again.
 	ErrConflict = fmt.Errorf("registry: %w", api.ErrConflict)
-	// ErrAmbiguous: an id prefix matches more than one row.
-	ErrAmbiguous = fmt.Errorf("registry: %w", api.ErrAmbiguous)
 	// ErrNewerSchema: the database was written by a newer hostfork.
 	ErrNewerSchema = fmt.Errorf("registry schema is newer than this hostfork: %w", api.ErrStore)
 	// ErrFull: the store's filesystem is full; nothing could be recorded.
@@ -266,7 +264,14 @@ func (d *DB) Resolve(ctx context.Context, prefix string) (kind, id string, err e
 	for _, m := range matches {
 		names = append(names, m[1])
 	}
-	return "", "", fmt.Errorf("%q matches %s: %w (type more characters)", prefix, strings.Join(names, ", "), ErrAmbiguous)
+	const most = 5
+	var list string
+	if len(names) > most {
+		list = strings.Join(names[:most], ", ") + fmt.Sprintf(" and %d more", len(names)-most)
+	} else {
+		list = strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	}
+	return "", "", fmt.Errorf("%q matches %s: %w (type more characters)", prefix, list, api.ErrAmbiguous)
 }
 
 func escapeLike(s string) string {

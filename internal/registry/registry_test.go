@@ -119,7 +119,7 @@ func TestResolvePrefix(t *testing.T) {
 	if k, id, err := d.Resolve(ctx, "bb"); err != nil || k != "command" || id != "bb11" {
 		t.Fatalf("bb: %s %s %v", k, id, err)
 	}
-	if _, _, err := d.Resolve(ctx, "aa"); !errors.Is(err, ErrAmbiguous) {
+	if _, _, err := d.Resolve(ctx, "aa"); !errors.Is(err, api.ErrAmbiguous) {
 		t.Fatalf("aa: %v", err)
 	}
 	if k, id, err := d.Resolve(ctx, "aa11"); err != nil || k != "env" || id != "aa11" {

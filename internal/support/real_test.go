@@ -21,7 +21,7 @@ import (
 // then run it as hostfork too.
 func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == "hostfork" {
-			os.Exit(cli.Main(os.Args[1:]))
+		os.Exit(cli.Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }

@@ -111,6 +111,12 @@ func (t Target) inCgroup(pid int) bool {
 	return false
 }
 
+// InGroup reports whether pid's cgroup2 group is group or below it (group
+// under the cgroup2 mount mount).
+func InGroup(pid int, mount, group string) bool {
+	return Target{Cgroup: group, Mount: mount}.inCgroup(pid)
+}
+
 // descendant re-reads pid's ancestry now.
 func descendant(pid int, roots []int) bool {
 	for n := 0; n < 4096 && pid > 1; n++ {
