@@ -2,6 +2,7 @@ package hostfork
 
 import (
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/engine"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -140,6 +141,12 @@ const (
 const (
 	TreeAllocated = api.TreeAllocated
 	TreeRemoved   = api.TreeRemoved
+)
+
+// Baseline kinds (Baseline.Kind).
+const (
+	BaselineSubvolume = engine.BaselineSubvolume
+	BaselineDirectory = engine.BaselineDirectory
 )
 
 // Export labels.
