@@ -180,8 +180,12 @@ type Command struct {
 	// Survivors are processes of the tree that a stop could not end, or
 	// that can't be accounted for (tree_state unverified).
 	Survivors []Identity `json:"survivors,omitempty"`
-	// OutputTruncated says the artifact files are shorter than the
-	// output, because the store's filesystem was full.
+	// OutputTruncated says the artifact files may be shorter than the
+	// output because the store's filesystem was full: a write to them
+	// failed (pipe mode: each file is then the exact prefix written
+	// before), or the filesystem had less than 128 KiB left when the tree
+	// exited (files mode, where the workload writes them itself and got
+	// the error).
 	OutputTruncated bool `json:"output_truncated,omitempty"`
 	// LimitsNote says when limits were accepted unenforced.
 	LimitsNote string `json:"limits_note,omitempty"`

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/signal"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -228,7 +230,7 @@ func newUsageCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(g.out, "environments: %d active, %d retained, %d failed\n", u.ActiveEnvs, u.RetainedEnvs, u.FailedEnvs)
 			fmt.Fprintf(g.out, "commands:     %d alive, %d unverified\n", u.LiveCommands, u.UnverifiedCmds)
 			fmt.Fprintf(g.out, "logs:         %s (apparent)\nexports:      %s (apparent)\n", human(u.LogBytes), human(u.ExportBytes))
-			fmt.Fprintf(g.out, "trees:        %v\n", u.TreesByKind)
+			fmt.Fprintf(g.out, "trees:        %s\n", countsByKind(u.TreesByKind))
 			for _, p := range u.Pools {
 				fmt.Fprintf(g.out, "pool %s (%s): %s free of %s, %d tree(s)\n", p.Path, p.FSType, human(int64(p.FreeBytes)), human(int64(p.TotalBytes)), p.Trees)
 			}
@@ -256,4 +258,22 @@ func human(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// countsByKind prints counts per kind in a stable order ("none" when
+// empty): "btrfs 2, overlay 1".
+func countsByKind(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	kinds := make([]string, 0, len(m))
+	for k := range m {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	parts := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %d", clean(k), m[k]))
+	}
+	return strings.Join(parts, ", ")
 }

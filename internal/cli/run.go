@@ -265,6 +265,7 @@ func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, leftover
 	if final.Error != "" && final.ExitCode != nil && (*final.ExitCode == ExitNotFound || *final.ExitCode == ExitCannotExec) {
 		fmt.Fprintf(g.err, "hostfork: %s\n", clean(final.Error))
 	}
+	warnTruncated(g, &final)
 	if why := endedBy(&final); why != "" {
 		fmt.Fprintf(g.err, "hostfork: %s\n", why)
 		return withCode(ExitEnded, nil)
@@ -277,6 +278,13 @@ func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, leftover
 		return withCode(status, nil)
 	}
 	return nil
+}
+
+// warnTruncated says so when a command's output files may be cut.
+func warnTruncated(g *globals, c *hostfork.CommandRecord) {
+	if c.OutputTruncated {
+		fmt.Fprintf(g.err, "hostfork: warning: the output files of command %s may be cut: the store's filesystem was full (free space, then see %s)\n", c.ID, clean(c.Dir))
+	}
 }
 
 // endedBy says why hostfork ended a command's leader ("" when it did
@@ -364,6 +372,7 @@ func runCapture(ctx context.Context, g *globals, h *hostfork.Host, plan *hostfor
 	if err := printJSON(g.out, out); err != nil {
 		return err
 	}
+	warnTruncated(g, &res.Record)
 	if why := endedBy(&res.Record); why != "" {
 		fmt.Fprintf(g.err, "hostfork: %s\n", why)
 		return withCode(ExitEnded, nil)

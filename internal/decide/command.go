@@ -29,6 +29,7 @@ type Receipt struct {
 	StoppedByHostfork bool
 	OutsideCgroup     int
 	TreeExited        *time.Time
+	OutputTruncated   bool
 	Complete          bool
 }
 
@@ -162,6 +163,9 @@ func mergeLeader(n *api.Command, r *Receipt, boot string) {
 	if n.StopReason == "" && r.StopReason != "" {
 		n.StopReason = r.StopReason
 	}
+	if r.OutputTruncated {
+		n.OutputTruncated = true
+	}
 	if r.LeaderExited != nil && n.LeaderState != api.PhaseExited {
 		n.LeaderState = api.PhaseExited
 		n.LeaderExitedAt = r.LeaderExited
@@ -191,7 +195,7 @@ func same(a, b api.Command) bool {
 		a.TreeEvidence == b.TreeEvidence && a.StopReason == b.StopReason && a.Error == b.Error &&
 		eqInt(a.ExitCode, b.ExitCode) && eqInt(a.Signal, b.Signal) && eqBool(a.OOM, b.OOM) &&
 		a.OOMEvidence == b.OOMEvidence && (a.Workload == nil) == (b.Workload == nil) &&
-		a.StoppedByHostfork == b.StoppedByHostfork && eqTime(a.LeaderExitedAt, b.LeaderExitedAt) &&
+		a.StoppedByHostfork == b.StoppedByHostfork && a.OutputTruncated == b.OutputTruncated && eqTime(a.LeaderExitedAt, b.LeaderExitedAt) &&
 		eqTime(a.TreeExitedAt, b.TreeExitedAt) && eqTime(a.StartedAt, b.StartedAt)
 }
 
@@ -210,6 +214,11 @@ func LivenessOf(c *api.Command) api.Liveness {
 		return api.Alive
 	case c.State == api.CommandReserved:
 		return api.Alive // launching: its launcher is alive
+	case c.State == api.CommandRunning && c.TreeState == api.PhasePending:
+		// Released, its workload not yet reported by the guardian, which
+		// settlement found alive (a gone or unverifiable guardian settles
+		// the tree's state).
+		return api.Alive
 	}
 	return api.Unverified
 }

@@ -26,6 +26,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -103,6 +104,10 @@ static struct {
 	struct timespec leader_at, tree_at;
 } R;
 static size_t rec_len; /* length of the last receipt written */
+/* The artifact files may be shorter than the output: a write to them
+ * failed (pipe mode), or their filesystem was full when the tree exited
+ * (files mode: the workload writes them itself and gets the error). */
+static int output_truncated;
 #define RECEIPT_MIN 512
 
 /* Pipe mode: the workload writes into src; the guardian copies to the
@@ -173,6 +178,8 @@ static void write_receipt(void)
 	}
 	if (R.unstable)
 		hf_sb_s(&b, ",\"membership_unstable\":true");
+	if (output_truncated)
+		hf_sb_s(&b, ",\"output_truncated\":true");
 	if (R.has_tree) {
 		hf_sb_s(&b, ",\"tree_exited_at\":");
 		hf_sb_time(&b, &R.tree_at);
@@ -902,6 +909,33 @@ static void tee_flush(struct tee *t)
 		tee_close_fwd(t);
 }
 
+/* artifact_write writes all of p, or fails (-1, errno set). */
+static int artifact_write(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* fs_full reports whether fd's filesystem has less than 128 KiB left for
+ * this user. */
+static int fs_full(int fd)
+{
+	struct statfs s;
+	if (fstatfs(fd, &s) < 0)
+		return 0;
+	unsigned long long freeb = geteuid() == 0 ? s.f_bfree : s.f_bavail;
+	return freeb * (unsigned long long)s.f_bsize < (128ULL << 10);
+}
+
 static void tee_read(struct tee *t)
 {
 	ssize_t n = read(t->src, t->buf, sizeof t->buf);
@@ -909,8 +943,16 @@ static void tee_read(struct tee *t)
 		return;
 	if (n > 0) {
 		last_activity = hf_mono_now();
-		/* The artifact first: it never depends on the reader. */
-		hf_write_all(t->file, t->buf, (size_t)n);
+		/* The artifact first: it never depends on the reader. After a
+		 * failed write (a full store) the file stays the exact prefix it
+		 * holds, and the receipt says it is cut; the reader still gets
+		 * everything. */
+		if (t->file >= 0 && artifact_write(t->file, t->buf, (size_t)n) < 0) {
+			hf_log("writing the output file: %s; it is cut here", hf_errstr(errno));
+			output_truncated = 1;
+			close(t->file);
+			t->file = -1;
+		}
 		if (t->fwd >= 0) {
 			t->off = 0;
 			t->len = (size_t)n;
@@ -921,12 +963,14 @@ static void tee_read(struct tee *t)
 	if (n < 0) {
 		char m[160];
 		int k = snprintf(m, sizeof m, "\n[hostfork: capture error: read: %s]\n", hf_errstr(errno));
-		hf_write_all(t->file, m, (size_t)k);
+		if (t->file >= 0)
+			hf_write_all(t->file, m, (size_t)k);
 	}
 	t->eof = 1;
 	close(t->src);
 	t->src = -1;
-	close(t->file);
+	if (t->file >= 0)
+		close(t->file);
 	t->file = -1;
 	if (t->off >= t->len)
 		tee_close_fwd(t);
@@ -1188,6 +1232,8 @@ int hf_guardian_main(void)
 		}
 	}
 	clock_gettime(CLOCK_REALTIME, &R.tree_at);
+	if (!cfg.pipe_mode && (fs_full(HF_FD_STDOUT) || fs_full(HF_FD_STDERR)))
+		output_truncated = 1;
 	R.has_tree = 1;
 	R.complete = 1;
 	write_receipt();

@@ -202,7 +202,13 @@ type Receipt struct {
 	OutsideCgroup      int        `json:"outside_cgroup,omitempty"`
 	MembershipUnstable bool       `json:"membership_unstable,omitempty"`
 	TreeExited         *time.Time `json:"tree_exited_at,omitempty"`
-	Complete           bool       `json:"complete"`
+	// OutputTruncated: the artifact files may be shorter than the
+	// output — a write to them failed (pipe mode; the file is the exact
+	// prefix written before), or their filesystem had less than 128 KiB
+	// left when the tree exited (files mode, where the workload writes
+	// them itself and got the error).
+	OutputTruncated bool `json:"output_truncated,omitempty"`
+	Complete        bool `json:"complete"`
 }
 
 // encodeRelease frames cfg as the release message. It refuses values the
