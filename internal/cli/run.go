@@ -280,8 +280,13 @@ func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, leftover
 	return nil
 }
 
-// warnTruncated says so when a command's output files may be cut.
+// warnTruncated says so when a command's output files may be cut, and
+// when the kernel OOM-killed a process of the command other than its
+// leader (the leader's own status is kept).
 func warnTruncated(g *globals, c *hostfork.CommandRecord) {
+	if c.OOM != nil && *c.OOM && (c.Signal == nil || *c.Signal != int(syscall.SIGKILL)) {
+		fmt.Fprintf(g.err, "hostfork: warning: a process of command %s was OOM-killed under the environment's memory budget (%s)\n", c.ID, clean(c.OOMEvidence))
+	}
 	if c.OutputTruncated {
 		fmt.Fprintf(g.err, "hostfork: warning: the output files of command %s may be cut: the store's filesystem was full (free space, then see %s)\n", c.ID, clean(c.Dir))
 	}

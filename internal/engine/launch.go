@@ -431,6 +431,13 @@ func (l *launch) release(ctx context.Context, env *api.Env) (*Running, error) {
 	}
 	fault.Point(fault.Released)
 	go r.watch()
+	// Return once the guardian reported the workload's start (its
+	// identity is then in the record's view) or its failure; a cancelled
+	// ctx returns at once, the command runs on.
+	select {
+	case <-r.started:
+	case <-ctx.Done():
+	}
 	return r, nil
 }
 

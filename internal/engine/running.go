@@ -48,6 +48,7 @@ type Running struct {
 	capture   map[string]api.StreamCapture
 	finishing bool
 
+	started    chan struct{} // the guardian reported the workload's start (or its failure)
 	leaderDone chan struct{}
 	treeDone   chan struct{}
 	fwd        sync.WaitGroup
@@ -58,7 +59,7 @@ type Running struct {
 
 func newRunning(l *launch, env *api.Env) *Running {
 	r := &Running{e: l.e, env: *env, g: l.g, lg: l.lg, intents: l.intents, autoStop: l.cs.AutoStop,
-		rec: l.rec, committed: *l.rec, leaderDone: make(chan struct{}), treeDone: make(chan struct{})}
+		rec: l.rec, committed: *l.rec, started: make(chan struct{}), leaderDone: make(chan struct{}), treeDone: make(chan struct{})}
 	if l.g.ForwardOut != nil {
 		r.forwarding = true
 		limit := 0
@@ -164,6 +165,13 @@ func (r *Running) endForwarding() {
 // Nothing is committed until the tree has exited.
 func (r *Running) watch() {
 	evs := r.g.Events()
+	startClosed := false
+	closeStart := func() {
+		if !startClosed {
+			startClosed = true
+			close(r.started)
+		}
+	}
 	leaderClosed := false
 	closeLeader := func() {
 		if !leaderClosed {
@@ -186,6 +194,7 @@ func (r *Running) watch() {
 			}
 		}
 		r.observe(decide.Alive)
+		closeStart()
 		if ev.Kind == "leader" || ev.Kind == "exec-failed" || ev.Kind == "tree" {
 			closeLeader()
 		}
@@ -195,6 +204,7 @@ func (r *Running) watch() {
 	}
 	_ = r.g.Reap()
 	r.observe(decide.Gone)
+	closeStart()
 	closeLeader()
 	r.finish()
 	r.e.untrack(r.rec.ID)
@@ -219,6 +229,7 @@ func (r *Running) abandonWatch(err error) {
 	r.mu.Lock()
 	r.finalErr = err
 	r.mu.Unlock()
+	close(r.started)
 	close(r.leaderDone)
 	close(r.treeDone)
 	r.e.untrack(r.rec.ID)
