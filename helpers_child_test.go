@@ -106,18 +106,19 @@ func serveUnix(t *testing.T, path string) {
 }
 
 // orchestration is what a child orchestrator does: open the store, create
-// an environment from Spec (owner-exit detach, so that it outlives the
-// child), then start Argv in it Repeat times (0: once, without waiting;
-// more: one after the other, each to its recorded tree exit), reporting
-// each step on stdout as one line "env ID", "cmd ID", "done ID". Then it
-// blocks until its stdin closes (the test ends) or it is killed.
+// an environment from Spec, then start Commands in it, reporting each step
+// on stdout as one line: "env ID", "cmd ID", and with Loop "done ID" once a
+// command's tree exit is recorded. Without Loop it starts the commands one
+// after the other and then blocks until its stdin closes (the test ended)
+// or it is killed; with Loop it runs them, each to its recorded tree exit,
+// over and over until it is killed.
 type orchestration struct {
 	Root, CgroupParent string
 	Spec               spec.Environment
-	Argv               []string
+	Commands           [][]string
 	Cwd                string
 	OwnerExit          string
-	Repeat             int
+	Loop               bool
 }
 
 func orchestrator() int {
@@ -145,20 +146,25 @@ func orchestrator() int {
 		return fail(err)
 	}
 	fmt.Printf("env %s\n", env.ID())
-	for i := 0; i < max(o.Repeat, 1); i++ {
-		cmd := env.Command(o.Argv...)
-		cmd.Cwd, cmd.OwnerExit = o.Cwd, o.OwnerExit
-		if err := cmd.Start(ctx); err != nil {
-			return fail(err)
+	for {
+		for _, argv := range o.Commands {
+			cmd := env.Command(argv...)
+			cmd.Cwd, cmd.OwnerExit = o.Cwd, o.OwnerExit
+			if err := cmd.Start(ctx); err != nil {
+				return fail(err)
+			}
+			fmt.Printf("cmd %s\n", cmd.ID())
+			if !o.Loop {
+				continue
+			}
+			if _, err := cmd.WaitTree(ctx); err != nil {
+				return fail(err)
+			}
+			fmt.Printf("done %s\n", cmd.ID())
 		}
-		fmt.Printf("cmd %s\n", cmd.ID())
-		if o.Repeat == 0 {
+		if !o.Loop {
 			break
 		}
-		if _, err := cmd.WaitTree(ctx); err != nil {
-			return fail(err)
-		}
-		fmt.Printf("done %s\n", cmd.ID())
 	}
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
@@ -187,6 +193,9 @@ func startOrchestrator(t *testing.T, o orchestration) *child {
 	c := &child{cmd: exec.Command(exe), lines: make(chan string, 1000)}
 	c.cmd.Env = append(os.Environ(), childVar+"=orchestrator", childArgs+"="+string(b))
 	c.cmd.Stderr = &testWriter{t: t, prefix: "orchestrator: "}
+	// Its helpers (keeper, guardians) may hold its stderr: don't wait for
+	// them after it is killed.
+	c.cmd.WaitDelay = 2 * time.Second
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
