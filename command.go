@@ -181,15 +181,19 @@ func (c *Command) Start(ctx context.Context) error {
 
 // attach binds a launch to the handle and arms the context's cancellation.
 func (c *Command) attach(ctx context.Context, r *engine.Running) {
-	c.started, c.r, c.id = true, r, r.ID()
+	// The id from the locked record: Running.ID reads the record that the
+	// launch's watcher replaces, without its lock.
+	id := r.Record().ID
+	c.started, c.r, c.id = true, r, id
 	if ctx.Done() == nil {
 		return
 	}
+	grace := c.WaitDelay
 	go func() {
 		select {
 		case <-ctx.Done():
-			opts := StopOptions{Reason: ReasonCancelled, Grace: c.WaitDelay}
-			_, _ = c.h.e.StopCommand(context.Background(), r.ID(), opts.engine())
+			opts := StopOptions{Reason: ReasonCancelled, Grace: grace}
+			_, _ = c.h.e.StopCommand(context.Background(), id, opts.engine())
 		case <-r.TreeDone():
 		}
 	}()
