@@ -225,3 +225,41 @@ func TestRunContextCancel(t *testing.T) {
 	wantStoppedBy(t, rec, hostfork.ReasonCancelled, leader, daemon)
 	waitEnvState(t, h, env.ID(), hostfork.EnvStopped)
 }
+
+// The records Wait and Capture return for a tree the deadline ended are
+// the leader's final result: its signal and the stop reason (issue 9: a
+// deadline-killed command came back running, without a reason).
+func TestDeadlineKilledRecords(t *testing.T) {
+	h := newHost(t)
+	env := newEnv(t, h, spec.Environment{Lifetime: spec.Lifetime{
+		MaxRuntime: spec.Duration(time.Second), Grace: spec.Duration(200 * time.Millisecond)}})
+	ctx := ctxT(t)
+	capt := env.Command("sh", "-c", "echo started; exec sleep 300")
+	waited := env.Command("sleep", "300")
+	if err := waited.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := capt.Capture(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := waited.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]hostfork.CommandRecord{"Capture": res.Record, "Wait": w} {
+		if r.LeaderState != hostfork.PhaseExited || r.Signal == nil || r.StopReason != hostfork.ReasonDeadline || !r.StoppedByHostfork {
+			t.Errorf("%s's record: state %s leader %s signal %v reason %q by hostfork %v",
+				name, r.State, r.LeaderState, r.Signal, r.StopReason, r.StoppedByHostfork)
+		}
+	}
+	if text, err := res.Text(); err != nil || text != "started\n" {
+		t.Errorf("captured %q %v", text, err)
+	}
+	for _, c := range []*hostfork.Command{capt, waited} {
+		r, err := c.WaitTree(ctx)
+		if err != nil || !r.Final() || r.StopReason != hostfork.ReasonDeadline {
+			t.Errorf("WaitTree: %v %+v", err, r)
+		}
+	}
+}

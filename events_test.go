@@ -146,6 +146,32 @@ func TestEventsResume(t *testing.T) {
 		}
 		wantSameLog(t, got, log)
 	}
+	// The same with a cancelled context instead of a break: the consumer
+	// takes what it is given until the iteration ends with the context's
+	// error, and resumes after the last event it got.
+	for _, n := range []int{1, 4} {
+		var got []hostfork.Event
+		var since int64
+		for since < last {
+			cctx, cancel := context.WithCancel(ctx)
+			k := 0
+			for ev, err := range h.Events(cctx, since, true) {
+				if err != nil {
+					if !errors.Is(err, context.Canceled) {
+						t.Fatal(err)
+					}
+					break
+				}
+				got = append(got, ev)
+				since = ev.Seq
+				if k++; k == n || since == last {
+					cancel()
+				}
+			}
+			cancel()
+		}
+		wantSameLog(t, got, log)
+	}
 
 	// A follower sees what is committed after it started, then ends with
 	// its context's error.
