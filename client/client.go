@@ -207,10 +207,25 @@ func (c *Client) Version(ctx context.Context) (*VersionInfo, error) {
 	return &v, nil
 }
 
-// Envs lists environments by filter, oldest first, each with its commands.
-// Spec environment values are redacted.
-func (c *Client) Envs(ctx context.Context, f api.EnvFilter) ([]api.Env, error) {
+// ReadOption changes what an answer holds.
+type ReadOption func(url.Values)
+
+// ShowEnv asks for the values of the spec's explicit environment
+// variables, which answers redact by default (they may be secrets).
+func ShowEnv() ReadOption { return func(q url.Values) { q.Set("show_env", "1") } }
+
+func query(opts []ReadOption) url.Values {
 	q := url.Values{}
+	for _, o := range opts {
+		o(q)
+	}
+	return q
+}
+
+// Envs lists environments by filter, oldest first, each with its commands.
+// Spec environment values are redacted (unless ShowEnv).
+func (c *Client) Envs(ctx context.Context, f api.EnvFilter, opts ...ReadOption) ([]api.Env, error) {
+	q := query(opts)
 	for _, l := range f.Labels {
 		q.Add("label", l)
 	}
@@ -228,9 +243,47 @@ func (c *Client) Envs(ctx context.Context, f api.EnvFilter) ([]api.Env, error) {
 }
 
 // Env returns one environment (by id or unique prefix) with its commands.
-func (c *Client) Env(ctx context.Context, id string) (*api.Env, error) {
+func (c *Client) Env(ctx context.Context, id string, opts ...ReadOption) (*api.Env, error) {
 	var out api.Env
-	if err := c.call(ctx, http.MethodGet, "/v1/envs/"+esc(id), nil, nil, &out); err != nil {
+	if err := c.call(ctx, http.MethodGet, "/v1/envs/"+esc(id), query(opts), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Resolve says what an id or a unique prefix names: kind "env" or
+// "command", and the whole id.
+func (c *Client) Resolve(ctx context.Context, idPrefix string) (kind, id string, err error) {
+	var out Resolved
+	if err := c.call(ctx, http.MethodGet, "/v1/resolve/"+esc(idPrefix), nil, nil, &out); err != nil {
+		return "", "", err
+	}
+	return out.Kind, out.ID, nil
+}
+
+// Plan resolves an environment spec against the server's host and
+// creates nothing. The answer is the JSON of spec.Plan (as 'hostfork plan
+// --json' prints it; package spec is not a dependency of this one).
+func (c *Client) Plan(ctx context.Context, spec any) (json.RawMessage, error) {
+	if spec == nil {
+		spec = map[string]any{}
+	}
+	var out json.RawMessage
+	if err := c.call(ctx, http.MethodPost, "/v1/plan", nil, spec, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Run creates an environment with its first command (detached, output in
+// files) and returns the environment with the command: the environment
+// stops when the command's tree has exited, or at its deadline.
+func (c *Client) Run(ctx context.Context, req RunRequest, opts ...ReadOption) (*api.Env, error) {
+	if req.Env == nil {
+		req.Env = map[string]any{}
+	}
+	var out api.Env
+	if err := c.call(ctx, http.MethodPost, "/v1/runs", query(opts), req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -240,12 +293,12 @@ func (c *Client) Env(ctx context.Context, id string) (*api.Env, error) {
 // anything that marshals to a spec file's JSON (a map, json.RawMessage).
 // Its lifetime needs max_runtime or until_stopped; owner_exit is detach
 // (the environment outlives the server).
-func (c *Client) CreateEnv(ctx context.Context, spec any) (*api.Env, error) {
+func (c *Client) CreateEnv(ctx context.Context, spec any, opts ...ReadOption) (*api.Env, error) {
 	if spec == nil {
 		spec = map[string]any{}
 	}
 	var out api.Env
-	if err := c.call(ctx, http.MethodPost, "/v1/envs", nil, spec, &out); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/v1/envs", query(opts), spec, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -254,29 +307,39 @@ func (c *Client) CreateEnv(ctx context.Context, spec any) (*api.Env, error) {
 // StopOptions configure a stop.
 type StopOptions struct {
 	// Grace is how long members get after SIGTERM before SIGKILL; 0 means
-	// the environment's grace.
+	// the environment's grace, a negative value none (kill at once).
 	Grace time.Duration
 	// Abandon releases an unverified tree without proof of its exit (see
 	// the library's StopOptions.Abandon).
 	Abandon bool
+	// Reason is the stop reason to record: "" or api.ReasonUser (the
+	// default), or api.ReasonOwnerExit (a client ending what its
+	// foreground command left behind).
+	Reason api.StopReason
 }
 
-func (o StopOptions) query() url.Values {
-	q := url.Values{}
-	if o.Grace > 0 {
+func (o StopOptions) query(opts []ReadOption) url.Values {
+	q := query(opts)
+	switch {
+	case o.Grace > 0:
 		q.Set("grace", o.Grace.String())
+	case o.Grace < 0:
+		q.Set("grace", "0s") // kill at once
 	}
 	if o.Abandon {
 		q.Set("abandon", "1")
+	}
+	if o.Reason != "" {
+		q.Set("reason", string(o.Reason))
 	}
 	return q
 }
 
 // StopEnv stops an environment: every command tree, then the environment.
 // It deletes no file.
-func (c *Client) StopEnv(ctx context.Context, id string, opts StopOptions) (*api.Env, error) {
+func (c *Client) StopEnv(ctx context.Context, id string, opts StopOptions, ropts ...ReadOption) (*api.Env, error) {
 	var out api.Env
-	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(id)+"/stop", opts.query(), nil, &out); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(id)+"/stop", opts.query(ropts), nil, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -371,7 +434,7 @@ func (c *Client) Signal(ctx context.Context, id string, sig syscall.Signal) (*ap
 // StopCommand stops the command's whole tree and returns its final record.
 func (c *Client) StopCommand(ctx context.Context, id string, opts StopOptions) (*api.Command, error) {
 	var out api.Command
-	if err := c.call(ctx, http.MethodPost, "/v1/commands/"+esc(id)+"/stop", opts.query(), nil, &out); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/v1/commands/"+esc(id)+"/stop", opts.query(nil), nil, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -390,7 +453,10 @@ type LogOptions struct {
 }
 
 // Logs returns the raw bytes of a command's stdout or stderr from an
-// offset. Close it when done; cancelling ctx ends it too.
+// offset. Close it when done; cancelling ctx ends it too. A followed
+// stream ends with io.EOF only when the command's tree has exited and
+// everything is read; any other end (the server stopped) is an error such
+// as io.ErrUnexpectedEOF: resume with Offset advanced by the bytes read.
 func (c *Client) Logs(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, error) {
 	q := url.Values{}
 	if opts.Stream != "" {
@@ -485,6 +551,15 @@ func (c *Client) Usage(ctx context.Context) (*api.Usage, error) {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// BtrfsSizes measures each Btrfs tree's exclusive and shared bytes (slow).
+func (c *Client) BtrfsSizes(ctx context.Context) ([]api.BtrfsSize, error) {
+	var out []api.BtrfsSize
+	if err := c.call(ctx, http.MethodGet, "/v1/usage/btrfs", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Doctor returns the server host's doctor report, as `hostfork doctor

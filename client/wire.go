@@ -41,6 +41,27 @@ type CommandRequest struct {
 	Admit    string `json:"admit,omitempty"`
 }
 
+// RunRequest is the body of POST /v1/runs: an environment and its first
+// command, as 'hostfork run --detach' makes them. The environment stops
+// when the command's tree has exited (auto_stop), or at its deadline.
+type RunRequest struct {
+	// Env is the environment's spec: a spec.Environment, or anything that
+	// marshals to a spec file's JSON. Its lifetime needs max_runtime or
+	// until_stopped; owner_exit is detach.
+	Env any `json:"env"`
+	// Command is the first command (detached, output in files).
+	Command CommandRequest `json:"command"`
+}
+
+// Resolved is the answer of GET /v1/resolve/{id}: what an id or a unique
+// prefix names.
+type Resolved struct {
+	// Kind is "env" or "command".
+	Kind string `json:"kind"`
+	// ID is the whole id.
+	ID string `json:"id"`
+}
+
 // ExportRequest is the body of POST /v1/envs/{id}/export.
 type ExportRequest struct {
 	// Tree names one of the environment's private trees.

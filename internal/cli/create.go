@@ -27,7 +27,7 @@ outlives this command, so an expiry (--ttl) or --until-stopped is required.`,
 			if err != nil {
 				return err
 			}
-			h, err := g.open(c.Context())
+			h, err := g.backend(c.Context())
 			if err != nil {
 				return err
 			}
@@ -42,13 +42,9 @@ outlives this command, so an expiry (--ttl) or --until-stopped is required.`,
 				return err
 			}
 			if asJSON {
-				st, _, err := h.Status(c.Context(), env.ID())
-				if err != nil {
-					return err
-				}
-				return printJSON(g.out, hostfork.RedactEnv(*st))
+				return printJSON(g.out, hostfork.RedactEnv(*env))
 			}
-			fmt.Fprintln(g.out, env.ID())
+			fmt.Fprintln(g.out, env.ID)
 			return nil
 		},
 	}

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +45,16 @@ Without --spec, doctor reads and never creates the store. The exit status is
 		Args: exactArgs(0, "no arguments (use --spec FILE, --probe, --json)"),
 		RunE: func(c *cobra.Command, args []string) error {
 			ctx := c.Context()
+			if g.remote() {
+				if specFile != "" || probe {
+					return usageErr("--spec and --probe can't go with --host: the server reports its host read-only (GET /v1/doctor); run 'hostfork doctor --spec/--probe' on the server's host without --host")
+				}
+				r, err := remoteDoctor(ctx, g)
+				if err != nil {
+					return err
+				}
+				return printDoctorReport(g, r, asJSON, "")
+			}
 			o := doctor.Options{Probe: probe}
 			root, source := g.root, "--root"
 			if root == "" {
@@ -77,24 +89,48 @@ Without --spec, doctor reads and never creates the store. The exit status is
 					return err
 				}
 			}
-			r := doctor.Run(ctx, o)
-			if asJSON {
-				if err := printJSON(g.out, r); err != nil {
-					return err
-				}
-			} else {
-				printDoctor(g.out, r, specFile)
-			}
-			if !r.CanRun {
-				return withCode(ExitCapability, nil)
-			}
-			return nil
+			return printDoctorReport(g, doctor.Run(ctx, o), asJSON, specFile)
 		},
 	}
 	c.Flags().StringVar(&specFile, "spec", "", "also plan this environment spec (YAML or JSON) and check what it needs")
 	c.Flags().BoolVar(&probe, "probe", false, "prove capabilities by creating disposable resources, and remove them")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return c
+}
+
+// printDoctorReport prints a report and exits 121 when the plan can't run.
+func printDoctorReport(g *globals, r *doctor.Report, asJSON bool, specFile string) error {
+	if asJSON {
+		if err := printJSON(g.out, r); err != nil {
+			return err
+		}
+	} else {
+		printDoctor(g.out, r, specFile)
+	}
+	if !r.CanRun {
+		return withCode(ExitCapability, nil)
+	}
+	return nil
+}
+
+// remoteDoctor is the report of the server's host (GET /v1/doctor, as
+// 'hostfork doctor --json' without --spec or --probe).
+func remoteDoctor(ctx context.Context, g *globals) (*doctor.Report, error) {
+	b, err := g.backend(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	r := b.(*remote)
+	raw, err := r.c.Doctor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var rep doctor.Report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		return nil, fmt.Errorf("the doctor report of %s: %w", r.Where(), err)
+	}
+	return &rep, nil
 }
 
 // planForDoctor plans the spec with the library and turns the plan into

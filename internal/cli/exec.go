@@ -2,11 +2,9 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/habemus-papadum/hostfork"
 	"github.com/habemus-papadum/hostfork/spec"
@@ -47,9 +45,12 @@ the environment's expiry either.`,
 			case detach && output != string(hostfork.OutputFiles):
 				return usageErr("--detach writes output to files; drop --output %s or run in the foreground", output)
 			}
-			stdin, err := stdinMode(stdinFlag, detach)
+			stdin, err := stdinMode(g, stdinFlag, detach)
 			if err != nil {
 				return err
+			}
+			if output == string(hostfork.OutputInherit) && g.remote() {
+				return usageErr("--output inherit can't go with --host: the server's command can't write to this process's descriptors (the default, pipe, streams its output here)")
 			}
 			timeout, err := parseTimeout(timeoutFlag)
 			if err != nil {
@@ -67,53 +68,37 @@ the environment's expiry either.`,
 			if err := lf.apply(&launch); err != nil {
 				return err
 			}
-			h, err := g.open(ctx)
+			h, err := g.backend(ctx)
 			if err != nil {
 				return err
 			}
 			defer h.Close()
 			lf.recapture(ctx, g, h)
-			env, err := h.OpenEnv(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			cmd := env.Command(args[1:]...)
-			if err := af.apply(cmd, g); err != nil {
-				return err
-			}
-			cmd.Output = hostfork.OutputMode(output)
-			cmd.Cwd = cwd
-			cmd.Purpose = purpose
-			cmd.Labels = lm
-			cmd.Timeout = timeout
-			cmd.EnvPolicy, cmd.EnvSet = launch.EnvPolicy, lf.envVars
-			cmd.OwnerExit = hostfork.OwnerExitStop
+			lr := &launchReq{argv: args[1:], output: hostfork.OutputMode(output), cwd: cwd, purpose: purpose, labels: lm,
+				timeout: timeout, envPolicy: launch.EnvPolicy, envSet: lf.envVars, ownerExit: hostfork.OwnerExitStop, stdin: stdin}
 			if detach {
-				cmd.OwnerExit = hostfork.OwnerExitDetach
+				lr.ownerExit = hostfork.OwnerExitDetach
 			}
-			if stdin != nil {
-				cmd.Stdin = stdin
-				cmd.Foreground = term.IsTerminal(int(stdin.Fd()))
+			if err := af.apply(lr, g); err != nil {
+				return err
 			}
-			if cmd.Output == hostfork.OutputPipe {
-				cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-			}
-			if err := cmd.Start(ctx); err != nil {
+			cmd, err := h.Start(ctx, args[0], lr)
+			if err != nil {
 				return err
 			}
 			warnEnvNote(g, cmd)
 			if detach {
 				if asJSON {
-					rec, err := h.OpenCommand(ctx, cmd.ID())
+					_, rec, err := h.Status(ctx, cmd.ID())
 					if err != nil {
 						return err
 					}
-					return printJSON(g.out, rec.Record())
+					return printJSON(g.out, rec)
 				}
 				fmt.Fprintln(g.out, cmd.ID())
 				return nil
 			}
-			return foreground(ctx, g, cmd, hostfork.ReasonOwnerExit)
+			return foreground(ctx, g, h, cmd, lr.output, hostfork.ReasonOwnerExit)
 		},
 	}
 	af.add(c)

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"syscall"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/client"
 )
 
 // Exit codes of hostfork's own failures (docs/exit-codes.md). run and exec
@@ -91,6 +93,10 @@ func codeFor(err error) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
+	// A server's answer carries the code it maps the failure to.
+	if code, ok := client.ExitCode(err); ok && code != 0 {
+		return code
+	}
 	for _, t := range exitTable {
 		if errors.Is(err, t.err) {
 			return t.code
@@ -109,6 +115,10 @@ func report(w io.Writer, err error) int {
 	hint := ""
 	if errors.Is(err, hostfork.ErrStoreFull) || errors.Is(err, syscall.ENOSPC) {
 		hint = " (free space on the store's filesystem, or run 'hostfork gc'; stop and deadlines keep working meanwhile)"
+	}
+	var oe *net.OpError
+	if _, isAnswer := client.ExitCode(err); !isAnswer && errors.As(err, &oe) && oe.Op == "dial" {
+		hint = " (is 'hostfork serve' running there? --host or $HOSTFORK_HOST names the server)"
 	}
 	if code == ExitNoSuchID {
 		// The library's message says what is missing; this names the fix.

@@ -27,13 +27,13 @@ on a terminal.`,
 			if to == "" {
 				return usageErr("export needs --to DEST (a path that does not exist yet)")
 			}
-			h, err := g.open(c.Context())
+			h, err := g.backend(c.Context())
 			if err != nil {
 				return err
 			}
 			defer h.Close()
 			opts := hostfork.ExportOptions{}
-			tty := !asJSON && term.IsTerminal(int(os.Stderr.Fd()))
+			tty := !asJSON && !g.remote() && term.IsTerminal(int(os.Stderr.Fd()))
 			if tty {
 				opts.Progress = func(files, total int64) {
 					if files%64 != 0 && files != total {

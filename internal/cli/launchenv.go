@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/habemus-papadum/hostfork"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -52,7 +51,7 @@ func (f *launchEnvFlags) apply(l *spec.Launch) error {
 
 // recapture refreshes the cached login-shell capture when asked. A failure
 // is a warning: the launch goes on and reports how it resolved.
-func (f *launchEnvFlags) recapture(ctx context.Context, g *globals, h *hostfork.Host) {
+func (f *launchEnvFlags) recapture(ctx context.Context, g *globals, h backend) {
 	if !f.recaptureEnv {
 		return
 	}
@@ -63,7 +62,7 @@ func (f *launchEnvFlags) recapture(ctx context.Context, g *globals, h *hostfork.
 
 // warnEnvNote prints a started command's launch-environment note (a failed
 // login-shell capture) as a warning; it is also in the command's record.
-func warnEnvNote(g *globals, cmd *hostfork.Command) {
+func warnEnvNote(g *globals, cmd launched) {
 	if n := cmd.Record().EnvPolicyNote; n != "" {
 		fmt.Fprintf(g.err, "hostfork: warning: %s\n", n)
 	}

@@ -24,7 +24,7 @@ stream (--stream, printed to stdout) from a byte offset (--offset: output is
 addressed by byte, so a reader resumes exactly where it stopped). With -f it
 follows the output until the command's tree has exited.`,
 		Args: exactArgs(1, "one command or environment id"),
-		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			if stream != "" && stream != "stdout" && stream != "stderr" {
 				return usageErr("--stream %q: use stdout or stderr", stream)
 			}
@@ -50,11 +50,11 @@ follows the output until the command's tree has exited.`,
 				}
 				id = env.Commands[0].ID
 			}
-			cmd, err := h.OpenCommand(ctx, id)
+			_, rec, err := h.Status(ctx, id)
 			if err != nil {
 				return err
 			}
-			if cmd.Record().StdoutPath == "" {
+			if rec.StdoutPath == "" {
 				return usageErr("command %s inherited its caller's output; hostfork kept no files", id)
 			}
 			type src struct {
@@ -75,7 +75,7 @@ follows the output until the command's tree has exited.`,
 			var wg sync.WaitGroup
 			errs := make([]error, len(srcs))
 			for i, s := range srcs {
-				rd, err := cmd.Logs(ctx, hostfork.LogOptions{Stream: s.stream, Offset: offset, Follow: follow})
+				rd, err := h.Logs(ctx, id, hostfork.LogOptions{Stream: s.stream, Offset: offset, Follow: follow})
 				if err != nil {
 					return err
 				}

@@ -29,7 +29,7 @@ can't run here.`,
 			if err != nil {
 				return err
 			}
-			h, err := g.open(c.Context())
+			h, err := g.backend(c.Context())
 			if err != nil {
 				return err
 			}

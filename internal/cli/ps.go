@@ -37,7 +37,7 @@ func newPsCmd(g *globals) *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "What is running on this node, why, where its output is, whether it is alive and stoppable",
 		Args:    exactArgs(0, "no arguments"),
-		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			sel, err := sf.selector()
 			if err != nil {
 				return err
@@ -124,7 +124,7 @@ func newEnvsCmd(g *globals) *cobra.Command {
 		Use:   "envs",
 		Short: "Environments: their state, deadline, trees, commands, why they exist",
 		Args:  exactArgs(0, "no arguments"),
-		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			sel, err := sf.selector()
 			if err != nil {
 				return err

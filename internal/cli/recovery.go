@@ -46,7 +46,7 @@ run the reaper under your own supervisor where there is no systemd timer
 				}
 				every = d
 			}
-			h, err := g.open(c.Context())
+			h, err := g.backend(c.Context())
 			if err != nil {
 				return err
 			}
@@ -73,11 +73,11 @@ run the reaper under your own supervisor where there is no systemd timer
 
 // reapWatch reaps every interval until ctx ends or SIGINT/SIGTERM arrives.
 // A failed pass is reported and the next one runs.
-func reapWatch(ctx context.Context, g *globals, h *hostfork.Host, every time.Duration, asJSON bool) error {
+func reapWatch(ctx context.Context, g *globals, h backend, every time.Duration, asJSON bool) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if !asJSON {
-		fmt.Fprintf(g.out, "reaping %s every %v until SIGINT or SIGTERM\n", h.Root(), every)
+		fmt.Fprintf(g.out, "reaping %s every %v until SIGINT or SIGTERM\n", h.Where(), every)
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -201,7 +201,7 @@ func newUsageCmd(g *globals) *cobra.Command {
 		Use:   "usage",
 		Short: "Active and retained runs, bytes, pools, cleanup backlog, failures",
 		Args:  exactArgs(0, "no arguments"),
-		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			u, err := h.Usage(c.Context())
 			if err != nil {
 				return err

@@ -11,10 +11,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/client"
 )
 
 type globals struct {
 	root string
+	host string
 	out  io.Writer
 	err  io.Writer
 }
@@ -23,8 +25,8 @@ func (g *globals) open(ctx context.Context) (*hostfork.Host, error) {
 	return hostfork.Open(ctx, hostfork.Options{Root: g.root})
 }
 
-// withHost wraps a verb that needs the store: it opens it, runs fn, and
-// closes it.
+// withHost wraps a verb that needs the store in this process (it can't
+// run through a server): it opens it, runs fn, and closes it.
 func (g *globals) withHost(fn func(c *cobra.Command, args []string, h *hostfork.Host) error) func(*cobra.Command, []string) error {
 	return func(c *cobra.Command, args []string) error {
 		h, err := g.open(c.Context())
@@ -34,6 +36,104 @@ func (g *globals) withHost(fn func(c *cobra.Command, args []string, h *hostfork.
 		defer h.Close()
 		return fn(c, args, h)
 	}
+}
+
+// server is the server the verbs run through: --host, else
+// $HOSTFORK_HOST; "" runs them in this process.
+func (g *globals) server() string {
+	if g.host != "" {
+		return g.host
+	}
+	return os.Getenv(client.HostEnv)
+}
+
+func (g *globals) remote() bool { return g.server() != "" }
+
+// backend opens the store in this process, or a client of the server.
+func (g *globals) backend(ctx context.Context) (backend, error) {
+	if u := g.server(); u != "" {
+		c, err := client.New(u)
+		if err != nil {
+			return nil, withCode(ExitUsage, fmt.Errorf("--host: %w", err))
+		}
+		return &remote{c: c, err: g.err}, nil
+	}
+	h, err := g.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return local{h}, nil
+}
+
+// withBackend wraps a verb that needs the store: it opens it (or a client
+// of the server), runs fn, and closes it.
+func (g *globals) withBackend(fn func(c *cobra.Command, args []string, b backend) error) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, args []string) error {
+		b, err := g.backend(c.Context())
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		return fn(c, args, b)
+	}
+}
+
+// remoteKey annotates a verb with what it does under --host: remoteOK, or
+// why it can't run through a server. A verb without it can't either.
+const remoteKey = "hostfork/remote"
+
+const remoteOK = "ok"
+
+// remoteVerb marks c as one that runs through a server with --host.
+func remoteVerb(c *cobra.Command) *cobra.Command {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[remoteKey] = remoteOK
+	return c
+}
+
+// localVerb marks c (and its subcommands) as one that can't run through
+// a server, and why.
+func localVerb(c *cobra.Command, why string) *cobra.Command {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[remoteKey] = why
+	return c
+}
+
+// checkRemote refuses, under --host, a verb that can't run through a
+// server, naming it (exit 122), and --root with --host.
+func (g *globals) checkRemote(c *cobra.Command) error {
+	u := g.server()
+	if u == "" || !c.Runnable() {
+		return nil
+	}
+	via := "--host " + u
+	if g.host == "" {
+		via = "HOSTFORK_HOST=" + u
+	}
+	for p := c; p != nil; p = p.Parent() {
+		switch p.Name() {
+		case "help", cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd, "completion":
+			return nil
+		}
+	}
+	if f := c.Flag("root"); f != nil && f.Changed {
+		return usageErr("--root and %s exclude each other: the server uses its own store (drop one)", via)
+	}
+	why := "the server's API has no endpoint for it"
+	for p := c; p != nil; p = p.Parent() {
+		if w, ok := p.Annotations[remoteKey]; ok {
+			if w == remoteOK {
+				return nil
+			}
+			why = w
+			break
+		}
+	}
+	return usageErr("'%s' can't run through a server (%s): %s; run it without --host (unset HOSTFORK_HOST)", c.CommandPath(), via, why)
 }
 
 // NewRoot builds the hostfork command tree.
@@ -54,16 +154,25 @@ hostfork's own failures use 117-127 (see docs/exit-codes.md).`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.root, "root", "", "store directory (default $HOSTFORK_ROOT, /var/lib/hostfork for root, else ~/.local/state/hostfork)")
+	root.PersistentFlags().StringVar(&g.host, "host", "", "run the verb through a running 'hostfork serve': unix:///path/api.sock (default $HOSTFORK_HOST; unset: in this process)")
+	root.PersistentPreRunE = func(c *cobra.Command, args []string) error { return g.checkRemote(c) }
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see '%s --help')", err, c.CommandPath())
 	})
-	root.AddCommand(newRunCmd(g), newPsCmd(g), newEnvsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newEventsCmd(g), newVersionCmd(g),
-		newPlanCmd(g), newCreateCmd(g), newExecCmd(g), newShellCmd(g), newBaselineCmd(g),
-		newReapCmd(g), newGCCmd(g), newUsageCmd(g), newExportCmd(g),
-		newCapacityCmd(g), newPauseCmd(g, true), newPauseCmd(g, false))
-	root.AddCommand(newDoctorCmd(g))
-	root.AddCommand(newSupportCmd(g))
-	root.AddCommand(newServeCmd(g), newMCPCmd(g))
+	// The verbs that run through a server with --host; the others say why
+	// they can't.
+	for _, c := range []*cobra.Command{newRunCmd(g), newPsCmd(g), newEnvsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newEventsCmd(g),
+		newVersionCmd(g), newPlanCmd(g), newCreateCmd(g), newExecCmd(g), newReapCmd(g), newUsageCmd(g), newExportCmd(g),
+		newCapacityCmd(g), newPauseCmd(g, true), newPauseCmd(g, false), newDoctorCmd(g)} {
+		root.AddCommand(remoteVerb(c))
+	}
+	root.AddCommand(
+		localVerb(newShellCmd(g), "it gives bash this terminal, which the server can't reach"),
+		localVerb(newBaselineCmd(g), "the server's API has no endpoint for baselines (register them on the server's host, without --host)"),
+		localVerb(newGCCmd(g), "the server's API has no endpoint for retention (run gc on the server's host, without --host)"),
+		localVerb(newSupportCmd(g), "it installs units on this host for a store of this host"),
+		localVerb(newServeCmd(g), "it is the server"),
+		localVerb(newMCPCmd(g), "it serves the library in this process to an agent on stdio"))
 	return root, g
 }
 

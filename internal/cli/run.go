@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/spec"
 )
 
 type runFlags struct {
@@ -68,17 +69,21 @@ required); its environment stops when CMD's tree ends.`,
 	return c
 }
 
-// stdinMode resolves --stdin for a launch.
-func stdinMode(flag string, detach bool) (*os.File, error) {
+// stdinMode resolves --stdin for a launch. Through a server (--host) the
+// default is none: the API can't carry this process's stdin.
+func stdinMode(g *globals, flag string, detach bool) (*os.File, error) {
 	switch flag {
 	case "":
-		if detach {
+		if detach || g.remote() {
 			return nil, nil
 		}
 		return os.Stdin, nil
 	case "inherit":
 		if detach {
 			return nil, usageErr("--stdin inherit can't go with --detach: a detached command outlives this process's stdin (use --stdin none)")
+		}
+		if g.remote() {
+			return nil, usageErr("--stdin inherit can't go with --host: the server's command can't read this process's stdin (--stdin none, the default with --host, gives it /dev/null)")
 		}
 		return os.Stdin, nil
 	case "none":
@@ -99,12 +104,21 @@ func parseTimeout(s string) (time.Duration, error) {
 }
 
 func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
-	s, err := f.spec(f.detach)
+	remote := g.remote()
+	if remote {
+		if err := f.remoteOnly(); err != nil {
+			return err
+		}
+	}
+	// Through a server the environment outlives this process: its owner
+	// is the server (owner exit detach), and it needs an expiry.
+	s, err := f.spec(f.detach || remote)
 	if err != nil {
 		return err
 	}
-	if s.View.Empty() && !s.MayChangePath() {
-		// Reject what can be known bad before anything is created.
+	if !remote && s.View.Empty() && !s.MayChangePath() {
+		// Reject what can be known bad before anything is created (the
+		// server checks it itself, with its own PATH).
 		if _, err := hostfork.LookPath(argv[0], nil); err != nil {
 			return err
 		}
@@ -130,7 +144,7 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	case f.detach && output != hostfork.OutputFiles:
 		return usageErr("--detach writes output to files; drop --output %s or run in the foreground", output)
 	}
-	stdin, err := stdinMode(f.stdin, f.detach)
+	stdin, err := stdinMode(g, f.stdin, f.detach)
 	if err != nil {
 		return err
 	}
@@ -139,7 +153,7 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 			return usageErr("--cwd %s: no such directory", f.cwd)
 		}
 	}
-	h, err := g.open(ctx)
+	h, err := g.backend(ctx)
 	if err != nil {
 		return err
 	}
@@ -150,42 +164,51 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 		return err
 	}
 	warnUnenforced(g, plan)
-	cmd := h.Command(argv...)
-	if err := f.admitFlags.apply(cmd, g); err != nil {
+	lr := &launchReq{argv: argv, output: output, cwd: f.cwd, purpose: f.purpose, timeout: timeout, stdin: stdin}
+	if err := f.admitFlags.apply(lr, g); err != nil {
 		return err
 	}
-	cmd.Output = output
-	cmd.Cwd = f.cwd
-	cmd.Purpose = f.purpose
-	cmd.Timeout = timeout
-	if stdin != nil {
-		cmd.Stdin = stdin
-		cmd.Foreground = term.IsTerminal(int(stdin.Fd()))
-	}
-	if output == hostfork.OutputPipe && !f.capture {
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	}
 	if f.capture {
-		return runCapture(ctx, g, h, plan, cmd)
+		return runCapture(ctx, g, h.(local).Host, plan, lr)
 	}
-	env, err := h.Run(ctx, plan, cmd)
+	cmd, err := h.Run(ctx, plan, lr)
 	if err != nil {
 		return err
 	}
 	warnEnvNote(g, cmd)
 	if f.detach {
+		env := cmd.Record().Env
 		if f.json {
-			rec, _, err := h.Status(ctx, env.ID())
+			rec, _, err := h.Status(ctx, env)
 			if err != nil {
 				return err
 			}
 			return printJSON(g.out, hostfork.RedactEnv(*rec))
 		}
-		fmt.Fprintln(g.out, env.ID())
+		fmt.Fprintln(g.out, env)
 		return nil
 	}
 	// The run ends when the leader exits: stop whatever it left behind.
-	return foreground(ctx, g, cmd, hostfork.ReasonOwnerExit)
+	return foreground(ctx, g, h, cmd, output, hostfork.ReasonOwnerExit)
+}
+
+// remoteOnly refuses what a run can't do through a server, before
+// anything is made: the server can't reach this terminal (--stdin
+// inherit, --output inherit, --capture), and the environment it
+// makes for the run must be bounded without this process (--ttl or
+// --until-stopped).
+func (f *runFlags) remoteOnly() error {
+	switch {
+	case f.capture:
+		return usageErr("--capture can't go with --host: the server writes the output to files (use 'hostfork --host ... run' and 'hostfork logs', or run --capture without --host)")
+	case f.output == string(hostfork.OutputInherit):
+		return usageErr("--output inherit can't go with --host: the server's command can't write to this process's descriptors (the default, pipe, streams its output here)")
+	case f.ownerExit == spec.OwnerExitStop:
+		return usageErr("--owner-exit stop can't go with --host: the server owns the environment (a foreground run stops it when the command ends; --ttl bounds it if this process is killed)")
+	case f.ttl == "" && !f.untilStopped && f.specFile == "":
+		return usageErr("run with --host needs --ttl DUR (or --until-stopped): the server makes the environment, which must end on its own if this process is killed")
+	}
+	return nil
 }
 
 // warnUnenforced says at the start of a run which limits are not
@@ -207,11 +230,21 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 // the tree's result is recorded, and turns the leader's status into the
 // exit status: its own, 128+N, or 124 with one line saying why when
 // hostfork ended it.
-func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, leftovers hostfork.StopReason) error {
+//
+// cmd is a command of this process or of a server (--host): then, with
+// output pipe, its stdout and stderr are followed from offset 0 to this
+// process's until its tree has exited, and written out before the exit
+// status.
+func foreground(ctx context.Context, g *globals, h backend, cmd launched, output hostfork.OutputMode, leftovers hostfork.StopReason) error {
+	drain := func() {}
+	if _, ours := cmd.(*hostfork.Command); !ours && output == hostfork.OutputPipe {
+		drain = follow(ctx, g, h, cmd.ID())
+	}
+	tty := foregroundJob(cmd)
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
-	if cmd.Foreground {
+	if tty {
 		// The workload owns the terminal now; we need it back later.
 		signal.Ignore(syscall.SIGTTOU, syscall.SIGTTIN)
 	}
@@ -223,8 +256,11 @@ func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, leftover
 			case <-done:
 				return
 			case sig := <-sigs:
-				if cmd.Foreground && (sig == syscall.SIGINT || sig == syscall.SIGQUIT || sig == syscall.SIGWINCH) {
+				if tty && (sig == syscall.SIGINT || sig == syscall.SIGQUIT || sig == syscall.SIGWINCH) {
 					continue // the terminal already delivered it to the job
+				}
+				if !tty && sig == syscall.SIGWINCH {
+					continue // no terminal of the command's to resize
 				}
 				_ = cmd.Signal(sig.(syscall.Signal))
 				if sig == syscall.SIGTERM || sig == syscall.SIGHUP {
@@ -238,7 +274,7 @@ func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, leftover
 	}()
 	res, werr := cmd.Wait(ctx)
 	close(done)
-	if cmd.Foreground {
+	if tty {
 		reclaimTerminal()
 	}
 	if werr != nil {
@@ -250,6 +286,7 @@ func foreground(ctx context.Context, g *globals, cmd *hostfork.Command, leftover
 		}
 	}
 	final, terr := cmd.WaitTree(ctx)
+	drain()
 	if terr != nil {
 		if errors.Is(terr, hostfork.ErrUnverified) {
 			fmt.Fprintf(g.err, "hostfork: %s\n", clean(terr.Error()))
@@ -332,8 +369,10 @@ func reclaimTerminal() {
 // JSON object. Output that is not valid UTF-8 is given as base64
 // (stdout_base64, stderr_base64), so bytes are exact. An incomplete
 // capture exits 120.
-func runCapture(ctx context.Context, g *globals, h *hostfork.Host, plan *hostfork.Plan, cmd *hostfork.Command) error {
-	cmd.Stdin = nil // a captured run takes no terminal
+func runCapture(ctx context.Context, g *globals, h *hostfork.Host, plan *hostfork.Plan, lr *launchReq) error {
+	cmd := lr.command(h.Command(lr.argv...))
+	cmd.Stdout, cmd.Stderr = nil, nil // taken back, not streamed
+	cmd.Stdin = nil                   // a captured run takes no terminal
 	cmd.Foreground = false
 	cmd.Output = hostfork.OutputPipe
 	cmd.CaptureOutput = true

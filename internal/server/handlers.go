@@ -67,10 +67,22 @@ func stopOptions(r *http.Request) (hostfork.StopOptions, error) {
 			return o, fmt.Errorf("query grace: %w", err)
 		}
 		o.Grace = d
+		if d == 0 {
+			o.Grace = -1 // grace=0: kill at once (hostfork stop --grace 0)
+		}
 	}
 	ab, err := flag(r, "abandon", false)
 	o.Abandon = ab
-	return o, err
+	if err != nil {
+		return o, err
+	}
+	switch reason := hostfork.StopReason(r.URL.Query().Get("reason")); reason {
+	case "", hostfork.ReasonUser, hostfork.ReasonOwnerExit:
+		o.Reason = reason
+	default:
+		return o, invalid("reason %q: use user (the default) or owner-exit", reason)
+	}
+	return o, nil
 }
 
 func redact(r *http.Request, e hostfork.EnvRecord) (hostfork.EnvRecord, error) {
@@ -139,6 +151,25 @@ func (s *Server) getEnv(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// bounded checks that a spec for an environment made through the server
+// outlives the request safely: an expiry (or until_stopped) is required and
+// its owner-exit policy is detach, so it outlives the server and is found
+// again as a record. at prefixes the field names in messages.
+func bounded(sp *spec.Environment, at string) error {
+	l := &sp.Lifetime
+	if l.MaxRuntime == 0 && !l.UntilStopped {
+		return invalid("an environment made through the server outlives the request: give %smax_runtime (e.g. \"20m\") or %suntil_stopped: true", at, at)
+	}
+	switch l.OwnerExit {
+	case "":
+		l.OwnerExit = spec.OwnerExitDetach
+	case spec.OwnerExitDetach:
+	default:
+		return invalid("%sowner_exit %q: an environment made through the server is detached (drop owner_exit, or use detach)", at, l.OwnerExit)
+	}
+	return sp.Validate()
+}
+
 // createEnv creates an environment bounded like `run --detach`: an expiry
 // (or until_stopped) is required and its owner-exit policy is detach, so it
 // outlives the server and is found again as a record.
@@ -147,18 +178,7 @@ func (s *Server) createEnv(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &sp); err != nil {
 		return err
 	}
-	l := &sp.Lifetime
-	if l.MaxRuntime == 0 && !l.UntilStopped {
-		return invalid("an environment made through the server outlives the request: give lifetime.max_runtime (e.g. \"20m\") or lifetime.until_stopped: true")
-	}
-	switch l.OwnerExit {
-	case "":
-		l.OwnerExit = spec.OwnerExitDetach
-	case spec.OwnerExitDetach:
-	default:
-		return invalid("lifetime.owner_exit %q: an environment made through the server is detached (drop owner_exit, or use detach)", l.OwnerExit)
-	}
-	if err := sp.Validate(); err != nil {
+	if err := bounded(&sp, "lifetime."); err != nil {
 		return err
 	}
 	ctx, cancel := mutationContext(r)
@@ -227,6 +247,52 @@ func (s *Server) exportEnv(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// checkCommand validates a command request (at prefixes field names in
+// messages); an agent workload's admission defaults to fail.
+func checkCommand(req *client.CommandRequest, at string) error {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return invalid("%sargv is required: the program and its arguments, e.g. [\"make\", \"test\"]", at)
+	}
+	for _, kv := range req.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || !spec.ValidEnvName(k) {
+			return invalid("%senv %q: write it as NAME=VALUE", at, kv)
+		}
+	}
+	if !spec.ValidEnvPolicy(req.EnvPolicy) {
+		return invalid("%senv_policy %q: use inherit, clean, host-shell or toolchain", at, req.EnvPolicy)
+	}
+	switch req.Workload {
+	case "":
+		if req.Admit != "" {
+			return invalid("%sadmit is only for workload \"agent\"", at)
+		}
+	case hostfork.WorkloadAgent:
+		switch req.Admit {
+		case "":
+			req.Admit = hostfork.AdmitFail
+		case hostfork.AdmitFail, hostfork.AdmitSkip:
+		case hostfork.AdmitWait:
+			return invalid("%sadmit \"wait\" is not offered over HTTP: use fail (429 when the host is full; retry) or skip", at)
+		default:
+			return invalid("%sadmit %q: use fail or skip", at, req.Admit)
+		}
+	default:
+		return invalid("%sworkload %q: use \"agent\" or leave it out", at, req.Workload)
+	}
+	return nil
+}
+
+// detached fills a command from a request: output in files, owner-exit
+// detach (stdin is /dev/null).
+func detached(cmd *hostfork.Command, req *client.CommandRequest) {
+	cmd.Cwd, cmd.EnvPolicy, cmd.EnvSet = req.Cwd, req.EnvPolicy, req.Env
+	cmd.Labels, cmd.Purpose, cmd.Timeout = req.Labels, req.Purpose, req.Timeout.D()
+	cmd.Workload, cmd.Admit = req.Workload, req.Admit
+	cmd.Output = hostfork.OutputFiles
+	cmd.OwnerExit = hostfork.OwnerExitDetach
+}
+
 // startCommand starts a detached command: output in files, owner-exit
 // detach, stdin /dev/null, and a context that is never done, so the tree
 // runs under its own bounds (the environment's deadline, its timeout) and
@@ -236,35 +302,8 @@ func (s *Server) startCommand(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return invalid("argv is required: the program and its arguments, e.g. [\"make\", \"test\"]")
-	}
-	for _, kv := range req.Env {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || !spec.ValidEnvName(k) {
-			return invalid("env %q: write it as NAME=VALUE", kv)
-		}
-	}
-	if !spec.ValidEnvPolicy(req.EnvPolicy) {
-		return invalid("env_policy %q: use inherit, clean, host-shell or toolchain", req.EnvPolicy)
-	}
-	switch req.Workload {
-	case "":
-		if req.Admit != "" {
-			return invalid("admit is only for workload \"agent\"")
-		}
-	case hostfork.WorkloadAgent:
-		switch req.Admit {
-		case "":
-			req.Admit = hostfork.AdmitFail
-		case hostfork.AdmitFail, hostfork.AdmitSkip:
-		case hostfork.AdmitWait:
-			return invalid("admit \"wait\" is not offered over HTTP: use fail (429 when the host is full; retry) or skip")
-		default:
-			return invalid("admit %q: use fail or skip", req.Admit)
-		}
-	default:
-		return invalid("workload %q: use \"agent\" or leave it out", req.Workload)
+	if err := checkCommand(&req, ""); err != nil {
+		return err
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
@@ -273,11 +312,7 @@ func (s *Server) startCommand(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	cmd := env.Command(req.Argv...)
-	cmd.Cwd, cmd.EnvPolicy, cmd.EnvSet = req.Cwd, req.EnvPolicy, req.Env
-	cmd.Labels, cmd.Purpose, cmd.Timeout = req.Labels, req.Purpose, req.Timeout.D()
-	cmd.Workload, cmd.Admit = req.Workload, req.Admit
-	cmd.Output = hostfork.OutputFiles
-	cmd.OwnerExit = hostfork.OwnerExitDetach
+	detached(cmd, &req)
 	start := time.Now()
 	// A context whose Done is nil: the library arms no cancellation, so
 	// the tree keeps the environment's bounds, not the request's.
@@ -504,13 +539,18 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 			_ = fl.Flush()
 		}
 		if rerr != nil {
-			// EOF: all of it (follow: the tree exited). Anything else
-			// (the client left, shutdown) just ends the stream; the
-			// client resumes from the bytes it has.
-			if !errors.Is(rerr, io.EOF) {
+			// EOF: all of it (follow: the tree exited), the one clean
+			// end. Anything else (the client left, shutdown, a read
+			// error) cuts the connection without the stream's end, so a
+			// client can't take a partial stream for the whole one: it
+			// resumes from the bytes it has.
+			if errors.Is(rerr, io.EOF) {
+				return nil
+			}
+			if r.Context().Err() == nil && s.streams.Err() == nil {
 				s.cfg.Logf("logs of %s: %v", c.ID(), rerr)
 			}
-			return nil
+			panic(http.ErrAbortHandler)
 		}
 	}
 }
@@ -606,5 +646,117 @@ func (s *Server) doctor(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, rep)
+	return nil
+}
+
+// resolve says what an id or unique prefix names.
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) error {
+	kind, id, err := s.h.Resolve(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, client.Resolved{Kind: kind, ID: id})
+	return nil
+}
+
+// plan resolves a spec against this host and creates nothing (as
+// 'hostfork plan --json'). Unlike POST /v1/envs it needs no lifetime: a
+// plan is only read.
+func (s *Server) plan(w http.ResponseWriter, r *http.Request) error {
+	var sp spec.Environment
+	if err := decode(w, r, &sp); err != nil {
+		return err
+	}
+	if err := sp.Validate(); err != nil {
+		return err
+	}
+	p, err := s.h.Plan(r.Context(), sp)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, p)
+	return nil
+}
+
+// runBody is the body of POST /v1/runs (client.RunRequest, with the
+// environment's spec typed for decoding).
+type runBody struct {
+	Env     spec.Environment      `json:"env"`
+	Command client.CommandRequest `json:"command"`
+}
+
+// run creates an environment with its first command, as 'hostfork run
+// --detach' does: the environment is bounded (an expiry or until_stopped,
+// owner-exit detach) and stops when the command's tree has exited. A
+// program that can be known missing is refused before anything is made.
+func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
+	var b runBody
+	if err := decode(w, r, &b); err != nil {
+		return err
+	}
+	if err := bounded(&b.Env, "env.lifetime."); err != nil {
+		return err
+	}
+	req := &b.Command
+	if err := checkCommand(req, "command."); err != nil {
+		return err
+	}
+	if b.Env.View.Empty() && !b.Env.MayChangePath() && !setsPath(req) {
+		if _, err := hostfork.LookPath(req.Argv[0], nil); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := mutationContext(r)
+	defer cancel()
+	p, err := s.h.Plan(ctx, b.Env)
+	if err != nil {
+		return err
+	}
+	cmd := s.h.Command(req.Argv...)
+	detached(cmd, req)
+	start := time.Now()
+	// As for a started command: a context whose Done is nil, so the
+	// tree keeps the environment's bounds, not the request's.
+	env, err := s.h.Run(context.WithoutCancel(ctx), p, cmd)
+	if err != nil {
+		return err
+	}
+	s.launches.Observe(time.Since(start).Seconds())
+	rec, _, err := s.h.Status(ctx, env.ID())
+	if err != nil {
+		return err
+	}
+	e, err := redact(r, *rec)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/envs/"+e.ID)
+	writeJSON(w, http.StatusCreated, e)
+	return nil
+}
+
+// setsPath reports whether a request may give its command another PATH
+// than the server's.
+func setsPath(req *client.CommandRequest) bool {
+	if req.EnvPolicy != "" && req.EnvPolicy != spec.EnvInherit {
+		return true
+	}
+	for _, kv := range req.Env {
+		if strings.HasPrefix(kv, "PATH=") {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) btrfsSizes(w http.ResponseWriter, r *http.Request) error {
+	sizes, err := s.h.BtrfsSizes(r.Context())
+	if err != nil {
+		return err
+	}
+	if sizes == nil {
+		sizes = []hostfork.BtrfsSize{}
+	}
+	writeJSON(w, http.StatusOK, sizes)
 	return nil
 }

@@ -36,6 +36,7 @@ var (
 	pGrace   = param{name: "grace", typ: "string", desc: "termination grace after SIGTERM, a duration such as 2s (default: the environment's)"}
 	pAbandon = param{name: "abandon", typ: "boolean", desc: "1: release an unverified tree without proof of its exit (recorded)"}
 	pShowEnv = param{name: "show_env", typ: "boolean", desc: "1: show the values of the spec's explicit environment variables (redacted by default)"}
+	pReason  = param{name: "reason", typ: "string", desc: "the stop reason to record: user (default) or owner-exit (a client ending what its foreground command left behind, as hostfork run and exec do)"}
 )
 
 func (s *Server) table() []route {
@@ -43,15 +44,19 @@ func (s *Server) table() []route {
 		{method: "GET", path: "/v1/_ping", summary: "Check that the server answers", status: 200, resp: client.Ping{}, handle: s.ping},
 		{method: "GET", path: "/v1/version", summary: "The server's version and build provenance (as hostfork version --json)", status: 200, resp: client.VersionInfo{}, handle: s.version},
 		{method: "GET", path: "/v1/openapi.json", summary: "This document", status: 200, resp: map[string]any{}, handle: s.openapi},
+		{method: "GET", path: "/v1/resolve/{id}", summary: "What an id or unique prefix names: an environment or a command, and its whole id", status: 200, resp: client.Resolved{}, handle: s.resolve},
+		{method: "POST", path: "/v1/plan", summary: "Plan an environment from a spec file's JSON, creating nothing (as hostfork plan --json)", body: spec.Environment{}, status: 200, resp: spec.Plan{}, handle: s.plan},
 
 		{method: "GET", path: "/v1/envs", summary: "List environments with their commands, oldest first", status: 200, resp: []api.Env{},
 			query: []param{pLabel, {name: "state", typ: "string", desc: "environment state: creating, active, stopping, stopped or failed; repeatable", repeat: true},
 				{name: "active", typ: "boolean", desc: "1: only environments that are not final"}, pShowEnv}, handle: s.listEnvs},
 		{method: "POST", path: "/v1/envs", summary: "Create an environment from a spec file's JSON; it needs lifetime.max_runtime or lifetime.until_stopped and outlives the server (owner_exit detach)",
-			body: spec.Environment{}, status: 201, resp: api.Env{}, handle: s.createEnv},
+			query: []param{pShowEnv}, body: spec.Environment{}, status: 201, resp: api.Env{}, handle: s.createEnv},
 		{method: "GET", path: "/v1/envs/{id}", summary: "One environment (id or unique prefix) with its commands", query: []param{pShowEnv}, status: 200, resp: api.Env{}, handle: s.getEnv},
-		{method: "POST", path: "/v1/envs/{id}/stop", summary: "Stop an environment: every command tree, then the environment (deletes no file)", query: []param{pGrace, pAbandon}, status: 200, resp: api.Env{}, handle: s.stopEnv},
+		{method: "POST", path: "/v1/envs/{id}/stop", summary: "Stop an environment: every command tree, then the environment (deletes no file)", query: []param{pGrace, pAbandon, pReason, pShowEnv}, status: 200, resp: api.Env{}, handle: s.stopEnv},
 		{method: "POST", path: "/v1/envs/{id}/export", summary: "Copy one of the environment's trees to a new destination", body: client.ExportRequest{}, status: 200, resp: api.ExportResult{}, handle: s.exportEnv},
+		{method: "POST", path: "/v1/runs", summary: "Create an environment with a first command (output in files) that stops when the command's tree has exited, or at its deadline (as hostfork run --detach)",
+			query: []param{pShowEnv}, body: runBody{}, status: 201, resp: api.Env{}, handle: s.run},
 		{method: "POST", path: "/v1/envs/{id}/commands", summary: "Start a detached command in the environment (output in files)", body: client.CommandRequest{}, status: 201, resp: api.Command{}, handle: s.startCommand},
 
 		{method: "GET", path: "/v1/commands", summary: "List commands, oldest first", status: 200, resp: []api.Command{},
@@ -62,7 +67,7 @@ func (s *Server) table() []route {
 		{method: "GET", path: "/v1/commands/{id}/wait", summary: "Block until the leader exited (condition=leader) or the tree is gone and recorded (condition=tree, the default)",
 			query: []param{{name: "condition", typ: "string", desc: "leader or tree (default tree)"}}, status: 200, resp: api.Command{}, handle: s.waitCommand},
 		{method: "POST", path: "/v1/commands/{id}/signal", summary: "Send a signal to the command's leader process", body: client.SignalRequest{}, status: 200, resp: api.Command{}, handle: s.signalCommand},
-		{method: "POST", path: "/v1/commands/{id}/stop", summary: "Stop the command's whole tree", query: []param{pGrace, pAbandon}, status: 200, resp: api.Command{}, handle: s.stopCommand},
+		{method: "POST", path: "/v1/commands/{id}/stop", summary: "Stop the command's whole tree", query: []param{pGrace, pAbandon, pReason}, status: 200, resp: api.Command{}, handle: s.stopCommand},
 		{method: "GET", path: "/v1/commands/{id}/logs", summary: "Raw output bytes from a byte offset, optionally followed until the tree exits",
 			query: []param{{name: "stream", typ: "string", desc: "stdout (default) or stderr"}, {name: "offset", typ: "integer", desc: "byte offset to start at"},
 				{name: "follow", typ: "boolean", desc: "1: keep streaming as the command writes, until its tree has exited"}},
@@ -78,6 +83,7 @@ func (s *Server) table() []route {
 		{method: "POST", path: "/v1/resume", summary: "Resume admission", status: 200, resp: client.PauseState{}, handle: s.pause(false)},
 		{method: "POST", path: "/v1/reap", summary: "Reconcile the ledger with what exists (idempotent)", status: 200, resp: api.ReapReport{}, handle: s.reap},
 		{method: "GET", path: "/v1/usage", summary: "The store's inventory", status: 200, resp: api.Usage{}, handle: s.usage},
+		{method: "GET", path: "/v1/usage/btrfs", summary: "Each Btrfs tree's exclusive and shared bytes, measured now (slow; as hostfork usage --btrfs-sizes)", status: 200, resp: []api.BtrfsSize{}, handle: s.btrfsSizes},
 		{method: "GET", path: "/v1/doctor", summary: "The host's doctor report (as hostfork doctor --json; read-only)", status: 200, resp: json.RawMessage{}, handle: s.doctor},
 
 		{method: "GET", path: "/metrics", summary: "Prometheus metrics, read from the kernel's counters at scrape time", status: 200, contentType: "text/plain; version=0.0.4", handle: s.metrics},

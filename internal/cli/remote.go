@@ -1,0 +1,459 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/client"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// reconnectFor is how long a foreground run or exec, and a followed log,
+// keep trying to reach a server that went away (restarted, upgraded)
+// before giving up. The command runs on meanwhile: it belongs to the
+// server's store, not to the connection.
+const reconnectFor = time.Minute
+
+// admissionPoll is how often a command waiting for admission through a
+// server asks again (the API answers 429 instead of waiting).
+const admissionPoll = time.Second
+
+// remote is a running 'hostfork serve' (--host).
+type remote struct {
+	c *client.Client
+	// err receives notices (a lost server, reconnecting).
+	err  io.Writer
+	mu   sync.Mutex
+	lost bool // a notice about the lost server was printed
+}
+
+func (r *remote) Close() error { return r.c.Close() }
+
+func (r *remote) Where() string {
+	if s := r.c.Socket(); s != "" {
+		return "unix://" + s
+	}
+	return "the server"
+}
+
+func stopOpts(o hostfork.StopOptions) client.StopOptions {
+	return client.StopOptions{Grace: o.Grace, Abandon: o.Abandon, Reason: o.Reason}
+}
+
+// The CLI redacts spec values itself (unless --show-env), as in-process:
+// so it asks the server for them.
+var showEnv = client.ShowEnv()
+
+func (r *remote) Resolve(ctx context.Context, idPrefix string) (string, string, error) {
+	return r.c.Resolve(ctx, idPrefix)
+}
+
+func (r *remote) Status(ctx context.Context, idPrefix string) (*hostfork.EnvRecord, *hostfork.CommandRecord, error) {
+	kind, id, err := r.c.Resolve(ctx, idPrefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	if kind == "command" {
+		c, err := r.c.Command(ctx, id)
+		return nil, c, err
+	}
+	e, err := r.c.Env(ctx, id, showEnv)
+	return e, nil, err
+}
+
+func (r *remote) Envs(ctx context.Context, f hostfork.EnvFilter) ([]hostfork.EnvRecord, error) {
+	return r.c.Envs(ctx, f, showEnv)
+}
+
+func (r *remote) Commands(ctx context.Context, f hostfork.CommandFilter) ([]hostfork.CommandRecord, error) {
+	return r.c.Commands(ctx, f)
+}
+
+func (r *remote) Events(ctx context.Context, since int64, follow bool) iter.Seq2[hostfork.Event, error] {
+	return r.c.Events(ctx, since, follow)
+}
+
+func (r *remote) Plan(ctx context.Context, s spec.Environment) (*hostfork.Plan, error) {
+	raw, err := r.c.Plan(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	var p hostfork.Plan
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, fmt.Errorf("the plan from %s: %w", r.Where(), err)
+	}
+	return &p, nil
+}
+
+func (r *remote) Create(ctx context.Context, p *hostfork.Plan) (*hostfork.EnvRecord, error) {
+	return r.c.CreateEnv(ctx, p.Spec, showEnv)
+}
+
+// request is a launch request as the API takes it. The command's working
+// directory defaults to this process's, as in-process.
+func (r *remote) request(lr *launchReq) (client.CommandRequest, error) {
+	cwd := lr.cwd
+	if cwd == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return client.CommandRequest{}, usageErr("the working directory: %v (give --cwd)", err)
+		}
+		cwd = wd
+	}
+	return client.CommandRequest{Argv: lr.argv, Cwd: cwd, Env: lr.envSet, EnvPolicy: lr.envPolicy,
+		Labels: lr.labels, Purpose: lr.purpose, Timeout: api.Duration(lr.timeout),
+		Workload: lr.workload, Admit: lr.admit}, nil
+}
+
+// admitted launches through fn, waiting for admission as the library does
+// for an agent workload with admit wait (the default): the API refuses at
+// once (429), so the request is repeated every admissionPoll until it is
+// admitted.
+func (r *remote) admitted(ctx context.Context, lr *launchReq, req *client.CommandRequest, fn func() error) error {
+	wait := req.Workload == hostfork.WorkloadAgent && (req.Admit == "" || req.Admit == hostfork.AdmitWait)
+	if wait {
+		req.Admit = hostfork.AdmitFail
+	}
+	told := false
+	for {
+		err := fn()
+		if !wait || !errors.Is(err, api.ErrAdmissionRefused) {
+			return err
+		}
+		if !told && lr.onAdmissionWait != nil {
+			lr.onAdmissionWait(clean(err.Error()))
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(admissionPoll):
+		}
+	}
+}
+
+func (r *remote) Run(ctx context.Context, p *hostfork.Plan, lr *launchReq) (launched, error) {
+	req, err := r.request(lr)
+	if err != nil {
+		return nil, err
+	}
+	var env *api.Env
+	err = r.admitted(ctx, lr, &req, func() (err error) {
+		env, err = r.c.Run(ctx, client.RunRequest{Env: p.Spec, Command: req}, showEnv)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(env.Commands) == 0 {
+		return nil, fmt.Errorf("%s made environment %s without its command", r.Where(), env.ID)
+	}
+	return &remoteCmd{r: r, rec: env.Commands[0]}, nil
+}
+
+func (r *remote) Start(ctx context.Context, envPrefix string, lr *launchReq) (launched, error) {
+	req, err := r.request(lr)
+	if err != nil {
+		return nil, err
+	}
+	var cmd *api.Command
+	err = r.admitted(ctx, lr, &req, func() (err error) {
+		cmd, err = r.c.StartCommand(ctx, envPrefix, req)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &remoteCmd{r: r, rec: *cmd}, nil
+}
+
+func (r *remote) StopEnv(ctx context.Context, idPrefix string, o hostfork.StopOptions) (*hostfork.EnvRecord, error) {
+	rec, err := r.c.StopEnv(ctx, idPrefix, stopOpts(o), showEnv)
+	if err != nil && errors.Is(err, api.ErrUnverified) {
+		// As in-process: the record comes with the failure.
+		if e, gerr := r.c.Env(ctx, idPrefix, showEnv); gerr == nil {
+			return e, err
+		}
+	}
+	return rec, err
+}
+
+func (r *remote) StopCommand(ctx context.Context, idPrefix string, o hostfork.StopOptions) (*hostfork.CommandRecord, error) {
+	rec, err := r.c.StopCommand(ctx, idPrefix, stopOpts(o))
+	if err != nil && errors.Is(err, api.ErrUnverified) {
+		if c, gerr := r.c.Command(ctx, idPrefix); gerr == nil {
+			return c, err
+		}
+	}
+	return rec, err
+}
+
+// Export sends an absolute destination: the server resolves nothing
+// against this process's directory. Progress is not reported.
+func (r *remote) Export(ctx context.Context, envPrefix, tree, dest string, _ hostfork.ExportOptions) (*hostfork.ExportResult, error) {
+	abs, err := filepath.Abs(dest)
+	if err != nil {
+		return nil, usageErr("--to %s: %v", dest, err)
+	}
+	return r.c.Export(ctx, envPrefix, tree, abs)
+}
+
+func (r *remote) Capacity(ctx context.Context) (*hostfork.CapacityReport, error) {
+	return r.c.Capacity(ctx)
+}
+
+func (r *remote) SetPaused(ctx context.Context, paused bool) error {
+	if paused {
+		return r.c.Pause(ctx)
+	}
+	return r.c.Resume(ctx)
+}
+
+func (r *remote) Reap(ctx context.Context) (*hostfork.ReapReport, error) { return r.c.Reap(ctx) }
+
+func (r *remote) Usage(ctx context.Context) (*hostfork.Usage, error) { return r.c.Usage(ctx) }
+
+func (r *remote) BtrfsSizes(ctx context.Context) ([]hostfork.BtrfsSize, error) {
+	return r.c.BtrfsSizes(ctx)
+}
+
+func (r *remote) RecaptureHostShell(context.Context) error {
+	return usageErr("--recapture-env can't go with --host: the server captures its own user's login shell (run 'hostfork run --recapture-env' on the server's host without --host)")
+}
+
+// transient reports whether err may pass when the request is repeated:
+// the server went away (a refused or cut connection) or is shutting down
+// (503). Answers of a server that runs are final.
+func transient(err error) bool {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return ce.Status == http.StatusServiceUnavailable
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
+}
+
+// retry runs fn until it succeeds, fails for good, ctx ends, or the server
+// has been unreachable for reconnectFor. The first loss is reported once.
+func (r *remote) retry(ctx context.Context, what string, fn func() error) error {
+	var since time.Time
+	delay := 100 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil || !transient(err) || ctx.Err() != nil {
+			return err
+		}
+		if since.IsZero() {
+			since = time.Now()
+			r.notice("hostfork: %s: lost %s (%s); reconnecting for up to %v\n", what, r.Where(), clean(err.Error()), reconnectFor)
+		}
+		if time.Since(since) > reconnectFor {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+func (r *remote) notice(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.lost {
+		r.lost = true
+		fmt.Fprintf(r.err, format, args...)
+	}
+}
+
+// Logs reads a command's artifact through the server, resuming from the
+// bytes it has when the connection is cut (the server restarted): a
+// followed stream ends only with the tree's exit (docs/api.md, "logs").
+func (r *remote) Logs(ctx context.Context, id string, o hostfork.LogOptions) (io.ReadCloser, error) {
+	l := &remoteLogs{ctx: ctx, r: r, id: id, o: client.LogOptions{Stream: o.Stream, Offset: o.Offset, Follow: o.Follow}}
+	if err := l.connect(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+type remoteLogs struct {
+	ctx context.Context
+	r   *remote
+	id  string
+	o   client.LogOptions
+	rc  io.ReadCloser
+	// cut is when the stream was first cut without progress since.
+	cut time.Time
+}
+
+func (l *remoteLogs) connect() error {
+	return l.r.retry(l.ctx, "the output of command "+l.id, func() error {
+		rc, err := l.r.c.Logs(l.ctx, l.id, l.o)
+		if err == nil {
+			l.rc = rc
+		}
+		return err
+	})
+}
+
+func (l *remoteLogs) Read(p []byte) (int, error) {
+	for {
+		if l.rc == nil {
+			if err := l.connect(); err != nil {
+				return 0, err
+			}
+		}
+		n, err := l.rc.Read(p)
+		l.o.Offset += int64(n)
+		if n > 0 {
+			l.cut = time.Time{}
+		}
+		switch {
+		case err == nil || (n > 0 && err == io.EOF):
+			return n, nil
+		case err == io.EOF:
+			return 0, io.EOF
+		case !transient(err) || l.ctx.Err() != nil:
+			return n, err
+		}
+		// Cut: resume from the offset reached, pausing when no byte came
+		// through since the last cut.
+		l.rc.Close()
+		l.rc = nil
+		if n > 0 {
+			return n, nil
+		}
+		if l.cut.IsZero() {
+			l.cut = time.Now()
+		} else if time.Since(l.cut) > reconnectFor {
+			return 0, err
+		}
+		select {
+		case <-l.ctx.Done():
+			return 0, l.ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (l *remoteLogs) Close() error {
+	if l.rc != nil {
+		return l.rc.Close()
+	}
+	return nil
+}
+
+// remoteCmd is a command of the server, followed by a foreground run or
+// exec.
+type remoteCmd struct {
+	r   *remote
+	mu  sync.Mutex
+	rec hostfork.CommandRecord
+}
+
+func (c *remoteCmd) ID() string { return c.rec.ID }
+
+func (c *remoteCmd) Record() hostfork.CommandRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rec
+}
+
+func (c *remoteCmd) set(rec *hostfork.CommandRecord) {
+	if rec != nil {
+		c.mu.Lock()
+		c.rec = *rec
+		c.mu.Unlock()
+	}
+}
+
+func (c *remoteCmd) Signal(sig syscall.Signal) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, err := c.r.c.Signal(ctx, c.rec.ID, sig)
+	c.set(rec)
+	return err
+}
+
+func (c *remoteCmd) StopTree(ctx context.Context, o hostfork.StopOptions) (hostfork.CommandRecord, error) {
+	var rec *hostfork.CommandRecord
+	err := c.r.retry(ctx, "stopping command "+c.rec.ID, func() (err error) {
+		rec, err = c.r.StopCommand(ctx, c.rec.ID, o)
+		return err
+	})
+	c.set(rec)
+	if rec == nil {
+		return hostfork.CommandRecord{}, err
+	}
+	return *rec, err
+}
+
+func (c *remoteCmd) wait(ctx context.Context, cond client.WaitCondition) (hostfork.CommandRecord, error) {
+	var rec *hostfork.CommandRecord
+	err := c.r.retry(ctx, "waiting for command "+c.rec.ID, func() (err error) {
+		rec, err = c.r.c.Wait(ctx, c.rec.ID, cond)
+		return err
+	})
+	if err != nil && errors.Is(err, api.ErrUnverified) {
+		// As in-process: the record comes with the failure.
+		rec, _ = c.r.c.Command(ctx, c.rec.ID)
+	}
+	c.set(rec)
+	if rec == nil {
+		return hostfork.CommandRecord{}, err
+	}
+	return *rec, err
+}
+
+func (c *remoteCmd) Wait(ctx context.Context) (hostfork.CommandRecord, error) {
+	return c.wait(ctx, client.WaitLeader)
+}
+
+func (c *remoteCmd) WaitTree(ctx context.Context) (hostfork.CommandRecord, error) {
+	return c.wait(ctx, client.WaitTree)
+}
+
+// follow streams a command's stdout and stderr from offset 0 to this
+// process's, until its tree has exited; the returned function waits until
+// both are written out.
+func follow(ctx context.Context, g *globals, b backend, id string) func() {
+	var wg sync.WaitGroup
+	for _, s := range []struct {
+		stream string
+		w      io.Writer
+	}{{"stdout", g.out}, {"stderr", g.err}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rd, err := b.Logs(ctx, id, hostfork.LogOptions{Stream: s.stream, Follow: true})
+			if err == nil {
+				_, err = io.Copy(s.w, rd)
+				rd.Close()
+			}
+			if err != nil && ctx.Err() == nil {
+				fmt.Fprintf(g.err, "hostfork: warning: following the %s of command %s: %s (see 'hostfork logs %s')\n", s.stream, id, clean(err.Error()), id)
+			}
+		}()
+	}
+	return wg.Wait
+}
