@@ -526,10 +526,10 @@ func checkEnded(t *testing.T, r cliResult, reason string) {
 // with one line saying why (as timeout(1)); one killed by a signal
 // hostfork did not send keeps 128+N, with no hostfork line.
 func TestTruthEndedByHostfork(t *testing.T) {
-	c := newCLI(t)
+	newCLI(t) // the requirements (root, a cgroup2 mount), checked once
 	t.Run("ttl", func(t *testing.T) {
 		t.Parallel()
-		c := c.with(t)
+		c := newCLI(t)
 		r := c.run("run", "--ttl", "3s", "--", "sh", "-c", `trap "exit 0" TERM; sleep 10 & wait`)
 		checkEnded(t, r, "deadline")
 		if row := c.commandOf("trap"); row.StopReason != "deadline" {
@@ -538,7 +538,7 @@ func TestTruthEndedByHostfork(t *testing.T) {
 	})
 	t.Run("idle-timeout", func(t *testing.T) {
 		t.Parallel()
-		c := c.with(t)
+		c := newCLI(t)
 		r := c.run("run", "--idle-timeout", "2s", "--", "sleep", "30")
 		checkEnded(t, r, "idle")
 		if row := c.commandOf("sleep 30"); row.StopReason != "idle" {
@@ -547,7 +547,7 @@ func TestTruthEndedByHostfork(t *testing.T) {
 	})
 	t.Run("exec-timeout", func(t *testing.T) {
 		t.Parallel()
-		c := c.with(t)
+		c := newCLI(t)
 		env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m").stdout)
 		r := c.run("exec", "--timeout", "2s", env, "--", "sleep", "30")
 		checkEnded(t, r, "timeout")
@@ -559,7 +559,7 @@ func TestTruthEndedByHostfork(t *testing.T) {
 	for _, verb := range []string{"run", "exec"} {
 		t.Run("kill-9-from-outside/"+verb, func(t *testing.T) {
 			t.Parallel()
-			c := c.with(t)
+			c := newCLI(t)
 			file := filepath.Join(t.TempDir(), "leader")
 			args := []string{"run", "--"}
 			env := ""
@@ -587,7 +587,7 @@ func TestTruthEndedByHostfork(t *testing.T) {
 	for _, target := range []string{"cmd", "env"} {
 		t.Run("stop-from-another-process/"+target, func(t *testing.T) {
 			t.Parallel()
-			c := c.with(t)
+			c := newCLI(t)
 			file := filepath.Join(t.TempDir(), "leader")
 			env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m").stdout)
 			b := c.start("exec", env, "--", "sh", "-c", writeIdentity(file)+"; exec sleep 300")
@@ -749,11 +749,11 @@ func checkStoppedFor(t *testing.T, who string, rec map[string]any, reason string
 // (completed) with its cgroups removed; an environment past its deadline
 // reads stopped (deadline); one whose keeper is gone reads keeper-lost.
 func TestTruthEnvState(t *testing.T) {
-	c := newCLI(t)
+	newCLI(t) // the requirements (root, a cgroup2 mount), checked once
 	for _, lifetime := range []string{"--until-stopped", "--ttl=5m"} {
 		t.Run("detached-completed/"+strings.TrimLeft(lifetime, "-"), func(t *testing.T) {
 			t.Parallel()
-			c := c.with(t)
+			c := newCLI(t)
 			cleanupV1(t, c)
 			env := strings.TrimSpace(c.mustRun("run", "--detach", lifetime, "--memory", "64M", "--", "true").stdout)
 			waitReceiptComplete(t, c, env)
@@ -786,7 +786,7 @@ func TestTruthEnvState(t *testing.T) {
 	for _, reader := range []string{"status", "envs", "ps"} {
 		t.Run("deadline/"+reader, func(t *testing.T) {
 			t.Parallel()
-			c := c.with(t)
+			c := newCLI(t)
 			file := filepath.Join(t.TempDir(), "leader")
 			env := strings.TrimSpace(c.mustRun("create", "--ttl", "3s", "--grace", "1s").stdout)
 			c.mustRun("exec", "--detach", env, "--", "sh", "-c", writeIdentity(file)+"; exec sleep 300")
@@ -813,7 +813,7 @@ func TestTruthEnvState(t *testing.T) {
 	}
 	t.Run("deadline/no-command", func(t *testing.T) {
 		t.Parallel()
-		c := c.with(t)
+		c := newCLI(t)
 		env := strings.TrimSpace(c.mustRun("create", "--ttl", "3s", "--grace", "1s").stdout)
 		time.Sleep(time.Until(envDeadline(t, c, env)) + 100*time.Millisecond) // past the deadline; no assertion on time
 		checkStoppedFor(t, "envs", c.envsRow(env), "deadline")
@@ -821,7 +821,7 @@ func TestTruthEnvState(t *testing.T) {
 	})
 	t.Run("keeper-lost", func(t *testing.T) {
 		t.Parallel()
-		c := c.with(t)
+		c := newCLI(t)
 		dir := t.TempDir()
 		env := strings.TrimSpace(c.mustRun(append([]string{"create", "--ttl", "5m"}, overlayArgs(t, dir)...)...).stdout)
 		kpid, kst := keeperOf(t, c, env)
@@ -834,7 +834,7 @@ func TestTruthEnvState(t *testing.T) {
 	})
 	t.Run("keeper-lost/with-command", func(t *testing.T) {
 		t.Parallel()
-		c := c.with(t)
+		c := newCLI(t)
 		dir := t.TempDir()
 		file := filepath.Join(dir, "leader")
 		env := strings.TrimSpace(c.mustRun(append([]string{"create", "--ttl", "5m"}, overlayArgs(t, dir)...)...).stdout)
@@ -876,11 +876,11 @@ func keeperOf(t *testing.T, c *hostforkCLI, env string) (int, uint64) {
 // that could not finish is completed by reap with its reason; the first
 // stop reason wins.
 func TestTruthStopDecisions(t *testing.T) {
-	c := newCLI(t)
+	newCLI(t) // the requirements (root, a cgroup2 mount), checked once
 	for _, target := range []string{"cmd", "env"} {
 		t.Run("registry-locked/"+target, func(t *testing.T) {
 			t.Parallel()
-			c := c.with(t)
+			c := newCLI(t)
 			file := filepath.Join(t.TempDir(), "leader")
 			env := strings.TrimSpace(c.mustRun("run", "--detach", "--ttl", "5m", "--", "sh", "-c", writeIdentity(file)+"; exec sleep 300").stdout)
 			pid, st := identityFile(t, file)
@@ -914,7 +914,7 @@ func TestTruthStopDecisions(t *testing.T) {
 		for _, point := range []string{fault.StopRecorded, fault.StopKilled} {
 			t.Run("stop-killed/"+target+"/"+point, func(t *testing.T) {
 				t.Parallel()
-				c := c.with(t)
+				c := newCLI(t)
 				file := filepath.Join(t.TempDir(), "leader")
 				env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m").stdout)
 				cmdID := strings.TrimSpace(c.mustRun("exec", "--detach", env, "--", "sh", "-c", writeIdentity(file)+"; setsid sleep 300 & exec sleep 300").stdout)
@@ -950,7 +950,7 @@ func TestTruthStopDecisions(t *testing.T) {
 		// The user's stop is decided and interrupted; the deadline then
 		// ends the tree; reap keeps the first reason.
 		t.Parallel()
-		c := c.with(t)
+		c := newCLI(t)
 		file := filepath.Join(t.TempDir(), "leader")
 		env := strings.TrimSpace(c.mustRun("create", "--ttl", "4s", "--grace", "1s").stdout)
 		c.mustRun("exec", "--detach", env, "--", "sh", "-c", writeIdentity(file)+"; exec sleep 300")
@@ -968,7 +968,7 @@ func TestTruthStopDecisions(t *testing.T) {
 		// The owner dies; the guardian's owner-exit stop is in its grace
 		// (the tree traps TERM) when a user stop comes: owner-exit stays.
 		t.Parallel()
-		c := c.with(t)
+		c := newCLI(t)
 		dir := t.TempDir()
 		file, termed := filepath.Join(dir, "leader"), filepath.Join(dir, "termed")
 		b := c.start("run", "--grace", "20s", "--", "sh", "-c", "trap 'echo term > "+termed+"' TERM; "+writeIdentity(file)+"; while :; do sleep 0.1; done")
@@ -1215,7 +1215,11 @@ func TestTruthSmallerUntruths(t *testing.T) {
 		args := overlayArgs(t, dir)
 		active := strings.TrimSpace(c.mustRun(append([]string{"create", "--ttl", "5m", "--label", "k=v"}, args...)...).stdout)
 		c.mustRun("exec", "--detach", active, "--", "sleep", "300")
-		stopped := strings.TrimSpace(c.mustRun("create", "--ttl", "5m", "--tree", "c=copy:"+filepath.Join(dir, "lower")).stdout)
+		target2 := filepath.Join(dir, "target2")
+		if err := os.Mkdir(target2, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stopped := strings.TrimSpace(c.mustRun("create", "--ttl", "5m", "--tree", "c=copy:"+filepath.Join(dir, "lower"), "--replace", target2+"=c").stdout)
 		c.mustRun("stop", stopped)
 		c.run("run", "--", "no-such-program-xyz")
 		c.run("run", "--", "sh", "-c", "exit 3")
@@ -1486,11 +1490,11 @@ func TestTruthExecInView(t *testing.T) {
 // resizes count as activity for --idle-timeout, a silent command is still
 // stopped (124), and USR1, USR2 and WINCH reach the workload.
 func TestTruthTerminalActivity(t *testing.T) {
-	c := newCLI(t)
+	newCLI(t) // the requirements (root, a cgroup2 mount), checked once
 	for _, output := range []string{"inherit", "pipe"} {
 		t.Run("ticks/"+output, func(t *testing.T) {
 			t.Parallel()
-			c := c.with(t)
+			c := newCLI(t)
 			p := openPTY(t)
 			cmd := p.start(t, c, "run", "--output", output, "--idle-timeout", "2s", "--", "sh", "-c", "for i in 1 2 3 4 5 6; do echo tick; sleep 1; done")
 			code := exitCode(t, cmd)
@@ -1510,7 +1514,7 @@ func TestTruthTerminalActivity(t *testing.T) {
 	}
 	t.Run("silent", func(t *testing.T) {
 		t.Parallel()
-		c := c.with(t)
+		c := newCLI(t)
 		p := openPTY(t)
 		cmd := p.start(t, c, "run", "--output", "inherit", "--idle-timeout", "2s", "--", "sleep", "30")
 		if code := exitCode(t, cmd); code != cli.ExitEnded {
@@ -1522,7 +1526,7 @@ func TestTruthTerminalActivity(t *testing.T) {
 	})
 	t.Run("input", func(t *testing.T) {
 		t.Parallel()
-		c := c.with(t)
+		c := newCLI(t)
 		p := openPTY(t)
 		cmd := p.start(t, c, "run", "--output", "inherit", "--idle-timeout", "2s", "--", "sh", "-c",
 			`stty -echo; echo ready; while read l; do [ "$l" = quit ] && exit 0; done; exit 9`)
@@ -1542,7 +1546,7 @@ func TestTruthTerminalActivity(t *testing.T) {
 	})
 	t.Run("resize", func(t *testing.T) {
 		t.Parallel()
-		c := c.with(t)
+		c := newCLI(t)
 		p := openPTY(t)
 		done := filepath.Join(t.TempDir(), "done")
 		cmd := p.start(t, c, "run", "--output", "inherit", "--idle-timeout", "2s", "--", "sh", "-c",
@@ -1565,7 +1569,7 @@ func TestTruthTerminalActivity(t *testing.T) {
 	for _, mode := range []string{"no-terminal", "terminal-pipe", "terminal-inherit"} {
 		t.Run("signals/"+mode, func(t *testing.T) {
 			t.Parallel()
-			c := c.with(t)
+			c := newCLI(t)
 			dir := t.TempDir()
 			got, done, ready := filepath.Join(dir, "got"), filepath.Join(dir, "done"), filepath.Join(dir, "ready")
 			script := ""
