@@ -33,10 +33,26 @@ serve stops or crashes, and a restarted serve finds them again.
 --metrics-listen also serves GET /metrics (only) over plain HTTP on a
 loopback TCP address, without authentication.
 
+Under systemd it takes the socket a .socket unit passes (socket activation,
+LISTEN_FDS): 'hostfork support install' writes hostfork-serve.socket and
+hostfork-serve.service for the store.
+
+Clients: the Go package client, curl --unix-socket, and this CLI itself with
+'hostfork --host unix://SOCKET VERB' (or HOSTFORK_HOST).
+
 SIGTERM or SIGINT shut it down: it stops accepting, ends streams, and gives
 in-flight requests 5s.`,
 		Args: exactArgs(0, "no arguments (use --socket, --metrics-listen)"),
 		RunE: func(c *cobra.Command, args []string) error {
+			// First, before anything can start a process: the socket a
+			// systemd .socket unit passed, if any.
+			inherited, err := server.Inherited()
+			if err != nil {
+				return withCode(ExitUsage, err)
+			}
+			if inherited != nil {
+				defer inherited.Close()
+			}
 			var mln net.Listener
 			if metricsListen != "" {
 				if err := loopbackOnly(metricsListen); err != nil {
@@ -54,17 +70,29 @@ in-flight requests 5s.`,
 			if err := unix.Stat(h.Root(), &st); err != nil {
 				return fmt.Errorf("store %s: %w", h.Root(), err)
 			}
-			if socket == "" {
-				socket = filepath.Join(h.Root(), "api.sock")
+			var ln net.Listener
+			if inherited != nil {
+				// Socket activation: the socket and its file are the
+				// socket unit's (its path, mode and owner).
+				path := inherited.Addr().String()
+				if socket != "" && filepath.Clean(socket) != path {
+					return usageErr("--socket %s: systemd passed the socket %s (socket activation); drop --socket or make them the same", socket, path)
+				}
+				socket, ln = path, inherited
+			} else {
+				if socket == "" {
+					socket = filepath.Join(h.Root(), "api.sock")
+				}
+				if abs, err := filepath.Abs(socket); err == nil {
+					socket = abs
+				}
+				sock, err := server.Listen(server.ListenOptions{Path: socket, StoreDir: h.Root(), UID: int(st.Uid), GID: int(st.Gid)})
+				if err != nil {
+					return err
+				}
+				defer sock.Close()
+				ln = sock
 			}
-			if abs, err := filepath.Abs(socket); err == nil {
-				socket = abs
-			}
-			sock, err := server.Listen(server.ListenOptions{Path: socket, StoreDir: h.Root(), UID: int(st.Uid), GID: int(st.Gid)})
-			if err != nil {
-				return err
-			}
-			defer sock.Close()
 			if metricsListen != "" {
 				if mln, err = net.Listen("tcp", metricsListen); err != nil {
 					return usageErr("--metrics-listen %s: %v", metricsListen, err)
@@ -81,13 +109,16 @@ in-flight requests 5s.`,
 				return err
 			}
 			fmt.Fprintf(g.out, "hostfork serve: listening on unix://%s\n", socket)
+			if inherited != nil {
+				fmt.Fprintf(g.out, "hostfork serve: the socket came from systemd (socket activation)\n")
+			}
 			if mln != nil {
 				fmt.Fprintf(g.out, "hostfork serve: metrics on http://%s/metrics\n", mln.Addr())
 			}
 			if f, ok := g.out.(*os.File); ok {
 				_ = f.Sync()
 			}
-			return srv.Serve(ctx, sock, mln)
+			return srv.Serve(ctx, ln, mln)
 		},
 	}
 	c.Flags().StringVar(&socket, "socket", "", "unix socket path (default <store>/api.sock)")

@@ -25,12 +25,15 @@ func newSupportCmd(g *globals) *cobra.Command {
 	f := &supportFlags{}
 	c := &cobra.Command{
 		Use:   "support plan|install|status|uninstall [--user|--system]",
-		Short: "Optional host integration: a reaper timer and a finalizer template for this store",
+		Short: "Optional host integration: a reaper timer, a finalizer template and the API server's socket for this store",
 		Long: `support manages hostfork's optional host integration for one store root: a
 versioned reaper service and timer (hostfork-reap.service runs
-'hostfork --root ROOT reap' every minute) and a finite finalizer service
+'hostfork --root ROOT reap' every minute), a finite finalizer service
 template (hostfork-finalize@ENV.service; it runs a full reap, since reap takes
-no environment argument). --system installs into /etc/systemd/system (the
+no environment argument), and the API server (hostfork-serve.socket listens
+on ROOT/api.sock, mode 0660; its first connection starts
+hostfork-serve.service, 'hostfork --root ROOT serve', which environments made
+through it outlive). --system installs into /etc/systemd/system (the
 default for root), --user into ~/.config/systemd/user (the default otherwise).
 
 'plan' shows exactly which files it writes, their contents and the systemctl
@@ -188,6 +191,15 @@ func supportInstall(ctx context.Context, g *globals, f *supportFlags) error {
 	p, err := buildSupportPlan(g, f)
 	if err != nil {
 		return err
+	}
+	if p.Systemd {
+		// The API socket is made inside the store root: the store must
+		// exist first (a directory holding only a socket is no store).
+		h, err := hostfork.Open(ctx, hostfork.Options{Root: p.Root})
+		if err != nil {
+			return err
+		}
+		h.Close()
 	}
 	res, err := support.Install(ctx, p, support.ExecRunner)
 	if err != nil {

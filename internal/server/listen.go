@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -210,4 +211,52 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 func peerOf(ctx context.Context) peer {
 	p, _ := ctx.Value(peerKey{}).(peer)
 	return p
+}
+
+// Inherited returns the listening socket systemd passed to this process
+// (socket activation, sd_listen_fds(3)): LISTEN_PID names this process and
+// LISTEN_FDS is 1, so descriptor 3 is the socket. It returns nil when
+// nothing was passed. It unsets LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES
+// either way, so the commands the server starts don't inherit them, and
+// refuses anything but one listening unix stream socket. The socket's file
+// is systemd's: closing the listener leaves it in place.
+func Inherited() (*net.UnixListener, error) {
+	pid, fds := os.Getenv("LISTEN_PID"), os.Getenv("LISTEN_FDS")
+	for _, v := range []string{"LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"} {
+		os.Unsetenv(v)
+	}
+	if fds == "" {
+		return nil, nil
+	}
+	if p, err := strconv.Atoi(pid); err != nil || p != os.Getpid() {
+		return nil, nil // meant for another process
+	}
+	if fds != "1" {
+		return nil, fmt.Errorf("systemd passed %s sockets (LISTEN_FDS); hostfork serve takes one: a .socket unit with one ListenStream=: %w", fds, api.ErrInvalid)
+	}
+	const fd = 3 // SD_LISTEN_FDS_START
+	unix.CloseOnExec(fd)
+	domain, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	typ, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	acc, err3 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("the socket systemd passed (descriptor 3): %w", err)
+	}
+	if domain != unix.AF_UNIX || typ != unix.SOCK_STREAM || acc != 1 {
+		return nil, fmt.Errorf("the socket systemd passed is not a listening unix stream socket (ListenStream=/path/api.sock): %w", api.ErrInvalid)
+	}
+	f := os.NewFile(fd, "systemd socket")
+	ln, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("the socket systemd passed: %w", err)
+	}
+	ul, ok := ln.(*net.UnixListener)
+	if !ok {
+		ln.Close()
+		return nil, fmt.Errorf("the socket systemd passed is not a unix socket: %w", api.ErrInvalid)
+	}
+	// The socket's file belongs to the socket unit (RemoveOnStop=).
+	ul.SetUnlinkOnClose(false)
+	return ul, nil
 }

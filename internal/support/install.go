@@ -120,7 +120,9 @@ type InstallResult struct {
 
 // Install writes exactly the plan's files (mode 0644, atomically, only
 // those whose content differs) and runs its commands: a reload when a file
-// changed, enabling the timer when it is not enabled and active. It refuses
+// changed, enabling the timer and the API socket when they are not
+// enabled and active, and a restart of a running API server when a file
+// changed. It refuses
 // without systemd (ErrNoSystemd), for an executable that won't last
 // (ErrUnstableExecutable), and when a planned path holds a file that is not
 // hostfork's or is hostfork's for another store root (ErrConflict).
@@ -171,10 +173,20 @@ func Install(ctx context.Context, p *Plan, run Runner) (*InstallResult, error) {
 			return res, err
 		}
 	}
-	enabled, _ := run(ctx, p.Mode.systemctl("is-enabled", ReapTimer))
-	active, _ := run(ctx, p.Mode.systemctl("is-active", ReapTimer))
-	if strings.TrimSpace(enabled) != "enabled" || strings.TrimSpace(active) != "active" {
-		if err := runCmd(p.Install[1]); err != nil {
+	// The timer and the socket: enabled and running, or enabled now.
+	for i, unit := range []string{ReapTimer, ServeSocket} {
+		enabled, _ := run(ctx, p.Mode.systemctl("is-enabled", unit))
+		active, _ := run(ctx, p.Mode.systemctl("is-active", unit))
+		if strings.TrimSpace(enabled) != "enabled" || strings.TrimSpace(active) != "active" {
+			if err := runCmd(p.Install[1+i]); err != nil {
+				return res, err
+			}
+		}
+	}
+	// A server that runs the old units (an older executable) restarts on
+	// the new ones; what it made runs on.
+	if len(res.Written) > 0 {
+		if err := runCmd(p.Install[3]); err != nil {
 			return res, err
 		}
 	}
@@ -297,7 +309,7 @@ func Inspect(ctx context.Context, p *Plan, run Runner) (*Status, error) {
 				out, _ = run(ctx, p.Mode.systemctl("is-active", f.Unit))
 				us.Active = firstLine(out)
 			}
-			if f.Unit == ReapTimer && u.ours() && (us.Enabled != "enabled" || us.Active != "active") {
+			if (f.Unit == ReapTimer || f.Unit == ServeSocket) && u.ours() && (us.Enabled != "enabled" || us.Active != "active") {
 				us.Findings = append(us.Findings, fmt.Sprintf("%s is %s and %s, not enabled and active", f.Unit, us.Enabled, us.Active))
 			}
 		}
@@ -333,13 +345,14 @@ type UninstallResult struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-// Uninstall disables the timer and removes exactly the plan's files that
-// are hostfork's and belong to this store root, then reloads the manager.
+// Uninstall disables the timer and the API socket, stops the API server
+// (what it made runs on), removes exactly the plan's files that are
+// hostfork's and belong to this store root, then reloads the manager.
 // It never touches the store root or anything else.
 func Uninstall(ctx context.Context, p *Plan, run Runner) (*UninstallResult, error) {
 	res := &UninstallResult{Removed: []string{}, Kept: []string{}, Absent: []string{}, Ran: [][]string{}, Steps: []string{}}
 	var remove []string
-	timerOurs := false
+	ours := map[string]bool{}
 	for _, f := range p.Files {
 		u, err := readUnit(f.Path)
 		if err != nil {
@@ -354,7 +367,7 @@ func Uninstall(ctx context.Context, p *Plan, run Runner) (*UninstallResult, erro
 			res.Kept = append(res.Kept, f.Path+": installed for the store root "+u.markers[keyRoot]+" (uninstall with --root "+u.markers[keyRoot]+")")
 		default:
 			remove = append(remove, f.Path)
-			timerOurs = timerOurs || f.Unit == ReapTimer
+			ours[f.Unit] = true
 		}
 	}
 	runCmd := func(argv []string) {
@@ -364,8 +377,14 @@ func Uninstall(ctx context.Context, p *Plan, run Runner) (*UninstallResult, erro
 			res.Warnings = append(res.Warnings, fmt.Sprintf("%s: %v: %s", strings.Join(argv, " "), err, strings.TrimSpace(out)))
 		}
 	}
-	if p.Systemd && timerOurs {
-		runCmd(p.Uninstall[0])
+	// Disable the timer and the socket, stop the server (what it made
+	// runs on), then remove the files.
+	if p.Systemd {
+		for i, unit := range []string{ReapTimer, ServeSocket, ServeService} {
+			if ours[unit] {
+				runCmd(p.Uninstall[i])
+			}
+		}
 	}
 	for _, path := range remove {
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -375,7 +394,7 @@ func Uninstall(ctx context.Context, p *Plan, run Runner) (*UninstallResult, erro
 		res.Steps = append(res.Steps, "removed "+path)
 	}
 	if p.Systemd && len(remove) > 0 {
-		runCmd(p.Uninstall[1])
+		runCmd(p.Uninstall[3])
 	}
 	return res, nil
 }

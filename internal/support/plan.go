@@ -26,11 +26,19 @@ const (
 	ReapService     = "hostfork-reap.service"
 	ReapTimer       = "hostfork-reap.timer"
 	FinalizeService = "hostfork-finalize@.service"
+	// ServeSocket listens on the store's API socket; its first connection
+	// starts ServeService ('hostfork serve' with the inherited socket).
+	ServeSocket  = "hostfork-serve.socket"
+	ServeService = "hostfork-serve.service"
 )
 
 // FormatVersion is the version of the unit layout written here; a change
-// of what the units do bumps it.
-const FormatVersion = "1"
+// of what the units do bumps it (2: the API server's socket and service).
+const FormatVersion = "2"
+
+// SocketName is the API socket's name in the store root (what 'hostfork
+// serve' listens on by default).
+const SocketName = "api.sock"
 
 // Marker keys in the [Unit] section of every file hostfork writes (systemd
 // ignores keys that start with X-). uninstall removes only files that carry
@@ -106,11 +114,12 @@ type Plan struct {
 	UnitDir   string `json:"unit_dir"`
 	Files     []File `json:"files"`
 	// Install are the commands install runs after writing the files (a
-	// reload only when a file changed, enabling only when the timer is
-	// not enabled and active already).
+	// reload and a restart of a running server only when a file changed,
+	// enabling only when the timer or the socket is not enabled and
+	// active already).
 	Install [][]string `json:"install_commands"`
-	// Uninstall are the commands uninstall runs: disabling first, then
-	// (after the files are removed) the reload.
+	// Uninstall are the commands uninstall runs: disabling and stopping
+	// first, then (after the files are removed) the reload.
 	Uninstall [][]string `json:"uninstall_commands"`
 	// Alternatives are what to use instead without systemd.
 	Alternatives []string `json:"alternatives,omitempty"`
@@ -169,6 +178,8 @@ func Build(cfg Config, host Host) (*Plan, error) {
 		p.NoSystemd = host.Reason
 	}
 	reap := execLine(cfg.Exe, "--root", cfg.Root, "reap")
+	serve := execLine(cfg.Exe, "--root", cfg.Root, "serve")
+	socket := filepath.Join(cfg.Root, SocketName)
 	marker := fmt.Sprintf("%s=%s\n%s=%s\n%s=%s\n%s=%s\n",
 		keyFormat, FormatVersion, keyVersion, oneLine(cfg.Version), keyExecutable, oneLine(cfg.Exe), keyRoot, oneLine(cfg.Root))
 	header := "# Written by 'hostfork support install'; 'hostfork support uninstall' removes it.\n"
@@ -185,6 +196,23 @@ func Build(cfg Config, host Host) (*Plan, error) {
 			marker +
 			"\n[Timer]\nOnBootSec=1min\nOnUnitActiveSec=1min\nAccuracySec=10s\nUnit=" + ReapService + "\n" +
 			"\n[Install]\nWantedBy=" + wantedBy + "\n"},
+		// The API server, started by its socket's first connection. What
+		// it creates is not the service's: environments and commands are
+		// bounded by their own deadlines and keep running when the
+		// server stops or restarts, so only its main process is killed.
+		{Unit: ServeSocket, Content: header + "[Unit]\n" +
+			"Description=hostfork API socket for " + specifierSafe(cfg.Root) + " (docs/api.md)\n" +
+			marker +
+			"\n[Socket]\nListenStream=" + specifierSafe(socket) + "\n" +
+			"SocketMode=0660\nDirectoryMode=0700\nRemoveOnStop=yes\n" +
+			"\n[Install]\nWantedBy=sockets.target\n"},
+		{Unit: ServeService, Content: header + "[Unit]\n" +
+			"Description=hostfork API server for " + specifierSafe(cfg.Root) + " (docs/api.md)\n" +
+			"Requires=" + ServeSocket + "\nAfter=" + ServeSocket + "\n" +
+			marker +
+			"\n[Service]\nType=simple\n" +
+			"ExecStart=" + serve + "\n" +
+			"KillMode=process\nRestart=on-failure\n"},
 		// 'hostfork reap' takes no environment argument: the finalizer
 		// for one environment runs a full reap, which finalizes that
 		// environment among any others due.
@@ -201,14 +229,22 @@ func Build(cfg Config, host Host) (*Plan, error) {
 		p.Files[i].Mode = 0o644
 		p.Files[i].ModeText = "0644"
 	}
-	p.Install = [][]string{cfg.Mode.systemctl("daemon-reload"), cfg.Mode.systemctl("enable", "--now", ReapTimer)}
-	p.Uninstall = [][]string{cfg.Mode.systemctl("disable", "--now", ReapTimer), cfg.Mode.systemctl("daemon-reload")}
+	p.Install = [][]string{cfg.Mode.systemctl("daemon-reload"), cfg.Mode.systemctl("enable", "--now", ReapTimer),
+		cfg.Mode.systemctl("enable", "--now", ServeSocket), cfg.Mode.systemctl("try-restart", ServeService)}
+	p.Uninstall = [][]string{cfg.Mode.systemctl("disable", "--now", ReapTimer), cfg.Mode.systemctl("disable", "--now", ServeSocket),
+		cfg.Mode.systemctl("stop", ServeService), cfg.Mode.systemctl("daemon-reload")}
 
 	p.Notes = append(p.Notes,
 		fmt.Sprintf("%s runs '%s' once a minute (and a minute after boot); it is recovery and retention support, not the deadline clock: deadlines are enforced without it", ReapTimer, reap),
 		fmt.Sprintf("%s is a finite template: 'systemctl%s start hostfork-finalize@ENV.service' finalizes one environment; reap takes no environment argument yet, so it runs a full reap", FinalizeService, map[bool]string{true: " --user"}[cfg.Mode == User]),
+		fmt.Sprintf("%s listens on %s (mode 0660; only root and the store's owner may use the API); its first connection starts %s ('%s'), which then keeps serving: use it with 'hostfork --host unix://%s VERB' or HOSTFORK_HOST", ServeSocket, socket, ServeService, serve, socket),
+		fmt.Sprintf("environments and commands made through the server are not %s's: they keep running when it stops or restarts (KillMode=process), bounded by their own deadlines; install restarts a running server when it rewrites the units", ServeService),
+		"install creates the store "+cfg.Root+" if it does not exist yet (the API socket is made inside it)",
 		"re-running install with the same executable, version and root changes nothing",
 	)
+	if len(socket) > 107 {
+		p.Notes = append(p.Notes, fmt.Sprintf("%s is longer than a unix socket address allows (107 bytes): %s will fail to listen; choose a shorter store root", socket, ServeSocket))
+	}
 	if cfg.Mode == User {
 		name := cfg.UserName
 		if name == "" {
@@ -234,7 +270,7 @@ func Build(cfg Config, host Host) (*Plan, error) {
 		"formats or mounts storage",
 		"changes sysctls",
 		"enables lingering",
-		"runs a resident daemon (the reaper is a oneshot service)",
+		"runs a resident daemon before a client connects to the API socket (the reaper is a oneshot service; the server starts on demand)",
 		"removes retained data: uninstall removes only the files listed here, never " + cfg.Root,
 	}
 	return p, nil

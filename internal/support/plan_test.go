@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,13 +29,18 @@ func TestBuildPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Files) != 3 {
+	if len(p.Files) != 5 {
 		t.Fatalf("files %v", p.Files)
 	}
 	want := map[string][]string{
 		ReapService:     {"Type=oneshot", "ExecStart=" + c.Exe + " --root /srv/hostfork reap\n", "TimeoutStartSec=10min", "X-Hostfork-Version=v1.2.3 0123456789ab", "X-Hostfork-Root=/srv/hostfork"},
 		ReapTimer:       {"OnUnitActiveSec=1min", "WantedBy=timers.target", "Unit=hostfork-reap.service"},
 		FinalizeService: {"Type=oneshot", "Environment=HOSTFORK_FINALIZE_ENV=%i", "ExecStart=" + c.Exe + " --root /srv/hostfork reap\n", "TimeoutStartSec=10min", "(runs a full reap)"},
+		ServeSocket:     {"ListenStream=/srv/hostfork/api.sock\n", "SocketMode=0660\n", "DirectoryMode=0700\n", "RemoveOnStop=yes\n", "WantedBy=sockets.target\n", "X-Hostfork-Root=/srv/hostfork"},
+		ServeService:    {"ExecStart=" + c.Exe + " --root /srv/hostfork serve\n", "KillMode=process\n", "Requires=hostfork-serve.socket\n", "After=hostfork-serve.socket\n", "X-Hostfork-Version=v1.2.3 0123456789ab"},
+	}
+	if strings.Contains(p.Files[3].Content, "[Install]") {
+		t.Errorf("%s has an [Install] section: it is started by its socket only", p.Files[3].Unit)
 	}
 	for _, f := range p.Files {
 		if f.Mode != 0o644 || f.Path != filepath.Join(c.UnitDir, f.Unit) {
@@ -49,8 +55,13 @@ func TestBuildPlan(t *testing.T) {
 			t.Errorf("%s runs %q", f.Unit, execProgram(f.Content))
 		}
 	}
-	if !reflect.DeepEqual(p.Install, [][]string{{"systemctl", "daemon-reload"}, {"systemctl", "enable", "--now", ReapTimer}}) {
+	if !reflect.DeepEqual(p.Install, [][]string{{"systemctl", "daemon-reload"}, {"systemctl", "enable", "--now", ReapTimer},
+		{"systemctl", "enable", "--now", ServeSocket}, {"systemctl", "try-restart", ServeService}}) {
 		t.Errorf("install commands %v", p.Install)
+	}
+	if !reflect.DeepEqual(p.Uninstall, [][]string{{"systemctl", "disable", "--now", ReapTimer}, {"systemctl", "disable", "--now", ServeSocket},
+		{"systemctl", "stop", ServeService}, {"systemctl", "daemon-reload"}}) {
+		t.Errorf("uninstall commands %v", p.Uninstall)
 	}
 	if len(p.Alternatives) != 0 || p.NoSystemd != "" {
 		t.Errorf("alternatives on a systemd host: %v %q", p.Alternatives, p.NoSystemd)
@@ -125,31 +136,35 @@ func TestQuoting(t *testing.T) {
 }
 
 // fakeSystemctl records commands and answers is-enabled/is-active from
-// what enable/disable did.
+// what enable/disable did, per unit.
 type fakeSystemctl struct {
 	ran     [][]string
-	enabled bool
+	enabled map[string]bool
 }
 
 func (f *fakeSystemctl) run(_ context.Context, argv []string) (string, error) {
 	f.ran = append(f.ran, argv)
+	if f.enabled == nil {
+		f.enabled = map[string]bool{}
+	}
+	unit := argv[len(argv)-1]
 	switch argv[len(argv)-2] {
 	case "is-enabled":
-		if f.enabled {
+		if f.enabled[unit] {
 			return "enabled\n", nil
 		}
 		return "disabled\n", errors.New("exit status 1")
 	case "is-active":
-		if f.enabled {
+		if f.enabled[unit] {
 			return "active\n", nil
 		}
 		return "inactive\n", errors.New("exit status 3")
 	}
 	switch {
-	case reflect.DeepEqual(argv[1:], []string{"enable", "--now", ReapTimer}):
-		f.enabled = true
-	case reflect.DeepEqual(argv[1:], []string{"disable", "--now", ReapTimer}):
-		f.enabled = false
+	case slices.Contains(argv, "enable"):
+		f.enabled[unit] = true
+	case slices.Contains(argv, "disable"):
+		f.enabled[unit] = false
 	}
 	return "", nil
 }
@@ -182,7 +197,7 @@ func TestInstallIdempotentStatusUninstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Changed || len(res.Written) != 3 || !reflect.DeepEqual(fake.changes(), p.Install) {
+	if !res.Changed || len(res.Written) != 5 || !reflect.DeepEqual(fake.changes(), p.Install) {
 		t.Fatalf("first install: %+v, ran %v", res, fake.changes())
 	}
 	for _, f := range p.Files {
@@ -196,7 +211,7 @@ func TestInstallIdempotentStatusUninstall(t *testing.T) {
 		}
 	}
 	ents, _ := os.ReadDir(c.UnitDir)
-	if len(ents) != 3 {
+	if len(ents) != 5 {
 		t.Errorf("unit dir holds %d entries (temporary files left?)", len(ents))
 	}
 
@@ -238,7 +253,7 @@ func TestInstallIdempotentStatusUninstall(t *testing.T) {
 	// Re-installing from the new executable rewrites the units.
 	fake.ran = nil
 	res, err = Install(ctx, p2, fake.run)
-	if err != nil || len(res.Written) != 3 || !reflect.DeepEqual(fake.changes(), [][]string{p.Install[0]}) {
+	if err != nil || len(res.Written) != 5 || !reflect.DeepEqual(fake.changes(), [][]string{p.Install[0], p.Install[3]}) {
 		t.Fatalf("upgrade install: %+v %v, ran %v", res, err, fake.changes())
 	}
 
@@ -250,7 +265,7 @@ func TestInstallIdempotentStatusUninstall(t *testing.T) {
 		t.Fatalf("install for another root: %v", err)
 	}
 	u, err := Uninstall(ctx, p3, fake.run)
-	if err != nil || len(u.Removed) != 0 || len(u.Kept) != 3 {
+	if err != nil || len(u.Removed) != 0 || len(u.Kept) != 5 {
 		t.Fatalf("uninstall for another root: %+v %v", u, err)
 	}
 
@@ -265,14 +280,14 @@ func TestInstallIdempotentStatusUninstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(u.Removed) != 2 || len(u.Kept) != 1 || !reflect.DeepEqual(fake.changes(), p2.Uninstall) {
+	if len(u.Removed) != 4 || len(u.Kept) != 1 || !reflect.DeepEqual(fake.changes(), p2.Uninstall) {
 		t.Fatalf("uninstall: %+v, ran %v", u, fake.changes())
 	}
 	if _, err := os.Stat(foreign); err != nil {
 		t.Errorf("the foreign file was removed: %v", err)
 	}
-	if fake.enabled {
-		t.Errorf("timer still enabled after uninstall")
+	if fake.enabled[ReapTimer] || fake.enabled[ServeSocket] {
+		t.Errorf("timer or socket still enabled after uninstall: %v", fake.enabled)
 	}
 }
 

@@ -190,7 +190,8 @@ func TestInstallInRealSystemd(t *testing.T) {
 
 	// The timer's service, run once now, succeeds.
 	if s, code := sh("systemctl", "start", "hostfork-reap.service"); code != 0 {
-		t.Fatalf("systemctl start hostfork-reap.service: exit %d: %s", code, s)
+		j, _ := sh("journalctl", "-u", "hostfork-reap.service", "--no-pager", "-o", "cat")
+		t.Fatalf("systemctl start hostfork-reap.service: exit %d: %s\n%s", code, s, j)
 	}
 	s, _ := sh("systemctl", "show", "hostfork-reap.service", "-p", "Result", "-p", "ExecMainStatus", "-p", "ExecMainCode")
 	if !strings.Contains(s, "Result=success") || !strings.Contains(s, "ExecMainStatus=0") {
@@ -220,18 +221,36 @@ func TestInstallInRealSystemd(t *testing.T) {
 		t.Fatalf("repairing install: exit %d\n%s", code, out)
 	}
 
+	envID := serveThroughSocket(t, n, root, hf, sh)
+
 	out, code = hf("support", "uninstall", "--system")
-	if code != 0 || strings.Count(out, "removed ") != 3 || !strings.Contains(out, "no active runs") {
+	if code != 0 || strings.Count(out, "removed ") != 5 || !strings.Contains(out, "1 active run(s)") || !strings.Contains(out, "(environment "+envID+") alive: sleep 300") {
 		t.Fatalf("uninstall: exit %d\n%s", code, out)
 	}
 	t.Logf("uninstall:\n%s", out)
-	for _, u := range []string{"hostfork-reap.service", "hostfork-reap.timer", "hostfork-finalize@.service"} {
+	for _, u := range []string{"hostfork-reap.service", "hostfork-reap.timer", "hostfork-finalize@.service", "hostfork-serve.socket", "hostfork-serve.service"} {
 		if _, err := os.Stat(n.Path("/etc/systemd/system/" + u)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s still there: %v", u, err)
 		}
 	}
 	if s, _ := sh("systemctl", "is-enabled", "hostfork-reap.timer"); s == "enabled" {
 		t.Errorf("timer still enabled after uninstall")
+	}
+	for _, u := range []string{"hostfork-serve.socket", "hostfork-serve.service"} {
+		if s, _ := sh("systemctl", "is-active", u); s == "active" {
+			t.Errorf("%s still active after uninstall", u)
+		}
+	}
+	if _, err := os.Lstat(n.Path(root + "/api.sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the API socket is still there after uninstall: %v", err)
+	}
+	// The run made through the server outlived the server and the units.
+	out, code = hf("status", "--json", envID)
+	if code != 0 || !strings.Contains(out, `"state": "alive"`) {
+		t.Errorf("the environment made through the server after uninstall: exit %d\n%s", code, out)
+	}
+	if out, code = hf("stop", envID); code != 0 {
+		t.Errorf("stop %s: exit %d\n%s", envID, code, out)
 	}
 	if _, err := os.Stat(n.Path(root + "/registry.sqlite")); err != nil {
 		t.Errorf("uninstall touched the store: %v", err)
@@ -278,4 +297,89 @@ func TestUninstallListsActiveRuns(t *testing.T) {
 	if i, j := strings.Index(out, "active run(s)"), strings.Index(out, "nothing of hostfork's"); i > j {
 		t.Errorf("active runs listed after the removal:\n%s", out)
 	}
+}
+
+// serveThroughSocket checks the installed API units: the socket listens
+// (0660), its first connection starts the server, the CLI runs verbs
+// through it (--host) with the same results as in-process, a run made
+// through it outlives the server's stop, and the next connection starts
+// the server again. It returns the id of an environment left running.
+func serveThroughSocket(t *testing.T, n *testutil.Nspawn, root string, hf, sh func(args ...string) (string, int)) string {
+	t.Helper()
+	sock := root + "/api.sock"
+	host := func(args ...string) (string, string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		cmd := n.Command(ctx, append([]string{"/usr/local/bin/hostfork", "--host", "unix://" + sock}, args...)...)
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), exitCode(err)
+	}
+	for _, u := range []string{"hostfork-serve.socket"} {
+		if s, _ := sh("systemctl", "is-enabled", u); s != "enabled" {
+			t.Errorf("%s is-enabled: %s", u, s)
+		}
+		if s, _ := sh("systemctl", "is-active", u); s != "active" {
+			t.Errorf("%s is-active: %s", u, s)
+		}
+	}
+	st, err := os.Lstat(n.Path(sock))
+	if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o660 {
+		t.Fatalf("the API socket %s: %v %v", sock, st, err)
+	}
+	if s, _ := sh("systemctl", "is-active", "hostfork-serve.service"); s == "active" {
+		t.Errorf("the server runs before anything connected")
+	}
+
+	// The first connection starts the server; a foreground run streams its
+	// output and exits with the command's status.
+	out, errOut, code := host("run", "--ttl", "1m", "--", "sh", "-c", "echo hello; echo oops >&2; exit 3")
+	if code != 3 || out != "hello\n" || errOut != "oops\n" {
+		t.Fatalf("run through the socket: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if s, _ := sh("systemctl", "is-active", "hostfork-serve.service"); s != "active" {
+		t.Errorf("hostfork-serve.service after a connection: %s", s)
+	}
+	j, _ := sh("journalctl", "-u", "hostfork-serve.service", "--no-pager", "-o", "cat")
+	if !strings.Contains(j, "listening on unix://"+sock) || !strings.Contains(j, "socket activation") {
+		t.Errorf("the server's journal:\n%s", j)
+	}
+	remote, _, code := host("ps", "--all", "--json")
+	local, lcode := hf("ps", "--all", "--json")
+	if code != 0 || lcode != 0 || remote != local || !strings.Contains(remote, `"sh",`) {
+		t.Errorf("ps --all --json through the server (exit %d) and in-process (exit %d) differ:\n%s\n---\n%s", code, lcode, remote, local)
+	}
+	out, _, code = host("status", "zzzzzz")
+	if code != 119 {
+		t.Errorf("status of an unknown id through the server: exit %d", code)
+	}
+
+	// A detached run outlives the server's stop; the next connection
+	// starts the server again, which finds it.
+	out, errOut, code = host("run", "--detach", "--ttl", "2m", "--", "sleep", "300")
+	if code != 0 {
+		t.Fatalf("run --detach through the socket: exit %d: %s", code, errOut)
+	}
+	envID := strings.TrimSpace(out)
+	if s, code := sh("systemctl", "stop", "hostfork-serve.service"); code != 0 {
+		t.Fatalf("systemctl stop hostfork-serve.service: exit %d: %s", code, s)
+	}
+	if s, _ := sh("systemctl", "is-active", "hostfork-serve.socket"); s != "active" {
+		t.Errorf("the socket after the server stopped: %s", s)
+	}
+	out, code = hf("status", "--json", envID)
+	if code != 0 || !strings.Contains(out, `"state": "alive"`) {
+		t.Fatalf("the detached run after the server stopped: exit %d\n%s", code, out)
+	}
+	out, _, code = host("status", "--json", envID)
+	if code != 0 || !strings.Contains(out, `"state": "alive"`) {
+		t.Fatalf("status through the socket after the server stopped: exit %d\n%s", code, out)
+	}
+	if s, _ := sh("systemctl", "is-active", "hostfork-serve.service"); s != "active" {
+		t.Errorf("hostfork-serve.service after the next connection: %s", s)
+	}
+	return envID
 }
