@@ -462,8 +462,11 @@ func TestTruthOOMPerCommand(t *testing.T) {
 	bgPID, bgST := identityFile(t, bgFile)
 
 	hog := c.run("exec", env, "--", "sh", "-c", "head -c 300M /dev/zero | tail -c 300M > /dev/null")
-	if hog.code != 137 && hog.code != cli.ExitEnded {
-		t.Errorf("the OOM-killed exec: %v, want 137 (or 124 with a line)", hog)
+	// The leader (sh) was not the victim: its own status (137, as tail's),
+	// with a warning that a process of the command was OOM-killed
+	// (docs/exit-codes.md).
+	if w := hostforkLines(hog.stderr); hog.code != 137 || len(w) != 1 || !strings.Contains(w[0], "OOM") {
+		t.Errorf("the exec whose tail was OOM-killed: %v; want 137 and one hostfork warning naming the OOM kill", hog)
 	}
 	if !sameProcessAlive(fgPID, fgST) || !sameProcessAlive(bgPID, bgST) {
 		t.Fatalf("the OOM killer took a sleep too (foreground alive %v, detached alive %v): the test needs them alive",
@@ -522,6 +525,16 @@ func checkEnded(t *testing.T, r cliResult, reason string) {
 	}
 }
 
+// checkRecordEnded: the record of the one command running needle says
+// hostfork stopped it, for reason.
+func checkRecordEnded(t *testing.T, c *hostforkCLI, needle, reason string) {
+	t.Helper()
+	rec := c.status(c.commandOf(needle).ID)
+	if rec["stop_reason"] != reason || rec["stopped_by_hostfork"] != true {
+		t.Errorf("the record: stop reason %v, stopped_by_hostfork %v; want %s, true (docs/exit-codes.md: the record says the same as the 124)", rec["stop_reason"], rec["stopped_by_hostfork"], reason)
+	}
+}
+
 // TestTruthEndedByHostfork (class 8): a command hostfork ends exits 124
 // with one line saying why (as timeout(1)); one killed by a signal
 // hostfork did not send keeps 128+N, with no hostfork line.
@@ -532,18 +545,14 @@ func TestTruthEndedByHostfork(t *testing.T) {
 		c := newCLI(t)
 		r := c.run("run", "--ttl", "3s", "--", "sh", "-c", `trap "exit 0" TERM; sleep 10 & wait`)
 		checkEnded(t, r, "deadline")
-		if row := c.commandOf("trap"); row.StopReason != "deadline" {
-			t.Errorf("the record's stop reason is %q, want deadline", row.StopReason)
-		}
+		checkRecordEnded(t, c, "trap", "deadline")
 	})
 	t.Run("idle-timeout", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t)
 		r := c.run("run", "--idle-timeout", "2s", "--", "sleep", "30")
 		checkEnded(t, r, "idle")
-		if row := c.commandOf("sleep 30"); row.StopReason != "idle" {
-			t.Errorf("the record's stop reason is %q, want idle", row.StopReason)
-		}
+		checkRecordEnded(t, c, "sleep 30", "idle")
 	})
 	t.Run("exec-timeout", func(t *testing.T) {
 		t.Parallel()
@@ -551,10 +560,48 @@ func TestTruthEndedByHostfork(t *testing.T) {
 		env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m").stdout)
 		r := c.run("exec", "--timeout", "2s", env, "--", "sleep", "30")
 		checkEnded(t, r, "timeout")
-		if row := c.commandOf("sleep 30"); row.StopReason != "timeout" {
-			t.Errorf("the record's stop reason is %q, want timeout", row.StopReason)
-		}
+		checkRecordEnded(t, c, "sleep 30", "timeout")
 		c.mustRun("stop", env)
+	})
+	t.Run("oom-of-the-leader", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		cleanupV1(t, c)
+		// The leader itself holds the memory (a command substitution).
+		r := c.run("run", "--memory", "64M", "--", "sh", "-c", `x=$(head -c 300M /dev/zero | tr "\0" a); echo survived`)
+		checkEnded(t, r, "OOM")
+		rec := c.status(c.commandOf("survived").ID)
+		if rec["oom"] != true {
+			t.Errorf("the record: oom %v (%v), want true", rec["oom"], rec["oom_evidence"])
+		}
+		if rec["stopped_by_hostfork"] != true && rec["stop_reason"] == "" {
+			t.Errorf("run exited 124 (hostfork ended it: the OOM kill under its budget), but the record says stopped_by_hostfork %v, stop reason %q: by docs/exit-codes.md that reads as a command that exited 124 by itself", rec["stopped_by_hostfork"], rec["stop_reason"])
+		}
+	})
+	t.Run("kill-9-from-outside/after-a-child-oom", func(t *testing.T) {
+		// A child is OOM-killed (the command's counter moves), the leader
+		// lives on and is then killed by kill -9 from outside: neither
+		// hostfork nor the OOM killer ended the leader.
+		t.Parallel()
+		c := newCLI(t)
+		cleanupV1(t, c)
+		dir := t.TempDir()
+		file, oomed := filepath.Join(dir, "leader"), filepath.Join(dir, "oomed")
+		b := c.start("run", "--memory", "64M", "--", "sh", "-c", writeIdentity(file)+"; head -c 300M /dev/zero | tail -c 300M > /dev/null; echo oomed > "+oomed+"; exec sleep 300")
+		pid, _ := identityFile(t, file)
+		waitFile(t, oomed)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		r := b.wait(t)
+		if r.code != 137 {
+			t.Errorf("run whose leader was killed by kill -9 from outside after a child's OOM kill: %v; want 137 (the leader was not OOM-killed)", r)
+		}
+		for _, l := range hostforkLines(r.stderr) {
+			if !strings.Contains(l, "warning") {
+				t.Errorf("hostfork claims it (or the OOM killer) ended the leader: %q", l)
+			}
+		}
 	})
 	for _, verb := range []string{"run", "exec"} {
 		t.Run("kill-9-from-outside/"+verb, func(t *testing.T) {
@@ -576,8 +623,8 @@ func TestTruthEndedByHostfork(t *testing.T) {
 			if r.code != 137 || len(hostforkLines(r.stderr)) > 0 {
 				t.Errorf("%s whose leader was killed by kill -9 from outside: %v; want 137 and no hostfork line", verb, r)
 			}
-			if row := c.commandOf(file); row.StopReason != "" {
-				t.Errorf("hostfork did not stop it, yet the record's stop reason is %q", row.StopReason)
+			if rec := c.status(c.commandOf(file).ID); rec["stop_reason"] != "" || rec["stopped_by_hostfork"] != false {
+				t.Errorf("hostfork did not stop it, yet the record says stop reason %q, stopped_by_hostfork %v", rec["stop_reason"], rec["stopped_by_hostfork"])
 			}
 			if env != "" {
 				c.mustRun("stop", env)
@@ -598,9 +645,7 @@ func TestTruthEndedByHostfork(t *testing.T) {
 			}
 			c.mustRun("stop", id)
 			checkEnded(t, b.wait(t), "stop")
-			if row := c.commandOf(file); row.StopReason != "user" {
-				t.Errorf("the record's stop reason is %q, want user", row.StopReason)
-			}
+			checkRecordEnded(t, c, file, "user")
 			c.run("stop", env)
 		})
 	}
