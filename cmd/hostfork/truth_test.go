@@ -285,12 +285,12 @@ func tmpfsStore(t *testing.T, c *hostforkCLI, size string) *hostforkCLI {
 // ---- class 5: a tree that left its cgroup ----------------------------
 
 // escapeScript writes a script that moves its shell out of hostfork's
-// cgroups (into the test's cgroup parent, else the cgroup2 root), writes
+// cgroups (into to: the test's cgroup parent or the cgroup2 root), writes
 // "PID STARTTIME CGROUP" to its second argument and becomes sleep 1000, ignoring SIGTERM.
-func escapeScript(t *testing.T, c *hostforkCLI, dir string) string {
+func escapeScript(t *testing.T, dir, to string) string {
 	t.Helper()
 	path := filepath.Join(dir, "escape.sh")
-	script := "echo $$ > " + c.parent + "/cgroup.procs 2>/dev/null || echo $$ > " + c.mount + "/cgroup.procs || exit 1\n" +
+	script := "echo $$ > " + to + "/cgroup.procs || exit 1\n" +
 		"echo \"$$ $(cut -d' ' -f22 /proc/$$/stat) $(grep '^0::' /proc/$$/cgroup)\" > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"\n" +
 		"trap '' TERM\nexec sleep 1000\n"
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
@@ -383,18 +383,24 @@ func TestTruthEscapedTree(t *testing.T) {
 	leaderFor := func(esc, file string) string {
 		return "sh " + esc + " " + file + " & while [ ! -e " + file + " ]; do sleep 0.01; done"
 	}
-	t.Run("run", func(t *testing.T) {
-		c := c.with(t)
-		dir := t.TempDir()
-		esc, file := escapeScript(t, c, dir), filepath.Join(dir, "escapee")
-		r := c.run("run", "--", "sh", "-c", leaderFor(esc, file))
-		pid, st := escapee(t, c, file)
-		checkEscapeOutcome(t, c, "run", r, c.commandOf(file).ID, pid, st)
-	})
+	for _, to := range []string{"parent", "root"} {
+		t.Run("run/to-"+to, func(t *testing.T) {
+			c := c.with(t)
+			dir := t.TempDir()
+			dest := c.parent
+			if to == "root" {
+				dest = c.mount // as in the issue; cleanup finds it by its mark
+			}
+			esc, file := escapeScript(t, dir, dest), filepath.Join(dir, "escapee")
+			r := c.run("run", "--", "sh", "-c", leaderFor(esc, file))
+			pid, st := escapee(t, c, file)
+			checkEscapeOutcome(t, c, "run", r, c.commandOf(file).ID, pid, st)
+		})
+	}
 	t.Run("exec", func(t *testing.T) {
 		c := c.with(t)
 		dir := t.TempDir()
-		esc, file := escapeScript(t, c, dir), filepath.Join(dir, "escapee")
+		esc, file := escapeScript(t, dir, c.parent), filepath.Join(dir, "escapee")
 		env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m").stdout)
 		r := c.run("exec", env, "--", "sh", "-c", leaderFor(esc, file))
 		pid, st := escapee(t, c, file)
@@ -414,7 +420,7 @@ func TestTruthEscapedTree(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := c.with(t)
 			dir := t.TempDir()
-			esc, file := escapeScript(t, c, dir), filepath.Join(dir, "escapee")
+			esc, file := escapeScript(t, dir, c.parent), filepath.Join(dir, "escapee")
 			var env string
 			if tc.create {
 				env = strings.TrimSpace(c.mustRun("create", "--ttl", "5m").stdout)
@@ -991,6 +997,42 @@ func TestTruthStopDecisions(t *testing.T) {
 			})
 		}
 	}
+	t.Run("store-full", func(t *testing.T) {
+		// The stop can't be recorded on a full store; it still kills, and
+		// once space is back, reap records it with its reason.
+		t.Parallel()
+		c := tmpfsStore(t, newCLI(t), "8m")
+		file := filepath.Join(t.TempDir(), "leader")
+		env := strings.TrimSpace(c.mustRun("run", "--detach", "--until-stopped", "--", "sh", "-c", writeIdentity(file)+"; exec sleep 300").stdout)
+		pid, st := identityFile(t, file)
+		cmdID := c.commandOf(file).ID
+		filler := filepath.Join(filepath.Dir(c.root), "filler")
+		f, err := os.Create(filler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := f.Write(buf); err != nil {
+				break
+			}
+		}
+		f.Close()
+		r := c.run("stop", cmdID)
+		t.Logf("stop on a full store: %v", r)
+		waitDead(t, "the tree under a stop on a full store", pid, st, 10*time.Second)
+		if err := os.Remove(filler); err != nil {
+			t.Fatal(err)
+		}
+		c.reap()
+		rec := c.status(cmdID)
+		if rec["stop_reason"] != "user" || rec["tree_state"] != "exited" {
+			t.Errorf("after space came back and reap: stop reason %v, tree %v; want user, exited", rec["stop_reason"], rec["tree_state"])
+		}
+		if es := c.status(env); es["state"] != "stopped" {
+			t.Errorf("environment after reap: state %v (%v); want stopped", es["state"], es["stop_reason"])
+		}
+	})
 	t.Run("stop-killed-then-deadline", func(t *testing.T) {
 		// The user's stop is decided and interrupted; the deadline then
 		// ends the tree; reap keeps the first reason.
