@@ -32,7 +32,9 @@ outlives this command, so an expiry (--ttl) or --until-stopped is required.`,
 				return err
 			}
 			defer h.Close()
-			f.recapture(c.Context(), g, h)
+			if err := f.recapture(c.Context(), g, h); err != nil {
+				return err
+			}
 			p, err := h.Plan(c.Context(), s)
 			if err != nil {
 				return err

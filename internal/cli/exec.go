@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"os/signal"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -73,7 +75,9 @@ the environment's expiry either.`,
 				return err
 			}
 			defer h.Close()
-			lf.recapture(ctx, g, h)
+			if err := lf.recapture(ctx, g, h); err != nil {
+				return err
+			}
 			lr := &launchReq{argv: args[1:], output: hostfork.OutputMode(output), cwd: cwd, purpose: purpose, labels: lm,
 				timeout: timeout, envPolicy: launch.EnvPolicy, envSet: lf.envVars, ownerExit: hostfork.OwnerExitStop, stdin: stdin}
 			if detach {
@@ -81,6 +85,11 @@ the environment's expiry either.`,
 			}
 			if err := af.apply(lr, g); err != nil {
 				return err
+			}
+			var sigs chan os.Signal
+			if !detach {
+				sigs = catchSignals()
+				defer signal.Stop(sigs)
 			}
 			cmd, err := h.Start(ctx, args[0], lr)
 			if err != nil {
@@ -98,7 +107,7 @@ the environment's expiry either.`,
 				fmt.Fprintln(g.out, cmd.ID())
 				return nil
 			}
-			return foreground(ctx, g, h, cmd, lr.output, hostfork.ReasonOwnerExit)
+			return foreground(ctx, g, h, cmd, sigs, lr.output, hostfork.ReasonOwnerExit)
 		},
 	}
 	af.add(c)

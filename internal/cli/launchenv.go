@@ -50,14 +50,19 @@ func (f *launchEnvFlags) apply(l *spec.Launch) error {
 }
 
 // recapture refreshes the cached login-shell capture when asked. A failure
-// is a warning: the launch goes on and reports how it resolved.
-func (f *launchEnvFlags) recapture(ctx context.Context, g *globals, h backend) {
+// is a warning: the launch goes on and reports how it resolved. Through a
+// server (--host) it is refused: the server captures its own user's shell.
+func (f *launchEnvFlags) recapture(ctx context.Context, g *globals, h backend) error {
 	if !f.recaptureEnv {
-		return
+		return nil
+	}
+	if g.remote() {
+		return usageErr("--recapture-env can't go with --host: the server captures its own user's login shell (run 'hostfork run --recapture-env' on the server's host without --host)")
 	}
 	if err := h.RecaptureHostShell(ctx); err != nil {
 		fmt.Fprintf(g.err, "hostfork: warning: --recapture-env: %v\n", err)
 	}
+	return nil
 }
 
 // warnEnvNote prints a started command's launch-environment note (a failed

@@ -158,7 +158,9 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 		return err
 	}
 	defer h.Close()
-	f.recapture(ctx, g, h)
+	if err := f.recapture(ctx, g, h); err != nil {
+		return err
+	}
 	plan, err := h.Plan(ctx, s)
 	if err != nil {
 		return err
@@ -170,6 +172,11 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	}
 	if f.capture {
 		return runCapture(ctx, g, h.(local).Host, plan, lr)
+	}
+	var sigs chan os.Signal
+	if !f.detach {
+		sigs = catchSignals()
+		defer signal.Stop(sigs)
 	}
 	cmd, err := h.Run(ctx, plan, lr)
 	if err != nil {
@@ -189,7 +196,7 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 		return nil
 	}
 	// The run ends when the leader exits: stop whatever it left behind.
-	return foreground(ctx, g, h, cmd, output, hostfork.ReasonOwnerExit)
+	return foreground(ctx, g, h, cmd, sigs, output, hostfork.ReasonOwnerExit)
 }
 
 // remoteOnly refuses what a run can't do through a server, before
@@ -225,25 +232,32 @@ func warnUnenforced(g *globals, p *hostfork.Plan) {
 // leader.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 
-// foreground forwards signals to a started command's leader, waits for the
-// leader, stops what it left behind (leftovers, with reason), waits until
-// the tree's result is recorded, and turns the leader's status into the
-// exit status: its own, 128+N, or 124 with one line saying why when
-// hostfork ended it.
+// catchSignals catches the signals a foreground run or exec forwards. It
+// is called before the command starts, so that a signal arriving while it
+// starts is forwarded once it runs, instead of ending this process by its
+// default action (and the command with it). signal.Stop ends it.
+func catchSignals() chan os.Signal {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	return sigs
+}
+
+// foreground forwards signals (sigs, from catchSignals) to a started
+// command's leader, waits for the leader, stops what it left behind
+// (leftovers, with reason), waits until the tree's result is recorded, and
+// turns the leader's status into the exit status: its own, 128+N, or 124
+// with one line saying why when hostfork ended it.
 //
 // cmd is a command of this process or of a server (--host): then, with
 // output pipe, its stdout and stderr are followed from offset 0 to this
 // process's until its tree has exited, and written out before the exit
 // status.
-func foreground(ctx context.Context, g *globals, h backend, cmd launched, output hostfork.OutputMode, leftovers hostfork.StopReason) error {
+func foreground(ctx context.Context, g *globals, h backend, cmd launched, sigs chan os.Signal, output hostfork.OutputMode, leftovers hostfork.StopReason) error {
 	drain := func() {}
 	if _, ours := cmd.(*hostfork.Command); !ours && output == hostfork.OutputPipe {
 		drain = follow(ctx, g, h, cmd.ID())
 	}
 	tty := foregroundJob(cmd)
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
 	if tty {
 		// The workload owns the terminal now; we need it back later.
 		signal.Ignore(syscall.SIGTTOU, syscall.SIGTTIN)
