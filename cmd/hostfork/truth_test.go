@@ -842,9 +842,13 @@ func TestTruthEnvState(t *testing.T) {
 			env := strings.TrimSpace(c.mustRun("create", "--ttl", "3s", "--grace", "1s").stdout)
 			c.mustRun("exec", "--detach", env, "--", "sh", "-c", writeIdentity(file)+"; exec sleep 300")
 			pid, st := identityFile(t, file)
+			gpid, gst := guardianOf(t, c, c.commandOf(file).ID)
 			deadline := envDeadline(t, c, env)
 			waitDead(t, "the command at the deadline", pid, st, time.Until(deadline)+deadlineSafety)
-			// Nothing else ran hostfork since: the next reader is the first.
+			// Its guardian gone too, the tree's end is proven by its final
+			// receipt. Nothing else ran hostfork since: the next reader is
+			// the first.
+			waitDead(t, "the command's guardian", gpid, gst, deadlineSafety)
 			switch reader {
 			case "status":
 				checkStoppedFor(t, "status", c.status(env), "deadline")
@@ -906,6 +910,19 @@ func TestTruthEnvState(t *testing.T) {
 		}
 		c.run("stop", env)
 	})
+}
+
+// guardianOf is the identity of a command's guardian, checked against
+// the live process.
+func guardianOf(t *testing.T, c *hostforkCLI, cmdID string) (int, uint64) {
+	t.Helper()
+	st := c.status(cmdID)
+	pid, _ := jsonAt(st, "guardian.pid").(float64)
+	start, _ := jsonAt(st, "guardian.start_time").(float64)
+	if pid == 0 || startTime(int(pid)) != uint64(start) {
+		t.Fatalf("command %s: guardian %v is not a live process with that identity", cmdID, st["guardian"])
+	}
+	return int(pid), uint64(start)
 }
 
 // keeperOf is the identity of an environment's keeper, checked against
@@ -1398,16 +1415,11 @@ func TestTruthSmallerUntruths(t *testing.T) {
 			if r := c.run("stop", "--abandon", cmdID); r.code == 0 {
 				t.Errorf("stop --abandon of a verified live command: %v; want it refused", r)
 			}
-			g := c.status(cmdID)
-			gpid, _ := jsonAt(g, "guardian.pid").(float64)
-			gst, _ := jsonAt(g, "guardian.start_time").(float64)
-			if gpid == 0 || startTime(int(gpid)) != uint64(gst) {
-				t.Fatalf("the guardian %v is not live", g["guardian"])
-			}
-			if err := syscall.Kill(int(gpid), syscall.SIGKILL); err != nil {
+			gpid, gst := guardianOf(t, c, cmdID)
+			if err := syscall.Kill(gpid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			waitDead(t, "the guardian", int(gpid), uint64(gst), 10*time.Second)
+			waitDead(t, "the guardian", gpid, gst, 10*time.Second)
 			if r := c.run("stop", cmdID); r.code == 0 {
 				t.Errorf("stop of a tree whose guardian is lost: %v; want non-zero (unverified)", r)
 			}
@@ -1439,6 +1451,9 @@ func TestTruthSmallerUntruths(t *testing.T) {
 				es := c.status(env)
 				if es["state"] != "stopped" || es["stop_reason"] != "abandoned" {
 					t.Errorf("the abandoned environment: state %v, stop reason %v; want stopped, abandoned", es["state"], es["stop_reason"])
+				}
+				if gaveUp, _ := es["abandoned"].([]any); len(gaveUp) == 0 || !strings.Contains(fmt.Sprint(gaveUp), cmdID) {
+					t.Errorf("the abandoned environment's record does not say what was given up (command %s): %v", cmdID, es["abandoned"])
 				}
 			}
 		})
