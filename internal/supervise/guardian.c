@@ -67,7 +67,7 @@ static struct {
 	int njoin;
 	const char *path, *cwd; /* valid until the release is unmapped */
 	char **argv, **envp;
-	int pipe_mode, owner_stop, foreground, view_pid, auto_stop;
+	int pipe_mode, inherit_mode, owner_stop, foreground, view_pid, auto_stop;
 	uint64_t view_start;
 	int64_t deadline_ns, timeout_ns, grace_ns, idle_ns;
 } cfg;
@@ -297,6 +297,7 @@ static int parse_release(struct hf_msg *m)
 			cfg.cwd = v;
 		} else if (!strcmp(p, "output")) {
 			cfg.pipe_mode = !strcmp(v, "pipe");
+			cfg.inherit_mode = !strcmp(v, "inherit");
 		} else if (!strcmp(p, "workload_cgroup")) {
 			if (hf_copy_bounded(cfg.cgroup, sizeof cfg.cgroup, v) < 0)
 				return -1;
@@ -636,10 +637,17 @@ static void idle_poll(void)
 			}
 		}
 	}
-	uint64_t io = io_total();
-	if (io != idle_io) {
-		idle_io = io;
-		last_activity = hf_mono_now();
+	/* In inherit mode output goes straight to the inherited descriptors
+	 * (a terminal, most often), which the guardian can't watch: the tree's
+	 * own read and write counters stand in for terminal input and output.
+	 * Elsewhere only output and signals count (a silent tree busy with
+	 * files is idle). */
+	if (cfg.inherit_mode) {
+		uint64_t io = io_total();
+		if (io != idle_io) {
+			idle_io = io;
+			last_activity = hf_mono_now();
+		}
 	}
 }
 
@@ -1232,7 +1240,8 @@ int hf_guardian_main(void)
 		}
 	}
 	clock_gettime(CLOCK_REALTIME, &R.tree_at);
-	if (!cfg.pipe_mode && (fs_full(HF_FD_STDOUT) || fs_full(HF_FD_STDERR)))
+	/* Files mode: the artifacts are beside the receipt. */
+	if (!cfg.pipe_mode && !cfg.inherit_mode && fs_full(HF_FD_RECEIPT))
 		output_truncated = 1;
 	R.has_tree = 1;
 	R.complete = 1;
