@@ -1727,3 +1727,27 @@ func TestTruthTerminalActivity(t *testing.T) {
 		})
 	}
 }
+
+// ---- found on the way: concurrent first use of a new store -------------
+
+// TestTruthStoreFirstUse: hostfork processes that start together on a
+// store that does not exist yet all succeed; none calls the store, which
+// another of them is creating, "not a hostfork store" or unusable (a false
+// 123).
+func TestTruthStoreFirstUse(t *testing.T) {
+	c := newCLI(t)
+	for round := 0; round < 20; round++ {
+		d := *c
+		d.root = filepath.Join(t.TempDir(), "store")
+		var procs []*bgHostfork
+		for i := 0; i < 3; i++ {
+			procs = append(procs, d.start("create", "--ttl", "1m"), d.start("run", "--", "true"))
+		}
+		for _, b := range procs {
+			if r := b.wait(t); r.code != 0 {
+				t.Errorf("round %d: hostfork %s, one of 6 started together on a new store: %v", round, strings.Join(b.cmd.Args[1:], " "), r)
+			}
+		}
+		d.run("stop", "--all")
+	}
+}
