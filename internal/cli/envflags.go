@@ -160,6 +160,9 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 	if err := f.launchEnvFlags.apply(&s.Launch); err != nil {
 		return s, err
 	}
+	if f.ttl != "" && f.untilStopped {
+		return s, usageErr("--ttl and --until-stopped exclude each other: give an expiry or none, not both")
+	}
 	if f.ttl != "" {
 		d, err := spec.ParseDuration(f.ttl)
 		if err != nil {

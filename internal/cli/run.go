@@ -270,11 +270,8 @@ func foreground(ctx context.Context, g *globals, h backend, cmd launched, sigs c
 			case <-done:
 				return
 			case sig := <-sigs:
-				if tty && (sig == syscall.SIGINT || sig == syscall.SIGQUIT || sig == syscall.SIGWINCH) {
+				if tty && (sig == syscall.SIGINT || sig == syscall.SIGQUIT) {
 					continue // the terminal already delivered it to the job
-				}
-				if !tty && sig == syscall.SIGWINCH {
-					continue // no terminal of the command's to resize
 				}
 				_ = cmd.Signal(sig.(syscall.Signal))
 				if sig == syscall.SIGTERM || sig == syscall.SIGHUP {
