@@ -52,6 +52,16 @@ type Evidence struct {
 	Guardian Liveness
 	Launcher Liveness
 	Workload Group // the workload cgroup, read after the guardian was found gone
+	// While the guardian lives, a receipt is only its claim (the file can
+	// be rewritten in place by whoever can write the store): its workload
+	// identity is taken once WorkloadVerified (the process is alive with
+	// that identity and is the guardian's child or in the command's
+	// cgroup, or the guardian said so over its control channel), and its
+	// leader facts once LeaderGone (the recorded workload no longer exists,
+	// or the guardian reported the exit over its channel). Once the
+	// guardian is gone, its last receipt is final and wins.
+	WorkloadVerified bool
+	LeaderGone       bool
 	// OOM, when known, is whether the command's own OOM-kill counter
 	// shows a kill; OOMEvidence says which counter.
 	OOM         *bool
@@ -75,7 +85,7 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 	n := c
 	now := ev.Now.UTC()
 	if r := ev.Receipt; r != nil {
-		mergeLeader(&n, r, ev.BootID)
+		mergeLeader(&n, r, ev)
 	}
 	if n.Guardian == nil {
 		// Never registered: the launch did not get past its reservation.
@@ -148,16 +158,18 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 	return n, !same(c, n)
 }
 
-// mergeLeader applies a receipt's facts about the workload and its leader.
-func mergeLeader(n *api.Command, r *Receipt, boot string) {
-	if r.WorkloadPID != 0 && n.Workload == nil {
-		b := boot
+// mergeLeader applies a receipt's facts about the workload and its leader,
+// as far as ev lets them be believed (see Evidence).
+func mergeLeader(n *api.Command, r *Receipt, ev Evidence) {
+	final := ev.Guardian == Gone
+	if r.WorkloadPID != 0 && n.Workload == nil && (ev.WorkloadVerified || final) {
+		b := ev.BootID
 		if n.Guardian != nil {
 			b = n.Guardian.BootID
 		}
 		n.Workload = &api.Identity{BootID: b, PID: r.WorkloadPID, StartTime: r.WorkloadStart}
 	}
-	if r.StartError != "" && n.Error == "" {
+	if r.StartError != "" && n.Error == "" && (ev.LeaderGone || final) {
 		n.Error = r.StartError
 	}
 	if n.StopReason == "" && r.StopReason != "" {
@@ -166,15 +178,18 @@ func mergeLeader(n *api.Command, r *Receipt, boot string) {
 	if r.OutputTruncated {
 		n.OutputTruncated = true
 	}
-	if r.LeaderExited != nil && n.LeaderState != api.PhaseExited {
+	switch {
+	case r.LeaderExited != nil && (n.LeaderState != api.PhaseExited || final) && (ev.LeaderGone || final):
+		// The guardian's last receipt overrides what an earlier read
+		// believed.
 		n.LeaderState = api.PhaseExited
 		n.LeaderExitedAt = r.LeaderExited
 		n.ExitCode, n.Signal = r.ExitCode, r.Signal
 		n.StoppedByHostfork = r.StoppedByHostfork
-	} else if r.LeaderExited == nil && r.WorkloadPID != 0 {
+	case r.LeaderExited == nil && n.Workload != nil && n.LeaderState != api.PhaseExited:
 		n.LeaderState = api.PhaseLive
 	}
-	if n.StartedAt == nil && r.WorkloadPID != 0 {
+	if n.StartedAt == nil && n.Workload != nil {
 		// The registration time stands in when the record has none.
 		n.StartedAt = &n.CreatedAt
 	}

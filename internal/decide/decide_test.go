@@ -26,9 +26,25 @@ func TestCommand(t *testing.T) {
 	}{
 		{"final stays", api.Command{State: api.CommandExited, TreeState: api.PhaseExited}, Evidence{Guardian: Alive}, api.CommandExited, api.PhaseExited, nil},
 		{"alive guardian, live tree", running, Evidence{BootID: "b1", Guardian: Alive}, api.CommandRunning, api.PhaseLive, nil},
-		{"leader exit taken while guardian lives", running, Evidence{BootID: "b1", Guardian: Alive, Receipt: leaderDone}, api.CommandRunning, api.PhaseLive,
+		{"leader exit taken while guardian lives, leader proven gone", running, Evidence{BootID: "b1", Guardian: Alive, Receipt: leaderDone, WorkloadVerified: true, LeaderGone: true}, api.CommandRunning, api.PhaseLive,
 			func(t *testing.T, n api.Command) {
 				if n.LeaderState != api.PhaseExited || *n.ExitCode != 3 || n.Workload == nil {
+					t.Fatalf("%+v", n)
+				}
+			}},
+		{"a live guardian's receipt is only a claim", running, Evidence{BootID: "b1", Guardian: Alive, Receipt: leaderDone}, api.CommandRunning, api.PhaseLive,
+			func(t *testing.T, n api.Command) {
+				if n.LeaderState != api.PhaseLive || n.ExitCode != nil || n.Workload != nil {
+					t.Fatalf("an unverified receipt was believed: %+v", n)
+				}
+			}},
+		{"the guardian's last receipt overrides an earlier read", func() api.Command {
+			c := running
+			c.LeaderState, c.ExitCode = api.PhaseExited, ip(0)
+			return c
+		}(), Evidence{BootID: "b1", Guardian: Gone, Receipt: &Receipt{WorkloadPID: 11, LeaderExited: &now, Signal: ip(15), StoppedByHostfork: true, TreeExited: &now, Complete: true}}, api.CommandExited, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.ExitCode != nil || n.Signal == nil || *n.Signal != 15 || !n.StoppedByHostfork {
 					t.Fatalf("%+v", n)
 				}
 			}},

@@ -258,8 +258,11 @@ func yesNo(b bool) string {
 func mountNS(f *Facts, n Needs) Check {
 	c := Check{ID: "namespaces.mount", Title: "private mount namespaces (the view)", Evidence: Read, Required: n.View}
 	prop := ""
-	if f.NS.RootPropagation != "" {
-		prop = "; / has " + f.NS.RootPropagation + " propagation on the host (the view makes its copy private)"
+	switch {
+	case f.NS.SharedMounts > 0:
+		prop = fmt.Sprintf("; %d host mounts are shared (/ is %s): a view is their slave, so host mounts and unmounts reach it and nothing of the view reaches the host", f.NS.SharedMounts, f.NS.RootPropagation)
+	case f.NS.RootPropagation != "":
+		prop = "; every host mount is private (/ is " + f.NS.RootPropagation + "): host mounts and unmounts made after an environment starts don't reach its view, and a filesystem the view still covers stays busy on the host (unmount fails with EBUSY, a loop device stays attached) until the environment stops; 'mount --make-rshared /' makes views follow the host"
 	}
 	if f.NS.CapSysAdmin {
 		c.Status, c.Detail = OK, "CAP_SYS_ADMIN: the keeper can unshare a mount namespace and mount trees"+prop

@@ -92,6 +92,8 @@ type NamespaceFacts struct {
 	SubUID           bool   `json:"subuid"`
 	SubGID           bool   `json:"subgid"`
 	RootPropagation  string `json:"root_propagation,omitempty"`
+	// SharedMounts counts the host mounts with shared propagation.
+	SharedMounts int `json:"shared_mounts"`
 }
 
 // StoreFacts describe the store root and its registry.

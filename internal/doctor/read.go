@@ -243,6 +243,11 @@ func readNamespaces(mounts []Mount, user string) NamespaceFacts {
 	if m, ok := MountOf(mounts, "/"); ok {
 		n.RootPropagation = Propagation(m)
 	}
+	for _, m := range mounts {
+		if Propagation(m) == "shared" {
+			n.SharedMounts++
+		}
+	}
 	return n
 }
 

@@ -150,7 +150,9 @@ func (r *Running) recordCapture(ctx context.Context, res *api.CaptureResult) {
 	}
 	r.mu.Lock()
 	r.capture = states
-	r.rec.Capture = states
+	n := *r.rec // replaced, not changed: a snapshot being written keeps its own
+	n.Capture = states
+	r.rec = &n
 	late := r.finishing
 	r.mu.Unlock()
 	if late {

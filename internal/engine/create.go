@@ -235,16 +235,23 @@ func (c *creation) build(ctx context.Context) error {
 		}
 	}
 	var ops []supervise.KeeperOp
+	var treeFiles []*os.File
 	if p.View != nil {
 		trees, err := e.allocateTrees(ctx, rec, p, c.infos, c.treeIn)
 		rec.Trees = trees
 		if err != nil {
 			return err
 		}
-		vops, err := viewOps(p, trees)
+		vops, files, err := viewOps(ctx, p, trees)
 		if err != nil {
 			return err
 		}
+		defer func() {
+			for _, f := range files {
+				f.Close()
+			}
+		}()
+		treeFiles = files
 		if ops, err = view.Compile(vops); err != nil {
 			return err
 		}
@@ -261,7 +268,7 @@ func (c *creation) build(ctx context.Context) error {
 		}
 		defer klog.Close()
 		ks := &supervise.KeeperSpec{Exe: e.opts.Exe, Log: klog, EnvID: rec.ID, OwnerExit: p.OwnerExit,
-			Slave: p.Propagation == "slave", Grace: p.Grace.D(), Ops: ops}
+			Slave: p.Propagation == "slave", Grace: p.Grace.D(), Ops: ops, Files: treeFiles}
 		if p.MaxRuntime > 0 {
 			ks.DeadlineMono = rec.ActivatedMono + p.MaxRuntime.D()
 		}
@@ -402,7 +409,7 @@ func (c *creation) abandon(cause error, l *launch) {
 			cleanup = append(cleanup, err.Error())
 		}
 	}
-	cleanup = append(cleanup, e.removeTrees(ctx, rec.Trees)...)
+	cleanup = append(cleanup, e.removeTrees(ctx, rec.ID, rec.Trees)...)
 	// Trees whose identity was never recorded (made, but not yet in the
 	// record): exact allocation destinations are removed; anything else
 	// stays pending for a person to check.

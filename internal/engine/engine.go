@@ -36,7 +36,7 @@ type Capabilities = api.Capabilities
 // Engine is one open store.
 type Engine struct {
 	root string
-	reg  *registry.DB
+	reg  *records
 	opts Options
 
 	capOnce sync.Once
@@ -71,14 +71,14 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		opts.Exe = "/proc/self/exe"
 	}
 	opts.Root = root
-	return &Engine{root: root, reg: reg, opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
+	return &Engine{root: root, reg: &records{DB: reg, root: root}, opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
 }
 
 // Root is the store directory.
 func (e *Engine) Root() string { return e.root }
 
 // Registry gives tests and the public layer read access.
-func (e *Engine) Registry() *registry.DB { return e.reg }
+func (e *Engine) Registry() *registry.DB { return e.reg.DB }
 
 // Close releases the registry. Launches of this process keep running
 // under their owner-exit policy; their pending waits return ErrClosed.
@@ -171,7 +171,7 @@ func newID() string {
 
 func (e *Engine) track(r *Running) {
 	e.mu.Lock()
-	e.running[r.rec.ID] = r
+	e.running[r.id] = r
 	e.mu.Unlock()
 }
 

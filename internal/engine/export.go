@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
@@ -145,10 +146,16 @@ func (e *Engine) overlaySource(ctx context.Context, env *api.Env, tr *api.Tree, 
 	if env.Keeper != nil && linux.Assess(toLinux(env.Keeper)) == linux.Alive && tr.WorkloadPath != "" {
 		return view.RootPath(env.Keeper.PID, tr.WorkloadPath), func() {}, nil
 	}
-	mounts, err := storage.Reopen(ctx, st)
+	b, err := storage.ForKind(st.Kind)
+	if err != nil {
+		return "", nil, err
+	}
+	opened, err := b.Open(ctx, st)
 	if err != nil {
 		return "", nil, fmt.Errorf("rebuilding the overlay view: %w", err)
 	}
+	defer opened.Close()
+	mounts := opened.Mounts(func(i int) string { return "/proc/self/fd/" + strconv.Itoa(supervise.KeeperFirstFile+i) })
 	tmp, err := os.MkdirTemp(e.root, ".export-view-")
 	if err != nil {
 		return "", nil, err
@@ -163,7 +170,7 @@ func (e *Engine) overlaySource(ctx context.Context, env *api.Env, tr *api.Tree, 
 		return "", nil, err
 	}
 	klog, _ := os.OpenFile(filepath.Join(env.RunDir, "export-keeper.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	k, err := supervise.StartKeeper(&supervise.KeeperSpec{Exe: e.opts.Exe, Log: klog, EnvID: env.ID, OwnerExit: api.OwnerExitStop, Ops: kops})
+	k, err := supervise.StartKeeper(&supervise.KeeperSpec{Exe: e.opts.Exe, Log: klog, EnvID: env.ID, OwnerExit: api.OwnerExitStop, Ops: kops, Files: opened.Files})
 	if klog != nil {
 		klog.Close()
 	}

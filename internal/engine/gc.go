@@ -156,7 +156,7 @@ func (e *Engine) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg *C
 				rep.Deleted = append(rep.Deleted, item)
 				continue
 			}
-			if err := removeTree(ctx, t); err != nil {
+			if err := e.removeTree(ctx, env.ID, t); err != nil {
 				item.Reason = err.Error()
 				rep.Errors = append(rep.Errors, item)
 				continue
@@ -166,6 +166,13 @@ func (e *Engine) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg *C
 			rep.Deleted = append(rep.Deleted, item)
 		default: // evidence
 			item.Path, item.Bytes = env.RunDir, dirBytes(env.RunDir)
+			if left := allocatedTrees(env); left != "" && !opts.DryRun {
+				// The record is what names the tree for a later gc (or
+				// a person): it goes only with the last tree.
+				item.Reason = "tree " + left + " is still allocated (held, or its removal failed); the record and its evidence stay"
+				rep.Held = append(rep.Held, item)
+				continue
+			}
 			if changed && !e.recordTrees(ctx, env, rep) {
 				return
 			}
@@ -196,6 +203,17 @@ func (e *Engine) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg *C
 	}
 }
 
+// allocatedTrees names the first tree of env that is still allocated
+// ("" none).
+func allocatedTrees(env *api.Env) string {
+	for _, t := range env.Trees {
+		if t.State == api.TreeAllocated {
+			return t.Name
+		}
+	}
+	return ""
+}
+
 // recordTrees records deleted trees (and settles their intents).
 func (e *Engine) recordTrees(ctx context.Context, env *api.Env, rep *api.GCReport) bool {
 	for try := 0; try < 5; try++ {
@@ -222,12 +240,18 @@ func (e *Engine) recordTrees(ctx context.Context, env *api.Env, rep *api.GCRepor
 	return false
 }
 
-// removeTree deletes one allocated tree through its storage backend,
-// which checks the recorded identities first.
-func removeTree(ctx context.Context, t *api.Tree) error {
+// removeTree deletes one allocated tree of environment envID through its
+// storage backend, which checks the recorded identities first. Whatever
+// the record says, only an exact allocation destination of that
+// environment is removed (<root>/trees/<env>-<tree>, or <env>-<tree> in an
+// allocation area), with the tree's data inside it.
+func (e *Engine) removeTree(ctx context.Context, envID string, t *api.Tree) error {
 	var st storage.Tree
 	if err := json.Unmarshal(t.Storage, &st); err != nil {
 		return fmt.Errorf("unreadable tree record: %w", err)
+	}
+	if !e.isAllocationDest(envID, st.Dest) || (st.Path != st.Dest && !safefs.Within(st.Path, st.Dest)) {
+		return fmt.Errorf("the record names %s (data %s), which is not an allocation of environment %s: refusing to delete it: %w", st.Dest, st.Path, envID, safefs.ErrIdentityMismatch)
 	}
 	b, err := storage.ForKind(st.Kind)
 	if err != nil {

@@ -143,11 +143,12 @@ func (e *Engine) planView(ctx context.Context, p *spec.Plan) (map[string]*baseli
 		}
 	}
 	p.View = res
-	p.Propagation = "private"
-	if shared, err := rootShared(); err == nil && shared {
-		p.Propagation = "slave"
-	} else {
-		p.Notes = append(p.Notes, "the host's mounts are private here, so the view is private too: a filesystem the host mounts or unmounts later is not seen by the view, and one the view still covers stays busy on the host until the environment stops (see 'hostfork doctor')")
+	// The view is a recursive slave of the host: every shared host mount
+	// keeps receiving the host's mounts and unmounts (as Docker's rslave),
+	// private ones stay private, and nothing propagates back.
+	p.Propagation = "slave"
+	if shared, err := anyShared(); err == nil && !shared {
+		p.Notes = append(p.Notes, "the host's mounts are all private here, so the view can't follow them: a filesystem the host mounts or unmounts later is not seen by the view, and one the view still covers stays busy on the host until the environment stops ('mount --make-rshared /' changes that; see 'hostfork doctor')")
 	}
 	names := make([]string, 0, len(s.Trees))
 	for n := range s.Trees {
@@ -173,13 +174,19 @@ func (e *Engine) planView(ctx context.Context, p *spec.Plan) (map[string]*baseli
 	return infos, nil
 }
 
-// rootShared reports whether the host's "/" mount has shared propagation.
-func rootShared() (bool, error) {
-	ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter("/"))
-	if err != nil || len(ms) == 0 {
+// anyShared reports whether any of the host's mounts has shared
+// propagation.
+func anyShared() (bool, error) {
+	ms, err := mountinfo.GetMounts(nil)
+	if err != nil {
 		return false, err
 	}
-	return strings.Contains(ms[len(ms)-1].Optional, "shared:"), nil
+	for _, m := range ms {
+		if strings.Contains(m.Optional, "shared:") {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // planTree checks one tree against the host and the registered baselines.

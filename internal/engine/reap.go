@@ -350,6 +350,12 @@ func (e *Engine) reapIntent(ctx context.Context, env *api.Env, in registry.Inten
 	pend := func(what, reason string) {
 		rep.Pending = append(rep.Pending, api.ReapPending{Env: in.EnvID, What: what, Reason: reason})
 	}
+	if !missing && (in.Kind == registry.KindCgroup || in.Kind == registry.KindCgroupV1) && !onCgroupFS(in.Target) {
+		// A ledger entry can only name a cgroup: whatever else is at the
+		// path is not hostfork's to remove.
+		pend(in.Kind+" "+in.Target, "the path is not on a cgroup filesystem; hostfork removes nothing else for a cgroup intent (check the registry)")
+		return
+	}
 	switch {
 	case missing && in.State == registry.IntentPending:
 		e.settleOne(ctx, in.ID, registry.Fact{Exists: false})
@@ -460,6 +466,15 @@ func (e *Engine) removeUnrecordedTree(ctx context.Context, in registry.Intent, c
 		return registry.Fact{}, false
 	}
 	return registry.Fact{Exists: false}, true
+}
+
+// onCgroupFS reports whether path is on a cgroup (v1 or v2) filesystem.
+func onCgroupFS(path string) bool {
+	var st unix.Statfs_t
+	if unix.Statfs(path, &st) != nil {
+		return false
+	}
+	return st.Type == unix.CGROUP2_SUPER_MAGIC || st.Type == unix.CGROUP_SUPER_MAGIC
 }
 
 // isAllocationDest reports whether p is a tree destination hostfork

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"sync"
 	"syscall"
@@ -37,7 +38,8 @@ type Running struct {
 	autoStop bool
 
 	mu  sync.Mutex
-	rec *api.Command // as observed
+	id  string       // the command's id (never changes)
+	rec *api.Command // as observed; replaced, never changed in place
 	// committed is the record as the registry holds it (its revision).
 	committed api.Command
 	// envFinal is the environment's record after a run's stop.
@@ -59,7 +61,7 @@ type Running struct {
 
 func newRunning(l *launch, env *api.Env) *Running {
 	r := &Running{e: l.e, env: *env, g: l.g, lg: l.lg, intents: l.intents, autoStop: l.cs.AutoStop,
-		rec: l.rec, committed: *l.rec, started: make(chan struct{}), leaderDone: make(chan struct{}), treeDone: make(chan struct{})}
+		id: l.rec.ID, rec: l.rec, committed: *l.rec, started: make(chan struct{}), leaderDone: make(chan struct{}), treeDone: make(chan struct{})}
 	if l.g.ForwardOut != nil {
 		r.forwarding = true
 		limit := 0
@@ -78,13 +80,22 @@ func newRunning(l *launch, env *api.Env) *Running {
 }
 
 // ID is the command's id.
-func (r *Running) ID() string { return r.rec.ID }
+func (r *Running) ID() string { return r.id }
 
-// Record is the command's record as last observed.
+// Record is the command's record as last observed, with the reader's
+// computed fields.
 func (r *Running) Record() api.Command {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return *r.rec
+	c := *r.rec
+	env := r.env
+	if r.envFinal != nil {
+		env = *r.envFinal
+	}
+	r.mu.Unlock()
+	c.Labels = maps.Clone(c.Labels)
+	c.Capture = maps.Clone(c.Capture)
+	r.e.compute(&c, &env)
+	return c
 }
 
 // Env is the environment's record: after a run's stop, the stopped one.
@@ -193,7 +204,7 @@ func (r *Running) watch() {
 				more = false
 			}
 		}
-		r.observe(decide.Alive)
+		r.observe(decide.Alive, ev.Kind)
 		closeStart()
 		if ev.Kind == "leader" || ev.Kind == "exec-failed" || ev.Kind == "tree" {
 			closeLeader()
@@ -203,20 +214,29 @@ func (r *Running) watch() {
 		}
 	}
 	_ = r.g.Reap()
-	r.observe(decide.Gone)
+	r.observe(decide.Gone, "")
 	closeStart()
 	closeLeader()
 	r.finish()
-	r.e.untrack(r.rec.ID)
+	r.e.untrack(r.id)
 	close(r.treeDone)
 }
 
-// observe re-reads the receipt and updates the in-memory record.
-func (r *Running) observe(guardian decide.Liveness) {
+// observe re-reads the receipt and updates the in-memory record. The
+// guardian's events come over its control channel, which only it holds:
+// they vouch for the receipt's workload ("started") and leader facts
+// ("leader", "exec-failed", "tree").
+func (r *Running) observe(guardian decide.Liveness, event string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ev := r.e.evidence(&r.env, r.rec)
 	ev.Guardian = guardian
+	switch event {
+	case "started":
+		ev.WorkloadVerified = true
+	case "leader", "exec-failed", "tree":
+		ev.WorkloadVerified, ev.LeaderGone = true, true
+	}
 	if guardian == decide.Gone {
 		r.e.oomEvidence(&r.env, r.rec, r.lg, &ev)
 	}
@@ -232,7 +252,7 @@ func (r *Running) abandonWatch(err error) {
 	close(r.started)
 	close(r.leaderDone)
 	close(r.treeDone)
-	r.e.untrack(r.rec.ID)
+	r.e.untrack(r.id)
 }
 
 // finish records the result: the command's final record, its cgroups
@@ -316,10 +336,12 @@ func (r *Running) finish() {
 	if envNext != nil {
 		r.envFinal = envNext
 	}
+	snapshot := *cur
+	snapshot.Capture = maps.Clone(cur.Capture)
 	r.mu.Unlock()
 	if r.autoStop {
 		e.writeManifest(ctx, r.env.ID)
 	} else {
-		writeCommandRecord(cur)
+		writeCommandRecord(&snapshot)
 	}
 }

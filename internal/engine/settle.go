@@ -16,6 +16,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
+	"github.com/habemus-papadum/hostfork/internal/tree"
 )
 
 // readReceipt reads and verifies a command's receipt (nil: none readable).
@@ -46,6 +47,9 @@ func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
 		return ev
 	}
 	ev.Guardian = liveness(c.Guardian)
+	if ev.Guardian == decide.Alive {
+		verifyLeader(c, &ev)
+	}
 	if ev.Guardian == decide.Gone {
 		// Gone: its receipt can no longer change; the read above may
 		// predate its last writes.
@@ -63,6 +67,39 @@ func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
 		e.oomEvidence(env, c, limitGroup(env), &ev)
 	}
 	return ev
+}
+
+// verifyLeader checks a live guardian's claims about its workload against
+// the kernel (decide.Evidence: WorkloadVerified, LeaderGone): a workload
+// identity is believed when that process is alive and is the guardian's
+// child or in the command's cgroup; a leader exit when the recorded
+// workload no longer exists.
+func verifyLeader(c *api.Command, ev *decide.Evidence) {
+	if c.Workload != nil {
+		ev.LeaderGone = liveness(c.Workload) == decide.Gone
+		return
+	}
+	r := ev.Receipt
+	if r == nil || r.WorkloadPID <= 0 || c.Guardian == nil {
+		return
+	}
+	id := linux.Identity{BootID: c.Guardian.BootID, PID: r.WorkloadPID, StartTime: r.WorkloadStart}
+	if linux.Assess(id) != linux.Alive {
+		return
+	}
+	st, err := linux.ReadStat(r.WorkloadPID)
+	if err != nil || st.StartTime != r.WorkloadStart {
+		return
+	}
+	if st.PPID == c.Guardian.PID {
+		ev.WorkloadVerified = true
+		return
+	}
+	if c.CgroupPath != "" {
+		if m, err := cgroup.FindMount(); err == nil && tree.InGroup(r.WorkloadPID, m.Path, c.CgroupPath) {
+			ev.WorkloadVerified = true
+		}
+	}
 }
 
 // oomEvidence reads the command's own OOM-kill counter (its v1 memory

@@ -136,7 +136,14 @@ func (e *Engine) StopCommand(ctx context.Context, id string, opts StopOptions) (
 	if err != nil {
 		return nil, err
 	}
-	return e.stopCommand(ctx, env, c, opts)
+	n, err := e.stopCommand(ctx, env, c, opts)
+	if n != nil {
+		if fresh, ferr := e.reg.Env(ctx, env.ID); ferr == nil {
+			env = fresh
+		}
+		e.compute(n, env)
+	}
+	return n, err
 }
 
 func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, opts StopOptions) (*api.Command, error) {
@@ -532,17 +539,27 @@ func (e *Engine) StopEnv(ctx context.Context, id string, opts StopOptions) (*api
 		return nil, err
 	}
 	if env.State.Final() {
-		return env, nil
+		cmds, _ := e.reg.Commands(ctx, registry.CommandQuery{Env: id})
+		return e.reconcile(ctx, env, cmds, true), nil
 	}
 	unlock, ok := envLock(env.RunDir, 30*time.Second)
 	if !ok {
 		return env, fmt.Errorf("environment %s: another stop or reaper holds it; try again: %w", id, api.ErrConflict)
 	}
-	defer unlock()
 	if env, err = e.reg.Env(ctx, id); err != nil {
+		unlock()
 		return nil, err
 	}
-	return e.stopEnvLocked(ctx, env, opts)
+	n, err := e.stopEnvLocked(ctx, env, opts)
+	unlock()
+	if n != nil {
+		// The record a reader would show: its commands and computed
+		// fields.
+		if cmds, cerr := e.reg.Commands(ctx, registry.CommandQuery{Env: id}); cerr == nil {
+			n = e.reconcile(ctx, n, cmds, true)
+		}
+	}
+	return n, err
 }
 
 // stopEnvLocked is StopEnv with the environment's lock held.

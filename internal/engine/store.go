@@ -103,30 +103,49 @@ func prepareStore(root string) (string, error) {
 	if int(dst.Uid) != uid {
 		return "", storeErr(root, "is owned by uid %d, not by this user (uid %d); a store belongs to one user: use your own with --root or HOSTFORK_ROOT", dst.Uid, uid)
 	}
+	// Nothing is changed before the directory is known to be a store (or
+	// empty) under trusted ancestors: a mistaken --root /etc is refused,
+	// not made private.
+	if parent := filepath.Dir(root); parent != root {
+		if err := safefs.CheckTrusted(parent, uid); err != nil {
+			return "", fmt.Errorf("store %s can't be trusted: %v; choose a directory only you (and root) can write, with --root or HOSTFORK_ROOT: %w", root, err, api.ErrStore)
+		}
+	}
+	shape := func() (names []string, hasRegistry bool, err error) {
+		names, err = d.ReadNames()
+		if err != nil {
+			return nil, false, storeErr(root, "can't be read (%v); choose another with --root or HOSTFORK_ROOT", err)
+		}
+		foreign := ""
+		for _, n := range names {
+			if n == registry.FileName {
+				hasRegistry = true
+			}
+			if !storeFiles[n] && n[0] != '.' && foreign == "" {
+				foreign = n
+			}
+		}
+		if len(names) > 0 && !hasRegistry {
+			return nil, false, storeErr(root, "is not empty and holds no %s (it has %q): it is not a hostfork store; choose an empty or new directory with --root or HOSTFORK_ROOT", registry.FileName, firstOf(names, foreign))
+		}
+		return names, hasRegistry, nil
+	}
+	if _, _, err := shape(); err != nil {
+		return "", err
+	}
 	if dst.Mode&0o7077 != 0 {
 		if err := unix.Fchmod(d.Fd(), 0o700); err != nil {
 			return "", storeErr(root, "can't be made private (mode 0700): %v", err)
 		}
 	}
-	// Now private itself; every directory above it must be trusted too.
+	// Now private itself (nobody else can add to it from here on), and
+	// under trusted ancestors: look again at what it holds.
 	if err := safefs.CheckTrusted(root, uid); err != nil {
 		return "", fmt.Errorf("store %s can't be trusted: %v; choose a directory only you (and root) can write, with --root or HOSTFORK_ROOT: %w", root, err, api.ErrStore)
 	}
-	names, err := d.ReadNames()
+	names, hasRegistry, err := shape()
 	if err != nil {
-		return "", storeErr(root, "can't be read (%v); choose another with --root or HOSTFORK_ROOT", err)
-	}
-	hasRegistry, foreign := false, ""
-	for _, n := range names {
-		if n == registry.FileName {
-			hasRegistry = true
-		}
-		if !storeFiles[n] && n[0] != '.' && foreign == "" {
-			foreign = n
-		}
-	}
-	if len(names) > 0 && !hasRegistry {
-		return "", storeErr(root, "is not empty and holds no %s (it has %q): it is not a hostfork store; choose an empty or new directory with --root or HOSTFORK_ROOT", registry.FileName, firstOf(names, foreign))
+		return "", err
 	}
 	if !hasRegistry || registryEmpty(d) {
 		if rd, err := d.OpenDir("runs"); err == nil {
@@ -147,7 +166,7 @@ func prepareStore(root string) (string, error) {
 		if fst.Mode&unix.S_IFMT == unix.S_IFLNK {
 			return "", storeErr(root, "holds %s as a symbolic link; a store holds none (move it away)", n)
 		}
-		if int(fst.Uid) != uid && uid != 0 {
+		if int(fst.Uid) != uid {
 			return "", storeErr(root, "holds %s owned by uid %d; a store's files belong to its owner (move it away)", n, fst.Uid)
 		}
 		want := uint32(0o600)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
+	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/fault"
@@ -73,23 +76,14 @@ func (e *Engine) allocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, 
 // removeTrees deletes trees (identity-checked by the backend); it is used
 // only to undo a failed creation. Errors are returned as text for the
 // record.
-func (e *Engine) removeTrees(ctx context.Context, trees []api.Tree) []string {
+func (e *Engine) removeTrees(ctx context.Context, envID string, trees []api.Tree) []string {
 	var errs []string
 	for i := range trees {
 		t := &trees[i]
 		if t.State != api.TreeAllocated {
 			continue
 		}
-		var st storage.Tree
-		if err := json.Unmarshal(t.Storage, &st); err != nil {
-			errs = append(errs, fmt.Sprintf("tree %s: unreadable record: %v", t.Name, err))
-			continue
-		}
-		b, err := storage.ForKind(st.Kind)
-		if err == nil {
-			err = b.Remove(ctx, st)
-		}
-		if err != nil {
+		if err := e.removeTree(ctx, envID, t); err != nil {
 			errs = append(errs, fmt.Sprintf("removing tree %s: %v", t.Name, err))
 			continue
 		}
@@ -99,33 +93,46 @@ func (e *Engine) removeTrees(ctx context.Context, trees []api.Tree) []string {
 }
 
 // viewOps turns the planned rules and the allocated trees into the view's
-// operations.
-func viewOps(p *spec.Plan, trees []api.Tree) ([]view.Op, error) {
+// operations. Each tree is opened by descriptor and checked against its
+// record first; its mounts name those descriptors as the keeper will see
+// them (/proc/self/fd/N, from supervise.KeeperFirstFile on), and the files
+// are returned to be handed to the keeper (the caller closes them).
+func viewOps(ctx context.Context, p *spec.Plan, trees []api.Tree) (ops []view.Op, files []*os.File, err error) {
+	defer func() {
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			files = nil
+		}
+	}()
 	byName := map[string]api.Tree{}
 	for _, t := range trees {
 		byName[t.Name] = t
 	}
-	var ops []view.Op
 	for _, r := range p.View.Rules {
 		why := r.Kind + " " + r.Target
 		switch r.Kind {
 		case plan.Replace:
 			tr, ok := byName[r.Tree]
 			if !ok {
-				return nil, fmt.Errorf("tree %s was not allocated", r.Tree)
+				return nil, nil, fmt.Errorf("tree %s was not allocated", r.Tree)
 			}
 			var st storage.Tree
 			if err := json.Unmarshal(tr.Storage, &st); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			b, err := storage.ForKind(st.Kind)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			ms, err := b.Mounts(st)
+			opened, err := b.Open(ctx, st)
 			if err != nil {
-				return nil, err
+				return nil, nil, fmt.Errorf("tree %s: %w", tr.Name, err)
 			}
+			base := supervise.KeeperFirstFile + len(files)
+			files = append(files, opened.Files...)
+			ms := opened.Mounts(func(i int) string { return "/proc/self/fd/" + strconv.Itoa(base+i) })
 			for i := range ms {
 				ops = append(ops, view.Op{Kind: view.OpMount, Target: r.Target, Mount: &ms[i], Mkdir: r.Mkdir, Why: why})
 			}
@@ -141,5 +148,5 @@ func viewOps(p *spec.Plan, trees []api.Tree) ([]view.Op, error) {
 			}
 		}
 	}
-	return ops, nil
+	return ops, files, nil
 }

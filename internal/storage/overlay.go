@@ -129,18 +129,28 @@ func (o Overlay) Mounts(t Tree) ([]Mount, error) {
 
 // checkLower verifies the borrowed lower at its recorded path.
 func checkLower(ov *OverlayTree) error {
+	d, err := openLower(ov)
+	if err != nil {
+		return err
+	}
+	return d.Close()
+}
+
+// openLower opens the borrowed lower and checks it is the recorded
+// directory.
+func openLower(ov *OverlayTree) (*safefs.Dir, error) {
 	d, err := safefs.OpenDirFollowing(ov.Lower)
 	if err != nil {
 		if errors.Is(err, safefs.ErrSymlink) || errors.Is(err, unix.ENOTDIR) {
-			return fmt.Errorf("lower %s: %w: %w", ov.Lower, err, ErrIdentityMismatch)
+			return nil, fmt.Errorf("lower %s: %w: %w", ov.Lower, err, ErrIdentityMismatch)
 		}
-		return err
+		return nil, err
 	}
-	defer d.Close()
 	if got := d.ID(); !got.Same(ov.LowerID) {
-		return fmt.Errorf("lower %s is now %v, recorded %v: %w", ov.Lower, got, ov.LowerID, ErrIdentityMismatch)
+		d.Close()
+		return nil, fmt.Errorf("lower %s is now %v, recorded %v: %w", ov.Lower, got, ov.LowerID, ErrIdentityMismatch)
 	}
-	return nil
+	return d, nil
 }
 
 // Verify checks the destination, upper, work and the borrowed lower.

@@ -125,6 +125,9 @@ type Backend interface {
 	// object (ErrIdentityMismatch otherwise), including a borrowed
 	// overlay lower.
 	Verify(ctx context.Context, t Tree) error
+	// Open verifies t like Verify and keeps its parts open, so that it is
+	// mounted through those descriptors, never by path again.
+	Open(ctx context.Context, t Tree) (*Opened, error)
 	// Remove deletes what Prepare made for t. It is idempotent (a tree
 	// already gone is success), refuses with ErrIdentityMismatch when a
 	// path holds something else than recorded, and never deletes a

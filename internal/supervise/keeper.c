@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -71,6 +72,7 @@ static struct {
 	char commands[HF_MAX_PATH + 1];
 	char guardians[HF_MAX_PATH + 1];
 	int owner_stop, slave;
+	int files; /* trees' descriptors handed over, from HF_KFD_OWNER + 1 */
 	int64_t deadline_ns, grace_ns;
 } kc;
 
@@ -150,6 +152,10 @@ static int parse_config(struct hf_msg *m)
 		} else if (!strcmp(p, "grace_ns")) {
 			if (hf_parse_i64(v, &kc.grace_ns) < 0)
 				return -1;
+		} else if (!strcmp(p, "files")) {
+			if (hf_parse_i64(v, &n) < 0 || n < 0 || n > 256)
+				return -1;
+			kc.files = (int)n;
 		} else {
 			hf_log("keeper: unknown key %.64s", p);
 			return -1;
@@ -161,6 +167,52 @@ static int parse_config(struct hf_msg *m)
 			return -1;
 		if ((o->kind == OP_CAPTURE || o->kind == OP_MKPOINT || o->kind == OP_MOVE) && o->slot < 0)
 			return -1;
+	}
+	return 0;
+}
+
+/* pin_files re-opens each handed-over tree descriptor inside the view's
+ * mount namespace: a mount made here must name objects on this
+ * namespace's mounts (overlayfs clones its upper privately and refuses
+ * another namespace's), yet must be the very directories the launcher
+ * verified. So each is looked up again where the kernel says it is now,
+ * without following any symbolic link, and kept only if it is the same
+ * object (device and inode) as the descriptor; it then takes that
+ * descriptor's number, which the view's operations name as
+ * /proc/self/fd/N. */
+static int pin_files(void)
+{
+	for (int i = 0; i < kc.files; i++) {
+		int fd = HF_KFD_OWNER + 1 + i;
+		char link[64], path[HF_MAX_PATH];
+		snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+		ssize_t n = readlink(link, path, sizeof path - 1);
+		if (n <= 0 || path[0] != '/') {
+			snprintf(errmsg, sizeof errmsg, "view: tree descriptor %d: %s", fd, n < 0 ? hf_errstr(errno) : "not a path");
+			return -1;
+		}
+		path[n] = 0;
+		struct open_how how;
+		memset(&how, 0, sizeof how);
+		how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+		how.resolve = RESOLVE_NO_SYMLINKS;
+		int nfd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+		if (nfd < 0) {
+			snprintf(errmsg, sizeof errmsg, "view: tree %.1900s: %s", path, hf_errstr(errno));
+			return -1;
+		}
+		struct stat a, b;
+		if (fstat(fd, &a) < 0 || fstat(nfd, &b) < 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+			close(nfd);
+			snprintf(errmsg, sizeof errmsg, "view: tree %.1900s is no longer the directory the launcher verified", path);
+			return -1;
+		}
+		if (dup3(nfd, fd, O_CLOEXEC) < 0) {
+			close(nfd);
+			snprintf(errmsg, sizeof errmsg, "view: tree %.1900s: %s", path, hf_errstr(errno));
+			return -1;
+		}
+		close(nfd);
 	}
 	return 0;
 }
@@ -384,15 +436,19 @@ int hf_keeper_main(void)
 		ready(errmsg);
 		return 125;
 	}
-	/* Nothing made in the view may propagate back to the host. A slave
-	 * view still receives the host's own mounts and unmounts where the
-	 * host's mounts are shared; otherwise the view is private. */
+	/* Nothing made in the view may propagate back to the host. A
+	 * recursive slave still receives the host's own mounts and unmounts
+	 * on every shared host mount; private ones stay private. */
 	if (mount(NULL, "/", NULL, MS_REC | (kc.slave ? MS_SLAVE : MS_PRIVATE), NULL) < 0) {
 		snprintf(errmsg, sizeof errmsg, "making the view %s: %s", kc.slave ? "a slave" : "private", hf_errstr(errno));
 		ready(errmsg);
 		return 125;
 	}
-	if (apply_ops() < 0) {
+	int applied = pin_files() < 0 ? -1 : apply_ops();
+	/* The trees' descriptors (KeeperSpec.Files, from fd 6 on) were only
+	 * for building the view. */
+	syscall(SYS_close_range, HF_KFD_OWNER + 1, ~0U, 0);
+	if (applied < 0) {
 		char line[2100];
 		snprintf(line, sizeof line, "error %s", errmsg);
 		ready(line);

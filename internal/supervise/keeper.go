@@ -86,7 +86,15 @@ type KeeperSpec struct {
 	CommandsCgroup  string
 	GuardiansCgroup string
 	Ops             []KeeperOp
+	// Files are handed to the keeper as descriptors KeeperFirstFile,
+	// KeeperFirstFile+1, …: the trees, opened and verified by the launcher,
+	// which Ops name as /proc/self/fd/N. The keeper closes them once the
+	// view is built.
+	Files []*os.File
 }
+
+// KeeperFirstFile is the keeper's descriptor of KeeperSpec.Files[0].
+const KeeperFirstFile = 6
 
 // Keeper is the launcher's handle on a started keeper.
 type Keeper struct {
@@ -114,6 +122,9 @@ func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 		put("deadline_mono_ns", strconv.FormatInt(int64(s.DeadlineMono), 10))
 	}
 	put("grace_ns", strconv.FormatInt(int64(s.Grace), 10))
+	if len(s.Files) > 0 {
+		put("files", strconv.Itoa(len(s.Files)))
+	}
 	if s.Slave {
 		put("propagation", "slave")
 	} else {
@@ -192,7 +203,7 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 		Path:        s.Exe,
 		Args:        []string{"hostfork-keeper", KeeperMode},
 		Env:         []string{},
-		ExtraFiles:  []*os.File{cfgR, readyW, ownR},
+		ExtraFiles:  append([]*os.File{cfgR, readyW, ownR}, s.Files...),
 		Stderr:      s.Log,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}

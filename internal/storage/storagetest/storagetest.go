@@ -49,6 +49,7 @@ func Run(t *testing.T, newFixture func(t *testing.T) Fixture) {
 		{"WrongKind", testWrongKind},
 		{"MetadataSurvives", testMetadataSurvives},
 		{"AllocationArea", testAllocationArea},
+		{"OpenPinsParts", testOpenPinsParts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -334,6 +335,10 @@ func testIdentityMismatch(t *testing.T, f Fixture) {
 	if _, err := storage.Reopen(ctx, a); !errors.Is(err, storage.ErrIdentityMismatch) {
 		t.Errorf("Reopen with a replaced destination: %v, want ErrIdentityMismatch", err)
 	}
+	if o, err := f.Backend.Open(ctx, a); !errors.Is(err, storage.ErrIdentityMismatch) {
+		o.Close()
+		t.Errorf("Open with a replaced destination: %v, want ErrIdentityMismatch", err)
+	}
 	rename(t, a.Dest, b.Dest)
 	rename(t, aside, a.Dest)
 
@@ -434,4 +439,55 @@ func testWrongKind(t *testing.T, f Fixture) {
 	if err := f.Backend.Verify(context.Background(), tree); err != nil {
 		t.Errorf("tree after a refused Remove: %v", err)
 	}
+}
+
+// testOpenPinsParts: Open keeps the verified parts open, so a destination
+// renamed away and replaced after Open does not change what would be
+// mounted: the descriptors still name the original directories.
+func testOpenPinsParts(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	a := Prepare(t, f, "a")
+	o, err := f.Backend.Open(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if len(o.Files) == 0 {
+		t.Fatal("Open returned no descriptors")
+	}
+	var before []unix.Stat_t
+	for _, file := range o.Files {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(file.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, st)
+	}
+	ms := o.Mounts(func(i int) string { return "/proc/self/fd/" + string(rune('0'+i)) })
+	if len(ms) == 0 {
+		t.Fatal("Open gave no mounts")
+	}
+	for _, m := range ms {
+		if strings.Contains(m.Source+strings.Join(m.Options, ","), a.Dest) {
+			t.Errorf("a mount still names the destination by path: %+v", m)
+		}
+	}
+	aside := a.Dest + ".aside"
+	rename(t, a.Dest, aside)
+	if err := os.MkdirAll(filepath.Join(a.Dest, "tree"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i, file := range o.Files {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(file.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Ino != before[i].Ino || st.Dev != before[i].Dev {
+			t.Errorf("descriptor %d changed identity after the swap", i)
+		}
+	}
+	if err := os.RemoveAll(a.Dest); err != nil {
+		t.Fatal(err)
+	}
+	rename(t, aside, a.Dest)
 }

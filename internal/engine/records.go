@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"context"
+	"path/filepath"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+)
+
+// records is the registry as the engine reads it: every record's
+// directories are the store's own layout, derived from its ids, whatever
+// the row says. A row edited to name another directory (or an id that is
+// not one hostfork makes) can't make the engine write, lock or delete
+// anything outside <root>/runs (DESIGN.md, "Trust model").
+type records struct {
+	*registry.DB
+	root string
+}
+
+func (r *records) Env(ctx context.Context, id string) (*api.Env, error) {
+	env, err := r.DB.Env(ctx, id)
+	if env != nil {
+		r.pinEnv(env)
+	}
+	return env, err
+}
+
+func (r *records) Envs(ctx context.Context, q registry.EnvQuery) ([]*api.Env, error) {
+	envs, err := r.DB.Envs(ctx, q)
+	for _, env := range envs {
+		r.pinEnv(env)
+	}
+	return envs, err
+}
+
+func (r *records) Command(ctx context.Context, id string) (*api.Command, error) {
+	c, err := r.DB.Command(ctx, id)
+	if c != nil {
+		r.pinCommand(c)
+	}
+	return c, err
+}
+
+func (r *records) Commands(ctx context.Context, q registry.CommandQuery) ([]*api.Command, error) {
+	cmds, err := r.DB.Commands(ctx, q)
+	for _, c := range cmds {
+		r.pinCommand(c)
+	}
+	return cmds, err
+}
+
+// runDir is an environment's run directory; an id hostfork would never
+// make names a path that does not exist.
+func (r *records) runDir(envID string) string {
+	if !validID(envID) {
+		return filepath.Join(r.root, "runs", ".invalid-id")
+	}
+	return filepath.Join(r.root, "runs", envID)
+}
+
+func (r *records) pinEnv(env *api.Env) {
+	env.RunDir = r.runDir(env.ID)
+}
+
+func (r *records) pinCommand(c *api.Command) {
+	dir := filepath.Join(r.runDir(c.Env), "commands", c.ID)
+	if !validID(c.ID) {
+		dir = filepath.Join(r.runDir(""), "commands", ".invalid-id")
+	}
+	c.Dir = dir
+	if c.StdoutPath != "" {
+		c.StdoutPath = filepath.Join(dir, "stdout")
+	}
+	if c.StderrPath != "" {
+		c.StderrPath = filepath.Join(dir, "stderr")
+	}
+}
+
+// validID reports whether id is one newID could have made.
+func validID(id string) bool {
+	if len(id) != 10 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if !(id[i] >= '0' && id[i] <= '9' || id[i] >= 'a' && id[i] <= 'v') {
+			return false
+		}
+	}
+	return true
+}

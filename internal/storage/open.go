@@ -1,0 +1,164 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/safefs"
+)
+
+// Opened is a tree whose parts were opened by descriptor and checked
+// against the record, ready to be presented: its mounts name the parts
+// through those descriptors, never by path, so a directory renamed or
+// replaced after the check (by whoever can write an allocation area's
+// parent) can't redirect a mount.
+type Opened struct {
+	// Files are the parts, opened O_PATH, in the order the mounts refer
+	// to them. The caller passes them to the process that mounts.
+	Files  []*os.File
+	mounts func(part func(i int) string) []Mount
+}
+
+// Mounts describes the tree's mounts with part(i) as the path of Files[i]
+// in the mounting process (e.g. "/proc/self/fd/N").
+func (o *Opened) Mounts(part func(i int) string) []Mount { return o.mounts(part) }
+
+// Close closes the descriptors.
+func (o *Opened) Close() {
+	if o == nil {
+		return
+	}
+	for _, f := range o.Files {
+		f.Close()
+	}
+	o.Files = nil
+}
+
+// pathFile turns a verified directory into an O_PATH file of its own.
+func pathFile(d *safefs.Dir) (*os.File, error) {
+	fd, err := unix.Openat(d.Fd(), ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reopening %s: %w", d.Path(), err)
+	}
+	return os.NewFile(uintptr(fd), d.Path()), nil
+}
+
+// Open opens the snapshot through the verified destination and checks its
+// subvolume identity.
+func (b Btrfs) Open(ctx context.Context, t Tree) (*Opened, error) {
+	if err := b.check(t); err != nil {
+		return nil, err
+	}
+	parent, dest, err := openDest(t)
+	if err != nil {
+		return nil, err
+	}
+	defer parent.Close()
+	defer dest.Close()
+	snap, err := dest.OpenDir(treeDirName)
+	if err != nil {
+		if errors.Is(err, safefs.ErrSymlink) {
+			return nil, fmt.Errorf("snapshot %s: %w: %w", t.Path, err, ErrIdentityMismatch)
+		}
+		return nil, err
+	}
+	defer snap.Close()
+	if err := verifySnapshot(t, snap.Fd()); err != nil {
+		return nil, err
+	}
+	f, err := pathFile(snap)
+	if err != nil {
+		return nil, err
+	}
+	return &Opened{Files: []*os.File{f}, mounts: func(part func(int) string) []Mount {
+		return []Mount{{Type: "bind", Source: part(0), Options: []string{"bind"}}}
+	}}, nil
+}
+
+// Open opens the copy through the verified destination.
+func (cp Copy) Open(ctx context.Context, t Tree) (*Opened, error) {
+	if err := cp.check(t); err != nil {
+		return nil, err
+	}
+	parent, dest, err := openDest(t)
+	if err != nil {
+		return nil, err
+	}
+	defer parent.Close()
+	defer dest.Close()
+	dir, err := openPart(dest, treeDirName, "copy", t.Copy.DirID)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	f, err := pathFile(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Opened{Files: []*os.File{f}, mounts: func(part func(int) string) []Mount {
+		return []Mount{{Type: "bind", Source: part(0), Options: []string{"bind"}}}
+	}}, nil
+}
+
+// Open opens upper and work through the verified destination, and the
+// borrowed lower checked against its recorded identity.
+func (o Overlay) Open(ctx context.Context, t Tree) (*Opened, error) {
+	if err := o.check(t); err != nil {
+		return nil, err
+	}
+	parent, dest, err := openDest(t)
+	if err != nil {
+		return nil, err
+	}
+	defer parent.Close()
+	defer dest.Close()
+	op := &Opened{}
+	for _, c := range []struct {
+		what, name string
+		id         FileID
+	}{
+		{"upper", upperDirName, t.Overlay.UpperID},
+		{"work", workDirName, t.Overlay.WorkID},
+	} {
+		d, err := openPart(dest, c.name, c.what, c.id)
+		if err != nil {
+			op.Close()
+			return nil, err
+		}
+		f, err := pathFile(d)
+		d.Close()
+		if err != nil {
+			op.Close()
+			return nil, err
+		}
+		op.Files = append(op.Files, f)
+	}
+	lower, err := openLower(t.Overlay)
+	if err != nil {
+		op.Close()
+		return nil, err
+	}
+	f, err := pathFile(lower)
+	lower.Close()
+	if err != nil {
+		op.Close()
+		return nil, err
+	}
+	op.Files = append(op.Files, f)
+	op.mounts = func(part func(int) string) []Mount {
+		return []Mount{{
+			Type:   "overlay",
+			Source: "overlay",
+			Options: []string{
+				"lowerdir=" + EscapeOverlayPath(part(2)),
+				"upperdir=" + EscapeOverlayPath(part(0)),
+				"workdir=" + EscapeOverlayPath(part(1)),
+			},
+		}}
+	}
+	return op, nil
+}
