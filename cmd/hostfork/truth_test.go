@@ -805,12 +805,17 @@ func checkStoppedFor(t *testing.T, who string, rec map[string]any, reason string
 // reads stopped (deadline); one whose keeper is gone reads keeper-lost.
 func TestTruthEnvState(t *testing.T) {
 	newCLI(t) // the requirements (root, a cgroup2 mount), checked once
-	for _, lifetime := range []string{"--until-stopped", "--ttl=5m"} {
-		t.Run("detached-completed/"+strings.TrimLeft(lifetime, "-"), func(t *testing.T) {
+	for _, tc := range []struct{ lifetime, script string }{
+		{"--until-stopped", "true"},
+		{"--ttl=5m", "true"},
+		// Outlives run --detach itself: only readers are left to see it.
+		{"--until-stopped", "sleep 1"},
+	} {
+		t.Run("detached-completed/"+strings.TrimLeft(tc.lifetime, "-")+"/"+strings.ReplaceAll(tc.script, " ", "-"), func(t *testing.T) {
 			t.Parallel()
 			c := newCLI(t)
 			cleanupV1(t, c)
-			env := strings.TrimSpace(c.mustRun("run", "--detach", lifetime, "--memory", "64M", "--", "true").stdout)
+			env := strings.TrimSpace(c.mustRun("run", "--detach", tc.lifetime, "--memory", "64M", "--", "sh", "-c", tc.script).stdout)
 			waitReceiptComplete(t, c, env)
 			// The first reader is usage: it must not count the environment.
 			var u map[string]any
