@@ -438,10 +438,12 @@ func TestHalfCPU(t *testing.T) {
 	sample := func() (usage, periods, throttled float64, at time.Time) {
 		st := c.status(env)
 		at = time.Now()
-		u, ok := jsonAt(st, "limits_now.cpu.usage_ns").(float64)
-		if !ok {
-			t.Fatalf("status --json shows no limits_now.cpu.usage_ns: %v", jsonAt(st, "limits_now"))
+		s, _ := jsonAt(st, "limits_now.cpu.usage").(string)
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("status --json shows no limits_now.cpu.usage duration: %v", jsonAt(st, "limits_now"))
 		}
+		u := float64(d.Nanoseconds())
 		periods, _ = jsonAt(st, "limits_now.cpu.periods").(float64)
 		throttled, _ = jsonAt(st, "limits_now.cpu.throttled").(float64)
 		return u, periods, throttled, at
@@ -466,7 +468,7 @@ func TestHalfCPU(t *testing.T) {
 	}
 	c.mustRun("stop", env)
 	after := c.status(env)
-	if u, ok := jsonAt(after, "limit_evidence.cpu.usage_ns").(float64); !ok || u < u1 {
+	if s, _ := jsonAt(after, "limit_evidence.cpu.usage").(string); func() bool { d, err := time.ParseDuration(s); return err != nil || float64(d.Nanoseconds()) < u1 }() {
 		t.Errorf("limit_evidence after stop: cpu usage %v, want at least %v", jsonAt(after, "limit_evidence.cpu"), u1)
 	}
 	if jsonAt(after, "limits_now") != nil {

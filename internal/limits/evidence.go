@@ -2,6 +2,9 @@ package limits
 
 import (
 	"os"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
 	"path/filepath"
 )
 
@@ -43,15 +46,25 @@ func (m MemoryEvidence) OOMKilled() (killed, known bool) {
 }
 
 // CPUEvidence comes from cpu.stat (cgroup2, or the v1 cpu controller's
-// throttling counters) and cpuacct.usage (v1).
+// throttling counters) and cpuacct.usage (v1). Times are durations (Go
+// duration strings in JSON, the project's convention).
 type CPUEvidence struct {
 	// UsageSource names the counter Usage came from.
-	UsageSource string  `json:"usage_source,omitempty"`
-	UsageNanos  *uint64 `json:"usage_ns,omitempty"`
-	Periods     *uint64 `json:"periods,omitempty"`
+	UsageSource string        `json:"usage_source,omitempty"`
+	Usage       *api.Duration `json:"usage,omitempty"`
+	Periods     *uint64       `json:"periods,omitempty"`
 	// Throttled counts periods in which the group was throttled.
-	Throttled      *uint64 `json:"throttled,omitempty"`
-	ThrottledNanos *uint64 `json:"throttled_ns,omitempty"`
+	Throttled     *uint64       `json:"throttled,omitempty"`
+	ThrottledTime *api.Duration `json:"throttled_time,omitempty"`
+}
+
+// nanos turns a counter of nanoseconds into a duration.
+func nanos(n *uint64) *api.Duration {
+	if n == nil {
+		return nil
+	}
+	d := api.Duration(time.Duration(*n))
+	return &d
 }
 
 // PidsEvidence comes from pids.current, pids.peak and pids.events (the same
@@ -101,30 +114,30 @@ func (g *Group) Evidence() Evidence {
 	case Cgroup2:
 		st := readKeyed(filepath.Join(g.V2, "cpu.stat"))
 		e.CPU.UsageSource = "cgroup2 cpu.stat"
-		e.CPU.UsageNanos = scaled(key(st, "usage_usec"), 1000)
+		e.CPU.Usage = nanos(scaled(key(st, "usage_usec"), 1000))
 		e.CPU.Periods = key(st, "nr_periods")
 		e.CPU.Throttled = key(st, "nr_throttled")
-		e.CPU.ThrottledNanos = scaled(key(st, "throttled_usec"), 1000)
+		e.CPU.ThrottledTime = nanos(scaled(key(st, "throttled_usec"), 1000))
 	case Cgroup1:
 		st := readKeyed(filepath.Join(g.V1["cpu"], "cpu.stat"))
 		e.CPU.Periods = key(st, "nr_periods")
 		e.CPU.Throttled = key(st, "nr_throttled")
-		e.CPU.ThrottledNanos = key(st, "throttled_time")
+		e.CPU.ThrottledTime = nanos(key(st, "throttled_time"))
 		if d, ok := g.V1["cpuacct"]; ok {
 			e.CPU.UsageSource = "cgroup1 cpuacct.usage"
-			e.CPU.UsageNanos = readUint(filepath.Join(d, "cpuacct.usage"))
+			e.CPU.Usage = nanos(readUint(filepath.Join(d, "cpuacct.usage")))
 		}
 	}
-	if e.CPU.UsageNanos == nil && g.V2 != "" {
+	if e.CPU.Usage == nil && g.V2 != "" {
 		// cgroup2's core cpu.stat has usage_usec in every non-root group,
 		// with or without the cpu controller. Its throttling fields are
 		// not read here: without the controller they are meaningless.
 		if u := key(readKeyed(filepath.Join(g.V2, "cpu.stat")), "usage_usec"); u != nil {
 			e.CPU.UsageSource = "cgroup2 cpu.stat (core)"
-			e.CPU.UsageNanos = scaled(u, 1000)
+			e.CPU.Usage = nanos(scaled(u, 1000))
 		}
 	}
-	if e.CPU.UsageNanos == nil {
+	if e.CPU.Usage == nil {
 		e.CPU.UsageSource = ""
 	}
 

@@ -451,16 +451,16 @@ func TestHalfACPU(t *testing.T) {
 	r.start(t, exec.Command("sh", "-c", "read g; while :; do :; done"))
 	time.Sleep(300 * time.Millisecond) // past startup
 	e0, t0 := r.g.Evidence().CPU, time.Now()
-	if e0.UsageNanos == nil {
+	if e0.Usage == nil {
 		testutil.Skip(t, "no CPU usage counter for the group: "+r.h.For(limits.CPU).Usage)
 	}
 	time.Sleep(2 * time.Second)
 	e1, t1 := r.g.Evidence().CPU, time.Now()
-	used := time.Duration(*e1.UsageNanos - *e0.UsageNanos)
+	used := e1.Usage.D() - e0.Usage.D()
 	wall := t1.Sub(t0)
 	ratio := used.Seconds() / wall.Seconds()
 	t.Logf("busy loop under cpus 0.5: %v of CPU in %v = %.3f cores (from %s); periods=%s throttled=%s throttled_ns=%s",
-		used.Round(time.Millisecond), wall.Round(time.Millisecond), ratio, e1.UsageSource, show(e1.Periods), show(e1.Throttled), show(e1.ThrottledNanos))
+		used.Round(time.Millisecond), wall.Round(time.Millisecond), ratio, e1.UsageSource, show(e1.Periods), show(e1.Throttled), e1.ThrottledTime)
 	if ratio > 0.7 {
 		t.Errorf("busy loop got %.3f cores under a 0.5 budget, want at most 0.7", ratio)
 	}

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"errors"
+	"github.com/habemus-papadum/hostfork/api"
 	"math"
 	"os"
 	"path/filepath"
@@ -264,9 +265,9 @@ func TestEvidenceFromFiles(t *testing.T) {
 		{"v1 failcnt", v1.Memory.LimitHits, "17"},
 		{"v1 peak", v1.Memory.Peak, "67108864"},
 		{"v1 current", v1.Memory.Current, "4096"},
-		{"v1 usage", v1.CPU.UsageNanos, "999"},
+		{"v1 usage", ns(v1.CPU.Usage), "999"},
 		{"v1 throttled", v1.CPU.Throttled, "4"},
-		{"v1 throttled ns", v1.CPU.ThrottledNanos, "123"},
+		{"v1 throttled ns", ns(v1.CPU.ThrottledTime), "123"},
 		{"v1 pids current", v1.Pids.Current, "3"},
 		{"v1 pids peak (missing file)", v1.Pids.Peak, "unknown"},
 		{"v1 pids max events", v1.Pids.MaxEvents, "5"},
@@ -282,8 +283,8 @@ func TestEvidenceFromFiles(t *testing.T) {
 		{"v2 max", v2.Memory.LimitHits, "3"},
 		{"v2 peak (missing)", v2.Memory.Peak, "unknown"},
 		{"v2 current (unparsable)", v2.Memory.Current, "unknown"},
-		{"v2 usage", v2.CPU.UsageNanos, "7000"},
-		{"v2 throttled ns", v2.CPU.ThrottledNanos, "5000"},
+		{"v2 usage", ns(v2.CPU.Usage), "7000"},
+		{"v2 throttled ns", ns(v2.CPU.ThrottledTime), "5000"},
 		{"v2 pids (no files)", v2.Pids.Current, "unknown"},
 	}...)
 	// Hybrid: CPU on v1 without cpuacct, usage from the v2 group's core
@@ -294,7 +295,7 @@ func TestEvidenceFromFiles(t *testing.T) {
 		got  *uint64
 		want string
 	}{
-		{"hybrid usage", hy.CPU.UsageNanos, "11000"},
+		{"hybrid usage", ns(hy.CPU.Usage), "11000"},
 		{"hybrid throttled", hy.CPU.Throttled, "unknown"},
 		{"hybrid memory", hy.Memory.OOMKills, "unknown"},
 	}...)
@@ -383,4 +384,13 @@ func TestCreateWritesV2Limits(t *testing.T) {
 	if _, err := h.Create("noswap", filepath.Join(root, "v2/noswap"), Budget{Pids: 3}); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("pids.max missing: got %v, want ErrUnavailable", err)
 	}
+}
+
+// ns is a duration's nanoseconds (nil stays nil).
+func ns(d *api.Duration) *uint64 {
+	if d == nil {
+		return nil
+	}
+	n := uint64(d.D())
+	return &n
 }

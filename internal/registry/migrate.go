@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
 )
@@ -109,7 +110,7 @@ func envFromV2(o *v2Env) *api.Env {
 		OwnerExit: o.OwnerExit, Owner: idFromV2(o.Owner), UntilStopped: o.UntilStopped,
 		TTL: api.Duration(o.TTL), Grace: api.Duration(o.Grace), IdleTimeout: api.Duration(o.IdleTimeout),
 		DeadlineAt: o.DeadlineAt, Spec: o.Spec, Keeper: idFromV2(o.Keeper), View: o.View,
-		Limits: o.Limits, LimitEvidence: o.LimitEvidence,
+		Limits: o.Limits, LimitEvidence: durationsInEvidence(o.LimitEvidence),
 		Unit: o.Unit, ScopeMembership: o.ScopeMembership, ManagerResult: o.ManagerResult,
 		StopReason: api.StopReason(o.StopReason), StopRequestedAt: o.StopRequestedAt, StoppedAt: o.StoppedAt,
 		CleanupErrors: o.CleanupErrors, Error: o.Error,
@@ -152,4 +153,45 @@ func commandFromV2(o *v2Command) *api.Command {
 		}
 	}
 	return c
+}
+
+// durationsInEvidence rewrites a schema-2 limit evidence's CPU times from
+// nanosecond counts (usage_ns, throttled_ns) to the duration strings of
+// the project's convention (usage, throttled_time); anything it can't
+// read is kept as it is.
+func durationsInEvidence(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return raw
+	}
+	var ev map[string]json.RawMessage
+	if json.Unmarshal(raw, &ev) != nil || ev["cpu"] == nil {
+		return raw
+	}
+	var cpu map[string]json.RawMessage
+	if json.Unmarshal(ev["cpu"], &cpu) != nil {
+		return raw
+	}
+	for old, name := range map[string]string{"usage_ns": "usage", "throttled_ns": "throttled_time"} {
+		v, ok := cpu[old]
+		if !ok {
+			continue
+		}
+		var n uint64
+		if json.Unmarshal(v, &n) != nil {
+			return raw
+		}
+		b, _ := json.Marshal(api.Duration(time.Duration(n)))
+		cpu[name] = b
+		delete(cpu, old)
+	}
+	b, err := json.Marshal(cpu)
+	if err != nil {
+		return raw
+	}
+	ev["cpu"] = b
+	out, err := json.Marshal(ev)
+	if err != nil {
+		return raw
+	}
+	return out
 }

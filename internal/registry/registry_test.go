@@ -426,3 +426,21 @@ func TestMigrateFromV2(t *testing.T) {
 		t.Fatalf("label query after migration: %d", len(cs))
 	}
 }
+
+func TestDurationsInEvidence(t *testing.T) {
+	in := json.RawMessage(`{"memory":{"source":"cgroup1"},"cpu":{"usage_source":"x","usage_ns":1500000000,"throttled_ns":20000000,"periods":3}}`)
+	var got map[string]map[string]any
+	if err := json.Unmarshal(durationsInEvidence(in), &got); err != nil {
+		t.Fatal(err)
+	}
+	cpu := got["cpu"]
+	if cpu["usage"] != "1.5s" || cpu["throttled_time"] != "20ms" || cpu["periods"] != 3.0 || cpu["usage_ns"] != nil || cpu["throttled_ns"] != nil {
+		t.Fatalf("cpu: %v", cpu)
+	}
+	if got["memory"]["source"] != "cgroup1" {
+		t.Fatalf("memory: %v", got["memory"])
+	}
+	if out := durationsInEvidence(json.RawMessage(`not json`)); string(out) != "not json" {
+		t.Fatalf("unreadable evidence changed: %s", out)
+	}
+}

@@ -155,7 +155,7 @@ type limitsNow struct {
 		Current  *uint64 `json:"current_bytes"`
 	} `json:"memory"`
 	CPU struct {
-		UsageNanos *uint64 `json:"usage_ns"`
+		Usage *hostfork.Duration `json:"usage"`
 	} `json:"cpu"`
 	Pids struct {
 		Current *uint64 `json:"current"`
@@ -207,8 +207,8 @@ func envMetrics(ch chan<- prometheus.Metric, e *hostfork.EnvRecord) {
 	if v := now.Pids.Current; v != nil {
 		gauge(ch, descPids, float64(*v), e.ID)
 	}
-	if v := now.CPU.UsageNanos; v != nil {
-		ch <- prometheus.MustNewConstMetric(descCPU, prometheus.CounterValue, float64(*v)/1e9, e.ID)
+	if v := now.CPU.Usage; v != nil {
+		ch <- prometheus.MustNewConstMetric(descCPU, prometheus.CounterValue, v.D().Seconds(), e.ID)
 	}
 }
 
