@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -518,11 +519,16 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
-	rd, err := c.Logs(ctx, o)
+	rec := c.Record()
+	path := rec.StdoutPath
+	if o.Stream == "stderr" {
+		path = rec.StderrPath
+	}
+	// Open it first: a missing artifact is an error answer, not a stream.
+	rd, err := c.Logs(ctx, hostfork.LogOptions{Stream: o.Stream, Offset: o.Offset})
 	if err != nil {
 		return err
 	}
-	defer rd.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Hostfork-Log-Offset", strconv.FormatInt(o.Offset, 10))
@@ -530,29 +536,116 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	fl := http.NewResponseController(w)
 	_ = fl.Flush()
 	buf := make([]byte, 32<<10)
-	for {
-		n, rerr := rd.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return nil
+	// send copies rd to its end; false when the client is gone.
+	send := func(rd io.ReadCloser) (bool, error) {
+		defer rd.Close()
+		for {
+			n, rerr := rd.Read(buf)
+			if n > 0 {
+				o.Offset += int64(n)
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					return false, nil
+				}
+				_ = fl.Flush()
 			}
-			_ = fl.Flush()
-		}
-		if rerr != nil {
-			// EOF: all of it (follow: the tree exited), the one clean
-			// end. Anything else (the client left, shutdown, a read
-			// error) cuts the connection without the stream's end, so a
-			// client can't take a partial stream for the whole one: it
-			// resumes from the bytes it has.
 			if errors.Is(rerr, io.EOF) {
-				return nil
+				return true, nil
 			}
-			if r.Context().Err() == nil && s.streams.Err() == nil {
-				s.cfg.Logf("logs of %s: %v", c.ID(), rerr)
+			if rerr != nil {
+				return true, rerr
 			}
+		}
+	}
+	var wake <-chan struct{}
+	var treeDone chan struct{}
+	if o.Follow {
+		wake = watchFile(ctx, path)
+		treeDone = make(chan struct{})
+		go func() {
+			// The tree's end (or a tree whose end can't be verified, as
+			// the library's follow) ends the follow; any other failure
+			// leaves it to the client's leaving.
+			if _, err := c.WaitTree(ctx); ctx.Err() == nil && (err == nil || errors.Is(err, hostfork.ErrUnverified)) {
+				close(treeDone)
+			}
+		}()
+	}
+	last := !o.Follow
+	for {
+		ok, rerr := send(rd)
+		switch {
+		case !ok:
+			return nil
+		case rerr != nil:
+			// A read error, like the client leaving or a shutdown below,
+			// cuts the connection without the stream's end, so a client
+			// can't take a partial stream for the whole one: it resumes
+			// from the bytes it has.
+			s.cfg.Logf("logs of %s: %v", c.ID(), rerr)
+			panic(http.ErrAbortHandler)
+		case last:
+			// EOF after the tree's end: all of it, the one clean end.
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-treeDone:
+			// What the tree wrote is in the file now: read to its end.
+			last = true
+		case <-ctx.Done():
+			panic(http.ErrAbortHandler)
+		}
+		if rd, err = c.Logs(ctx, hostfork.LogOptions{Stream: o.Stream, Offset: o.Offset}); err != nil {
+			s.cfg.Logf("logs of %s: %v", c.ID(), err)
 			panic(http.ErrAbortHandler)
 		}
 	}
+}
+
+// watchFile signals (coalesced) when the file at path is written, until
+// ctx ends; without inotify it signals every 100 ms.
+func watchFile(ctx context.Context, path string) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err == nil {
+		if _, err = unix.InotifyAddWatch(fd, path, unix.IN_MODIFY|unix.IN_CLOSE_WRITE|unix.IN_DONT_FOLLOW); err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		go func() {
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					signal()
+				}
+			}
+		}()
+		return ch
+	}
+	// A non-blocking descriptor in Go's poller: Close ends a pending Read.
+	f := os.NewFile(uintptr(fd), "inotify")
+	context.AfterFunc(ctx, func() { f.Close() })
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			if _, err := f.Read(b); err != nil {
+				return
+			}
+			signal()
+		}
+	}()
+	return ch
 }
 
 // events streams the event log as NDJSON, one event per line, flushed per
