@@ -56,6 +56,9 @@ func ParseDuration(s string) (time.Duration, error) {
 			}
 			days = days*10 + int(c-'0')
 		}
+		if days > 100000 {
+			return 0, fmt.Errorf("duration %q is too long (at most 100000d): %w", s, ErrInvalid)
+		}
 		total = time.Duration(days) * 24 * time.Hour
 		s = s[i+1:]
 		if s == "" {

@@ -203,6 +203,13 @@ func finishOOM(n *api.Command, ev Evidence) {
 	} else if n.OOM == nil && ev.OOMEvidence != "" {
 		n.OOMEvidence = ev.OOMEvidence
 	}
+	// A leader dead of SIGKILL while the command's own OOM counter rose
+	// went to the environment's memory budget: hostfork's limit ended it
+	// (unless a stop reason came first).
+	if n.OOM != nil && *n.OOM && n.Signal != nil && *n.Signal == 9 && n.StopReason == "" {
+		n.StopReason = api.ReasonLimit
+		n.StoppedByHostfork = true
+	}
 }
 
 func same(a, b api.Command) bool {

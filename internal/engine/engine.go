@@ -3,11 +3,13 @@ package engine
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -85,10 +87,69 @@ func (e *Engine) Registry() *registry.DB { return e.reg.DB }
 func (e *Engine) Close() error {
 	var err error
 	e.closeOnce.Do(func() {
+		e.recordObserved()
 		close(e.closed)
 		err = e.reg.Close()
 	})
 	return err
+}
+
+// recordObserved records, in one commit, the workload identities this
+// process learnt from its guardians' own channels for commands it leaves
+// running (a detached start): a later reader can then prove the leader's
+// exit from the kernel instead of taking a live guardian's receipt at its
+// word (decide.Evidence). Nothing else of a live command is recorded here.
+func (e *Engine) recordObserved() {
+	e.mu.Lock()
+	rs := make([]*Running, 0, len(e.running))
+	for _, r := range e.running {
+		rs = append(rs, r)
+	}
+	e.mu.Unlock()
+	type todo struct {
+		base api.Command
+		obs  *api.Identity
+	}
+	var list []todo
+	for _, r := range rs {
+		r.mu.Lock()
+		obs, base, finishing := *r.rec, r.committed, r.finishing
+		r.mu.Unlock()
+		if !finishing && obs.Workload != nil && base.Workload == nil && base.Rev > 0 {
+			list = append(list, todo{base, obs.Workload})
+		}
+	}
+	if len(list) == 0 {
+		return
+	}
+	with := func(base api.Command, id *api.Identity) *api.Command {
+		next := base
+		next.Workload = id
+		if next.LeaderState == api.PhasePending {
+			next.LeaderState = api.PhaseLive
+		}
+		return &next
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var b registry.Batch
+	for _, t := range list {
+		b.UpdateCommand(&t.base, with(t.base, t.obs))
+	}
+	if err := e.reg.Commit(ctx, &b); !errors.Is(err, registry.ErrConflict) {
+		return // recorded, or best effort: a reader can still verify the workload while it lives
+	}
+	// Someone recorded first (a reader settled one): one by one, from
+	// what is recorded now.
+	for _, t := range list {
+		cur, err := e.reg.Command(ctx, t.base.ID)
+		if err != nil || cur.Final() || cur.Workload != nil {
+			continue
+		}
+		var b registry.Batch
+		b.UpdateCommand(cur, with(*cur, t.obs))
+		_ = e.reg.Commit(ctx, &b)
+	}
 }
 
 // Closed is closed when Close was called.

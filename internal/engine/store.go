@@ -125,8 +125,11 @@ func prepareStore(root string) (string, error) {
 				foreign = n
 			}
 		}
-		if len(names) > 0 && !hasRegistry {
-			return nil, false, storeErr(root, "is not empty and holds no %s (it has %q): it is not a hostfork store; choose an empty or new directory with --root or HOSTFORK_ROOT", registry.FileName, firstOf(names, foreign))
+		// Only names a store never holds make it foreign: a store another
+		// hostfork process is creating right now has runs/ or its lock
+		// before its registry.
+		if foreign != "" && !hasRegistry {
+			return nil, false, storeErr(root, "is not empty and holds no %s (it has %q): it is not a hostfork store; choose an empty or new directory with --root or HOSTFORK_ROOT", registry.FileName, foreign)
 		}
 		return names, hasRegistry, nil
 	}
@@ -188,13 +191,6 @@ func prepareStore(root string) (string, error) {
 func registryEmpty(d *safefs.Dir) bool {
 	st, err := d.Lstat(registry.FileName)
 	return err == nil && st.Size == 0
-}
-
-func firstOf(names []string, prefer string) string {
-	if prefer != "" {
-		return prefer
-	}
-	return names[0]
 }
 
 // checkRegistry refuses a registry that lost its records: an empty

@@ -33,6 +33,13 @@ func (e *Engine) Usage(ctx context.Context) (*api.Usage, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Count what can be proven now, as every reader does: an environment
+	// whose stop is due and quiet reads (and is recorded) stopped.
+	for i, env := range envs {
+		if !env.State.Final() {
+			envs[i] = e.reconcile(ctx, env, nil, false)
+		}
+	}
 	pools := map[string]*api.PoolUsage{}
 	addPool := func(p string) *api.PoolUsage {
 		var fs unix.Statfs_t

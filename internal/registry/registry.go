@@ -165,19 +165,31 @@ func (d *DB) Version(ctx context.Context) (int, error) {
 	return v, err
 }
 
+// checkVersion refuses a schema this hostfork can't read: a newer one, or
+// a negative one (no hostfork writes it: the file is damaged or not ours).
+func checkVersion(path string, v int) error {
+	switch {
+	case v < 0:
+		return fmt.Errorf("%s has schema version %d, which no hostfork writes: the registry is damaged or not hostfork's; restore it from a backup, or move the store aside and start a new one: %w", path, v, api.ErrStore)
+	case v > SchemaVersion:
+		return fmt.Errorf("%s has schema %d, this hostfork knows %d: %w (use the hostfork that wrote it)", path, v, SchemaVersion, ErrNewerSchema)
+	}
+	return nil
+}
+
 // migrate brings the schema up to date. The first open of a new store by
 // many processes at once is serialized by an flock on registry.lock, because
 // switching to WAL mode needs the database to itself.
 func (d *DB) migrate(ctx context.Context, root string) error {
-	v, err := d.Version(ctx)
-	if err != nil {
-		return fmt.Errorf("reading registry schema version of %s: %w", d.path, classify(err))
-	}
-	if v == SchemaVersion {
-		return nil
-	}
-	if v > SchemaVersion || v < 0 {
-		return fmt.Errorf("%s has schema %d, this hostfork knows %d: %w (use the hostfork that wrote it)", d.path, v, SchemaVersion, ErrNewerSchema)
+	// Fast path: an up-to-date registry. A read that fails (another
+	// process is switching a new store to WAL) is retried under the lock.
+	if v, err := d.Version(ctx); err == nil {
+		if v == SchemaVersion {
+			return nil
+		}
+		if err := checkVersion(d.path, v); err != nil {
+			return err
+		}
 	}
 	lock, err := os.OpenFile(filepath.Join(root, "registry.lock"), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -198,11 +210,12 @@ func (d *DB) migrate(ctx context.Context, root string) error {
 		return fmt.Errorf("migrating registry: %w", classify(err))
 	}
 	defer tx.Rollback()
+	var v int
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-		return err
+		return fmt.Errorf("reading registry schema version of %s: %w", d.path, classify(err))
 	}
-	if v > SchemaVersion || v < 0 {
-		return fmt.Errorf("%s has schema %d, this hostfork knows %d: %w", d.path, v, SchemaVersion, ErrNewerSchema)
+	if err := checkVersion(d.path, v); err != nil {
+		return err
 	}
 	for ; v < SchemaVersion; v++ {
 		m := migrations[v]

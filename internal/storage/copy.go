@@ -367,6 +367,9 @@ func (c *copier) copyFile(src, dst *safefs.Dir, name, rel string) error {
 		err = cerr
 	}
 	if err != nil {
+		// A file cut short (a full filesystem, a read error) must not be
+		// left looking whole: it is removed, and the copy says it failed.
+		_ = unix.Unlinkat(dst.Fd(), name, 0)
 		return err
 	}
 	c.linked(&st, rel)
