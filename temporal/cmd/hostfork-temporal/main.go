@@ -1,10 +1,13 @@
-// Command hostfork-temporal runs hostfork over Temporal: for now the embedded
-// single-node dev server; the node worker (`worker`) and the workflow client
-// (`submit`) join as further subcommands of the same root.
+// Command hostfork-temporal runs hostfork over Temporal: an embedded
+// single-node dev server (dev-server), the worker of one node (worker), and
+// a client that runs a command through the RunInEnvironment workflow
+// (submit). Like every program that imports hostfork, it carries the
+// guardian and keeper helpers; nothing is dispatched here.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,8 +16,13 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newRootCmd().ExecuteContext(ctx); err != nil {
+	err := newRootCmd().ExecuteContext(ctx)
+	stop()
+	var ee exitError
+	switch {
+	case errors.As(err, &ee):
+		os.Exit(ee.code)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "hostfork-temporal:", err)
 		os.Exit(1)
 	}
