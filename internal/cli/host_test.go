@@ -288,6 +288,11 @@ func TestHostRefusals(t *testing.T) {
 			t.Errorf("%v: want exit 122 and %q: %s", c.args, c.want, r)
 		}
 	}
+	for _, args := range [][]string{{"support"}, {"run", "--help"}, {"help", "shell"}, {"version"}} {
+		if r := hf(t, e, nil, append([]string{"--host", host}, args...)...); r.code != 0 {
+			t.Errorf("%v with --host (help and the local version): %s", args, r)
+		}
+	}
 	r := hf(t, e, []string{"HOSTFORK_HOST=" + host}, "shell")
 	if r.code != 122 || !strings.Contains(r.err, "HOSTFORK_HOST="+host) {
 		t.Errorf("shell with HOSTFORK_HOST: %s", r)
@@ -527,4 +532,64 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return dst.Close()
+}
+
+// TestHostEventsFollow: events --follow through a server resumes after a
+// restart of the server from the last sequence it printed: nothing missed,
+// nothing twice.
+func TestHostEventsFollow(t *testing.T) {
+	e := servertest.New(t)
+	s := e.Serve()
+	host := "unix://" + s.Socket
+	if r := hf(t, e, nil, "--host", host, "run", "--ttl", "1m", "--", "true"); r.code != 0 {
+		t.Fatalf("run: %s", r)
+	}
+	cmd, lines, stderr := start(t, e, "--host", host, "events", "--follow", "--json")
+	var seqs []int64
+	read := func(kind string) {
+		t.Helper()
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("events --follow ended: %s", stderr)
+				}
+				var ev struct {
+					Seq  int64  `json:"seq"`
+					Kind string `json:"kind"`
+				}
+				if err := json.Unmarshal([]byte(l), &ev); err != nil {
+					t.Fatalf("%q: %v", l, err)
+				}
+				seqs = append(seqs, ev.Seq)
+				if ev.Kind == kind {
+					return
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no %s event within 30s: %v\n%s", kind, seqs, stderr)
+			}
+		}
+	}
+	read("env.created")
+	s.Kill(t)
+	// Made while no server runs: the follow must still see it.
+	if r := hf(t, e, nil, "create", "--ttl", "1m"); r.code != 0 {
+		t.Fatalf("create: %s", r)
+	}
+	e.Serve()
+	read("env.created")
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Errorf("sequences %v: a gap or a repeat", seqs)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(cmd); code != 0 {
+		t.Errorf("events --follow after SIGINT: exit %d\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr.String(), "reconnecting") {
+		t.Errorf("no notice of the lost server:\n%s", stderr)
+	}
 }

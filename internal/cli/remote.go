@@ -82,8 +82,46 @@ func (r *remote) Commands(ctx context.Context, f hostfork.CommandFilter) ([]host
 	return r.c.Commands(ctx, f)
 }
 
+// Events follows the server's event log; a follow cut by the server's
+// restart resumes after the last sequence seen (missing nothing, repeating
+// nothing) for up to reconnectFor.
 func (r *remote) Events(ctx context.Context, since int64, follow bool) iter.Seq2[hostfork.Event, error] {
-	return r.c.Events(ctx, since, follow)
+	return func(yield func(hostfork.Event, error) bool) {
+		var cut time.Time
+		for {
+			var last error
+			for ev, err := range r.c.Events(ctx, since, follow) {
+				if err != nil {
+					last = err
+					break
+				}
+				since, cut = ev.Seq, time.Time{}
+				if !yield(ev, nil) {
+					return
+				}
+			}
+			if last == nil {
+				return
+			}
+			if !follow || !transient(last) || ctx.Err() != nil {
+				yield(hostfork.Event{}, last)
+				return
+			}
+			if cut.IsZero() {
+				cut = time.Now()
+				r.notice("hostfork: following events: lost %s (%s); reconnecting for up to %v\n", r.Where(), clean(last.Error()), reconnectFor)
+			} else if time.Since(cut) > reconnectFor {
+				yield(hostfork.Event{}, last)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				yield(hostfork.Event{}, ctx.Err())
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
 }
 
 func (r *remote) Plan(ctx context.Context, s spec.Environment) (*hostfork.Plan, error) {
@@ -246,7 +284,7 @@ func transient(err error) bool {
 		return false
 	}
 	var oe *net.OpError
-	return errors.As(err, &oe) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+	return errors.As(err, &oe) || errors.Is(err, api.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
 

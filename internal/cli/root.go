@@ -107,8 +107,8 @@ func localVerb(c *cobra.Command, why string) *cobra.Command {
 // server, naming it (exit 122), and --root with --host.
 func (g *globals) checkRemote(c *cobra.Command) error {
 	u := g.server()
-	if u == "" || !c.Runnable() {
-		return nil
+	if u == "" || !c.Runnable() || c.HasSubCommands() {
+		return nil // nothing to do, or only help to print
 	}
 	via := "--host " + u
 	if g.host == "" {
@@ -147,7 +147,7 @@ bounds them with deadlines, and keeps durable records of what ran, why, where
 its output is, whether it is alive and whether it can be stopped.
 
 Exit codes: run/exec exit with the command's status (128+N for signal N);
-hostfork's own failures use 117-127 (see docs/exit-codes.md).`,
+hostfork's own failures use 116-127 (see docs/exit-codes.md).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
