@@ -553,6 +553,39 @@ func (c *Client) Usage(ctx context.Context) (*api.Usage, error) {
 	return &out, nil
 }
 
+// GC applies retention to stopped environments (see GCRequest).
+func (c *Client) GC(ctx context.Context, req GCRequest) (*api.GCReport, error) {
+	var out api.GCReport
+	if err := c.call(ctx, http.MethodPost, "/v1/gc", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Baselines lists the registered baselines.
+func (c *Client) Baselines(ctx context.Context) ([]*api.Baseline, error) {
+	var out []*api.Baseline
+	if err := c.call(ctx, http.MethodGet, "/v1/baselines", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AddBaseline registers the directory or Btrfs subvolume at path (absolute,
+// on the server's host) as baseline name.
+func (c *Client) AddBaseline(ctx context.Context, name, path string) (*api.Baseline, error) {
+	var out api.Baseline
+	if err := c.call(ctx, http.MethodPost, "/v1/baselines", nil, BaselineRequest{Name: name, Path: path}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RemoveBaseline unregisters a baseline; its files are left alone.
+func (c *Client) RemoveBaseline(ctx context.Context, name string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/baselines/"+esc(name), nil, nil, nil)
+}
+
 // BtrfsSizes measures each Btrfs tree's exclusive and shared bytes (slow).
 func (c *Client) BtrfsSizes(ctx context.Context) ([]api.BtrfsSize, error) {
 	var out []api.BtrfsSize

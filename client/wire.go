@@ -62,6 +62,33 @@ type Resolved struct {
 	ID string `json:"id"`
 }
 
+// GCRequest is the body of POST /v1/gc: one retention pass, as 'hostfork
+// gc' makes it.
+type GCRequest struct {
+	// DryRun reports what would be deleted and deletes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+	// RetainTrees and RetainEvidence override the configured and
+	// per-environment retention for this pass.
+	RetainTrees    *api.Duration `json:"retain_trees,omitempty"`
+	RetainEvidence *api.Duration `json:"retain_evidence,omitempty"`
+	// Force lists stopped environments (ids or prefixes) whose trees and
+	// evidence are discarded now.
+	Force []string `json:"force,omitempty"`
+}
+
+// BaselineRequest is the body of POST /v1/baselines.
+type BaselineRequest struct {
+	Name string `json:"name"`
+	// Path is absolute, on the server's host.
+	Path string `json:"path"`
+}
+
+// Removed is the answer of DELETE /v1/baselines/{name}.
+type Removed struct {
+	Name    string `json:"name"`
+	Removed bool   `json:"removed"`
+}
+
 // ExportRequest is the body of POST /v1/envs/{id}/export.
 type ExportRequest struct {
 	// Tree names one of the environment's private trees.

@@ -50,6 +50,10 @@ type backend interface {
 	Reap(ctx context.Context) (*hostfork.ReapReport, error)
 	Usage(ctx context.Context) (*hostfork.Usage, error)
 	BtrfsSizes(ctx context.Context) ([]hostfork.BtrfsSize, error)
+	GC(ctx context.Context, o hostfork.GCOptions) (*hostfork.GCReport, error)
+	AddBaseline(ctx context.Context, name, path string) (*hostfork.Baseline, error)
+	Baselines(ctx context.Context) ([]*hostfork.Baseline, error)
+	RemoveBaseline(ctx context.Context, name string) error
 	RecaptureHostShell(ctx context.Context) error
 }
 

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"github.com/habemus-papadum/hostfork"
-
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -23,7 +21,7 @@ or deletes a baseline.`,
 		Use:   "add NAME PATH",
 		Short: "Register PATH as baseline NAME and say which tree kinds it offers",
 		Args:  exactArgs(2, "a name and a path"),
-		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			b, err := h.AddBaseline(c.Context(), args[0], args[1])
 			if err != nil {
 				return err
@@ -45,7 +43,7 @@ or deletes a baseline.`,
 		Aliases: []string{"list"},
 		Short:   "List registered baselines",
 		Args:    exactArgs(0, "no arguments"),
-		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			bs, err := h.Baselines(c.Context())
 			if err != nil {
 				return err
@@ -69,7 +67,7 @@ or deletes a baseline.`,
 		Use:   "rm NAME",
 		Short: "Unregister a baseline (its files are not touched)",
 		Args:  exactArgs(1, "a baseline name"),
-		RunE: g.withHost(func(c *cobra.Command, args []string, h *hostfork.Host) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			if err := h.RemoveBaseline(c.Context(), args[0]); err != nil {
 				return err
 			}

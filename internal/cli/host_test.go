@@ -195,6 +195,29 @@ func TestHostSameAsInProcess(t *testing.T) {
 			t.Errorf("%v: in-process and through the server differ\nin-process: %s\nthrough the server: %s", args, local, remote)
 		}
 	}
+	// Baselines and retention.
+	base := filepath.Join(e.Dir, "baseline")
+	if err := os.Mkdir(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"baseline", "ls", "--json"}, {"baseline", "ls"}, {"gc", "--dry-run", "--json"}, {"gc", "--dry-run"}, {"baseline", "rm", "nope"}} {
+		local, remote := both(t, e, host, args...)
+		if local.code != remote.code || local.out != remote.out || local.err != remote.err {
+			t.Errorf("%v: in-process and through the server differ\nin-process: %s\nthrough the server: %s", args, local, remote)
+		}
+	}
+	if r := hf(t, e, nil, "--host", host, "baseline", "add", "b1", base, "--json"); r.code != 0 || !strings.Contains(r.out, `"path": "`+base+`"`) {
+		t.Errorf("baseline add through the server: %s", r)
+	}
+	for _, args := range [][]string{{"baseline", "ls", "--json"}, {"baseline", "add", "b1", base}} {
+		local, remote := both(t, e, host, args...)
+		if local.code != remote.code || local.out != remote.out || local.err != remote.err {
+			t.Errorf("%v: in-process and through the server differ\nin-process: %s\nthrough the server: %s", args, local, remote)
+		}
+	}
+	if r := hf(t, e, nil, "--host", host, "baseline", "rm", "b1"); r.code != 0 || r.out != "unregistered baseline b1 (files untouched)\n" {
+		t.Errorf("baseline rm through the server: %s", r)
+	}
 	// Live measurements: the same shape.
 	for _, args := range [][]string{{"capacity", "--json"}, {"usage", "--json"}, {"reap", "--json"}} {
 		local, remote := both(t, e, host, args...)
@@ -271,8 +294,6 @@ func TestHostRefusals(t *testing.T) {
 		{[]string{"serve"}, "'hostfork serve' can't run through a server"},
 		{[]string{"mcp"}, "'hostfork mcp' can't run through a server"},
 		{[]string{"support", "plan"}, "'hostfork support plan' can't run through a server"},
-		{[]string{"baseline", "ls"}, "'hostfork baseline ls' can't run through a server"},
-		{[]string{"gc"}, "'hostfork gc' can't run through a server"},
 		{[]string{"run", "--", "true"}, "run with --host needs --ttl"},
 		{[]string{"run", "--ttl", "1m", "--stdin", "inherit", "--", "true"}, "--stdin inherit can't go with --host"},
 		{[]string{"run", "--ttl", "1m", "--capture", "--", "true"}, "--capture can't go with --host"},

@@ -150,7 +150,7 @@ commands) are reported. Borrowed baselines are never deleted.`,
 				}
 				*x.dst = &d
 			}
-			h, err := g.open(c.Context())
+			h, err := g.backend(c.Context())
 			if err != nil {
 				return err
 			}

@@ -268,6 +268,37 @@ func (r *remote) BtrfsSizes(ctx context.Context) ([]hostfork.BtrfsSize, error) {
 	return r.c.BtrfsSizes(ctx)
 }
 
+func (r *remote) GC(ctx context.Context, o hostfork.GCOptions) (*hostfork.GCReport, error) {
+	req := client.GCRequest{DryRun: o.DryRun, Force: o.Force}
+	if o.RetainTrees != nil {
+		d := api.Duration(*o.RetainTrees)
+		req.RetainTrees = &d
+	}
+	if o.RetainEvidence != nil {
+		d := api.Duration(*o.RetainEvidence)
+		req.RetainEvidence = &d
+	}
+	return r.c.GC(ctx, req)
+}
+
+// AddBaseline sends an absolute path: the server resolves nothing against
+// this process's directory.
+func (r *remote) AddBaseline(ctx context.Context, name, path string) (*hostfork.Baseline, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, usageErr("%s: %v", path, err)
+	}
+	return r.c.AddBaseline(ctx, name, abs)
+}
+
+func (r *remote) Baselines(ctx context.Context) ([]*hostfork.Baseline, error) {
+	return r.c.Baselines(ctx)
+}
+
+func (r *remote) RemoveBaseline(ctx context.Context, name string) error {
+	return r.c.RemoveBaseline(ctx, name)
+}
+
 func (r *remote) RecaptureHostShell(context.Context) error {
 	return usageErr("--recapture-env can't go with --host: the server captures its own user's login shell (run 'hostfork run --recapture-env' on the server's host without --host)")
 }

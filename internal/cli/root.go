@@ -25,19 +25,6 @@ func (g *globals) open(ctx context.Context) (*hostfork.Host, error) {
 	return hostfork.Open(ctx, hostfork.Options{Root: g.root})
 }
 
-// withHost wraps a verb that needs the store in this process (it can't
-// run through a server): it opens it, runs fn, and closes it.
-func (g *globals) withHost(fn func(c *cobra.Command, args []string, h *hostfork.Host) error) func(*cobra.Command, []string) error {
-	return func(c *cobra.Command, args []string) error {
-		h, err := g.open(c.Context())
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		return fn(c, args, h)
-	}
-}
-
 // server is the server the verbs run through: --host, else
 // $HOSTFORK_HOST; "" runs them in this process.
 func (g *globals) server() string {
@@ -163,13 +150,11 @@ hostfork's own failures use 116-127 (see docs/exit-codes.md).`,
 	// they can't.
 	for _, c := range []*cobra.Command{newRunCmd(g), newPsCmd(g), newEnvsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newEventsCmd(g),
 		newVersionCmd(g), newPlanCmd(g), newCreateCmd(g), newExecCmd(g), newReapCmd(g), newUsageCmd(g), newExportCmd(g),
-		newCapacityCmd(g), newPauseCmd(g, true), newPauseCmd(g, false), newDoctorCmd(g)} {
+		newCapacityCmd(g), newPauseCmd(g, true), newPauseCmd(g, false), newDoctorCmd(g), newBaselineCmd(g), newGCCmd(g)} {
 		root.AddCommand(remoteVerb(c))
 	}
 	root.AddCommand(
 		localVerb(newShellCmd(g), "it gives bash this terminal, which the server can't reach"),
-		localVerb(newBaselineCmd(g), "the server's API has no endpoint for baselines (register them on the server's host, without --host)"),
-		localVerb(newGCCmd(g), "the server's API has no endpoint for retention (run gc on the server's host, without --host)"),
 		localVerb(newSupportCmd(g), "it installs units on this host for a store of this host"),
 		localVerb(newServeCmd(g), "it is the server"),
 		localVerb(newMCPCmd(g), "it serves the library in this process to an agent on stdio"))

@@ -167,6 +167,43 @@ func TestRunsResolvePlan(t *testing.T) {
 	if code != 422 {
 		t.Errorf("stop with reason=deadline: %d %s", code, body)
 	}
+
+	// Baselines and retention.
+	base := filepath.Join(e.Dir, "base")
+	if err := os.Mkdir(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if bs, err := c.Baselines(ctx); err != nil || bs == nil || len(bs) != 0 {
+		t.Errorf("no baselines: %v %v", bs, err)
+	}
+	if _, err := c.AddBaseline(ctx, "rel", "relative/dir"); !errors.Is(err, api.ErrInvalid) {
+		t.Errorf("a relative baseline path: %v", err)
+	}
+	b, err := c.AddBaseline(ctx, "b1", base)
+	if err != nil || b.Name != "b1" || b.Path != base || b.Kind == "" {
+		t.Fatalf("add baseline: %+v %v", b, err)
+	}
+	if bs, err := c.Baselines(ctx); err != nil || len(bs) != 1 || bs[0].Name != "b1" {
+		t.Errorf("baselines: %v %v", bs, err)
+	}
+	if err := c.RemoveBaseline(ctx, "b1"); err != nil {
+		t.Errorf("remove baseline: %v", err)
+	}
+	if err := c.RemoveBaseline(ctx, "b1"); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("remove a baseline twice: %v", err)
+	}
+	zero := api.Duration(0)
+	rep, err := c.GC(ctx, client.GCRequest{DryRun: true, RetainTrees: &zero, RetainEvidence: &zero})
+	if err != nil || !rep.DryRun || len(rep.Deleted) == 0 {
+		t.Errorf("gc --dry-run with no retention: %+v %v", rep, err)
+	}
+	if _, err := c.Env(ctx, env.ID); err != nil {
+		t.Errorf("a dry run deleted the stopped environment's record: %v", err)
+	}
+	body, code = curl(t, s.Socket, "-X", "POST", "-d", `{"retain_trees":"-1s"}`, "http://localhost/v1/gc")
+	if code/100 != 4 {
+		t.Errorf("gc with a negative retention: %d %s", code, body)
+	}
 }
 
 // TestLogsCutIsNotAnEnd: a followed log cut by the server's shutdown ends

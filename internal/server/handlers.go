@@ -853,3 +853,76 @@ func (s *Server) btrfsSizes(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, sizes)
 	return nil
 }
+
+func (s *Server) gc(w http.ResponseWriter, r *http.Request) error {
+	var req client.GCRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	o := hostfork.GCOptions{DryRun: req.DryRun, Force: req.Force}
+	for _, x := range []struct {
+		d   *api.Duration
+		dst **time.Duration
+	}{{req.RetainTrees, &o.RetainTrees}, {req.RetainEvidence, &o.RetainEvidence}} {
+		if x.d != nil {
+			if x.d.D() < 0 {
+				return invalid("a retention is a duration of 0 or more")
+			}
+			d := x.d.D()
+			*x.dst = &d
+		}
+	}
+	ctx, cancel := mutationContext(r)
+	defer cancel()
+	rep, err := s.h.GC(ctx, o)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rep)
+	return nil
+}
+
+func (s *Server) baselines(w http.ResponseWriter, r *http.Request) error {
+	bs, err := s.h.Baselines(r.Context())
+	if err != nil {
+		return err
+	}
+	if bs == nil {
+		bs = []*hostfork.Baseline{}
+	}
+	writeJSON(w, http.StatusOK, bs)
+	return nil
+}
+
+func (s *Server) addBaseline(w http.ResponseWriter, r *http.Request) error {
+	var req client.BaselineRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if req.Name == "" {
+		return invalid("name is required")
+	}
+	if !filepath.IsAbs(req.Path) {
+		return invalid("path %q: give an absolute path on the server's host", req.Path)
+	}
+	ctx, cancel := mutationContext(r)
+	defer cancel()
+	b, err := s.h.AddBaseline(ctx, req.Name, req.Path)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/baselines/"+b.Name)
+	writeJSON(w, http.StatusCreated, b)
+	return nil
+}
+
+func (s *Server) removeBaseline(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := mutationContext(r)
+	defer cancel()
+	name := r.PathValue("name")
+	if err := s.h.RemoveBaseline(ctx, name); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, client.Removed{Name: name, Removed: true})
+	return nil
+}

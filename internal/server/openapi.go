@@ -33,8 +33,12 @@ func (s *Server) OpenAPI() map[string]any {
 		}
 		var params []any
 		for _, m := range pathParam.FindAllStringSubmatch(rt.path, -1) {
+			desc := "an id or a unique id prefix"
+			if m[1] == "name" {
+				desc = "a name"
+			}
 			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true,
-				"description": "an id or a unique id prefix", "schema": map[string]any{"type": "string"}})
+				"description": desc, "schema": map[string]any{"type": "string"}})
 		}
 		for _, p := range rt.query {
 			sch := map[string]any{"type": p.typ}

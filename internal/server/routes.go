@@ -84,6 +84,10 @@ func (s *Server) table() []route {
 		{method: "POST", path: "/v1/reap", summary: "Reconcile the ledger with what exists (idempotent)", status: 200, resp: api.ReapReport{}, handle: s.reap},
 		{method: "GET", path: "/v1/usage", summary: "The store's inventory", status: 200, resp: api.Usage{}, handle: s.usage},
 		{method: "GET", path: "/v1/usage/btrfs", summary: "Each Btrfs tree's exclusive and shared bytes, measured now (slow; as hostfork usage --btrfs-sizes)", status: 200, resp: []api.BtrfsSize{}, handle: s.btrfsSizes},
+		{method: "POST", path: "/v1/gc", summary: "Apply retention: delete the trees and evidence of stopped environments that retention allows (as hostfork gc)", body: client.GCRequest{}, status: 200, resp: api.GCReport{}, handle: s.gc},
+		{method: "GET", path: "/v1/baselines", summary: "The registered baselines", status: 200, resp: []api.Baseline{}, handle: s.baselines},
+		{method: "POST", path: "/v1/baselines", summary: "Register a prepared directory or Btrfs subvolume of the server's host as a baseline (it only looks at the path)", body: client.BaselineRequest{}, status: 201, resp: api.Baseline{}, handle: s.addBaseline},
+		{method: "DELETE", path: "/v1/baselines/{name}", summary: "Unregister a baseline (its files are not touched)", status: 200, resp: client.Removed{}, handle: s.removeBaseline},
 		{method: "GET", path: "/v1/doctor", summary: "The host's doctor report (as hostfork doctor --json; read-only)", status: 200, resp: json.RawMessage{}, handle: s.doctor},
 
 		{method: "GET", path: "/metrics", summary: "Prometheus metrics, read from the kernel's counters at scrape time", status: 200, contentType: "text/plain; version=0.0.4", handle: s.metrics},
