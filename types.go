@@ -53,6 +53,8 @@ type (
 	Reservation    = api.Reservation
 	CaptureResult  = api.CaptureResult
 	StreamResult   = api.StreamResult
+	CaptureOutput  = api.CaptureOutput
+	CapturedStream = api.CapturedStream
 	Capabilities   = api.Capabilities
 	Config         = api.StoreConfig
 	Retention      = api.Retention

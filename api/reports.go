@@ -210,6 +210,37 @@ type CaptureResult struct {
 	Receipt string `json:"receipt,omitempty"`
 }
 
+// CaptureOutput is what `hostfork run --capture` prints: the command's
+// result, each stream's capture state, and the captured output — as text
+// when it is valid UTF-8 (stdout, stderr), else base64 of the exact bytes
+// (stdout_base64, stderr_base64). Record is the command's whole record.
+type CaptureOutput struct {
+	Command      string                    `json:"command"`
+	Env          string                    `json:"env"`
+	ExitStatus   int                       `json:"exit_status"`
+	ExitObserved bool                      `json:"exit_observed"`
+	ExitCode     *int                      `json:"exit_code"`
+	Signal       *int                      `json:"signal"`
+	StopReason   StopReason                `json:"stop_reason"`
+	Complete     bool                      `json:"complete"`
+	Capture      map[string]CapturedStream `json:"capture"`
+	Receipt      string                    `json:"receipt,omitempty"`
+	Stdout       *string                   `json:"stdout,omitempty"`
+	StdoutBase64 []byte                    `json:"stdout_base64,omitempty"`
+	Stderr       *string                   `json:"stderr,omitempty"`
+	StderrBase64 []byte                    `json:"stderr_base64,omitempty"`
+	Record       Command                   `json:"record"`
+}
+
+// CapturedStream is one stream's capture state in a CaptureOutput.
+type CapturedStream struct {
+	State string `json:"state"` // complete | incomplete | failed
+	Bytes int64  `json:"bytes"` // every byte observed, also beyond the limit
+	Error string `json:"error,omitempty"`
+	// Artifact is the file that holds the whole stream.
+	Artifact string `json:"artifact"`
+}
+
 // Complete reports whether both streams were captured whole.
 func (r *CaptureResult) Complete() bool {
 	return r.Stdout.State == "complete" && r.Stderr.State == "complete"
