@@ -137,7 +137,9 @@ func TestEnvOverlayExt4(t *testing.T) {
 
 	// The keeper's namespace holds the overlay at the target; the host's
 	// table has no trace of it.
-	if m := mountsMentioning(mountinfo(t, keeper), upper); len(m) != 1 || !strings.Contains(m[0], " "+target+" ") || !strings.Contains(m[0], " - overlay ") {
+	// (The overlay's layers are named by the descriptors the keeper was
+	// given, /proc/self/fd/N, never by path.)
+	if m := mountsMentioning(mountinfo(t, keeper), " "+target+" "); len(m) != 1 || !strings.Contains(m[0], " - overlay ") || !strings.Contains(m[0], "upperdir=/proc/self/fd/") {
 		t.Fatalf("the keeper's mount table should hold the overlay at %s: %q", target, m)
 	}
 	checkHostClean := func(when string) {

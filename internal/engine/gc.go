@@ -250,7 +250,7 @@ func (e *Engine) removeTree(ctx context.Context, envID string, t *api.Tree) erro
 	if err := json.Unmarshal(t.Storage, &st); err != nil {
 		return fmt.Errorf("unreadable tree record: %w", err)
 	}
-	if !e.isAllocationDest(envID, st.Dest) || (st.Path != st.Dest && !safefs.Within(st.Path, st.Dest)) {
+	if !e.isAllocationDest(envID, st.Dest) || !safefs.Within(st.Dest, st.Path) {
 		return fmt.Errorf("the record names %s (data %s), which is not an allocation of environment %s: refusing to delete it: %w", st.Dest, st.Path, envID, safefs.ErrIdentityMismatch)
 	}
 	b, err := storage.ForKind(st.Kind)

@@ -106,11 +106,10 @@ func prepareStore(root string) (string, error) {
 	// Nothing is changed before the directory is known to be a store (or
 	// empty) under trusted ancestors: a mistaken --root /etc is refused,
 	// not made private.
-	if parent := filepath.Dir(root); parent != root {
-		if err := safefs.CheckTrusted(parent, uid); err != nil {
-			return "", fmt.Errorf("store %s can't be trusted: %v; choose a directory only you (and root) can write, with --root or HOSTFORK_ROOT: %w", root, err, api.ErrStore)
-		}
+	if err := safefs.CheckAncestorsTrusted(root, uid); err != nil {
+		return "", fmt.Errorf("store %s can't be trusted: %v; choose a directory only you (and root) can write, with --root or HOSTFORK_ROOT: %w", root, err, api.ErrStore)
 	}
+
 	shape := func() (names []string, hasRegistry bool, err error) {
 		names, err = d.ReadNames()
 		if err != nil {
@@ -180,12 +179,91 @@ func prepareStore(root string) (string, error) {
 			if err := d.Lchmod(n, os.FileMode(want)); err != nil {
 				return "", storeErr(root, "holds %s, which can't be made private: %v", n, err)
 			}
+			// A store that was open to others: its records' files may be
+			// too. Walk hostfork's own layout once (the trees' contents
+			// and exported copies keep their modes: they are the
+			// workload's).
+			switch n {
+			case "runs":
+				if rd, err := d.OpenDir(n); err == nil {
+					tightenBelow(rd, 0)
+					rd.Close()
+				}
+			case "trees":
+				if td, err := d.OpenDir(n); err == nil {
+					tightenEntries(td, true)
+					td.Close()
+				}
+			}
 		}
 	}
 	if _, err := d.EnsurePrivateDir("runs", 0o700); err != nil {
 		return "", storeErr(root, "can't be read (runs: %v)", err)
 	}
 	return root, nil
+}
+
+// tightenBelow makes hostfork's own files below a run directory level
+// private: runs/<env>/ (depth 0), its files and commands/<cid>/ with
+// theirs; exports/ and anything deeper are left as they are. Symbolic
+// links are never followed or changed.
+func tightenBelow(d *safefs.Dir, depth int) {
+	names, err := d.ReadNames()
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		st, err := d.Lstat(n)
+		if err != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK || int(st.Uid) != os.Geteuid() {
+			continue
+		}
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		want := os.FileMode(0o600)
+		if isDir {
+			want = 0o700
+		}
+		if st.Mode&0o077 != 0 && st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			_ = d.Lchmod(n, want)
+		}
+		if n == "exports" && isDir {
+			// Export results and markers, not the exported copies.
+			if sub, err := d.OpenDir(n); err == nil {
+				tightenEntries(sub, false)
+				sub.Close()
+			}
+			continue
+		}
+		if !isDir || depth >= 3 {
+			continue
+		}
+		if sub, err := d.OpenDir(n); err == nil {
+			tightenBelow(sub, depth+1)
+			sub.Close()
+		}
+	}
+}
+
+// tightenEntries makes d's own regular files 0600 and, with dirs, its
+// directories 0700, without going below them.
+func tightenEntries(d *safefs.Dir, dirs bool) {
+	names, err := d.ReadNames()
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		st, err := d.Lstat(n)
+		if err != nil || int(st.Uid) != os.Geteuid() || st.Mode&0o077 == 0 {
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			_ = d.Lchmod(n, 0o600)
+		case unix.S_IFDIR:
+			if dirs {
+				_ = d.Lchmod(n, 0o700)
+			}
+		}
+	}
 }
 
 func registryEmpty(d *safefs.Dir) bool {

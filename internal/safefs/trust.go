@@ -22,7 +22,23 @@ import (
 //
 // The error matches ErrUntrusted or ErrSymlink, and names the offending
 // directory, its owner and mode, and the fix.
-func CheckTrusted(path string, owner int) error {
+func CheckTrusted(path string, owner int) error { return checkTrusted(path, owner, false) }
+
+// CheckAncestorsTrusted is CheckTrusted for the directories that hold
+// path: each one, down to path's parent, is judged as an ancestor (a
+// root-owned sticky directory is accepted); path itself is not looked at.
+func CheckAncestorsTrusted(path string, owner int) error {
+	if !filepath.IsAbs(path) {
+		return pathErr("check", path, fmt.Errorf("not an absolute path: %w", unix.EINVAL))
+	}
+	path = filepath.Clean(path)
+	if path == "/" {
+		return nil
+	}
+	return checkTrusted(filepath.Dir(path), owner, true)
+}
+
+func checkTrusted(path string, owner int, allAncestors bool) error {
 	if !filepath.IsAbs(path) {
 		return pathErr("check", path, fmt.Errorf("not an absolute path: %w", unix.EINVAL))
 	}
@@ -47,7 +63,7 @@ func CheckTrusted(path string, owner int) error {
 		}
 		return trusted(e, owner, ancestor)
 	}
-	if err := check(fd, "/", len(comps) > 0); err != nil {
+	if err := check(fd, "/", len(comps) > 0 || allAncestors); err != nil {
 		return err
 	}
 	cur := "/"
@@ -62,7 +78,7 @@ func CheckTrusted(path string, owner int) error {
 		}
 		unix.Close(fd)
 		fd = next
-		if err := check(fd, cur, i < len(comps)-1); err != nil {
+		if err := check(fd, cur, i < len(comps)-1 || allAncestors); err != nil {
 			return err
 		}
 	}
