@@ -1,6 +1,7 @@
 package registry
 
 /*
+#include <stddef.h>
 #include <stdint.h>
 // sqlite3_db_config is provided by github.com/mattn/go-sqlite3's bundled
 // SQLite, linked into the same binary. It is variadic, so it is called
@@ -13,6 +14,78 @@ static int hf_no_ckpt_on_close(void *db) {
 	if (sqlite3_db_config((sqlite3 *)db, 1006, 1, &on) != 0)
 		return -1;
 	return on;
+}
+
+// A VFS that is the default one ("unix") except that it opens an existing
+// WAL file without SQLITE_OPEN_CREATE. SQLite fsyncs the directory on the
+// first sync of every journal it opened with CREATE, i.e. once in every
+// process; the WAL of a hostfork store is created once and kept (no
+// checkpoint on close), so that directory fsync is one per CLI call for
+// nothing. A WAL that is missing, or gone in between, is opened (and its
+// directory synced) as before. The declarations are SQLite's public,
+// versioned ABI (sqlite3.h).
+#include <string.h>
+#include <unistd.h>
+typedef struct sqlite3_file sqlite3_file;
+typedef struct sqlite3_vfs sqlite3_vfs;
+typedef void (*sqlite3_syscall_ptr)(void);
+struct sqlite3_vfs {
+	int iVersion;
+	int szOsFile;
+	int mxPathname;
+	sqlite3_vfs *pNext;
+	const char *zName;
+	void *pAppData;
+	int (*xOpen)(sqlite3_vfs *, const char *, sqlite3_file *, int, int *);
+	int (*xDelete)(sqlite3_vfs *, const char *, int);
+	int (*xAccess)(sqlite3_vfs *, const char *, int, int *);
+	int (*xFullPathname)(sqlite3_vfs *, const char *, int, char *);
+	void *(*xDlOpen)(sqlite3_vfs *, const char *);
+	void (*xDlError)(sqlite3_vfs *, int, char *);
+	void (*(*xDlSym)(sqlite3_vfs *, void *, const char *))(void);
+	void (*xDlClose)(sqlite3_vfs *, void *);
+	int (*xRandomness)(sqlite3_vfs *, int, char *);
+	int (*xSleep)(sqlite3_vfs *, int);
+	int (*xCurrentTime)(sqlite3_vfs *, double *);
+	int (*xGetLastError)(sqlite3_vfs *, int, char *);
+	int (*xCurrentTimeInt64)(sqlite3_vfs *, long long *);
+	int (*xSetSystemCall)(sqlite3_vfs *, const char *, sqlite3_syscall_ptr);
+	sqlite3_syscall_ptr (*xGetSystemCall)(sqlite3_vfs *, const char *);
+	const char *(*xNextSystemCall)(sqlite3_vfs *, const char *);
+};
+extern sqlite3_vfs *sqlite3_vfs_find(const char *);
+extern int sqlite3_vfs_register(sqlite3_vfs *, int);
+
+#define HF_OPEN_CREATE 0x00000004
+#define HF_OPEN_WAL 0x00080000
+
+static sqlite3_vfs hf_vfs;
+static sqlite3_vfs *hf_base;
+
+static int hf_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out)
+{
+	if (name && (flags & HF_OPEN_WAL) && (flags & HF_OPEN_CREATE) && access(name, F_OK) == 0) {
+		int rc = hf_base->xOpen(hf_base, name, f, flags & ~HF_OPEN_CREATE, out);
+		if (rc == 0)
+			return 0;
+	}
+	return hf_base->xOpen(hf_base, name, f, flags, out);
+}
+
+static int hf_register_vfs(void)
+{
+	hf_base = sqlite3_vfs_find(0);
+	if (!hf_base || hf_base->iVersion < 1)
+		return -1;
+	memset(&hf_vfs, 0, sizeof hf_vfs);
+	size_t n = sizeof hf_vfs;
+	if (hf_base->iVersion < 3)
+		n = hf_base->iVersion == 2 ? offsetof(sqlite3_vfs, xSetSystemCall) : offsetof(sqlite3_vfs, xCurrentTimeInt64);
+	memcpy(&hf_vfs, hf_base, n);
+	hf_vfs.pNext = 0;
+	hf_vfs.zName = "hostfork";
+	hf_vfs.xOpen = hf_open;
+	return sqlite3_vfs_register(&hf_vfs, 0);
 }
 */
 import "C"
@@ -28,7 +101,14 @@ import (
 // driverName is the SQLite driver with hostfork's connection setup.
 const driverName = "hostfork-sqlite3"
 
+// vfsName is the VFS the registry opens with ("" the default: the shim
+// could not be registered).
+var vfsName string
+
 func init() {
+	if C.hf_register_vfs() == 0 {
+		vfsName = "hostfork"
+	}
 	sql.Register(driverName, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
 		noCheckpointOnClose(c)
 		return nil

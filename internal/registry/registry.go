@@ -70,6 +70,9 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	q.Set("_busy_timeout", "30000")
 	q.Set("_txlock", "immediate")
 	q.Set("_synchronous", "FULL")
+	if vfsName != "" {
+		q.Set("vfs", vfsName)
+	}
 	q.Set("_foreign_keys", "1")
 	sdb, err := sql.Open(driverName, "file:"+path+"?"+q.Encode())
 	if err != nil {
