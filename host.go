@@ -257,3 +257,6 @@ func InheritedEnv() []string { return engine.InheritedEnv() }
 // environment variables replaced by "<redacted>" (for output read by more
 // eyes than the store's owner).
 func RedactEnv(env EnvRecord) EnvRecord { return engine.RedactEnv(env) }
+
+// Redacted stands for a hidden value in a record RedactEnv returned.
+const Redacted = engine.Redacted

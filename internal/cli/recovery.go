@@ -214,7 +214,14 @@ func newUsageCmd(g *globals) *cobra.Command {
 			}
 			if asJSON {
 				if btrfsSizes {
-					return printJSON(g.out, map[string]any{"usage": u, "btrfs_sizes": sizes})
+					// The usage's own keys, and the measurement beside them.
+					if sizes == nil {
+						sizes = []hostfork.BtrfsSize{}
+					}
+					return printJSON(g.out, struct {
+						*hostfork.Usage
+						BtrfsSizes []hostfork.BtrfsSize `json:"btrfs_sizes"`
+					}{u, sizes})
 				}
 				return printJSON(g.out, u)
 			}

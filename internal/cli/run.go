@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -402,28 +401,24 @@ func runCapture(ctx context.Context, g *globals, h *hostfork.Host, plan *hostfor
 		res.Record = final
 	}
 	status, ok := hostfork.ExitStatus(res.Record)
-	out := map[string]any{
-		"command":       res.Record.ID,
-		"env":           res.Record.Env,
-		"exit_status":   status,
-		"exit_observed": ok,
-		"exit_code":     res.Record.ExitCode,
-		"signal":        res.Record.Signal,
-		"stop_reason":   res.Record.StopReason,
-		"complete":      res.Complete(),
-		"capture": map[string]any{
-			"stdout": map[string]any{"state": res.Stdout.State, "bytes": res.Stdout.Bytes, "error": res.Stdout.Error, "artifact": res.Stdout.Artifact},
-			"stderr": map[string]any{"state": res.Stderr.State, "bytes": res.Stderr.Bytes, "error": res.Stderr.Error, "artifact": res.Stderr.Artifact},
+	out := hostfork.CaptureOutput{
+		Command: res.Record.ID, Env: res.Record.Env, ExitStatus: status, ExitObserved: ok,
+		ExitCode: res.Record.ExitCode, Signal: res.Record.Signal, StopReason: res.Record.StopReason,
+		Complete: res.Complete(), Receipt: res.Receipt, Record: res.Record,
+		Capture: map[string]hostfork.CapturedStream{
+			"stdout": {State: res.Stdout.State, Bytes: res.Stdout.Bytes, Error: res.Stdout.Error, Artifact: res.Stdout.Artifact},
+			"stderr": {State: res.Stderr.State, Bytes: res.Stderr.Bytes, Error: res.Stderr.Error, Artifact: res.Stderr.Artifact},
 		},
-		"receipt": res.Receipt,
 	}
-	for name, b := range map[string][]byte{"stdout": res.Stdout.Data, "stderr": res.Stderr.Data} {
+	text := func(b []byte) (*string, []byte) {
 		if utf8.Valid(b) {
-			out[name] = string(b)
-		} else {
-			out[name+"_base64"] = base64.StdEncoding.EncodeToString(b)
+			s := string(b)
+			return &s, nil
 		}
+		return nil, b // base64 in JSON: the bytes stay exact
 	}
+	out.Stdout, out.StdoutBase64 = text(res.Stdout.Data)
+	out.Stderr, out.StderrBase64 = text(res.Stderr.Data)
 	if err := printJSON(g.out, out); err != nil {
 		return err
 	}

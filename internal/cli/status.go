@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -36,7 +37,16 @@ func newStatusCmd(g *globals) *cobra.Command {
 				printEnv(g.out, env)
 				return nil
 			}
-			printCommand(g.out, cmd, "")
+			// Explicit variables given at the environment's creation (run
+			// --env) are in its record; a command's own (exec --env) are
+			// not recorded at all.
+			var known map[string]string
+			if len(cmd.EnvKeys) > 0 {
+				if e, _, err := h.Status(c.Context(), cmd.Env); err == nil && e != nil {
+					known = specEnv(e)
+				}
+			}
+			printCommandEnv(g.out, cmd, "", known, showEnv)
 			return nil
 		}),
 	}
@@ -97,11 +107,63 @@ func printEnv(w io.Writer, e *hostfork.EnvRecord) {
 	}
 	for i := range e.Commands {
 		fmt.Fprintln(w)
-		printCommand(w, &e.Commands[i], "  ")
+		known := specEnv(e)
+		shown := len(known) > 0
+		for _, v := range known {
+			if v == hostfork.Redacted {
+				shown = false
+			}
+		}
+		printCommandEnv(w, &e.Commands[i], "  ", known, shown)
 	}
 }
 
 func printCommand(w io.Writer, c *hostfork.CommandRecord, in string) {
+	printCommandEnv(w, c, in, nil, false)
+}
+
+// specEnv is the explicit environment of an environment's spec.
+func specEnv(e *hostfork.EnvRecord) map[string]string {
+	var s struct {
+		Env map[string]string `json:"env"`
+	}
+	if len(e.Spec) == 0 || json.Unmarshal(e.Spec, &s) != nil {
+		return nil
+	}
+	return s.Env
+}
+
+// envSetText names a command's explicit variables: with their values when
+// shown and recorded, else saying where (or whether) they are.
+func envSetText(keys []string, known map[string]string, show bool) string {
+	parts := make([]string, 0, len(keys))
+	hidden, unrecorded := false, false
+	for _, k := range keys {
+		v, ok := known[k]
+		switch {
+		case ok && show:
+			parts = append(parts, clean(k+"="+v))
+		case ok:
+			parts = append(parts, clean(k))
+			hidden = true
+		default:
+			parts = append(parts, clean(k))
+			unrecorded = true
+		}
+	}
+	out := strings.Join(parts, " ")
+	switch {
+	case hidden && unrecorded:
+		out += " (values hidden, --show-env shows those recorded with the environment; a command's own are not recorded)"
+	case hidden:
+		out += " (values hidden: --show-env shows them)"
+	case unrecorded:
+		out += " (values not recorded)"
+	}
+	return out
+}
+
+func printCommandEnv(w io.Writer, c *hostfork.CommandRecord, in string, known map[string]string, show bool) {
 	fmt.Fprintf(w, "%scommand %s (environment %s)\n", in, c.ID, c.Env)
 	fmt.Fprintf(w, "%s  argv:         %s\n", in, cleanArgv(c.Argv, 0))
 	fmt.Fprintf(w, "%s  state:        %s\n", in, c.Liveness)
@@ -114,7 +176,7 @@ func printCommand(w io.Writer, c *hostfork.CommandRecord, in string) {
 	}
 	fmt.Fprintf(w, "%s  cwd:          %s\n", in, clean(c.Cwd))
 	if len(c.EnvKeys) > 0 {
-		fmt.Fprintf(w, "%s  env set:      %s (values not recorded)\n", in, clean(strings.Join(c.EnvKeys, " ")))
+		fmt.Fprintf(w, "%s  env set:      %s\n", in, envSetText(c.EnvKeys, known, show))
 	}
 	if c.StdoutPath != "" {
 		fmt.Fprintf(w, "%s  stdout:       %s\n", in, clean(c.StdoutPath))

@@ -84,6 +84,9 @@ verified (its guardian was lost), recording what that gives up.`,
 				}
 			}
 			if len(targets) == 0 {
+				if asJSON {
+					return printJSON(g.out, []any{})
+				}
 				fmt.Fprintln(g.err, "hostfork: nothing to stop")
 				return nil
 			}
