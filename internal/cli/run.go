@@ -331,7 +331,7 @@ func foreground(ctx context.Context, g *globals, h backend, cmd launched, sigs c
 // when the kernel OOM-killed a process of the command other than its
 // leader (the leader's own status is kept).
 func warnTruncated(g *globals, c *hostfork.CommandRecord) {
-	if c.OOM != nil && *c.OOM && (c.Signal == nil || *c.Signal != int(syscall.SIGKILL)) {
+	if c.OOM != nil && *c.OOM && c.StopReason != hostfork.ReasonLimit {
 		fmt.Fprintf(g.err, "hostfork: warning: a process of command %s was OOM-killed under the environment's memory budget (%s)\n", c.ID, clean(c.OOMEvidence))
 	}
 	if c.OutputTruncated {
@@ -343,7 +343,7 @@ func warnTruncated(g *globals, c *hostfork.CommandRecord) {
 // not): a stop that hostfork decided before the leader exited, or the
 // kernel's OOM kill under the environment's memory budget.
 func endedBy(c *hostfork.CommandRecord) string {
-	if c.OOM != nil && *c.OOM && c.Signal != nil && *c.Signal == int(syscall.SIGKILL) {
+	if c.OOM != nil && *c.OOM && c.StopReason == hostfork.ReasonLimit {
 		return fmt.Sprintf("command %s was OOM-killed: it exceeded the environment's memory budget (%s)", c.ID, clean(c.OOMEvidence))
 	}
 	if !c.StoppedByHostfork || !c.StopReason.EndedByHostfork() {

@@ -30,7 +30,9 @@ type Receipt struct {
 	OutsideCgroup     int
 	TreeExited        *time.Time
 	OutputTruncated   bool
-	Complete          bool
+	// LeaderOOM: whether the OOM killer took the leader (nil: not known).
+	LeaderOOM *bool
+	Complete  bool
 }
 
 // Group is what a cgroup says.
@@ -206,7 +208,10 @@ func finishOOM(n *api.Command, ev Evidence) {
 	// A leader dead of SIGKILL while the command's own OOM counter rose
 	// went to the environment's memory budget: hostfork's limit ended it
 	// (unless a stop reason came first).
-	if n.OOM != nil && *n.OOM && n.Signal != nil && *n.Signal == 9 && n.StopReason == "" {
+	// The guardian's sampling decides when it could (LeaderOOM); without
+	// it, a SIGKILL while the counter rose is taken for the OOM kill.
+	leaderOOM := ev.Receipt == nil || ev.Receipt.LeaderOOM == nil || *ev.Receipt.LeaderOOM
+	if n.OOM != nil && *n.OOM && n.Signal != nil && *n.Signal == 9 && n.StopReason == "" && leaderOOM {
 		n.StopReason = api.ReasonLimit
 		n.StoppedByHostfork = true
 	}

@@ -61,6 +61,12 @@ func TestCommand(t *testing.T) {
 					t.Fatalf("stop reason %q, stopped by hostfork %v", n.StopReason, n.StoppedByHostfork)
 				}
 			}},
+		{"a leader killed from elsewhere after a child's OOM kill", running, Evidence{BootID: "b1", Guardian: Gone, Receipt: &Receipt{WorkloadPID: 11, LeaderExited: &now, Signal: ip(9), LeaderOOM: new(bool), TreeExited: &now, Complete: true}, OOM: &yes, OOMEvidence: "x"}, api.CommandExited, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.StopReason != "" || n.StoppedByHostfork || n.OOM == nil || !*n.OOM {
+					t.Fatalf("stop reason %q, stopped by hostfork %v, oom %v", n.StopReason, n.StoppedByHostfork, n.OOM)
+				}
+			}},
 		{"start error", running, Evidence{BootID: "b1", Guardian: Gone, Receipt: &Receipt{StartError: "no", LeaderExited: &now, ExitCode: ip(127), TreeExited: &now, Complete: true}}, api.CommandFailed, api.PhaseExited, nil},
 		{"guardian gone, cgroup empty", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupEmpty}, api.CommandExited, api.PhaseExited,
 			func(t *testing.T, n api.Command) {

@@ -417,6 +417,9 @@ func (l *launch) release(ctx context.Context, env *api.Env) (*Running, error) {
 	if l.keeperPID > 0 {
 		cfg.ViewPID, cfg.ViewStart = l.keeperPID, l.keeperStart
 	}
+	if l.lg != nil {
+		cfg.OOMFile = l.lg.CommandOOMFile(rec.ID, rec.CgroupPath)
+	}
 	if cs.Timeout > 0 {
 		cfg.TimeoutMono = linux.MonotonicNow() + cs.Timeout
 		rec.TimeoutMono = cfg.TimeoutMono

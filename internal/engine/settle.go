@@ -32,7 +32,7 @@ func readReceipt(c *api.Command) *decide.Receipt {
 		WorkloadPID: r.WorkloadPID, WorkloadStart: r.WorkloadStart, StartError: r.StartError,
 		LeaderExited: r.LeaderExited, ExitCode: r.ExitCode, Signal: r.Signal, StopReason: r.StopReason,
 		StoppedByHostfork: r.StoppedByHostfork, OutsideCgroup: r.OutsideCgroup, TreeExited: r.TreeExited,
-		OutputTruncated: r.OutputTruncated, Complete: r.Complete,
+		OutputTruncated: r.OutputTruncated, LeaderOOM: r.LeaderOOM, Complete: r.Complete,
 	}
 }
 

@@ -302,6 +302,22 @@ func (g *Group) commandDir(cid string) (string, bool) {
 	return filepath.Join(g.V1["memory"], cid), true
 }
 
+// CommandOOMFile is the file holding a command's own oom_kill counter
+// (see CommandOOMKills); "" when it has none.
+func (g *Group) CommandOOMFile(cid, v2Group string) string {
+	switch g.Mechanisms[Memory] {
+	case Cgroup1:
+		if d, ok := g.commandDir(cid); ok {
+			return filepath.Join(d, "memory.oom_control")
+		}
+	case Cgroup2:
+		if v2Group != "" {
+			return filepath.Join(v2Group, "memory.events")
+		}
+	}
+	return ""
+}
+
 // CommandOOMKills reads a command's own OOM-kill counter: its v1 memory
 // group, or memory.events of its cgroup2 group (v2Group) when memory is on
 // cgroup2. nil: unknown (not accounted, or the counter is unreadable).

@@ -22,6 +22,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -70,7 +71,16 @@ static struct {
 	int pipe_mode, inherit_mode, owner_stop, foreground, view_pid, auto_stop;
 	uint64_t view_start;
 	int64_t deadline_ns, timeout_ns, grace_ns, idle_ns;
+	char oom_file[HF_MAX_PATH + 1]; /* the command's own file with an oom_kill line */
 } cfg;
+
+/* OOM attribution: the command's oom_kill counter, sampled every
+ * OOM_SAMPLE while the leader lives; a leader dead of SIGKILL was the OOM
+ * killer's victim when the counter rose since the last sample (a child's
+ * earlier kill does not count). -1: unknown. */
+#define OOM_SAMPLE (10 * NS_PER_MS)
+static int64_t oom_last = -1, oom_next = INT64_MAX;
+static int leader_oom = -1;
 
 static struct hf_msg rel;
 
@@ -180,6 +190,8 @@ static void write_receipt(void)
 		hf_sb_s(&b, ",\"membership_unstable\":true");
 	if (output_truncated)
 		hf_sb_s(&b, ",\"output_truncated\":true");
+	if (leader_oom >= 0)
+		hf_sb_s(&b, leader_oom ? ",\"leader_oom\":true" : ",\"leader_oom\":false");
 	if (R.has_tree) {
 		hf_sb_s(&b, ",\"tree_exited_at\":");
 		hf_sb_time(&b, &R.tree_at);
@@ -306,6 +318,9 @@ static int parse_release(struct hf_msg *m)
 				return -1;
 		} else if (!strcmp(p, "guardians_cgroup")) {
 			if (hf_copy_bounded(cfg.guardians, sizeof cfg.guardians, v) < 0)
+				return -1;
+		} else if (!strcmp(p, "oom_file")) {
+			if (hf_copy_bounded(cfg.oom_file, sizeof cfg.oom_file, v) < 0)
 				return -1;
 		} else if (!strcmp(p, "v1_join")) {
 			if (cfg.njoin >= HF_MAX_JOIN || hf_copy_bounded(cfg.join[cfg.njoin], sizeof cfg.join[0], v) < 0)
@@ -673,6 +688,8 @@ static void arm_timer(void)
 		next = rekill_at;
 	if (backup_at < next)
 		next = backup_at;
+	if (oom_next < next)
+		next = oom_next;
 	if (next == timer_armed)
 		return;
 	struct itimerspec its;
@@ -727,17 +744,102 @@ static void on_timer(void)
 
 /* ---- reaping ---- */
 
+/* oom_count reads the oom_kill counter of cfg.oom_file (-1: unknown). */
+static int64_t oom_count(void)
+{
+	static char b[2048];
+	if (!cfg.oom_file[0] || hf_read_file(cfg.oom_file, b, sizeof b) <= 0)
+		return -1;
+	for (char *line = b; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = 0;
+		int64_t v;
+		if (!strncmp(line, "oom_kill ", 9) && hf_parse_i64(line + 9, &v) == 0)
+			return v;
+		line = nl ? nl + 1 : NULL;
+	}
+	return -1;
+}
+
+/* leader_untouched reports whether the leader is, now, neither dying nor
+ * dead: no SIGKILL pending (the OOM killer sends it before it counts the
+ * kill), not exiting (PF_EXITING, stat field 9), not a zombie. */
+static int leader_untouched(void)
+{
+	static char b[4096];
+	char path[48];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)leader_pid);
+	int n = hf_read_file(path, b, sizeof b);
+	if (n <= 0)
+		return 0;
+	char *p = memrchr(b, ')', (size_t)n);
+	if (!p || p + 2 >= b + n)
+		return 0;
+	p += 2; /* field 3, the state */
+	if (*p == 'Z' || *p == 'X' || *p == 'x')
+		return 0;
+	for (int field = 3; field < 9 && p; field++) {
+		p = strchr(p, ' ');
+		if (p)
+			p++;
+	}
+	int64_t flags;
+	char *end = p ? strchr(p, ' ') : NULL;
+	if (!end)
+		return 0;
+	*end = 0;
+	if (hf_parse_i64(p, &flags) < 0 || (flags & 0x4)) /* PF_EXITING */
+		return 0;
+	snprintf(path, sizeof path, "/proc/%d/status", (int)leader_pid);
+	if (hf_read_file(path, b, sizeof b) <= 0)
+		return 0;
+	for (char *line = b; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = 0;
+		if (!strncmp(line, "SigPnd:", 7) || !strncmp(line, "ShdPnd:", 7)) {
+			unsigned long long mask = strtoull(line + 7, NULL, 16);
+			if (mask & (1ULL << (SIGKILL - 1)))
+				return 0;
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	return 1;
+}
+
+/* oom_sample takes a sample while the leader lives untouched: read first,
+ * then checked, so a value kept was read before any kill of the leader. */
+static void oom_sample(void)
+{
+	if (!cfg.oom_file[0] || !leader_alive)
+		return;
+	int64_t now = hf_mono_now();
+	if (now < oom_next && oom_last >= 0)
+		return;
+	oom_next = now + OOM_SAMPLE;
+	int64_t v = oom_count();
+	if (v >= 0 && leader_untouched())
+		oom_last = v;
+}
+
 static void leader_exited(int status)
 {
 	int v;
 	clock_gettime(CLOCK_REALTIME, &R.leader_at);
 	R.has_leader = 1;
 	leader_alive = 0;
+	oom_next = INT64_MAX;
 	R.after_stop = stop_phase > 0 || notified;
 	if (WIFSIGNALED(status)) {
 		v = WTERMSIG(status);
 		R.has_signal = 1;
 		R.signal = v;
+		if (v == SIGKILL && oom_last >= 0) {
+			int64_t now = oom_count();
+			if (now >= 0)
+				leader_oom = now > oom_last;
+		}
 		write_receipt();
 		emit("leader", 0, 0, NULL, &v, stop_reason, NULL);
 	} else {
@@ -1197,9 +1299,11 @@ int hf_guardian_main(void)
 
 	if (rel.nextra)
 		ctl_feed(rel.extra, rel.nextra);
+	oom_sample();
 	for (;;) {
 		if (no_children && tees_done())
 			break;
+		oom_sample();
 		arm_timer();
 		struct pollfd pfd[7];
 		int np = 0, ip_sig, ip_tim, ip_ctl = -1, ip_src[2] = {-1, -1}, ip_fwd[2] = {-1, -1};

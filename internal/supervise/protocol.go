@@ -132,6 +132,11 @@ type Config struct {
 	// V1Join are cgroup v1 groups the workload joins before exec (its own
 	// limit groups: v1 has no clone-into).
 	V1Join []string `json:"v1_join,omitempty"`
+	// OOMFile is the command's own file with an oom_kill counter (its v1
+	// memory group's memory.oom_control, or its cgroup2 group's
+	// memory.events); the guardian samples it to tell whether the OOM
+	// killer took the leader itself (Receipt.LeaderOOM).
+	OOMFile string `json:"oom_file,omitempty"`
 	// DeadlineMono is the force-stop time on CLOCK_MONOTONIC (0: none);
 	// graceful termination starts Grace earlier. TimeoutMono is the
 	// command's own timeout: its stop starts then, and never extends the
@@ -208,7 +213,12 @@ type Receipt struct {
 	// left when the tree exited (files mode, where the workload writes
 	// them itself and got the error).
 	OutputTruncated bool `json:"output_truncated,omitempty"`
-	Complete        bool `json:"complete"`
+	// LeaderOOM says, when the leader died of SIGKILL and the command's
+	// OOM counter was being sampled, whether that counter rose since the
+	// last sample taken while the leader lived (250 ms at most): true, the
+	// OOM killer took the leader; false, the kill came from elsewhere.
+	LeaderOOM *bool `json:"leader_oom,omitempty"`
+	Complete  bool  `json:"complete"`
 }
 
 // encodeRelease frames cfg as the release message. It refuses values the
@@ -259,6 +269,12 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 	}
 	if cfg.GuardiansCgroup != "" {
 		put("guardians_cgroup", cfg.GuardiansCgroup)
+	}
+	if cfg.OOMFile != "" {
+		if len(cfg.OOMFile) > maxPath {
+			return nil, fmt.Errorf("release: oom_file longer than %d bytes", maxPath)
+		}
+		put("oom_file", cfg.OOMFile)
 	}
 	for _, j := range cfg.V1Join {
 		if len(j) > maxPath {
