@@ -189,12 +189,15 @@ func (c *Command) attach(ctx context.Context, r *engine.Running) {
 		return
 	}
 	grace := c.WaitDelay
+	c.h.bg.Add(1)
 	go func() {
+		defer c.h.bg.Done()
 		select {
 		case <-ctx.Done():
 			opts := StopOptions{Reason: ReasonCancelled, Grace: grace}
 			_, _ = c.h.e.StopCommand(context.Background(), id, opts.engine())
 		case <-r.TreeDone():
+		case <-c.h.closing: // a stop already under way is finished first
 		}
 	}()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"sync"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
@@ -29,6 +30,11 @@ type Options struct {
 // for concurrent use.
 type Host struct {
 	e *engine.Engine
+	// bg counts the stops this Host's handles run on their own (a
+	// command's context cancelled): Close lets them finish first.
+	bg        sync.WaitGroup
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 // DefaultRoot is /var/lib/hostfork for root, else $XDG_STATE_HOME/hostfork
@@ -46,7 +52,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Host{e: e}, nil
+	return &Host{e: e, closing: make(chan struct{})}, nil
 }
 
 // Root is the store directory.
@@ -56,7 +62,16 @@ func (h *Host) Root() string { return h.e.Root() }
 // running under their owner-exit policy (until this process exits); their
 // pending and later waits return ErrClosed, never a record that is not
 // final as if it were a result.
-func (h *Host) Close() error { return h.e.Close() }
+func (h *Host) Close() error {
+	h.closeOnce.Do(func() { close(h.closing) })
+	done := make(chan struct{})
+	go func() { h.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second): // a stop that hangs must not hang Close
+	}
+	return h.e.Close()
+}
 
 // Capabilities probes (once) what ownership tiers this host offers.
 func (h *Host) Capabilities() Capabilities { return h.e.Capabilities() }

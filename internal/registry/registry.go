@@ -62,6 +62,19 @@ const FileName = "registry.sqlite"
 // The caller has checked that root is the store's own directory.
 func Open(ctx context.Context, root string) (*DB, error) {
 	path := filepath.Join(root, FileName)
+	// A new registry (no WAL yet) is switched to WAL and given its schema
+	// by one process at a time: the switch needs the database to itself,
+	// and SQLite answers a concurrent opener "database is locked" at once,
+	// without waiting, in some of its steps.
+	held := false
+	if _, err := os.Lstat(path + "-wal"); errors.Is(err, os.ErrNotExist) {
+		unlock, err := lockFile(filepath.Join(root, "registry.lock"))
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		held = true
+	}
 	if err := ensurePrivate(path); err != nil {
 		return nil, err
 	}
@@ -82,7 +95,7 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	sdb.SetMaxIdleConns(4)
 	sdb.SetConnMaxIdleTime(0)
 	d := &DB{db: sdb, path: path, writing: make(chan struct{}, 1)}
-	if err := d.migrate(ctx, root); err != nil {
+	if err := d.migrate(ctx, root, held); err != nil {
 		sdb.Close()
 		if errors.Is(classify(err), ErrFull) {
 			// SQLite can't even rebuild its WAL index on a full disk. Open
@@ -168,6 +181,25 @@ func (d *DB) Version(ctx context.Context) (int, error) {
 	return v, err
 }
 
+// lockFile takes an exclusive flock on path (created 0600), waiting.
+func lockFile(path string) (func(), error) {
+	lock, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening registry lock: %w", err)
+	}
+	for {
+		err = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("locking registry: %w", err)
+	}
+	return func() { lock.Close() }, nil
+}
+
 // checkVersion refuses a schema this hostfork can't read: a newer one, or
 // a negative one (no hostfork writes it: the file is damaged or not ours).
 func checkVersion(path string, v int) error {
@@ -183,7 +215,7 @@ func checkVersion(path string, v int) error {
 // migrate brings the schema up to date. The first open of a new store by
 // many processes at once is serialized by an flock on registry.lock, because
 // switching to WAL mode needs the database to itself.
-func (d *DB) migrate(ctx context.Context, root string) error {
+func (d *DB) migrate(ctx context.Context, root string, locked bool) error {
 	// Fast path: an up-to-date registry. A read that fails (another
 	// process is switching a new store to WAL) is retried under the lock.
 	if v, err := d.Version(ctx); err == nil {
@@ -194,19 +226,12 @@ func (d *DB) migrate(ctx context.Context, root string) error {
 			return err
 		}
 	}
-	lock, err := os.OpenFile(filepath.Join(root, "registry.lock"), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("opening registry lock: %w", err)
-	}
-	defer lock.Close()
-	for {
-		err = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
+	if !locked {
+		unlock, err := lockFile(filepath.Join(root, "registry.lock"))
+		if err != nil {
+			return err
 		}
-	}
-	if err != nil {
-		return fmt.Errorf("locking registry for migration: %w", err)
+		defer unlock()
 	}
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
