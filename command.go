@@ -207,21 +207,15 @@ func (c *Command) attach(ctx context.Context, r *engine.Running) {
 // hostfork stopped it. Descendants may still be running (see WaitTree).
 // After Host.Close it returns ErrClosed.
 func (c *Command) Wait(ctx context.Context) (CommandRecord, error) {
-	c.mu.Lock()
-	r, id, started := c.r, c.id, c.started || c.rec != nil
-	c.mu.Unlock()
-	if !started {
-		return CommandRecord{}, fmt.Errorf("hostfork: Command not started: %w", api.ErrInvalid)
+	r, id, err := c.launched()
+	if err != nil {
+		return CommandRecord{}, err
 	}
 	if r != nil {
-		select {
-		case <-r.LeaderDone():
-			return r.Record(), nil
-		case <-ctx.Done():
-			return CommandRecord{}, ctx.Err()
-		case <-c.h.e.Closed():
-			return CommandRecord{}, api.ErrClosed
+		if err := c.await(ctx, r.LeaderDone()); err != nil {
+			return CommandRecord{}, err
 		}
+		return r.Record(), nil
 	}
 	return c.poll(ctx, id, func(rec *CommandRecord) bool {
 		return rec.Final() || rec.LeaderState == api.PhaseExited || rec.LeaderState == api.PhaseUnknown
@@ -234,34 +228,52 @@ func (c *Command) Wait(ctx context.Context) (CommandRecord, error) {
 // full store) returns the observed record with that error. After
 // Host.Close it returns ErrClosed.
 func (c *Command) WaitTree(ctx context.Context) (CommandRecord, error) {
-	c.mu.Lock()
-	r, id, started := c.r, c.id, c.started || c.rec != nil
-	c.mu.Unlock()
-	if !started {
-		return CommandRecord{}, fmt.Errorf("hostfork: Command not started: %w", api.ErrInvalid)
+	r, id, err := c.launched()
+	if err != nil {
+		return CommandRecord{}, err
 	}
 	if r != nil {
-		select {
-		case <-r.TreeDone():
-			rec := r.Record()
-			if err := r.RecordErr(); err != nil {
-				return rec, err
-			}
-			if !rec.Final() {
-				return rec, fmt.Errorf("command %s: its tree's exit could not be verified (%s): %w", rec.ID, rec.TreeEvidence, api.ErrUnverified)
-			}
-			return rec, nil
-		case <-ctx.Done():
-			return CommandRecord{}, ctx.Err()
-		case <-c.h.e.Closed():
-			return CommandRecord{}, api.ErrClosed
+		if err := c.await(ctx, r.TreeDone()); err != nil {
+			return CommandRecord{}, err
 		}
+		rec := r.Record()
+		if err := r.RecordErr(); err != nil {
+			return rec, err
+		}
+		if !rec.Final() {
+			return rec, fmt.Errorf("command %s: its tree's exit could not be verified (%s): %w", rec.ID, rec.TreeEvidence, api.ErrUnverified)
+		}
+		return rec, nil
 	}
 	rec, err := c.poll(ctx, id, func(rec *CommandRecord) bool { return rec.Final() || rec.State == api.CommandUnverified })
 	if err == nil && !rec.Final() {
 		return rec, fmt.Errorf("command %s: its tree's exit can't be verified (%s): %w", rec.ID, rec.TreeEvidence, api.ErrUnverified)
 	}
 	return rec, err
+}
+
+// launched is the handle's launch in this process (nil for a command
+// another process started) and its id; an error before Start.
+func (c *Command) launched() (*engine.Running, string, error) {
+	c.mu.Lock()
+	r, id, started := c.r, c.id, c.started || c.rec != nil
+	c.mu.Unlock()
+	if !started {
+		return nil, "", fmt.Errorf("hostfork: Command not started: %w", api.ErrInvalid)
+	}
+	return r, id, nil
+}
+
+// await waits for done, ctx or the Host's Close (ErrClosed).
+func (c *Command) await(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.h.e.Closed():
+		return api.ErrClosed
+	}
 }
 
 // poll waits for a command another process started: it reads (and

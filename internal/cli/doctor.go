@@ -55,13 +55,8 @@ Without --spec, doctor reads and never creates the store. The exit status is
 				}
 				return printDoctorReport(g, r, asJSON, "")
 			}
-			o := doctor.Options{Probe: probe}
-			root, source := g.root, "--root"
+			root := g.root
 			if root == "" {
-				source = "$HOSTFORK_ROOT"
-				if os.Getenv("HOSTFORK_ROOT") == "" {
-					source = "default"
-				}
 				r, err := hostfork.DefaultRoot()
 				if err != nil {
 					return err
@@ -71,19 +66,8 @@ Without --spec, doctor reads and never creates the store. The exit status is
 			if abs, err := filepath.Abs(root); err == nil {
 				root = abs
 			}
-			o.Root, o.RootSource = root, source
-			if exe, err := os.Executable(); err == nil {
-				if r, err := filepath.EvalSymlinks(exe); err == nil {
-					exe = r
-				}
-				o.Exe = exe
-			}
-			b := ReadBuildInfo()
-			o.Version = b.Version + " " + b.Commit
-			o.Verbs = map[string]bool{}
-			for _, sub := range c.Root().Commands() {
-				o.Verbs[sub.Name()] = true
-			}
+			o := doctorOptions(c, g, root)
+			o.Probe = probe
 			if specFile != "" {
 				if err := planForDoctor(c, g, specFile, &o); err != nil {
 					return err
@@ -227,4 +211,31 @@ func printDoctor(w io.Writer, r *doctor.Report, specFile string) {
 		return
 	}
 	fmt.Fprintf(w, "\nresult: %s can't run here:\n  - %s\n", what, strings.Join(r.Blockers, "\n  - "))
+}
+
+// doctorOptions are the options of a doctor report on store root: where
+// the root came from, this binary, its version and verbs.
+func doctorOptions(c *cobra.Command, g *globals, root string) doctor.Options {
+	source := "--root"
+	if g.root == "" {
+		source = "$HOSTFORK_ROOT"
+		if os.Getenv("HOSTFORK_ROOT") == "" {
+			source = "default"
+		}
+	}
+	var o doctor.Options
+	o.Root, o.RootSource = root, source
+	if exe, err := os.Executable(); err == nil {
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+		o.Exe = exe
+	}
+	b := ReadBuildInfo()
+	o.Version = b.Version + " " + b.Commit
+	o.Verbs = map[string]bool{}
+	for _, sub := range c.Root().Commands() {
+		o.Verbs[sub.Name()] = true
+	}
+	return o
 }

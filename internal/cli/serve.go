@@ -146,26 +146,5 @@ func loopbackOnly(addr string) error {
 // serveDoctor builds the doctor report as 'hostfork doctor --json' does
 // without --spec (read-only: it does not probe).
 func serveDoctor(ctx context.Context, c *cobra.Command, g *globals, root string) *doctor.Report {
-	source := "--root"
-	if g.root == "" {
-		source = "$HOSTFORK_ROOT"
-		if os.Getenv("HOSTFORK_ROOT") == "" {
-			source = "default"
-		}
-	}
-	var o doctor.Options
-	o.Root, o.RootSource = root, source
-	if exe, err := os.Executable(); err == nil {
-		if r, err := filepath.EvalSymlinks(exe); err == nil {
-			exe = r
-		}
-		o.Exe = exe
-	}
-	b := ReadBuildInfo()
-	o.Version = b.Version + " " + b.Commit
-	o.Verbs = map[string]bool{}
-	for _, sub := range c.Root().Commands() {
-		o.Verbs[sub.Name()] = true
-	}
-	return doctor.Run(ctx, o)
+	return doctor.Run(ctx, doctorOptions(c, g, root))
 }

@@ -466,13 +466,20 @@ func (l *launch) failInBatch(ctx context.Context, b *registry.Batch, cause error
 	if err != nil {
 		return
 	}
+	b.UpdateCommand(cur, neverReleased(cur, cause, nil))
+}
+
+// neverReleased is the failed record of a launch that never got past its
+// gate: nothing of it ran.
+func neverReleased(cur *api.Command, cause error, cleanup []string) *api.Command {
 	next := *cur
 	next.State = api.CommandFailed
 	next.Error = cause.Error()
 	next.LeaderState = api.PhaseUnknown
 	next.TreeState = api.PhaseExited
 	next.TreeEvidence = "never released"
-	b.UpdateCommand(cur, &next)
+	next.CleanupErrors = append(append([]string{}, cur.CleanupErrors...), cleanup...)
+	return &next
 }
 
 // abort settles a command whose launch failed before release: its cgroups
@@ -496,15 +503,9 @@ func (l *launch) abort(cause error) error {
 		if err != nil {
 			break
 		}
-		next := *cur
-		next.State = api.CommandFailed
-		next.Error = cause.Error()
-		next.LeaderState = api.PhaseUnknown
-		next.TreeState = api.PhaseExited
-		next.TreeEvidence = "never released"
-		next.CleanupErrors = append(append([]string{}, cur.CleanupErrors...), cleanup...)
+		next := neverReleased(cur, cause, cleanup)
 		var b registry.Batch
-		b.UpdateCommand(cur, &next)
+		b.UpdateCommand(cur, next)
 		override := map[int64]registry.Fact{}
 		for _, in := range l.intents {
 			if in.Kind == registry.KindDir {

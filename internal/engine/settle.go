@@ -187,6 +187,33 @@ func (e *Engine) removeCommandGroups(ctx context.Context, c *api.Command, g *lim
 	return errs
 }
 
+// commitCommand records n over cur (compare-and-set). A final record
+// goes with its command's cgroups removed and its intents settled in the
+// same commit (the command's directory stays: it is evidence), and its
+// readable snapshot written once committed.
+func (e *Engine) commitCommand(ctx context.Context, env *api.Env, cur, n *api.Command) error {
+	var b registry.Batch
+	if n.Final() {
+		n.CleanupErrors = append(append([]string{}, n.CleanupErrors...), e.removeCommandGroups(ctx, n, limitGroup(env))...)
+		ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: n.Env, CommandID: n.ID, Open: true})
+		override := map[int64]registry.Fact{}
+		for _, in := range ins {
+			if in.Kind == registry.KindDir {
+				override[in.ID] = registry.Fact{Exists: true, Identity: pathIdentity(in.Target)}
+			}
+		}
+		settleAll(&b, ptrs(ins), override)
+	}
+	b.UpdateCommand(cur, n)
+	if err := e.reg.Commit(ctx, &b); err != nil {
+		return err
+	}
+	if n.Final() {
+		writeCommandRecord(n)
+	}
+	return nil
+}
+
 // settleCommand assesses c from its evidence and, if the facts changed,
 // records them with a compare-and-set (and, for a final record, removes
 // its cgroups and settles its intents in the same commit). On a conflict
@@ -209,25 +236,8 @@ func (e *Engine) settleCommand(ctx context.Context, env *api.Env, c *api.Command
 		if !changed {
 			return &n, nil
 		}
-		var b registry.Batch
-		if n.Final() {
-			n.CleanupErrors = append(append([]string{}, n.CleanupErrors...), e.removeCommandGroups(ctx, &n, limitGroup(env))...)
-			ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: n.Env, CommandID: n.ID, Open: true})
-			override := map[int64]registry.Fact{}
-			for _, in := range ins {
-				if in.Kind == registry.KindDir {
-					// The command's directory stays: it is evidence.
-					override[in.ID] = registry.Fact{Exists: true, Identity: pathIdentity(in.Target)}
-				}
-			}
-			settleAll(&b, ptrs(ins), override)
-		}
-		b.UpdateCommand(cur, &n)
-		err := e.reg.Commit(ctx, &b)
+		err := e.commitCommand(ctx, env, cur, &n)
 		if err == nil {
-			if n.Final() {
-				writeCommandRecord(&n)
-			}
 			return &n, nil
 		}
 		if !errors.Is(err, registry.ErrConflict) {

@@ -269,24 +269,8 @@ func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, r
 				n.TreeEvidence = "a stop could not end every process of the tree, and its guardian is gone"
 			}
 		}
-		var b registry.Batch
-		if n.Final() {
-			n.CleanupErrors = append(append([]string{}, n.CleanupErrors...), e.removeCommandGroups(ctx, &n, limitGroup(env))...)
-			ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: n.Env, CommandID: n.ID, Open: true})
-			override := map[int64]registry.Fact{}
-			for _, in := range ins {
-				if in.Kind == registry.KindDir {
-					override[in.ID] = registry.Fact{Exists: true, Identity: pathIdentity(in.Target)}
-				}
-			}
-			settleAll(&b, ptrs(ins), override)
-		}
-		b.UpdateCommand(cur, &n)
-		err := e.reg.Commit(ctx, &b)
+		err := e.commitCommand(ctx, env, cur, &n)
 		if err == nil {
-			if n.Final() {
-				writeCommandRecord(&n)
-			}
 			return &n, nil
 		}
 		if !errors.Is(err, registry.ErrConflict) {

@@ -66,49 +66,11 @@ type EnvQuery struct {
 
 // Envs lists environments, oldest first.
 func (d *DB) Envs(ctx context.Context, q EnvQuery) ([]*api.Env, error) {
-	sqlq, args := envSelect+" WHERE 1=1", []any{}
-	if len(q.IDs) > 0 {
-		sqlq += " AND id IN (" + placeholders(len(q.IDs)) + ")"
-		for _, id := range q.IDs {
-			args = append(args, id)
-		}
-	}
-	if len(q.States) > 0 {
-		sqlq += " AND state IN (" + placeholders(len(q.States)) + ")"
-		for _, s := range q.States {
-			args = append(args, string(s))
-		}
-	}
-	sel, sargs := selectorSQL("e", "envs.id", q.Labels)
-	sqlq += sel
-	args = append(args, sargs...)
-	sqlq += " ORDER BY created_at, id"
-	rows, err := d.db.QueryContext(ctx, sqlq, args...)
-	if err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
-	}
-	defer rows.Close()
-	var out []*api.Env
-	var ids []string
-	for rows.Next() {
-		e, err := scanEnv(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-		ids = append(ids, e.ID)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	labels, err := d.labels(ctx, "e", ids)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range out {
-		e.Labels = orEmpty(labels[e.ID])
-	}
-	return out, nil
+	var w where
+	w.in("id", q.IDs)
+	w.in("state", strs(q.States))
+	w.labels("e", "envs.id", q.Labels)
+	return list(ctx, d, "e", envSelect, w, scanEnv, func(e *api.Env) (string, *map[string]string) { return e.ID, &e.Labels })
 }
 
 // CommandQuery selects commands by their recorded state, environment and
@@ -122,51 +84,77 @@ type CommandQuery struct {
 
 // Commands lists commands, oldest first.
 func (d *DB) Commands(ctx context.Context, q CommandQuery) ([]*api.Command, error) {
-	sqlq, args := commandSelect+" WHERE 1=1", []any{}
+	var w where
 	if q.Env != "" {
-		sqlq += " AND env_id = ?"
-		args = append(args, q.Env)
+		w.in("env_id", []string{q.Env})
 	}
-	if len(q.Envs) > 0 {
-		sqlq += " AND env_id IN (" + placeholders(len(q.Envs)) + ")"
-		for _, id := range q.Envs {
-			args = append(args, id)
-		}
+	w.in("env_id", q.Envs)
+	w.in("state", strs(q.States))
+	w.labels("c", "commands.id", q.Labels)
+	return list(ctx, d, "c", commandSelect, w, scanCommand, func(c *api.Command) (string, *map[string]string) { return c.ID, &c.Labels })
+}
+
+// where is a query's conditions and their arguments.
+type where struct {
+	sql  string
+	args []any
+}
+
+// in adds "col IN (vals)" (nothing for no vals).
+func (w *where) in(col string, vals []string) {
+	if len(vals) == 0 {
+		return
 	}
-	if len(q.States) > 0 {
-		sqlq += " AND state IN (" + placeholders(len(q.States)) + ")"
-		for _, s := range q.States {
-			args = append(args, string(s))
-		}
+	w.sql += " AND " + col + " IN (" + placeholders(len(vals)) + ")"
+	for _, v := range vals {
+		w.args = append(w.args, v)
 	}
-	sel, sargs := selectorSQL("c", "commands.id", q.Labels)
-	sqlq += sel
-	args = append(args, sargs...)
-	sqlq += " ORDER BY created_at, id"
-	rows, err := d.db.QueryContext(ctx, sqlq, args...)
+}
+
+// labels adds a label selector's conditions.
+func (w *where) labels(owner, idCol string, sel api.Selector) {
+	s, args := selectorSQL(owner, idCol, sel)
+	w.sql += s
+	w.args = append(w.args, args...)
+}
+
+func strs[S ~string](v []S) []string {
+	out := make([]string, len(v))
+	for i, s := range v {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// list runs a select with w, oldest first, scans each row and fills its
+// labels (owner "e" or "c") in one more query.
+func list[T any](ctx context.Context, d *DB, owner, sel string, w where, scan func(rowScanner) (*T, error), key func(*T) (string, *map[string]string)) ([]*T, error) {
+	rows, err := d.db.QueryContext(ctx, sel+" WHERE 1=1"+w.sql+" ORDER BY created_at, id", w.args...)
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	defer rows.Close()
-	var out []*api.Command
+	var out []*T
 	var ids []string
 	for rows.Next() {
-		c, err := scanCommand(rows)
+		r, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, c)
-		ids = append(ids, c.ID)
+		out = append(out, r)
+		id, _ := key(r)
+		ids = append(ids, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	labels, err := d.labels(ctx, "c", ids)
+	labels, err := d.labels(ctx, owner, ids)
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range out {
-		c.Labels = orEmpty(labels[c.ID])
+	for _, r := range out {
+		id, l := key(r)
+		*l = orEmpty(labels[id])
 	}
 	return out, nil
 }

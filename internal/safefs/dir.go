@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // Dir is an open directory: a descriptor (O_RDONLY|O_DIRECTORY|O_CLOEXEC,
@@ -157,7 +159,7 @@ func (d *Dir) CreateExclusive(name string, perm os.FileMode) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ignoringEINTR(func() error { return unix.Fchmod(int(f.Fd()), unixPerm(perm)) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Fchmod(int(f.Fd()), unixPerm(perm)) }); err != nil {
 		f.Close()
 		return nil, pathErr("fchmod", f.Name(), err)
 	}
@@ -177,7 +179,7 @@ func (d *Dir) MkdirExclusive(name string, perm os.FileMode) (*Dir, error) {
 		return nil, err
 	}
 	full := d.join(name)
-	if err := ignoringEINTR(func() error { return unix.Mkdirat(d.fd, name, 0o700) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Mkdirat(d.fd, name, 0o700) }); err != nil {
 		if err == unix.EEXIST {
 			return nil, fmt.Errorf("creating directory %s: %w", full, ErrExists)
 		}
@@ -205,7 +207,7 @@ func (d *Dir) MkdirExclusive(name string, perm os.FileMode) (*Dir, error) {
 		}
 	}
 	if err == nil {
-		if e := ignoringEINTR(func() error { return unix.Fchmod(fd, unixPerm(perm)) }); e != nil {
+		if e := linux.IgnoringEINTR(func() error { return unix.Fchmod(fd, unixPerm(perm)) }); e != nil {
 			err = pathErr("fchmod", full, e)
 		}
 	}
@@ -274,7 +276,7 @@ func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
 	if err := checkName(d, name); err != nil {
 		return st, err
 	}
-	if err := ignoringEINTR(func() error { return unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 		return st, pathErr("lstat", d.join(name), err)
 	}
 	return st, nil
@@ -289,7 +291,7 @@ func (d *Dir) Lchmod(name string, perm os.FileMode) error {
 		return err
 	}
 	mode := unixPerm(perm)
-	err := ignoringEINTR(func() error { return unix.Fchmodat(d.fd, name, mode, unix.AT_SYMLINK_NOFOLLOW) })
+	err := linux.IgnoringEINTR(func() error { return unix.Fchmodat(d.fd, name, mode, unix.AT_SYMLINK_NOFOLLOW) })
 	if err == unix.EOPNOTSUPP || err == unix.ENOSYS {
 		// Either a symbolic link, or a kernel without fchmodat2.
 		fd, oerr := openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW, 0)
@@ -305,7 +307,7 @@ func (d *Dir) Lchmod(name string, perm os.FileMode) error {
 			err = unix.EOPNOTSUPP
 		default:
 			// The magic link names exactly the inode fd holds.
-			err = ignoringEINTR(func() error { return unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), mode, 0) })
+			err = linux.IgnoringEINTR(func() error { return unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), mode, 0) })
 		}
 	}
 	if err != nil {
@@ -324,7 +326,7 @@ func (d *Dir) Rename(oldName string, to *Dir, newName string) error {
 	if err := checkName(to, newName); err != nil {
 		return err
 	}
-	err := ignoringEINTR(func() error { return unix.Renameat2(d.fd, oldName, to.fd, newName, unix.RENAME_NOREPLACE) })
+	err := linux.IgnoringEINTR(func() error { return unix.Renameat2(d.fd, oldName, to.fd, newName, unix.RENAME_NOREPLACE) })
 	if err == unix.EEXIST {
 		return fmt.Errorf("renaming %s to %s: %w", d.join(oldName), to.join(newName), ErrExists)
 	}
@@ -344,7 +346,7 @@ func readNames(fd int, path string) ([]string, error) {
 	buf := make([]byte, 16<<10)
 	var names []string
 	for {
-		n, err := ignoringEINTR2(func() (int, error) { return unix.Getdents(fd, buf) })
+		n, err := linux.IgnoringEINTR2(func() (int, error) { return unix.Getdents(fd, buf) })
 		if err != nil {
 			return nil, pathErr("getdents64", path, err)
 		}

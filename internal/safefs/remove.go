@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // RemoveTree removes the directory name (one component) in d and
@@ -57,13 +59,13 @@ func (d *Dir) RemoveTree(name string, want FileID) error {
 		return err
 	}
 	var now unix.Stat_t
-	if err := ignoringEINTR(func() error { return unix.Fstatat(d.fd, name, &now, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Fstatat(d.fd, name, &now, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 		return pathErr("lstat", full, err)
 	}
 	if now.Dev != st.Dev || now.Ino != st.Ino {
 		return fmt.Errorf("removing %s: its contents are removed, but the name now holds another object, which is left alone: %w", full, ErrIdentityMismatch)
 	}
-	if err := ignoringEINTR(func() error { return unix.Unlinkat(d.fd, name, unix.AT_REMOVEDIR) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Unlinkat(d.fd, name, unix.AT_REMOVEDIR) }); err != nil {
 		return pathErr("rmdir", full, err)
 	}
 	return nil
@@ -85,7 +87,7 @@ func (d *Dir) Remove(name string, want FileID) error {
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		flags = unix.AT_REMOVEDIR
 	}
-	if err := ignoringEINTR(func() error { return unix.Unlinkat(d.fd, name, flags) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Unlinkat(d.fd, name, flags) }); err != nil {
 		return pathErr("unlinkat", d.join(name), err)
 	}
 	return nil
@@ -99,7 +101,7 @@ type mountPos struct {
 
 func statMount(fd int, path string) (mountPos, error) {
 	var stx unix.Statx_t
-	err := ignoringEINTR(func() error {
+	err := linux.IgnoringEINTR(func() error {
 		return unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO|unix.STATX_MNT_ID, &stx)
 	})
 	if err != nil {
@@ -127,7 +129,7 @@ func removeContents(fd int, path string, pos mountPos) error {
 			return pathErr("remove", path, fmt.Errorf("entries keep appearing (%q): %w", names[0], unix.ENOTEMPTY))
 		}
 		for _, n := range names {
-			err := ignoringEINTR(func() error { return unix.Unlinkat(fd, n, 0) })
+			err := linux.IgnoringEINTR(func() error { return unix.Unlinkat(fd, n, 0) })
 			switch err {
 			case nil, unix.ENOENT:
 			case unix.EISDIR:
@@ -175,7 +177,7 @@ func removeDir(parent int, ppath, name string, pos mountPos) error {
 	if err := removeContents(fd, full, pos); err != nil {
 		return err
 	}
-	err = ignoringEINTR(func() error { return unix.Unlinkat(parent, name, unix.AT_REMOVEDIR) })
+	err = linux.IgnoringEINTR(func() error { return unix.Unlinkat(parent, name, unix.AT_REMOVEDIR) })
 	switch err {
 	case nil, unix.ENOENT, unix.ENOTEMPTY, unix.EEXIST, unix.ENOTDIR:
 		// Something was added meanwhile (ENOTEMPTY), or the name was
@@ -190,7 +192,7 @@ func removeDir(parent int, ppath, name string, pos mountPos) error {
 // subvolume: its own st_dev, inode 256, on the same mount.
 func btrfsSubvolumeRoot(fd int) bool {
 	var sf unix.Statfs_t
-	if ignoringEINTR(func() error { return unix.Fstatfs(fd, &sf) }) != nil || uint32(sf.Type) != unix.BTRFS_SUPER_MAGIC {
+	if linux.IgnoringEINTR(func() error { return unix.Fstatfs(fd, &sf) }) != nil || uint32(sf.Type) != unix.BTRFS_SUPER_MAGIC {
 		return false
 	}
 	st, err := fstat(fd)

@@ -1,33 +1,14 @@
 package safefs
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
-
-// ignoringEINTR retries fn while it fails with EINTR.
-func ignoringEINTR(fn func() error) error {
-	for {
-		err := fn()
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
-
-// ignoringEINTR2 is ignoringEINTR for calls that return a value.
-func ignoringEINTR2[T any](fn func() (T, error)) (T, error) {
-	for {
-		v, err := fn()
-		if !errors.Is(err, unix.EINTR) {
-			return v, err
-		}
-	}
-}
 
 // noLinks refuses every symbolic link, magic links (/proc/PID/fd/N,
 // /proc/PID/root) included.
@@ -55,19 +36,19 @@ func openat2(dirfd int, name string, flags int, mode uint32, resolve uint64) (in
 
 // openat is openat(2) with O_CLOEXEC, retried on EINTR.
 func openat(dirfd int, name string, flags int, mode uint32) (int, error) {
-	return ignoringEINTR2(func() (int, error) { return unix.Openat(dirfd, name, flags|unix.O_CLOEXEC, mode) })
+	return linux.IgnoringEINTR2(func() (int, error) { return unix.Openat(dirfd, name, flags|unix.O_CLOEXEC, mode) })
 }
 
 func fstat(fd int) (unix.Stat_t, error) {
 	var st unix.Stat_t
-	err := ignoringEINTR(func() error { return unix.Fstat(fd, &st) })
+	err := linux.IgnoringEINTR(func() error { return unix.Fstat(fd, &st) })
 	return st, err
 }
 
 // fstatfsID returns statfs' f_fsid of fd's filesystem as one number.
 func fstatfsID(fd int) (uint64, error) {
 	var sf unix.Statfs_t
-	if err := ignoringEINTR(func() error { return unix.Fstatfs(fd, &sf) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Fstatfs(fd, &sf) }); err != nil {
 		return 0, err
 	}
 	return uint64(uint32(sf.Fsid.Val[0]))<<32 | uint64(uint32(sf.Fsid.Val[1])), nil
@@ -78,7 +59,7 @@ func fstatfsID(fd int) (uint64, error) {
 // file.
 func Futimens(fd int, atime, mtime unix.Timespec) error {
 	ts := [2]unix.Timespec{atime, mtime}
-	return ignoringEINTR(func() error {
+	return linux.IgnoringEINTR(func() error {
 		_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
 		if e != 0 {
 			return e

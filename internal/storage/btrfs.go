@@ -11,6 +11,8 @@ import (
 
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // Btrfs is the snapshot backend: Prepare takes a writable snapshot of a
@@ -47,14 +49,14 @@ func InspectSubvolume(path string) (Subvolume, error) {
 
 func inspectSubvolumeFd(path string, fd int) (Subvolume, error) {
 	var sf unix.Statfs_t
-	if err := ignoringEINTR(func() error { return unix.Fstatfs(fd, &sf) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Fstatfs(fd, &sf) }); err != nil {
 		return Subvolume{}, &os.PathError{Op: "fstatfs", Path: path, Err: err}
 	}
 	if uint32(sf.Type) != unix.BTRFS_SUPER_MAGIC {
 		return Subvolume{}, fmt.Errorf("%s: filesystem type %#x: %w", path, uint32(sf.Type), ErrNotBtrfs)
 	}
 	var st unix.Stat_t
-	if err := ignoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
 		return Subvolume{}, &os.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	if st.Ino != btrfsFirstFreeObjectID {
@@ -156,7 +158,7 @@ func (Btrfs) Prepare(ctx context.Context, req Request) (Tree, error) {
 	}
 	defer parent.Close()
 	var sf unix.Statfs_t
-	if err := ignoringEINTR(func() error { return unix.Fstatfs(parent.Fd(), &sf) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Fstatfs(parent.Fd(), &sf) }); err != nil {
 		return Tree{}, fmt.Errorf("preparing btrfs tree: %w", &os.PathError{Op: "fstatfs", Path: parent.Path(), Err: err})
 	}
 	if uint32(sf.Type) != unix.BTRFS_SUPER_MAGIC {

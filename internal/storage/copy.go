@@ -10,6 +10,8 @@ import (
 
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // ReflinkMode selects how a copy moves file data.
@@ -197,7 +199,7 @@ func (c *copier) copyEntry(src, dst *safefs.Dir, name, rel string) error {
 	}
 	srcPath := filepath.Join(src.Path(), name)
 	var st unix.Stat_t
-	if err := ignoringEINTR(func() error { return unix.Fstatat(src.Fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Fstatat(src.Fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 		return &os.PathError{Op: "lstat", Path: srcPath, Err: err}
 	}
 	switch st.Mode & unix.S_IFMT {
@@ -210,12 +212,12 @@ func (c *copier) copyEntry(src, dst *safefs.Dir, name, rel string) error {
 		return c.copyFile(src, dst, name, rel)
 	case unix.S_IFLNK:
 		buf := make([]byte, unix.PathMax)
-		n, err := ignoringEINTR2(func() (int, error) { return unix.Readlinkat(src.Fd(), name, buf) })
+		n, err := linux.IgnoringEINTR2(func() (int, error) { return unix.Readlinkat(src.Fd(), name, buf) })
 		if err != nil {
 			return &os.PathError{Op: "readlink", Path: srcPath, Err: err}
 		}
 		target := string(buf[:n])
-		if err := ignoringEINTR(func() error { return unix.Symlinkat(target, dst.Fd(), name) }); err != nil {
+		if err := linux.IgnoringEINTR(func() error { return unix.Symlinkat(target, dst.Fd(), name) }); err != nil {
 			return &os.PathError{Op: "symlink", Path: filepath.Join(dst.Path(), name), Err: err}
 		}
 		return c.setMetaAt(dst, name, &st, true)
@@ -223,7 +225,7 @@ func (c *copier) copyEntry(src, dst *safefs.Dir, name, rel string) error {
 		if done, err := c.linkAgain(&st, dst, name, rel); done {
 			return err
 		}
-		if err := ignoringEINTR(func() error { return unix.Mknodat(dst.Fd(), name, st.Mode&^0o7777|0o600, int(st.Rdev)) }); err != nil {
+		if err := linux.IgnoringEINTR(func() error { return unix.Mknodat(dst.Fd(), name, st.Mode&^0o7777|0o600, int(st.Rdev)) }); err != nil {
 			return &os.PathError{Op: "mknod", Path: filepath.Join(dst.Path(), name), Err: err}
 		}
 		if err := c.setMetaAt(dst, name, &st, false); err != nil {
@@ -282,7 +284,7 @@ func (c *copier) linkAgain(st *unix.Stat_t, dst *safefs.Dir, name, rel string) (
 		defer d.Close()
 		from = d
 	}
-	if err := ignoringEINTR(func() error { return unix.Linkat(from.Fd(), base, dst.Fd(), name, 0) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Linkat(from.Fd(), base, dst.Fd(), name, 0) }); err != nil {
 		return true, &os.LinkError{Op: "link", Old: filepath.Join(from.Path(), base), New: filepath.Join(dst.Path(), name), Err: err}
 	}
 	return true, nil
@@ -299,12 +301,12 @@ func (c *copier) linked(st *unix.Stat_t, rel string) {
 // open as fd.
 func (c *copier) setMeta(fd int, path string, st *unix.Stat_t) error {
 	if c.root {
-		if err := ignoringEINTR(func() error { return unix.Fchown(fd, int(st.Uid), int(st.Gid)) }); err != nil {
+		if err := linux.IgnoringEINTR(func() error { return unix.Fchown(fd, int(st.Uid), int(st.Gid)) }); err != nil {
 			return &os.PathError{Op: "fchown", Path: path, Err: err}
 		}
 	}
 	// After chown, which clears setuid/setgid.
-	if err := ignoringEINTR(func() error { return unix.Fchmod(fd, st.Mode&0o7777) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Fchmod(fd, st.Mode&0o7777) }); err != nil {
 		return &os.PathError{Op: "fchmod", Path: path, Err: err}
 	}
 	if err := safefs.Futimens(fd, st.Atim, st.Mtim); err != nil {
@@ -318,7 +320,7 @@ func (c *copier) setMeta(fd int, path string, st *unix.Stat_t) error {
 func (c *copier) setMetaAt(dst *safefs.Dir, name string, st *unix.Stat_t, symlink bool) error {
 	p := filepath.Join(dst.Path(), name)
 	if c.root {
-		if err := ignoringEINTR(func() error {
+		if err := linux.IgnoringEINTR(func() error {
 			return unix.Fchownat(dst.Fd(), name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW)
 		}); err != nil {
 			return &os.PathError{Op: "lchown", Path: p, Err: err}
@@ -330,7 +332,7 @@ func (c *copier) setMetaAt(dst *safefs.Dir, name string, st *unix.Stat_t, symlin
 		}
 	}
 	ts := []unix.Timespec{st.Atim, st.Mtim}
-	if err := ignoringEINTR(func() error { return unix.UtimesNanoAt(dst.Fd(), name, ts, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.UtimesNanoAt(dst.Fd(), name, ts, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 		return &os.PathError{Op: "utimensat", Path: p, Err: err}
 	}
 	return nil
@@ -339,7 +341,7 @@ func (c *copier) setMetaAt(dst *safefs.Dir, name string, st *unix.Stat_t, symlin
 func (c *copier) copyFile(src, dst *safefs.Dir, name, rel string) error {
 	srcPath := filepath.Join(src.Path(), name)
 	// O_NONBLOCK: a name swapped for a fifo must not hang the copy.
-	sfd, err := ignoringEINTR2(func() (int, error) {
+	sfd, err := linux.IgnoringEINTR2(func() (int, error) {
 		return unix.Openat(src.Fd(), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	})
 	if err != nil {
@@ -347,7 +349,7 @@ func (c *copier) copyFile(src, dst *safefs.Dir, name, rel string) error {
 	}
 	defer unix.Close(sfd)
 	var st unix.Stat_t
-	if err := ignoringEINTR(func() error { return unix.Fstat(sfd, &st) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Fstat(sfd, &st) }); err != nil {
 		return &os.PathError{Op: "fstat", Path: srcPath, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
@@ -385,7 +387,7 @@ func (c *copier) copyFile(src, dst *safefs.Dir, name, rel string) error {
 // read/write, as the mode and the filesystem allow.
 func (c *copier) copyData(sfd, dfd int, src, dst string) error {
 	if c.mode != ReflinkNever {
-		err := ignoringEINTR(func() error { return unix.IoctlFileClone(dfd, sfd) })
+		err := linux.IgnoringEINTR(func() error { return unix.IoctlFileClone(dfd, sfd) })
 		if err == nil {
 			c.cloned++
 			return nil
@@ -397,7 +399,7 @@ func (c *copier) copyData(sfd, dfd int, src, dst string) error {
 		// to copying; a real I/O problem shows up again there.
 		copied := false
 		for {
-			n, err := ignoringEINTR2(func() (int, error) { return unix.CopyFileRange(sfd, nil, dfd, nil, 1<<30, 0) })
+			n, err := linux.IgnoringEINTR2(func() (int, error) { return unix.CopyFileRange(sfd, nil, dfd, nil, 1<<30, 0) })
 			if err != nil {
 				if copied || !(errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) ||
 					errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)) {
@@ -413,7 +415,7 @@ func (c *copier) copyData(sfd, dfd int, src, dst string) error {
 	}
 	buf := make([]byte, 128*1024)
 	for {
-		n, err := ignoringEINTR2(func() (int, error) { return unix.Read(sfd, buf) })
+		n, err := linux.IgnoringEINTR2(func() (int, error) { return unix.Read(sfd, buf) })
 		if err != nil {
 			return &os.PathError{Op: "read", Path: src, Err: err}
 		}
@@ -421,7 +423,7 @@ func (c *copier) copyData(sfd, dfd int, src, dst string) error {
 			return nil
 		}
 		for w := 0; w < n; {
-			m, err := ignoringEINTR2(func() (int, error) { return unix.Write(dfd, buf[w:n]) })
+			m, err := linux.IgnoringEINTR2(func() (int, error) { return unix.Write(dfd, buf[w:n]) })
 			if err != nil {
 				return &os.PathError{Op: "write", Path: dst, Err: err}
 			}

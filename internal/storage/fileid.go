@@ -12,6 +12,8 @@ import (
 
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // FileID identifies a file or directory independently of its path; it is
@@ -82,20 +84,20 @@ func isBelow(d *safefs.Dir, anc FileID) (bool, error) {
 	defer func() { unix.Close(fd) }()
 	for range 4096 {
 		var st unix.Stat_t
-		if err := ignoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
+		if err := linux.IgnoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
 			return false, &os.PathError{Op: "fstat", Path: d.Path(), Err: err}
 		}
 		if st.Dev == anc.Dev && st.Ino == anc.Ino {
 			return true, nil
 		}
-		up, err := ignoringEINTR2(func() (int, error) {
+		up, err := linux.IgnoringEINTR2(func() (int, error) {
 			return unix.Openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		})
 		if err != nil {
 			return false, &os.PathError{Op: "open", Path: d.Path() + "/..", Err: err}
 		}
 		var ust unix.Stat_t
-		if err := ignoringEINTR(func() error { return unix.Fstat(up, &ust) }); err != nil {
+		if err := linux.IgnoringEINTR(func() error { return unix.Fstat(up, &ust) }); err != nil {
 			unix.Close(up)
 			return false, &os.PathError{Op: "fstat", Path: d.Path() + "/..", Err: err}
 		}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // Mount is one mount described as data, in the manner of containerd's
@@ -92,7 +94,7 @@ func (m Mount) Apply(root string) error {
 	}
 	if flags&unix.MS_BIND != 0 {
 		// A bind ignores every flag but MS_REC; the others need a remount.
-		if err := ignoringEINTR(func() error {
+		if err := linux.IgnoringEINTR(func() error {
 			return unix.Mount(m.Source, target, "", flags&(unix.MS_BIND|unix.MS_REC), "")
 		}); err != nil {
 			return &os.PathError{Op: "mount bind " + m.Source, Path: target, Err: err}
@@ -101,7 +103,7 @@ func (m Mount) Apply(root string) error {
 		if rest == 0 {
 			return nil
 		}
-		if err := ignoringEINTR(func() error {
+		if err := linux.IgnoringEINTR(func() error {
 			return unix.Mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|rest, "")
 		}); err != nil {
 			_ = Unmount(target, unix.MNT_DETACH)
@@ -109,7 +111,7 @@ func (m Mount) Apply(root string) error {
 		}
 		return nil
 	}
-	if err := ignoringEINTR(func() error { return unix.Mount(m.Source, target, typ, flags, data) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Mount(m.Source, target, typ, flags, data) }); err != nil {
 		return &os.PathError{Op: "mount " + m.Type, Path: target, Err: err}
 	}
 	return nil
@@ -117,7 +119,7 @@ func (m Mount) Apply(root string) error {
 
 // Unmount unmounts target with umount2 flags (0, or unix.MNT_DETACH).
 func Unmount(target string, flags int) error {
-	if err := ignoringEINTR(func() error { return unix.Unmount(target, flags) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Unmount(target, flags) }); err != nil {
 		return &os.PathError{Op: "umount", Path: target, Err: err}
 	}
 	return nil

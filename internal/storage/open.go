@@ -70,7 +70,12 @@ func (b Btrfs) Open(ctx context.Context, t Tree) (*Opened, error) {
 	if err := verifySnapshot(t, snap.Fd()); err != nil {
 		return nil, err
 	}
-	f, err := pathFile(snap)
+	return bindOpened(snap)
+}
+
+// bindOpened presents a verified tree directory by a bind mount of it.
+func bindOpened(d *safefs.Dir) (*Opened, error) {
+	f, err := pathFile(d)
 	if err != nil {
 		return nil, err
 	}
@@ -95,13 +100,7 @@ func (cp Copy) Open(ctx context.Context, t Tree) (*Opened, error) {
 		return nil, err
 	}
 	defer dir.Close()
-	f, err := pathFile(dir)
-	if err != nil {
-		return nil, err
-	}
-	return &Opened{Files: []*os.File{f}, mounts: func(part func(int) string) []Mount {
-		return []Mount{{Type: "bind", Source: part(0), Options: []string{"bind"}}}
-	}}, nil
+	return bindOpened(dir)
 }
 
 // Open opens upper and work through the verified destination, and the

@@ -9,6 +9,8 @@ import (
 
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // Overlay is the OverlayFS backend: Prepare creates an owned upper and work
@@ -81,11 +83,11 @@ func (Overlay) Prepare(ctx context.Context, req Request) (Tree, error) {
 	}
 	defer upper.Close()
 	if os.Geteuid() == 0 {
-		if err := ignoringEINTR(func() error { return unix.Fchown(upper.Fd(), int(lowerSt.Uid), int(lowerSt.Gid)) }); err != nil {
+		if err := linux.IgnoringEINTR(func() error { return unix.Fchown(upper.Fd(), int(lowerSt.Uid), int(lowerSt.Gid)) }); err != nil {
 			return fail(&os.PathError{Op: "fchown", Path: ov.Upper, Err: err})
 		}
 	}
-	if err := ignoringEINTR(func() error { return unix.Fchmod(upper.Fd(), lowerSt.Mode&0o7777) }); err != nil {
+	if err := linux.IgnoringEINTR(func() error { return unix.Fchmod(upper.Fd(), lowerSt.Mode&0o7777) }); err != nil {
 		return fail(&os.PathError{Op: "fchmod", Path: ov.Upper, Err: err})
 	}
 	work, err := dest.MkdirExclusive(workDirName, 0o700)
