@@ -2,6 +2,7 @@ package cgroup
 
 import (
 	"github.com/moby/sys/mountinfo"
+	"syscall"
 
 	"context"
 	"errors"
@@ -209,7 +210,7 @@ func (g *Group) AllProcs() ([]int, error) {
 	var all []int
 	err := filepath.WalkDir(g.Path, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
+			if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
 				return nil
 			}
 			return err
@@ -218,7 +219,9 @@ func (g *Group) AllProcs() ([]int, error) {
 			return nil
 		}
 		pids, err := Open(p).Procs()
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		// A group removed while it is read (ENOENT, or ENODEV from one
+		// being removed) has no members.
+		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENODEV) {
 			return err
 		}
 		all = append(all, pids...)

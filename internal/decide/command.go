@@ -211,7 +211,14 @@ func finishOOM(n *api.Command, ev Evidence) {
 	// The guardian's sampling decides when it could (LeaderOOM); without
 	// it, a SIGKILL while the counter rose is taken for the OOM kill.
 	leaderOOM := ev.Receipt == nil || ev.Receipt.LeaderOOM == nil || *ev.Receipt.LeaderOOM
-	if n.OOM != nil && *n.OOM && n.Signal != nil && *n.Signal == 9 && n.StopReason == "" && leaderOOM {
+	if n.OOM == nil || !*n.OOM || n.Signal == nil || *n.Signal != 9 || !leaderOOM {
+		return
+	}
+	// The guardian saw the OOM killer take the leader before any stop
+	// had begun: that came first, whatever a later stop of the leftovers
+	// (owner exit) recorded.
+	proven := ev.Receipt != nil && ev.Receipt.LeaderOOM != nil && !ev.Receipt.StoppedByHostfork
+	if n.StopReason == "" || proven {
 		n.StopReason = api.ReasonLimit
 		n.StoppedByHostfork = true
 	}

@@ -61,6 +61,16 @@ func TestCommand(t *testing.T) {
 					t.Fatalf("stop reason %q, stopped by hostfork %v", n.StopReason, n.StoppedByHostfork)
 				}
 			}},
+		{"a leader the guardian saw OOM-killed, then its leftovers stopped", func() api.Command {
+			c := running
+			c.StopReason = api.ReasonOwnerExit
+			return c
+		}(), Evidence{BootID: "b1", Guardian: Gone, Receipt: &Receipt{WorkloadPID: 11, LeaderExited: &now, Signal: ip(9), LeaderOOM: &yes, TreeExited: &now, Complete: true}, OOM: &yes, OOMEvidence: "x"}, api.CommandExited, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.StopReason != api.ReasonLimit || !n.StoppedByHostfork {
+					t.Fatalf("stop reason %q, stopped by hostfork %v", n.StopReason, n.StoppedByHostfork)
+				}
+			}},
 		{"a leader killed from elsewhere after a child's OOM kill", running, Evidence{BootID: "b1", Guardian: Gone, Receipt: &Receipt{WorkloadPID: 11, LeaderExited: &now, Signal: ip(9), LeaderOOM: new(bool), TreeExited: &now, Complete: true}, OOM: &yes, OOMEvidence: "x"}, api.CommandExited, api.PhaseExited,
 			func(t *testing.T, n api.Command) {
 				if n.StopReason != "" || n.StoppedByHostfork || n.OOM == nil || !*n.OOM {

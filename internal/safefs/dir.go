@@ -170,10 +170,11 @@ func (d *Dir) CreateExclusive(name string, perm os.FileMode) (*os.File, error) {
 // returns it open. An existing name is ErrExists. As with os.Mkdir, the
 // setuid, setgid and sticky bits of perm are os.ModeSetuid, os.ModeSetgid
 // and os.ModeSticky (0o2000 in an os.FileMode is not setgid). The new directory is
-// made 0700, opened with O_NOFOLLOW and checked to be an empty directory
-// owned by the effective user (so a name swapped between the mkdir and
-// the open is refused with ErrUntrusted, not adopted), then given exactly
-// perm with fchmod, whatever the umask.
+// made 0700, opened with O_NOFOLLOW and checked to be a directory owned by
+// the effective user — and, where others can write d, an empty one — so
+// a name swapped between the mkdir and the open is refused with
+// ErrUntrusted, not adopted; then it is given exactly perm with fchmod,
+// whatever the umask.
 func (d *Dir) MkdirExclusive(name string, perm os.FileMode) (*Dir, error) {
 	if err := checkName(d, name); err != nil {
 		return nil, err
@@ -200,7 +201,11 @@ func (d *Dir) MkdirExclusive(name string, perm os.FileMode) (*Dir, error) {
 	if err == nil && int(st.Uid) != os.Geteuid() {
 		err = fmt.Errorf("new directory %s was replaced by one owned by uid %d: %w", full, st.Uid, ErrUntrusted)
 	}
-	if err == nil {
+	// Where others can write the parent, a directory already holding
+	// something was swapped in for ours. In a private parent only this
+	// user's own processes can add to it, and may already have: it is
+	// ours.
+	if err == nil && d.CheckPrivate() != nil {
 		var names []string
 		if names, err = nd.ReadNames(); err == nil && len(names) > 0 {
 			err = fmt.Errorf("new directory %s was replaced by a directory holding %q: %w", full, names[0], ErrUntrusted)
