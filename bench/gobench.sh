@@ -23,21 +23,14 @@ run() {
 		return
 	fi
 	echo "== $name (load $(cut -d' ' -f1-3 /proc/loadavg))"
-	env ${vars[@]+"${vars[@]}"} go test -run '^$' -bench "$bench" -benchtime "$benchtime" -timeout 120m ${flags[@]+"${flags[@]}"} "$pkg" |
+	env ${vars[@]+"${vars[@]}"} go test -v -run '^$' -bench "$bench" -benchtime "$benchtime" -timeout 120m ${flags[@]+"${flags[@]}"} "$pkg" |
 		if [ -n "$out" ]; then tee "$out/go-$name.txt"; else cat; fi
 }
-# issue 2
-run launch . '^BenchmarkLaunch$' 200x
-run concurrent . '^BenchmarkConcurrentSleep$' 5x
-run memory . '^BenchmarkGuardianMemory$' 10x
-# issue 4
-run stop . '^BenchmarkStopTree50$' 30x
-run admission . '^BenchmarkAdmission100$' 30x
+# issues 9 and 11 (the root package's benchmarks of issues 2-5 went with
+# the move to internal/engine; these replace the library ones)
+run launch ./internal/engine/ '^BenchmarkLaunch$' 200x
+run stop ./internal/engine/ '^BenchmarkStopTree50$' 30x
+run listing ./internal/registry/ '^BenchmarkListing$' 10x
+# issues 3 and 4 (packages that kept theirs)
 run admit-internal ./internal/admit/ . 200x
-# issue 5 (the CLI figures over the same kind of store: bench/scale.sh)
-run scale . '^BenchmarkScale$' 20x
-run gc . '^BenchmarkGCOverlay$' 1x -count=3
-# issue 3 (environments and storage)
-run env-create . '^BenchmarkEnvCreateToFirstExit$' 15x
-run exec-vs-run . '^BenchmarkExecVsRun$' 100x
 run storage ./internal/storage/ . 5x HOSTFORK_BENCH_FILES=2000,20000

@@ -1,35 +1,61 @@
 # Shared setup for the bench/ scripts (sourced, not run). It builds hostfork
-# into a fresh temporary directory, makes a private store and cgroup parent
-# for it, and removes all of them on exit. See docs/benchmarks.md.
+# (or takes $HOSTFORK_BIN) and the bench driver hfbench into a fresh
+# temporary directory, makes a private store and cgroup parent for them,
+# and removes all of them on exit. See docs/benchmarks.md.
 
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-work=$(mktemp -d "${TMPDIR:-/tmp}/hostfork-bench.XXXXXX")
+work=$(mktemp -d "${BENCH_TMP:-/var/tmp}/hostfork-bench.XXXXXX")
 store="$work/store"
 hf="$work/hostfork"
+hfb="$work/hfbench"
 cgparent=""
+shm=""
+out=${BENCH_OUT:-$work}
+mkdir -p "$out"
+
+# on_exit CMD... runs CMD (e.g. an umount) at exit, before the stores go;
+# the last registered runs first.
+cleanups=()
+on_exit() { cleanups=("$*" ${cleanups[@]+"${cleanups[@]}"}); }
 
 bench_cleanup() {
+	local rc=$?
+	for c in ${cleanups[@]+"${cleanups[@]}"}; do
+		eval "$c" >/dev/null 2>&1 || true
+	done
+	# Stop whatever a failed script left running in its stores.
+	for s in "$store" ${shm:+"$shm/store"}; do
+		if [ -x "$hf" ] && [ -e "$s/registry.sqlite" ]; then
+			"$hf" --root "$s" stop --all >/dev/null 2>&1 || true
+		fi
+	done
 	if [ -n "$cgparent" ] && [ -d "$cgparent" ]; then
 		# Only empty groups are left once every run stopped; rmdir
 		# refuses anything else, deepest first.
 		find "$cgparent" -depth -type d -exec rmdir {} + 2>/dev/null || true
 	fi
-	rm -rf "$work"
+	rm -rf "$work" ${shm:+"$shm"}
+	return $rc
 }
 trap bench_cleanup EXIT
 
 need() {
 	for t in "$@"; do
-		command -v "$t" >/dev/null || { echo "bench: $t not found (apt-get install -y hyperfine bubblewrap)" >&2; exit 2; }
+		command -v "$t" >/dev/null || { echo "bench: $t not found (apt-get install -y hyperfine bubblewrap strace)" >&2; exit 2; }
 	done
 }
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 build_hostfork() {
-	(cd "$repo" && go build -o "$hf" ./cmd/hostfork)
+	if [ -n "${HOSTFORK_BIN:-}" ]; then
+		cp "$HOSTFORK_BIN" "$hf"
+	else
+		(cd "$repo" && go build -o "$hf" ./cmd/hostfork)
+	fi
+	(cd "$repo" && go build -o "$hfb" ./bench/hfbench)
 	# A cgroup parent of our own, as the tests use, so nothing lands in
 	# the host's default /sys/fs/cgroup/unified/hostfork.
 	if [ "$(id -u)" = 0 ]; then
@@ -43,10 +69,37 @@ build_hostfork() {
 		done
 	fi
 	export HOSTFORK_ROOT="$store"
-	echo "hostfork: $("$hf" version | head -1); store $store; cgroup parent ${cgparent:-none}"
+	echo "hostfork: $("$hf" version | head -1)${HOSTFORK_BIN:+ (copied from $HOSTFORK_BIN)}; tree $(cd "$repo" && git log -1 --format=%h) ($(cd "$repo" && git status --porcelain | grep -c . || true) files changed in the working tree)"
+	echo "store $store ($(df --output=fstype "$work" | tail -1)); cgroup parent ${cgparent:-none}"
+}
+
+# tmpfs_store makes a second store on tmpfs (/dev/shm) and sets $shmstore.
+tmpfs_store() {
+	shm=$(mktemp -d /dev/shm/hostfork-bench.XXXXXX)
+	shmstore="$shm/store"
+	"$hf" --root "$shmstore" run -- /bin/true
+}
+
+# make_tree DIR N: N small files (4 KiB each here and there) in 100-file
+# directories, the shape of a source tree, built once and reused.
+make_tree() {
+	local dir=$1 n=$2
+	[ -e "$dir/.done" ] && return
+	mkdir -p "$dir"
+	python3 - "$dir" "$n" <<'PY'
+import os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    sub = os.path.join(d, "d%03d" % (i // 100))
+    if i % 100 == 0:
+        os.makedirs(sub, exist_ok=True)
+    with open(os.path.join(sub, "f%05d" % i), "w") as f:
+        f.write(("%d\n" % i) * (1 + (i % 7) * 100))
+PY
+	touch "$dir/.done"
 }
 
 header() {
 	echo "== $1"
-	echo "host: $(uname -r), $(nproc) cores; load before: $(load)"
+	echo "host: $(uname -r), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; load before: $(load); $(date -u +%FT%TZ)"
 }

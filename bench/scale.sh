@@ -1,35 +1,57 @@
 #!/usr/bin/env bash
-# Issue 5: ps, status and reap through the CLI over a store with 10,000
-# retained runs, then the same calls through the library (BenchmarkScale).
+# Issues 9 and 5: listings over a store of 10,000 retained runs.
 #
-# usage: bench/scale.sh [RUNS [HYPERFINE_RUNS]]   (default 10000 and 30)
+# The store is seeded with real runs, two at a time, half of them labelled
+# agent=a1, each leaving what 'hostfork run -- true' leaves (a stopped
+# environment, an exited command, run directory, logs, receipt, ledger,
+# events): through the library (hfbench seed: Host.Run of 'true' in one
+# process, the default) or with BENCH_SEED=cli through N processes of
+# 'hostfork run -- true' (slow: every invocation at this size pays the
+# store's open, see docs/benchmarks.md). Then, interleaved sample by sample against
+# 'hostfork version' (the CLI's own start):
+#   hostfork ps | ps --all | ps --all --json | ps -q --label agent=a1 --all
+#   hostfork envs | envs --all | envs --all --json | status CMD
+# and the library's Host.Commands / Host.Envs on the same store
+# (hfbench list). The store is on the root disk and deleted at exit
+# (BENCH_STORE=DIR keeps and reuses one).
 #
-# The store is made by BenchmarkScale itself (HOSTFORK_BENCH_STORE): each
-# run is what 'hostfork run -- true' leaves behind (records, ledger, run
-# directory with logs, receipt and manifest), made through the library by
-# 4 workers. It is on the root disk, like /var/lib/hostfork, and deleted at
-# exit. Needs root.
+# usage: bench/scale.sh [N [ROUNDS]]   (default 10000 and 20)
 source "$(dirname "$0")/lib.sh"
-need hyperfine python3
+need python3
 n=${1:-10000}
-runs=${2:-30}
+rounds=${2:-20}
 build_hostfork
-header "scale: store with $n retained runs"
-(cd "$repo" && go test -c -o "$work/hostfork.test" .)
-out=${BENCH_OUT:-$work}
-# Make the store (and measure the library calls once it is there).
-(cd "$work" && HOSTFORK_BENCH_STORE="$store" HOSTFORK_BENCH_RUNS="$n" \
-	./hostfork.test -test.run '^$' -test.bench '^BenchmarkScale$' -test.benchtime 20x -test.v -test.timeout 120m) |
-	tee "$out/scale-library.txt" | grep -E 'Benchmark|made|store|load'
-env=$("$hf" ps --all --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[-1]["env"])')
-cmd=$("$hf" ps --all --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[-1]["id"])')
-echo "CLI over the same store; load $(load)"
-hyperfine -N --warmup 3 --runs "$runs" --style none --export-json "$out/scale-cli.json" \
-	-n 'hostfork version' "$hf version" \
-	-n 'hostfork ps' "$hf ps" \
-	-n 'hostfork status ENV' "$hf status $env" \
-	-n 'hostfork status CMD' "$hf status $cmd" \
-	-n 'hostfork reap' "$hf reap" \
-	-n 'hostfork ps --all --json' "$hf ps --all --json" >/dev/null
-echo "load after: $(load)"
-"$(dirname "$0")/aggregate.py" --ref 'hostfork version' "$out/scale-cli.json" | tee "$out/scale-cli.md"
+if [ -n "${BENCH_STORE:-}" ]; then
+	store=$BENCH_STORE
+	export HOSTFORK_ROOT=$store
+fi
+have=0
+[ -e "$store/registry.sqlite" ] && have=$("$hf" ps --all -q | wc -l)
+header "scale: store $store with $n retained runs (has $have)"
+if [ "$have" -lt "$n" ]; then
+	t0=$(date +%s.%N)
+	# The first run alone: two first runs on a fresh store race in
+	# prepareStore (one sees runs/ before the other's registry.sqlite).
+	[ "$have" = 0 ] && "$hf" run --label agent=a1 -- true && have=1
+	if [ "${BENCH_SEED:-library}" = cli ]; then
+		seq "$have" $((n - 1)) | xargs -P 2 -I{} sh -c 'if [ $(({} % 2)) = 0 ]; then exec "$0" run --label agent=a1 -- true; else exec "$0" run -- true; fi' "$hf"
+	else
+		"$hfb" seed -root "$store" -n $((n - have)) -workers 2
+	fi
+	t1=$(date +%s.%N)
+	echo "seeded $((n - have)) runs in $(python3 -c "print(f'{$t1 - $t0:.0f}')") s; load $(load)"
+fi
+cmd=$("$hf" ps --all -q | tail -1)
+echo "commands: $("$hf" ps --all -q | wc -l); environments: $("$hf" envs --all -q | wc -l); registry: $(du -sh "$store"/registry.sqlite* | awk '{print $1}' | paste -sd/)"
+"$hfb" ab -rounds "$rounds" -warmup 2 -ref 'hostfork version' -json "$out/scale-cli.json" \
+	-title "listings at $n retained runs (store on the root disk)" \
+	"hostfork ps=$hf ps" \
+	"hostfork ps --all=$hf ps --all" \
+	"hostfork ps --all --json=$hf ps --all --json" \
+	"hostfork ps -q --all --label (half)=$hf ps -q --all --label agent=a1" \
+	"hostfork envs=$hf envs" \
+	"hostfork envs --all=$hf envs --all" \
+	"hostfork envs --all --json=$hf envs --all --json" \
+	"hostfork status CMD=$hf status $cmd" \
+	"hostfork version=$hf version" | tee "$out/scale-cli.md"
+"$hfb" list -root "$store" -n "$rounds" | tee "$out/scale-library.md"

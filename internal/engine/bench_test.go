@@ -14,7 +14,9 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
+	"github.com/habemus-papadum/hostfork/internal/tree"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -207,13 +209,49 @@ func waitMembers(b *testing.B, path string, n int) {
 //   - kill: Engine.StopCommand with Grace -1 (reason recorded, freeze,
 //     membership check, kill, verify empty, record settled, cgroup gone);
 //   - term: the same with the default grace (SIGTERM to each member
-//     through a pidfd; sleep dies of it).
+//     through a pidfd; sleep dies of it);
+//   - tree-kill: the one tree-stop mechanism alone (tree.Kill: freeze,
+//     membership listings until stable, pidfds, cgroup.kill, SIGKILL,
+//     verify, thaw) on a bare tree's cgroup, then rmdir;
+//   - tree-kill+root: the same with the tree's sh as a root, as a command's
+//     guardian is (each membership listing then also walks /proc for the
+//     root's descendants).
 func BenchmarkStopTree50(b *testing.B) {
 	e := benchEngine(b, os.TempDir())
 	env := benchEnv(b, e)
 	ctx := context.Background()
 	bare, kill, term := &series{name: "bare"}, &series{name: "stop-kill"}, &series{name: "stop-term"}
+	tkill, tkillRoot := &series{name: "tree-kill"}, &series{name: "tree-kill+root"}
 	bareParent := testutil.CgroupParent(b)
+	mount, err := cgroup.FindMount()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// bareTree starts the tree in a fresh cgroup, times stop on it, and
+	// reaps it.
+	n := 0
+	bareTree := func(stop func(g *cgroup.Group, leader int) error) error {
+		n++
+		g, err := cgroup.Create(filepath.Join(bareParent, fmt.Sprint("t", n)))
+		if err != nil {
+			return err
+		}
+		fd, err := g.OpenFD()
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command("sh", "-c", tree50)
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+		err = cmd.Start()
+		syscall.Close(fd)
+		if err != nil {
+			return err
+		}
+		waitMembers(b, g.Path, 50)
+		err = stop(g, cmd.Process.Pid)
+		_ = cmd.Wait()
+		return err
+	}
 	stopOne := func(s *series, grace time.Duration) error {
 		r, err := e.Start(ctx, env.ID, &CommandSpec{Argv: []string{"sh", "-c", tree50}, Output: api.OutputFiles})
 		if err != nil {
@@ -231,33 +269,49 @@ func BenchmarkStopTree50(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		steps := []func() error{
 			func() error {
-				g, err := cgroup.Create(filepath.Join(bareParent, fmt.Sprint("t", i)))
-				if err != nil {
-					return err
-				}
-				fd, err := g.OpenFD()
-				if err != nil {
-					return err
-				}
-				cmd := exec.Command("sh", "-c", tree50)
-				cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
-				err = cmd.Start()
-				syscall.Close(fd)
-				if err != nil {
-					return err
-				}
-				waitMembers(b, g.Path, 50)
-				err = bare.time(func() error {
-					if err := g.Kill(); err != nil {
-						return err
-					}
-					if err := g.WaitEmpty(ctx); err != nil {
-						return err
-					}
-					return g.Remove()
+				return bareTree(func(g *cgroup.Group, _ int) error {
+					return bare.time(func() error {
+						if err := g.Kill(); err != nil {
+							return err
+						}
+						if err := g.WaitEmpty(ctx); err != nil {
+							return err
+						}
+						return g.Remove()
+					})
 				})
-				_ = cmd.Wait()
-				return err
+			},
+			func() error {
+				return bareTree(func(g *cgroup.Group, _ int) error {
+					return tkill.time(func() error {
+						if _, err := tree.Kill(ctx, tree.Target{Cgroup: g.Path, Mount: mount.Path}); err != nil {
+							return err
+						}
+						return g.Remove()
+					})
+				})
+			},
+			func() error {
+				return bareTree(func(g *cgroup.Group, leader int) error {
+					id, err := linux.IdentityOf(leader)
+					if err != nil {
+						return err
+					}
+					return tkillRoot.time(func() error {
+						// The root itself is not a member: kill it after,
+						// as the guardian exits after its tree.
+						if _, err := tree.Kill(ctx, tree.Target{Cgroup: g.Path, Mount: mount.Path, Roots: []linux.Identity{id}}); err != nil {
+							return err
+						}
+						if err := g.Kill(); err != nil {
+							return err
+						}
+						if err := g.WaitEmpty(ctx); err != nil {
+							return err
+						}
+						return g.Remove()
+					})
+				})
 			},
 			func() error { return stopOne(kill, -1) },
 			func() error { return stopOne(term, 0) },
@@ -269,5 +323,5 @@ func BenchmarkStopTree50(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	report(b, bare, kill, term)
+	report(b, bare, kill, term, tkill, tkillRoot)
 }
