@@ -290,7 +290,7 @@ func foreground(ctx context.Context, g *globals, h backend, cmd launched, sigs c
 	if werr != nil {
 		return werr
 	}
-	if res.TreeState != hostfork.PhaseExited && !res.Final() {
+	if res.TreeState != hostfork.PhaseExited && !res.Final() && !treeEndsSoon(ctx, cmd) {
 		if _, err := cmd.StopTree(context.Background(), hostfork.StopOptions{Reason: leftovers}); err != nil && !errors.Is(err, hostfork.ErrClosed) {
 			fmt.Fprintf(g.err, "hostfork: stopping what the command left behind: %s\n", clean(err.Error()))
 		}
@@ -325,6 +325,17 @@ func foreground(ctx context.Context, g *globals, h backend, cmd launched, sigs c
 		return withCode(status, nil)
 	}
 	return nil
+}
+
+// treeEndsSoon waits briefly for a tree whose leader has exited to end by
+// itself, as nearly every tree does right after its leader (the
+// guardian's tree event follows its leader event): only what is still
+// there then is stopped as leftovers.
+func treeEndsSoon(ctx context.Context, cmd launched) bool {
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	rec, err := cmd.WaitTree(wctx)
+	return err == nil && rec.Final()
 }
 
 // warnTruncated says so when a command's output files may be cut, and

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -46,22 +47,37 @@ func (e *Engine) Commands(ctx context.Context, f api.CommandFilter) ([]api.Comma
 	if err != nil {
 		return nil, err
 	}
+	// A final command needs nothing of its environment but the deadline:
+	// those are read in one query. Live ones are settled against their
+	// whole environment record.
+	var finalEnvs []string
+	for _, c := range cmds {
+		if c.Final() {
+			finalEnvs = append(finalEnvs, c.Env)
+		}
+	}
+	deadlines, err := e.reg.EnvDeadlines(ctx, slices.Compact(slices.Sorted(slices.Values(finalEnvs))))
+	if err != nil {
+		return nil, err
+	}
 	envs := map[string]*api.Env{}
 	out := make([]api.Command, 0, len(cmds))
 	for _, c := range cmds {
-		env := envs[c.Env]
-		if env == nil {
-			if env, err = e.reg.Env(ctx, c.Env); err != nil {
-				continue
+		if c.Final() {
+			e.computeWith(c, deadlines[c.Env])
+		} else {
+			env := envs[c.Env]
+			if env == nil {
+				if env, err = e.reg.Env(ctx, c.Env); err != nil {
+					continue
+				}
+				envs[c.Env] = env
 			}
-			envs[c.Env] = env
-		}
-		if !c.Final() {
 			if n, _ := e.settleCommand(ctx, env, c); n != nil {
 				c = n
 			}
+			e.compute(c, env)
 		}
-		e.compute(c, env)
 		if f.Live && c.Liveness == api.Exited {
 			continue
 		}
@@ -75,6 +91,15 @@ func (e *Engine) Commands(ctx context.Context, f api.CommandFilter) ([]api.Comma
 
 // compute fills a command's reader-computed fields.
 func (e *Engine) compute(c *api.Command, env *api.Env) {
+	var deadline *time.Time
+	if env != nil {
+		deadline = env.DeadlineAt
+	}
+	e.computeWith(c, deadline)
+}
+
+// computeWith is compute given the environment's deadline.
+func (e *Engine) computeWith(c *api.Command, envDeadline *time.Time) {
 	c.Liveness = decide.LivenessOf(c)
 	c.Stoppable = c.Liveness != api.Exited && canStop(c)
 	c.PID = nil
@@ -83,8 +108,8 @@ func (e *Engine) compute(c *api.Command, env *api.Env) {
 		c.PID = &pid
 	}
 	c.DeadlineAt = nil
-	if env != nil && env.DeadlineAt != nil {
-		t := *env.DeadlineAt
+	if envDeadline != nil {
+		t := *envDeadline
 		c.DeadlineAt = &t
 	}
 	if c.Timeout > 0 && c.StartedAt != nil {

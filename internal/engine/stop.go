@@ -254,6 +254,11 @@ func stopErrOf(rec *api.Command, res tree.Result, stopErr error) error {
 func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, reason api.StopReason, res tree.Result) (*api.Command, error) {
 	cur := c
 	for try := 0; try < 5; try++ {
+		if cur.Final() {
+			// Recorded meanwhile (its launcher's watcher, a reader): the
+			// first final record stands.
+			return cur, nil
+		}
 		ev := e.evidence(env, cur)
 		n, _ := decide.Command(*cur, ev)
 		if n.StopReason == "" && !(n.Final() && n.LeaderState == api.PhaseExited && !n.StoppedByHostfork && res.Signalled == 0 && res.Killed == 0) {

@@ -275,18 +275,25 @@ func registryEmpty(d *safefs.Dir) bool {
 // database beside run directories (a truncated or replaced registry.sqlite
 // would otherwise be re-initialised and live environments vanish).
 func checkRegistry(ctx context.Context, root string, reg *registry.DB) error {
-	runs, err := os.ReadDir(filepath.Join(root, "runs"))
-	if err != nil || len(runs) == 0 {
-		return nil
-	}
-	envs, err := reg.Envs(ctx, registry.EnvQuery{})
+	has, err := reg.AnyEnv(ctx)
 	if err != nil {
 		return fmt.Errorf("reading registry: %v: %w", err, api.ErrStore)
 	}
-	if len(envs) > 0 {
+	if has {
 		return nil
 	}
-	return storeErr(root, "has no usable registry: %s holds no environment but runs/ holds %d run directories: the registry was lost, truncated or replaced; restore registry.sqlite from a backup, or move the store aside and start a new one", registry.FileName, len(runs))
+	// No environment recorded: that is only wrong beside run directories.
+	// One directory entry is enough to tell.
+	d, err := os.Open(filepath.Join(root, "runs"))
+	if err != nil {
+		return nil
+	}
+	names, _ := d.Readdirnames(1)
+	d.Close()
+	if len(names) == 0 {
+		return nil
+	}
+	return storeErr(root, "has no usable registry: %s holds no environment but runs/ holds run directories (%s, …): the registry was lost, truncated or replaced; restore registry.sqlite from a backup, or move the store aside and start a new one", registry.FileName, names[0])
 }
 
 // ensureConfig writes the default configuration when the store has none.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
 )
@@ -55,6 +56,48 @@ func orEmpty(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
+}
+
+// AnyEnv reports whether the registry holds at least one environment.
+func (d *DB) AnyEnv(ctx context.Context) (bool, error) {
+	var one int
+	err := d.db.QueryRowContext(ctx, "SELECT 1 FROM envs LIMIT 1").Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("registry: %w", err)
+	}
+	return true, nil
+}
+
+// EnvDeadlines reads the recorded deadlines of the environments ids
+// (absent: none), without decoding their records.
+func (d *DB) EnvDeadlines(ctx context.Context, ids []string) (map[string]*time.Time, error) {
+	out := map[string]*time.Time{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var w where
+	if len(ids) <= 500 {
+		w.in("id", ids)
+	}
+	rows, err := d.db.QueryContext(ctx, "SELECT id, deadline_at FROM envs WHERE 1=1"+w.sql, w.args...)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var at sql.NullInt64
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, err
+		}
+		if t := timeOf(at); t != nil {
+			out[id] = t
+		}
+	}
+	return out, rows.Err()
 }
 
 // EnvQuery selects environments by their recorded state and labels.
