@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -67,7 +66,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintln(g.out)
 			if len(r.Live) > 0 {
-				tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+				tw := newTable(g.out)
 				fmt.Fprintln(tw, "COMMAND\tENV\tRESERVED\tWHY\tSAMPLE\tARGV")
 				for i, w := range r.Live {
 					res, why := "-", "-"

@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 )
@@ -54,7 +53,7 @@ or deletes a baseline.`,
 				}
 				return printJSON(g.out, bs)
 			}
-			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+			tw := newTable(g.out)
 			fmt.Fprintln(tw, "NAME\tKIND\tFS\tOFFERS\tPATH")
 			for _, b := range bs {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, b.Kind, b.FSType, strings.Join(b.Offers, ","), b.Path)

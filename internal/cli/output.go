@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -122,4 +124,24 @@ func tstr(t *time.Time) string {
 		return "-"
 	}
 	return t.Local().Format(time.RFC3339)
+}
+
+// table is a tab-aligned table written through one buffer: a listing of
+// thousands of rows is a few writes, not one per cell.
+type table struct {
+	*tabwriter.Writer
+	buf *bufio.Writer
+}
+
+func newTable(w io.Writer) *table {
+	buf := bufio.NewWriterSize(w, 64<<10)
+	return &table{Writer: tabwriter.NewWriter(buf, 0, 4, 2, ' ', 0), buf: buf}
+}
+
+// Flush writes out the aligned table.
+func (t *table) Flush() error {
+	if err := t.Writer.Flush(); err != nil {
+		return err
+	}
+	return t.buf.Flush()
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -66,7 +65,7 @@ func newPsCmd(g *globals) *cobra.Command {
 				}
 				return nil
 			}
-			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+			tw := newTable(g.out)
 			fmt.Fprintln(tw, "ID\tENV\tSTATE\tPID\tAGE\tSTOP\tPURPOSE\tCOMMAND\tOUTPUT")
 			for _, r := range rows {
 				pid := "-"
@@ -156,7 +155,7 @@ func newEnvsCmd(g *globals) *cobra.Command {
 				}
 				return nil
 			}
-			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+			tw := newTable(g.out)
 			fmt.Fprintln(tw, "ID\tSTATE\tTIER\tAGE\tDEADLINE\tCOMMANDS\tTREES\tPURPOSE")
 			for _, e := range envs {
 				state := string(e.State)

