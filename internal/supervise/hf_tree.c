@@ -7,10 +7,12 @@
  *     subreaper, so a process that left the cgroup is still found);
  *   - every signal goes through a pidfd, opened first and then re-checked
  *     for membership, so a PID reused after an exit is never signalled;
- *   - the kill step quiesces first (cgroup.freeze, SIGSTOP for members
- *     outside the cgroup), lists until two listings agree, kills every
- *     listed member and the cgroup (cgroup.kill), and thaws only what it
- *     froze; the caller repeats it while members remain.
+ *   - the kill step of a tree whose members are all in its cgroup is
+ *     cgroup.kill alone (atomic against forks); otherwise it quiesces first
+ *     (cgroup.freeze, SIGSTOP for members outside the cgroup), lists until
+ *     two listings agree, kills every listed member and the cgroup
+ *     (cgroup.kill), and thaws only what it froze; the caller repeats it
+ *     while members remain.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -338,6 +340,19 @@ int hf_tree_kill(struct hf_tree *t)
 	t->froze = 0;
 	t->stable = 0;
 	t->outsiders = 0;
+	if (t->cgroup[0]) {
+		/* Every member inside the cgroup: cgroup.kill alone ends them,
+		 * atomically against forks; nothing to quiesce. */
+		int n = hf_tree_list(t, members, HF_MAX_MEMBERS);
+		int all = n > 0 && n <= HF_MAX_MEMBERS;
+		for (int i = 0; all && i < n; i++)
+			if (!in_cgroup(t, members[i]))
+				all = 0;
+		if (all && write_ctl(t, "cgroup.kill", "1") == 0) {
+			t->stable = 1;
+			return n;
+		}
+	}
 	if (t->cgroup[0] && write_ctl(t, "cgroup.freeze", "1") == 0) {
 		t->froze = 1;
 		for (int i = 0; i < 100 && !cgroup_frozen(t); i++)

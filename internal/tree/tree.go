@@ -11,10 +11,12 @@
 //     cgroup is still a member while the guardian lives);
 //   - every signal goes through a pidfd opened first and then re-checked
 //     for membership, so a PID reused after an exit is never signalled;
-//   - after SIGTERM and the grace, the tree is quiesced (cgroup.freeze, and
-//     SIGSTOP for members outside the cgroup), listed until two listings
-//     agree, every listed member is killed (and the cgroup with
-//     cgroup.kill), and only what this stop froze is thawed;
+//   - after SIGTERM and the grace, a tree whose members are all in its
+//     cgroup is killed with cgroup.kill alone (atomic against forks);
+//     otherwise it is quiesced (cgroup.freeze, and SIGSTOP for members
+//     outside the cgroup), listed until two listings agree, every listed
+//     member is killed (and the cgroup with cgroup.kill), and only what
+//     this stop froze is thawed;
 //   - the stop is verified: it reports the members that survive.
 //
 // Only the engine imports it.
@@ -115,6 +117,16 @@ func (t Target) inCgroup(pid int) bool {
 // under the cgroup2 mount mount).
 func InGroup(pid int, mount, group string) bool {
 	return Target{Cgroup: group, Mount: mount}.inCgroup(pid)
+}
+
+// allInCgroup reports whether every pid is in the target's cgroup.
+func (t Target) allInCgroup(pids []int) bool {
+	for _, p := range pids {
+		if !t.inCgroup(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // descendant re-reads pid's ancestry now.
@@ -329,6 +341,21 @@ func kill(ctx context.Context, t Target, roots []int, res Result) (Result, error
 	var g *cgroup.Group
 	if t.Cgroup != "" {
 		g = cgroup.Open(t.Cgroup)
+		// Every member inside the cgroup: cgroup.kill alone ends them
+		// all, atomically (the kernel kills what is forked meanwhile too),
+		// so there is nothing to quiesce. Only if something is left
+		// (a member that moved itself out just now) is the quiesced kill
+		// below needed.
+		if pids, err := t.members(roots); err == nil && len(pids) > 0 && t.allInCgroup(pids) && g.Kill() == nil {
+			wctx, cancel := context.WithTimeout(ctx, verifyWait)
+			_ = g.WaitEmpty(wctx)
+			cancel()
+			if rest, err := t.members(roots); err == nil && len(rest) == 0 {
+				res.Killed += len(pids)
+				res.Stable = true
+				return res, nil
+			}
+		}
 		if g.SetFrozen(true) == nil {
 			res.Froze = true
 			fctx, cancel := context.WithTimeout(ctx, freezeWait)
