@@ -275,15 +275,10 @@ func registryEmpty(d *safefs.Dir) bool {
 // database beside run directories (a truncated or replaced registry.sqlite
 // would otherwise be re-initialised and live environments vanish).
 func checkRegistry(ctx context.Context, root string, reg *registry.DB) error {
-	has, err := reg.AnyEnv(ctx)
-	if err != nil {
-		return fmt.Errorf("reading registry: %v: %w", err, api.ErrStore)
-	}
-	if has {
-		return nil
-	}
-	// No environment recorded: that is only wrong beside run directories.
-	// One directory entry is enough to tell.
+	// The directory first: a run directory is made only after its
+	// environment's record is committed (the ledger rule), so one seen now
+	// has its record in any read of the registry that follows. (The other
+	// order would race a concurrent first run.)
 	d, err := os.Open(filepath.Join(root, "runs"))
 	if err != nil {
 		return nil
@@ -291,6 +286,13 @@ func checkRegistry(ctx context.Context, root string, reg *registry.DB) error {
 	names, _ := d.Readdirnames(1)
 	d.Close()
 	if len(names) == 0 {
+		return nil
+	}
+	has, err := reg.AnyEnv(ctx)
+	if err != nil {
+		return fmt.Errorf("reading registry: %v: %w", err, api.ErrStore)
+	}
+	if has {
 		return nil
 	}
 	return storeErr(root, "has no usable registry: %s holds no environment but runs/ holds run directories (%s, …): the registry was lost, truncated or replaced; restore registry.sqlite from a backup, or move the store aside and start a new one", registry.FileName, names[0])
