@@ -131,8 +131,25 @@ func jsonText(v any) string {
 }
 
 func fromJSON(s string, v any) error {
-	if s == "" {
+	switch s {
+	case "", "null":
 		return nil
+	case "[]":
+		// The common empty columns, without the decoder (a listing of
+		// thousands of commands decodes several per row).
+		switch p := v.(type) {
+		case *[]string:
+			*p = []string{}
+			return nil
+		case *[]api.Identity:
+			*p = []api.Identity{}
+			return nil
+		}
+	case "{}":
+		if p, ok := v.(*map[string]api.StreamCapture); ok {
+			*p = map[string]api.StreamCapture{}
+			return nil
+		}
 	}
 	return json.Unmarshal([]byte(s), v)
 }
