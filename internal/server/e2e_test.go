@@ -584,6 +584,9 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its limit groups (cgroup v1 here) go with its stop, also when the
+	// test fails.
+	t.Cleanup(func() { _, _ = c.StopEnv(context.Background(), env.ID, client.StopOptions{}) })
 	var groups struct {
 		Mechanisms map[string]string `json:"mechanisms"`
 		V1         map[string]string `json:"v1"`
