@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -154,4 +155,22 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("%q accepted", in)
 		}
 	}
+}
+
+// FuzzNameMatchers: the written-out matchers of label keys and tree names
+// accept exactly what their regular expressions do.
+func FuzzNameMatchers(f *testing.F) {
+	for _, s := range []string{"", "a", "A9", "team", "a.b/c-d_e", "_x", ".x", "-x", "x y", "é", strings.Repeat("a", 63), strings.Repeat("a", 64), "a\x00", "a/b"} {
+		f.Add(s)
+	}
+	key := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
+	tree := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := labelKey.MatchString(s), key.MatchString(s); got != want {
+			t.Errorf("labelKey(%q) = %v, the regular expression says %v", s, got, want)
+		}
+		if got, want := treeName.MatchString(s), tree.MatchString(s); got != want {
+			t.Errorf("treeName(%q) = %v, the regular expression says %v", s, got, want)
+		}
+	})
 }

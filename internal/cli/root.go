@@ -20,6 +20,7 @@ type globals struct {
 	host string
 	out  io.Writer
 	err  io.Writer
+	args []string // this call's arguments, for the companion
 }
 
 func (g *globals) open(ctx context.Context) (*hostfork.Host, error) {
@@ -124,8 +125,15 @@ func (g *globals) checkRemote(c *cobra.Command) error {
 	return usageErr("'%s' can't run through a server (%s): %s; run it without --host (unset HOSTFORK_HOST)", c.CommandPath(), via, why)
 }
 
-// NewRoot builds the hostfork command tree.
+// NewRoot builds the hostfork command tree; serve and mcp execute the
+// companion (CompanionName).
 func NewRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
+	return NewRootWith(stdout, stderr, Verbs{})
+}
+
+// NewRootWith builds the hostfork command tree with the verbs v
+// implements.
+func NewRootWith(stdout, stderr io.Writer, v Verbs) (*cobra.Command, *globals) {
 	g := &globals{out: stdout, err: stderr}
 	root := &cobra.Command{
 		Use:   "hostfork",
@@ -157,20 +165,23 @@ hostfork's own failures use 116-127 (see docs/exit-codes.md).`,
 	root.AddCommand(
 		localVerb(newShellCmd(g), "it gives bash this terminal, which the server can't reach"),
 		localVerb(newSupportCmd(g), "it installs units on this host for a store of this host"),
-		localVerb(newServeCmd(g), "it is the server"),
-		localVerb(newMCPCmd(g), "it serves the library in this process to an agent on stdio"))
+		localVerb(newServeCmd(g, v.Serve), "it is the server"),
+		localVerb(newMCPCmd(g, v.MCP), "it serves the library in this process to an agent on stdio"))
 	return root, g
 }
 
 // Main runs the CLI and returns the process exit status.
-func Main(args []string) int {
+func Main(args []string) int { return run(args, Verbs{}) }
+
+func run(args []string, v Verbs) int {
 	// A CLI call is short: collecting garbage less often costs a little
 	// memory and saves a fifth of a large listing's time. GOGC still rules
 	// when set.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
-	root, g := NewRoot(os.Stdout, os.Stderr)
+	root, g := NewRootWith(os.Stdout, os.Stderr, v)
+	g.args = args
 	root.SetArgs(args)
 	err := root.ExecuteContext(context.Background())
 	if err == nil {

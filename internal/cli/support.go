@@ -98,6 +98,10 @@ func buildSupportPlan(g *globals, f *supportFlags) (*support.Plan, error) {
 	if err != nil {
 		return nil, withCode(ExitUsage, err)
 	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(exe), CompanionName)); err != nil {
+		p.Notes = append(p.Notes, fmt.Sprintf("%s is missing beside %s: %s would fail at its socket's first connection ('hostfork serve' executes it); install will refuse until it is built there with 'go build -o %s/ ./cmd/hostfork-serve'",
+			CompanionName, exe, support.ServeService, filepath.Dir(exe)))
+	}
 	return p, nil
 }
 
@@ -193,6 +197,10 @@ func supportInstall(ctx context.Context, g *globals, f *supportFlags) error {
 		return err
 	}
 	if p.Systemd {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(p.Executable), CompanionName)); err != nil {
+			return withCode(ExitCapability, fmt.Errorf("support install: %s is missing beside %s, and %s runs it ('hostfork serve' executes it): build it there with 'go build -o %s/ ./cmd/hostfork-serve'; nothing was written",
+				CompanionName, p.Executable, support.ServeService, filepath.Dir(p.Executable)))
+		}
 		// The API socket is made inside the store root: the store must
 		// exist first (a directory holding only a socket is no store).
 		h, err := hostfork.Open(ctx, hostfork.Options{Root: p.Root})

@@ -76,7 +76,8 @@ func isLibrary(module, path string) bool {
 		return true
 	case rel == "/internal/cli" || strings.HasPrefix(rel, "/internal/cli/"),
 		rel == "/internal/server" || strings.HasPrefix(rel, "/internal/server/"),
-		rel == "/internal/mcp" || strings.HasPrefix(rel, "/internal/mcp/"):
+		rel == "/internal/mcp" || strings.HasPrefix(rel, "/internal/mcp/"),
+		rel == "/internal/servecli":
 		return false
 	case strings.HasPrefix(rel, "/internal/"):
 		return true
@@ -144,5 +145,40 @@ func TestLibraryDependencies(t *testing.T) {
 			t.Errorf("library package %s depends on %s: %s\n(library code must not import cobra or net/http; move the dependency to internal/cli or a separate adapter package)",
 				r, c[len(c)-1], strings.Join(c, " -> "))
 		}
+	}
+}
+
+// serverOnly reports whether path is a dependency that only the companion
+// binary may link: the HTTP server, the MCP server and their libraries.
+func serverOnly(module string) func(string) bool {
+	return func(path string) bool {
+		for _, p := range []string{module + "/internal/server", module + "/internal/mcp", module + "/internal/servecli",
+			"github.com/prometheus/", "github.com/modelcontextprotocol/", "google.golang.org/protobuf", "expvar", "encoding/gob"} {
+			if path == p || strings.HasPrefix(path, strings.TrimSuffix(p, "/")+"/") || (strings.HasSuffix(p, "/") && strings.HasPrefix(path, p)) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// TestHostforkBinaryLinksNoServer fails when cmd/hostfork starts to link
+// what only 'serve' and 'mcp' need: their libraries initialise at every
+// start of a binary that links them, so every CLI call would pay for them
+// (docs/decisions.md, entry 50). The companion, cmd/hostfork-serve, must
+// link them.
+func TestHostforkBinaryLinksNoServer(t *testing.T) {
+	module := strings.TrimSpace(string(goCmd(t, "list", "-m")))
+	graph := map[string][]string{}
+	for _, p := range goList(t, "-deps", "./cmd/hostfork", "./cmd/hostfork-serve") {
+		graph[p.ImportPath] = p.Imports
+	}
+	bad := serverOnly(module)
+	if c := chain(graph, module+"/cmd/hostfork-serve", func(p string) bool { return p == "github.com/prometheus/client_golang/prometheus" }); c == nil {
+		t.Fatalf("cmd/hostfork-serve does not reach the Prometheus client; the dependency graph from go list is incomplete")
+	}
+	if c := chain(graph, module+"/cmd/hostfork", bad); c != nil {
+		t.Errorf("cmd/hostfork links %s: %s\n(only the companion cmd/hostfork-serve may: keep the dependency behind internal/servecli)",
+			c[len(c)-1], strings.Join(c, " -> "))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/habemus-papadum/hostfork/internal/cli"
+	"github.com/habemus-papadum/hostfork/internal/servecli"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
@@ -20,8 +21,11 @@ import (
 // /usr/local/bin/hostfork, or linked so on the host): the units it installs
 // then run it as hostfork too.
 func TestMain(m *testing.M) {
-	if filepath.Base(os.Args[0]) == "hostfork" {
+	switch filepath.Base(os.Args[0]) {
+	case "hostfork":
 		os.Exit(cli.Main(os.Args[1:]))
+	case cli.CompanionName:
+		os.Exit(servecli.Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
@@ -129,13 +133,14 @@ func TestReapWatch(t *testing.T) {
 
 // TestInstallInRealSystemd installs, inspects, runs and uninstalls the
 // units in a real systemd (a throwaway container), with this test binary
-// bound in as /usr/local/bin/hostfork.
+// bound in as /usr/local/bin/hostfork and as its companion
+// /usr/local/bin/hostfork-serve beside it.
 func TestInstallInRealSystemd(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := testutil.BootSystemd(t, testutil.NspawnOptions{ReadOnlyBinds: []string{self + ":/usr/local/bin/hostfork"}})
+	n := testutil.BootSystemd(t, testutil.NspawnOptions{ReadOnlyBinds: []string{self + ":/usr/local/bin/hostfork", self + ":/usr/local/bin/" + cli.CompanionName}})
 	const root = "/var/lib/hostfork-support-test"
 	hf := func(args ...string) (string, int) {
 		t.Helper()

@@ -41,21 +41,22 @@ func moduleRoot(t testing.TB) string {
 	}
 }
 
-// Binary builds cmd/hostfork into a temporary directory of the test and
-// returns its path.
+// Binary builds cmd/hostfork and its companion cmd/hostfork-serve (which
+// 'hostfork serve' and 'hostfork mcp' execute) into a temporary directory
+// of the test and returns the path of hostfork.
 func Binary(t testing.TB) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go command is not on PATH: %v", err)
 	}
-	out := filepath.Join(t.TempDir(), "hostfork")
-	cmd := exec.Command(goTool, "build", "-o", out, "./cmd/hostfork")
+	dir := t.TempDir()
+	cmd := exec.Command(goTool, "build", "-o", dir+"/", "./cmd/hostfork", "./cmd/hostfork-serve")
 	cmd.Dir = moduleRoot(t)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/hostfork: %v\n%s", err, b)
+		t.Fatalf("go build ./cmd/hostfork ./cmd/hostfork-serve: %v\n%s", err, b)
 	}
-	return out
+	return filepath.Join(dir, "hostfork")
 }
 
 // Env is one test's hostfork: a binary, a store and a cgroup parent.

@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/internal/doctor"
+)
+
+// CompanionName is the binary that carries 'hostfork serve' and 'hostfork
+// mcp' (cmd/hostfork-serve). Their dependencies (the HTTP server, the
+// Prometheus client, the MCP SDK) initialise at every start of the binary
+// that links them, about 2 ms and a third more binary to map: every CLI
+// call would pay it, so hostfork links none of them and executes the
+// companion for those two verbs (docs/decisions.md, entry 50).
+const CompanionName = "hostfork-serve"
+
+// companionBuildEnv carries the caller's build to the companion, which
+// warns when it was built from something else.
+const companionBuildEnv = "HOSTFORK_CALLER_BUILD"
+
+// Globals are the CLI's global flags and streams, for the companion's
+// verbs.
+type Globals = globals
+
+// Open opens the store the flags name.
+func (g *Globals) Open(ctx context.Context) (*hostfork.Host, error) { return g.open(ctx) }
+
+// Out and Err are the CLI's standard output and error.
+func (g *Globals) Out() io.Writer { return g.out }
+func (g *Globals) Err() io.Writer { return g.err }
+
+// Verbs are the implementations of the verbs the companion carries. A nil
+// field makes the verb execute the companion.
+type Verbs struct {
+	Serve func(c *cobra.Command, g *Globals, f *ServeFlags) error
+	MCP   func(c *cobra.Command, g *Globals) error
+}
+
+// ServeFlags are the flags of 'hostfork serve'.
+type ServeFlags struct {
+	Socket        string
+	MetricsListen string
+}
+
+// UsageError is a usage error (exit 122) with a message that names the
+// fix.
+func UsageError(format string, args ...any) error { return usageErr(format, args...) }
+
+// WithExitCode attaches an explicit exit code to err.
+func WithExitCode(code int, err error) error { return withCode(code, err) }
+
+// DoctorOptions are the options of a doctor report on store root, as
+// 'hostfork doctor' builds them.
+func DoctorOptions(c *cobra.Command, g *Globals, root string) doctor.Options {
+	return doctorOptions(c, g, root)
+}
+
+// MainWith runs the CLI with the verbs v implements (the companion's
+// main) and returns the process exit status.
+func MainWith(args []string, v Verbs) int {
+	if want := os.Getenv(companionBuildEnv); want != "" {
+		os.Unsetenv(companionBuildEnv)
+		if have := buildLine(ReadBuildInfo()); have != want {
+			fmt.Fprintf(os.Stderr, "hostfork: warning: %s was built from %s, the hostfork that ran it from %s: rebuild both from one tree ('go build -o DIR/ ./cmd/hostfork ./cmd/hostfork-serve')\n", CompanionName, have, want)
+		}
+	}
+	return run(args, v)
+}
+
+func buildLine(b BuildInfo) string {
+	dirty := "unknown"
+	if b.Dirty != nil {
+		dirty = strconv.FormatBool(*b.Dirty)
+	}
+	return b.Version + " commit " + b.Commit + " dirty " + dirty + " " + b.GoVersion
+}
+
+func newServeCmd(g *globals, run func(c *cobra.Command, g *Globals, f *ServeFlags) error) *cobra.Command {
+	f := &ServeFlags{}
+	c := &cobra.Command{
+		Use:   "serve [--socket PATH] [--metrics-listen 127.0.0.1:PORT]",
+		Short: "Serve the HTTP API on a unix socket (docs/api.md)",
+		Long: `serve answers hostfork's HTTP API (docs/api.md) on a unix socket, by
+default <store>/api.sock (mode 0660, owned by the store's owner). Only root
+and the store's owner may use it (peer credentials); requests with an Origin
+or Referer header, or another Host than localhost or unix, are refused.
+
+Environments and commands made through it are bounded like 'run --detach'
+(an expiry or until-stopped; owner exit detach): they keep running when
+serve stops or crashes, and a restarted serve finds them again.
+
+--metrics-listen also serves GET /metrics (only) over plain HTTP on a
+loopback TCP address, without authentication.
+
+Under systemd it takes the socket a .socket unit passes (socket activation,
+LISTEN_FDS): 'hostfork support install' writes hostfork-serve.socket and
+hostfork-serve.service for the store.
+
+Clients: the Go package client, curl --unix-socket, and this CLI itself with
+'hostfork --host unix://SOCKET VERB' (or HOSTFORK_HOST).
+
+SIGTERM or SIGINT shut it down: it stops accepting, ends streams, and gives
+in-flight requests 5s.
+
+The server is the companion binary ` + CompanionName + ` (cmd/hostfork-serve),
+which hostfork executes in its place (same process): it must lie beside
+the hostfork executable or on PATH.`,
+		Args: exactArgs(0, "no arguments (use --socket, --metrics-listen)"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if run == nil {
+				return g.execCompanion("serve")
+			}
+			return run(c, g, f)
+		},
+	}
+	c.Flags().StringVar(&f.Socket, "socket", "", "unix socket path (default <store>/api.sock)")
+	c.Flags().StringVar(&f.MetricsListen, "metrics-listen", "", "also serve GET /metrics on this loopback TCP address, e.g. 127.0.0.1:9464")
+	return c
+}
+
+func newMCPCmd(g *globals, run func(c *cobra.Command, g *Globals) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve hostfork's tools to a coding agent (Model Context Protocol on stdio)",
+		Long: `mcp is a Model Context Protocol server on stdin/stdout with the tools run,
+create, start, ps, status, logs, stop and export (docs/api.md, "MCP"). Every
+call is bounded: environments expire after a ttl (default 10m) unless the
+agent asks for until_stopped explicitly; a run ends with its environment.
+Configure it in an agent as the command 'hostfork mcp' (with --root or
+HOSTFORK_ROOT for another store).
+
+The server is the companion binary ` + CompanionName + ` (cmd/hostfork-serve),
+which hostfork executes in its place (same process): it must lie beside
+the hostfork executable or on PATH.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if run == nil {
+				return g.execCompanion("mcp")
+			}
+			return run(c, g)
+		},
+	}
+}
+
+// execCompanion replaces this process with the companion, given this
+// call's arguments: the same process (a socket unit's LISTEN_PID still
+// matches) with the same standard streams. It returns only on failure.
+func (g *globals) execCompanion(verb string) error {
+	f, path, err := findCompanion(verb)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	args := g.args
+	if args == nil {
+		args = os.Args[1:]
+	}
+	env := append(os.Environ(), companionBuildEnv+"="+buildLine(ReadBuildInfo()))
+	// Through the descriptor: the file checked is the file run, whatever
+	// happens to the path meanwhile.
+	err = unix.Exec("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), append([]string{path}, args...), env)
+	return withCode(ExitCapability, fmt.Errorf("'hostfork %s': executing %s: %w", verb, path, err))
+}
+
+// findCompanion opens the companion beside this executable, else on PATH.
+// A candidate that exists but another user could have put or changed is
+// refused, not skipped.
+func findCompanion(verb string) (*os.File, string, error) {
+	var tried []string
+	exe, err := os.Executable()
+	if err == nil {
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+		p := filepath.Join(filepath.Dir(exe), CompanionName)
+		f, err := openCompanion(p)
+		if err == nil {
+			return f, p, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, "", withCode(ExitCapability, fmt.Errorf("'hostfork %s': %w", verb, err))
+		}
+		tried = append(tried, "beside "+exe)
+	}
+	if p, err := exec.LookPath(CompanionName); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		f, err := openCompanion(p)
+		if err == nil {
+			return f, p, nil
+		}
+		return nil, "", withCode(ExitCapability, fmt.Errorf("'hostfork %s': %w", verb, err))
+	}
+	tried = append(tried, "on PATH")
+	dir := "DIR"
+	if exe != "" {
+		dir = filepath.Dir(exe)
+	}
+	return nil, "", withCode(ExitCapability, fmt.Errorf("'hostfork %s' runs the companion binary %s, which is not %s: build it beside hostfork with 'go build -o %s/ ./cmd/hostfork-serve' (or 'go install ./cmd/...')",
+		verb, CompanionName, joinOr(tried), dir))
+}
+
+func joinOr(s []string) string {
+	switch len(s) {
+	case 0:
+		return ""
+	case 1:
+		return s[0]
+	}
+	return s[0] + " nor " + s[1]
+}
+
+// openCompanion opens p and checks that it is an executable regular file
+// that only root or this user can have written: owned by one of them and
+// writable by nobody else. The check is on the open descriptor.
+func openCompanion(p string) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	why := ""
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		why = "it is not a regular file"
+	case st.Mode&0o111 == 0:
+		why = "it is not executable"
+	case st.Uid != 0 && int(st.Uid) != os.Geteuid():
+		why = fmt.Sprintf("it is owned by uid %d, neither root nor this user (uid %d)", st.Uid, os.Geteuid())
+	case st.Mode&0o022 != 0:
+		why = fmt.Sprintf("its mode %04o lets other users change it", st.Mode&0o7777)
+	}
+	if why != "" {
+		f.Close()
+		return nil, fmt.Errorf("refusing to run %s: %s; install it owned by root (or yourself) and writable only by its owner", p, why)
+	}
+	return f, nil
+}
