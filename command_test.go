@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -491,6 +492,110 @@ func TestListByLabels(t *testing.T) {
 	}
 	if len(stopped) != 1 || stopped[0].ID != b.ID() || len(stopped[0].Commands) != 1 || stopped[0].Commands[0].ID != other.ID() {
 		t.Errorf("stopped envs with commands: %+v", stopped)
+	}
+}
+
+// A brief listing (CommandFilter.Brief, what 'hostfork ps' prints from)
+// has, for every command, exactly the fields it promises as the whole
+// listing has them — final commands of every kind of ending, and live ones
+// (read whole) — and zero for the rest of a final command's fields.
+func TestCommandsBrief(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env := newEnv(t, h, spec.Environment{Labels: map[string]string{"team": "red"}})
+	start := func(labels map[string]string, timeout time.Duration, argv ...string) *hostfork.Command {
+		t.Helper()
+		cmd := env.Command(argv...)
+		cmd.Labels, cmd.Purpose, cmd.Timeout = labels, "brief "+argv[0], timeout
+		if err := cmd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	waitTree := func(c *hostfork.Command) {
+		t.Helper()
+		if _, err := c.WaitTree(ctx); err != nil {
+			t.Fatalf("%s: %v", c.ID(), err)
+		}
+	}
+	for _, c := range []*hostfork.Command{
+		start(map[string]string{"step": "ok"}, 0, "true"),
+		start(nil, 0, "sh", "-c", "exit 3"),
+		start(nil, 0, "sh", "-c", "kill -TERM $$"),
+		start(map[string]string{"step": "slow"}, 200*time.Millisecond, "sleep", "30"),
+	} {
+		waitTree(c)
+	}
+	notFound := env.Command("/nonexistent/program")
+	if err := notFound.Start(ctx); err == nil {
+		waitTree(notFound)
+	}
+	live := start(map[string]string{"step": "live"}, 0, "sleep", "300")
+	for live.Record().Workload == nil {
+		time.Sleep(time.Millisecond)
+	}
+
+	full, err := h.Commands(ctx, hostfork.CommandFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	brief, err := h.Commands(ctx, hostfork.CommandFilter{Brief: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full) < 5 || len(brief) != len(full) {
+		t.Fatalf("%d commands in the whole listing, %d in the brief one", len(full), len(brief))
+	}
+	promised := func(c hostfork.CommandRecord) hostfork.CommandRecord {
+		return hostfork.CommandRecord{ID: c.ID, Env: c.Env, Rev: c.Rev, State: c.State, CreatedAt: c.CreatedAt, Purpose: c.Purpose,
+			Labels: c.Labels, Argv: c.Argv, StdoutPath: c.StdoutPath, StderrPath: c.StderrPath, ExitCode: c.ExitCode, Signal: c.Signal,
+			StopReason: c.StopReason, StoppedByHostfork: c.StoppedByHostfork, Error: c.Error, Liveness: c.Liveness, Stoppable: c.Stoppable, PID: c.PID, Dir: c.Dir}
+	}
+	kinds := map[string]bool{}
+	for i := range full {
+		f, b := full[i], brief[i]
+		if !reflect.DeepEqual(promised(f), promised(b)) {
+			t.Errorf("command %s: brief\n%+v\nwhole\n%+v", f.ID, promised(b), promised(f))
+		}
+		if f.Final() {
+			// Everything else is zero, but the slices and maps readers
+			// always fill.
+			rest := b
+			rest.ID, rest.Env, rest.Rev, rest.State, rest.CreatedAt, rest.Purpose = "", "", 0, "", time.Time{}, ""
+			rest.Labels, rest.Argv, rest.StdoutPath, rest.StderrPath, rest.ExitCode, rest.Signal = nil, nil, "", "", nil, nil
+			rest.StopReason, rest.StoppedByHostfork, rest.Error, rest.Liveness, rest.Stoppable, rest.PID = "", false, "", "", false, nil
+			rest.Dir, rest.CleanupErrors, rest.EnvKeys, rest.Survivors, rest.Capture = "", nil, nil, nil, nil
+			if !reflect.DeepEqual(rest, hostfork.CommandRecord{}) {
+				t.Errorf("final command %s: a brief record has more than it promises: %+v", f.ID, rest)
+			}
+		} else if !reflect.DeepEqual(f.Workload, b.Workload) || b.Dir == "" {
+			t.Errorf("live command %s was not read whole in the brief listing: %+v", f.ID, b)
+		}
+		switch {
+		case !f.Final():
+			kinds["live"] = true
+		case f.StopReason != "":
+			kinds["stopped"] = true
+		case f.Signal != nil:
+			kinds["signal"] = true
+		case f.ExitCode != nil && *f.ExitCode != 0:
+			kinds["exit code"] = true
+		case f.ExitCode != nil:
+			kinds["success"] = true
+		}
+	}
+	for _, k := range []string{"live", "stopped", "signal", "exit code", "success"} {
+		if !kinds[k] {
+			t.Errorf("no %s command among %d: the test does not cover what it claims", k, len(full))
+		}
+	}
+	// Filters apply as without Brief.
+	lived, err := h.Commands(ctx, hostfork.CommandFilter{Brief: true, Live: true, Labels: hostfork.Selector{"step"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lived) != 1 || lived[0].ID != live.ID() {
+		t.Errorf("brief, live, step: %v", lived)
 	}
 }
 

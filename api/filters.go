@@ -73,4 +73,13 @@ type CommandFilter struct {
 	States []CommandState `json:"states,omitempty"`
 	// Live selects commands whose tree is alive or unverified now.
 	Live bool `json:"live,omitempty"`
+	// Brief reads final commands for a listing: only id, env, rev, state,
+	// created_at, purpose, labels, argv, dir, stdout_path, stderr_path,
+	// exit_code, signal, stop_reason, stopped_by_hostfork, error and the
+	// computed liveness, stoppable and pid are set; every other field is
+	// zero (deadline_at too), lists and maps empty. Commands that are not final are read
+	// and settled whole, as without Brief. It makes a table of many
+	// retained commands several times cheaper ('hostfork ps --all'); a
+	// server answers whole records whatever it is.
+	Brief bool `json:"brief,omitempty"`
 }

@@ -52,8 +52,12 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 build_hostfork() {
 	if [ -n "${HOSTFORK_BIN:-}" ]; then
 		cp "$HOSTFORK_BIN" "$hf"
+		if [ -x "$(dirname "$HOSTFORK_BIN")/hostfork-serve" ]; then
+			cp "$(dirname "$HOSTFORK_BIN")/hostfork-serve" "$work/"
+		fi
 	else
-		(cd "$repo" && go build -o "$hf" ./cmd/hostfork)
+		# hostfork and its companion (serve, mcp) side by side.
+		(cd "$repo" && go build -o "$work/" ./cmd/hostfork ./cmd/hostfork-serve)
 	fi
 	(cd "$repo" && go build -o "$hfb" ./bench/hfbench)
 	# A cgroup parent of our own, as the tests use, so nothing lands in

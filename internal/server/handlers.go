@@ -354,6 +354,9 @@ func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) error {
 	if f.Live, err = flag(r, "live", false); err != nil {
 		return err
 	}
+	if f.Brief, err = flag(r, "brief", false); err != nil {
+		return err
+	}
 	cmds, err := s.h.Commands(r.Context(), f)
 	if err != nil {
 		return err
