@@ -439,16 +439,35 @@ func cleanupV1(t *testing.T, c *hostforkCLI) {
 		recs := c.records()
 		for id := range recs.envs {
 			for _, d := range v1Groups(id) {
-				for try := 0; try < 100; try++ {
-					err := unix.Rmdir(d)
-					if err == nil || err == unix.ENOENT || err != unix.EBUSY {
-						break
+				// The commands' own groups (their OOM counters) first: a
+				// v1 group with children can't be removed.
+				subs, _ := filepath.Glob(filepath.Join(d, "*"))
+				for _, sub := range subs {
+					if st, err := os.Lstat(sub); err == nil && st.IsDir() {
+						rmdirBusy(t, sub)
 					}
-					time.Sleep(20 * time.Millisecond)
 				}
+				rmdirBusy(t, d)
 			}
 		}
 	})
+}
+
+// rmdirBusy removes the cgroup directory d, retrying while it is busy for
+// up to 2 s, and reports one it could not remove.
+func rmdirBusy(t *testing.T, d string) {
+	var err error
+	for try := 0; try < 100; try++ {
+		err = unix.Rmdir(d)
+		if err == nil || err == unix.ENOENT {
+			return
+		}
+		if err != unix.EBUSY {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("cleanup: the v1 group %s was left behind: %v", d, err)
 }
 
 // checkRecovered checks the store after reap (DESIGN.md, The store; issue
