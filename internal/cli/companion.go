@@ -87,6 +87,13 @@ func buildLine(b BuildInfo) string {
 	return b.Version + " commit " + b.Commit + " dirty " + dirty + " " + b.GoVersion
 }
 
+// companionNote ends the help of the verbs the companion carries.
+const companionNote = `
+
+The server is the companion binary ` + CompanionName + ` (cmd/hostfork-serve),
+which hostfork executes in its place (same process): it must lie beside
+the hostfork executable or on PATH.`
+
 func newServeCmd(g *globals, run func(c *cobra.Command, g *Globals, f *ServeFlags) error) *cobra.Command {
 	f := &ServeFlags{}
 	c := &cobra.Command{
@@ -112,11 +119,7 @@ Clients: the Go package client, curl --unix-socket, and this CLI itself with
 'hostfork --host unix://SOCKET VERB' (or HOSTFORK_HOST).
 
 SIGTERM or SIGINT shut it down: it stops accepting, ends streams, and gives
-in-flight requests 5s.
-
-The server is the companion binary ` + CompanionName + ` (cmd/hostfork-serve),
-which hostfork executes in its place (same process): it must lie beside
-the hostfork executable or on PATH.`,
+in-flight requests 5s.` + companionNote,
 		Args: exactArgs(0, "no arguments (use --socket, --metrics-listen)"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if run == nil {
@@ -139,11 +142,7 @@ create, start, ps, status, logs, stop and export (docs/api.md, "MCP"). Every
 call is bounded: environments expire after a ttl (default 10m) unless the
 agent asks for until_stopped explicitly; a run ends with its environment.
 Configure it in an agent as the command 'hostfork mcp' (with --root or
-HOSTFORK_ROOT for another store).
-
-The server is the companion binary ` + CompanionName + ` (cmd/hostfork-serve),
-which hostfork executes in its place (same process): it must lie beside
-the hostfork executable or on PATH.`,
+HOSTFORK_ROOT for another store).` + companionNote,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if run == nil {

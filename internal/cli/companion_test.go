@@ -3,50 +3,31 @@ package cli_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
-var (
-	companionOnce  sync.Once
-	companionBuilt string
-	companionErr   error
-)
-
-// companionDir puts copies of the test's hostfork binary and of
-// cmd/hostfork-serve (built once) in a new directory of the test, and
-// returns the directory.
-func companionDir(t *testing.T) string {
+// companionDir puts copies of the test's hostfork binary and of its
+// companion in a new directory of the test (only hostfork with
+// companion=false) and returns the directory.
+func companionDir(t *testing.T, companion bool) string {
 	t.Helper()
-	companionOnce.Do(func() {
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			companionErr = err
-			return
-		}
-		companionBuilt = filepath.Join(filepath.Dir(hostforkBinary(t)), "companion", "hostfork-serve")
-		out, err := exec.Command(goTool, "build", "-o", companionBuilt, "github.com/habemus-papadum/hostfork/cmd/hostfork-serve").CombinedOutput()
-		if err != nil {
-			companionErr = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if companionErr != nil {
-		t.Fatalf("building hostfork-serve: %v", companionErr)
-	}
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for from, to := range map[string]string{hostforkBinary(t): "hostfork", companionBuilt: "hostfork-serve"} {
-		if err := copyFile(from, filepath.Join(dir, to)); err != nil {
+	names := []string{"hostfork"}
+	if companion {
+		names = append(names, "hostfork-serve")
+	}
+	for _, n := range names {
+		if err := copyFile(filepath.Join(filepath.Dir(hostforkBinary(t)), n), filepath.Join(dir, n)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,7 +55,7 @@ func runBin(t *testing.T, bin string, env []string, args ...string) result {
 // TestCompanionMissing: serve and mcp without the companion beside hostfork
 // or on PATH exit 121 and name the build that fixes it.
 func TestCompanionMissing(t *testing.T) {
-	bin := hostforkBinary(t)
+	bin := filepath.Join(companionDir(t, false), "hostfork")
 	for _, verb := range []string{"serve", "mcp"} {
 		r := runBin(t, bin, nil, verb)
 		want := "go build -o " + filepath.Dir(bin) + "/ ./cmd/hostfork-serve"
@@ -92,7 +73,7 @@ func TestCompanionMissing(t *testing.T) {
 // same process (its own checks of the flags), hostfork prints the verb's
 // help itself, and a companion of another build runs with a warning.
 func TestCompanionRuns(t *testing.T) {
-	dir := companionDir(t)
+	dir := companionDir(t, true)
 	bin := filepath.Join(dir, "hostfork")
 	r := runBin(t, bin, nil, "serve", "--help")
 	if r.code != 0 || !strings.Contains(r.stdout, "serve answers hostfork's HTTP API") || !strings.Contains(r.stdout, "--metrics-listen") {
@@ -148,7 +129,7 @@ func TestCompanionUntrusted(t *testing.T) {
 		}, "not a regular file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := companionDir(t)
+			dir := companionDir(t, true)
 			if err := tc.fix(filepath.Join(dir, "hostfork-serve")); err != nil {
 				t.Fatal(err)
 			}

@@ -22,9 +22,10 @@ var (
 	buildErr  error
 )
 
-// hostforkBinary builds cmd/hostfork once per test binary into a
-// world-readable temporary directory (another user runs it too) and returns
-// its path; TestMain removes the directory.
+// hostforkBinary builds cmd/hostfork and its companion cmd/hostfork-serve
+// once per test binary into a world-readable temporary directory (another
+// user runs it too) and returns the path of hostfork; TestMain removes the
+// directory.
 func hostforkBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -43,7 +44,7 @@ func hostforkBinary(t *testing.T) string {
 			return
 		}
 		builtExe = filepath.Join(dir, "hostfork")
-		cmd := exec.Command(goTool, "build", "-o", builtExe, "github.com/habemus-papadum/hostfork/cmd/hostfork")
+		cmd := exec.Command(goTool, "build", "-o", dir+"/", "github.com/habemus-papadum/hostfork/cmd/hostfork", "github.com/habemus-papadum/hostfork/cmd/hostfork-serve")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = errors.New(string(out))
 		}

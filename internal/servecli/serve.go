@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -46,13 +44,11 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 			return err
 		}
 	}
-	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	h, err := g.Open(ctx)
+	ctx, h, done, err := serving(c, g)
 	if err != nil {
 		return err
 	}
-	defer h.Close()
+	defer done()
 	var st unix.Stat_t
 	if err := unix.Stat(h.Root(), &st); err != nil {
 		return fmt.Errorf("store %s: %w", h.Root(), err)
