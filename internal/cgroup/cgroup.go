@@ -1,9 +1,6 @@
 package cgroup
 
 import (
-	"github.com/moby/sys/mountinfo"
-	"syscall"
-
 	"context"
 	"errors"
 	"fmt"
@@ -11,8 +8,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,6 +33,35 @@ type Mount struct {
 // FindMount locates the cgroup2 mount from /proc/self/mountinfo and checks
 // that it is writable by this process.
 func FindMount() (Mount, error) {
+	// The mount table is read once per process: a run asks several times,
+	// and each reading parses the whole table. A remembered mount point is
+	// used only while it still is a cgroup2 filesystem (one statfs).
+	found.Lock()
+	defer found.Unlock()
+	if found.ok {
+		var st unix.Statfs_t
+		if unix.Statfs(found.m.Path, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			m := found.m
+			m.Self = selfPath()
+			return m, nil
+		}
+		found.ok = false
+	}
+	m, err := findMount()
+	if err == nil {
+		found.m, found.ok = m, true
+	}
+	return m, err
+}
+
+// found is the mount FindMount found last.
+var found struct {
+	sync.Mutex
+	m  Mount
+	ok bool
+}
+
+func findMount() (Mount, error) {
 	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2", "cgroup"))
 	if err != nil {
 		return Mount{}, fmt.Errorf("reading mountinfo: %w", err)
