@@ -892,6 +892,61 @@ func TestTrustStoreOthersControl(t *testing.T) {
 			t.Errorf("the store is %v (%v), want 0700", fi.Mode(), err)
 		}
 	})
+	// Root's store was open to all for a while (an old install, a
+	// mistaken chmod); the other user left a file, a directory or a
+	// symlink named like hostfork's own files at its top. hostfork refuses
+	// the store, naming what they own, and changes none of it: it neither
+	// follows the link nor reads, removes or chmods what is theirs.
+	target := trustVictim(t, vault, "planted-link-target")
+	beforeTarget := trustSnapshot(t, target)
+	for _, tc := range []struct{ name, plant, refusal string }{
+		{"config.yaml.bak", "echo planted > %s", "config.yaml.bak owned by uid %d"},
+		{"exports", "mkdir %s", "exports owned by uid %d"},
+		{"api.sock", "ln -s " + target + " %s", "api.sock as a symbolic link"},
+	} {
+		t.Run("their "+tc.name+" at the top of root's store", func(t *testing.T) {
+			c := c.with(t)
+			root := filepath.Join(sticky, "store-planted-"+tc.name)
+			c.mustRun("--root", root, "run", "--", "true")
+			if err := os.Chmod(root, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(root, tc.name)
+			u.must(t, "sh", "-c", fmt.Sprintf(tc.plant, p))
+			type seen struct {
+				mode fs.FileMode
+				uid  uint32
+				size int64
+				link string
+			}
+			look := func() (seen, error) {
+				fi, err := os.Lstat(p)
+				if err != nil {
+					return seen{}, err
+				}
+				link, _ := os.Readlink(p)
+				return seen{fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid, fi.Size(), link}, nil
+			}
+			before, err := look()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.refusal
+			if strings.Contains(want, "%d") {
+				want = fmt.Sprintf(want, u.uid)
+			}
+			for _, args := range [][]string{{"ps"}, {"run", "--", "true"}, {"gc"}, {"reap"}} {
+				r := c.run(append([]string{"--root", root}, args...)...)
+				if r.code != 123 || !strings.Contains(r.stderr, want) {
+					t.Errorf("hostfork %s: exit %d: %s (want 123 and %q)", strings.Join(args, " "), r.code, r.stderr, want)
+				}
+			}
+			if got, err := look(); err != nil || got != before {
+				t.Errorf("their %s changed: %+v (%v), was %+v", tc.name, got, err, before)
+			}
+			trustSame(t, "the target of their symlink", target, beforeTarget)
+		})
+	}
 	t.Run("their view of root's store", func(t *testing.T) {
 		// What root made stays root's: the other user can't list, read or
 		// write it.
@@ -1198,6 +1253,33 @@ func TestTrustForgedRegistryPaths(t *testing.T) {
 		gcAll(c, id)
 		trustSame(t, "gc of an environment whose run directory was forged", vr, beforeR)
 		trustSame(t, "gc of a command whose directory was forged", vc, beforeC)
+	})
+
+	t.Run("cgroup intents outside a cgroup filesystem", func(t *testing.T) {
+		// Pending cgroup intents (v2 and v1) naming empty root-only
+		// directories, which an rmdir would remove: only a directory on a
+		// cgroup filesystem is ever removed as a cgroup.
+		c := newCLI(t)
+		id := stopped(c, "create", "--ttl", "2m")
+		var victims []string
+		for _, kind := range []string{"cgroup", "cgroup-v1"} {
+			v := filepath.Join(vault, "empty-"+kind)
+			if err := os.Mkdir(v, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			victims = append(victims, v)
+			c.exec(`insert into intents (env_id, command_id, rev, kind, target, state, identity, error, created_at, settled_at)
+				values (?, '', 1, ?, ?, 'pending', '', '', ?, 0)`, id, kind, v, time.Now().UnixNano())
+		}
+		for _, args := range [][]string{{"reap"}, {"gc", "--force", id}, {"reap"}, {"stop", id}} {
+			r := c.run(args...)
+			t.Logf("hostfork %s: exit %d: %s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+		}
+		for _, v := range victims {
+			if fi, err := os.Lstat(v); err != nil || !fi.IsDir() {
+				t.Errorf("the empty directory %s named by a forged cgroup intent: %v", v, err)
+			}
+		}
 	})
 
 	t.Run("unrecorded tree intent", func(t *testing.T) {
