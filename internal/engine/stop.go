@@ -199,8 +199,14 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 			return cur, fmt.Errorf("not stopping %s: %v: %w", cur.ID, err, api.ErrUnverified)
 		}
 	}
-	// Tell the guardian first (a notice: it records the reason and keeps
-	// a backup kill in case this stopper dies), then kill. The pidfd is
+	// Keep the decision beside the evidence first: the guardian records
+	// the reason too, but only once it has handled the notice, and a
+	// reaper that runs after this stopper died must find the decision at
+	// once (class 11; the environment's stop does the same).
+	decision := filepath.Join(c.Dir, "stop-decision")
+	keepDecision(decision, reason)
+	// Tell the guardian (a notice: it records the reason and keeps a
+	// backup kill in case this stopper dies), then kill. The pidfd is
 	// opened before the proof is checked, so the process checked is the
 	// one signalled.
 	if cur.Guardian != nil {
@@ -224,11 +230,15 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 		case <-time.After(5 * time.Second):
 		}
 		rec := r.Record()
+		dropDecision(decision, &rec)
 		return &rec, stopErrOf(&rec, res, stopErr)
 	}
 	final, err := e.recordStop(ctx, env, cur, reason, res)
 	if err != nil && final == nil {
 		return cur, err
+	}
+	if err == nil {
+		dropDecision(decision, final)
 	}
 	if err := stopErrOf(final, res, stopErr); err != nil {
 		return final, err
@@ -296,6 +306,15 @@ func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, r
 // receipt carries the reason too).
 func keepDecision(path string, reason api.StopReason) {
 	_ = os.WriteFile(path, []byte(string(reason)+"\n"), 0o600)
+}
+
+// dropDecision removes a kept stop decision once the record is final: the
+// record now says what happened (with the reason, or without one when the
+// tree had ended by itself before the stop touched it).
+func dropDecision(path string, rec *api.Command) {
+	if rec != nil && rec.Final() {
+		_ = os.Remove(path)
+	}
 }
 
 // readDecision reads a kept stop decision ("" none).
