@@ -37,6 +37,10 @@ func listMain(args []string) error {
 			r, err := h.Commands(ctx, hostfork.CommandFilter{})
 			return len(r), err
 		}},
+		{"Host.Commands(all, Brief) = ps --all (table)", func() (int, error) {
+			r, err := h.Commands(ctx, hostfork.CommandFilter{Brief: true})
+			return len(r), err
+		}},
 		{"Host.Envs(Active, WithCommands) = envs", func() (int, error) {
 			r, err := h.Envs(ctx, hostfork.EnvFilter{Active: true, WithCommands: true})
 			return len(r), err
