@@ -231,6 +231,12 @@ func doctorOptions(c *cobra.Command, g *globals, root string) doctor.Options {
 		}
 		o.Exe = exe
 	}
+	if f, path, err := findCompanion("serve"); err == nil {
+		f.Close()
+		o.Companion = path
+	} else {
+		o.CompanionErr = err.Error()
+	}
 	b := ReadBuildInfo()
 	o.Version = b.Version + " " + b.Commit
 	o.Verbs = map[string]bool{}

@@ -32,8 +32,29 @@ func Evaluate(f *Facts, n Needs) []Check {
 	for _, r := range f.Storage {
 		cs = append(cs, storageRoot(f, r, n))
 	}
-	cs = append(cs, pidfd(f), bootID(f), store(f), units(f), hostShell(f))
+	cs = append(cs, pidfd(f), bootID(f), store(f), units(f), hostShell(f), companion(f))
 	return cs
+}
+
+// companion reports the binary that 'serve' and 'mcp' execute. No run
+// needs it, so it never blocks.
+func companion(f *Facts) Check {
+	c := Check{ID: "serve.companion", Title: "API and MCP server binary (hostfork-serve)", Evidence: Read}
+	switch {
+	case f.Companion != "":
+		c.Status, c.Detail = OK, f.Companion+": 'hostfork serve' and 'hostfork mcp' run it"
+	case f.CompanionErr == "":
+		c.Status, c.Detail = Skipped, "not looked for"
+	default:
+		c.Status, c.Detail = Degraded, f.CompanionErr
+		c.Missing = "the companion binary: 'hostfork serve' and 'hostfork mcp' exit 121 without it; everything else works"
+		dir := "DIR"
+		if f.Exe != "" {
+			dir = filepath.Dir(f.Exe)
+		}
+		c.Remedy = "go build -o " + dir + "/ ./cmd/hostfork-serve (from a hostfork source tree of the same version)"
+	}
+	return c
 }
 
 func cgroupLayout(f *Facts, n Needs) Check {

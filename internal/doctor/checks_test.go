@@ -248,6 +248,14 @@ func TestEvaluate(t *testing.T) {
 		}, Needs{}, []want{
 			{"env.host-shell", "degraded", "HOSTFORK_LOGIN_SHELL=/bin/bash"},
 		}, true},
+		{"companion present", func(f *Facts) { f.Companion = "/usr/local/bin/hostfork-serve" }, Needs{}, []want{
+			{"serve.companion", "ok", "/usr/local/bin/hostfork-serve"},
+		}, true},
+		{"companion missing: degraded, never a blocker", func(f *Facts) {
+			f.CompanionErr = "'hostfork serve' runs the companion binary hostfork-serve, which is not beside /usr/local/bin/hostfork nor on PATH"
+		}, Needs{}, []want{
+			{"serve.companion", "degraded", "go build -o /usr/local/bin/ ./cmd/hostfork-serve"},
+		}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,15 +11,19 @@ import (
 // Facts are the raw readings Evaluate decides on. ReadFacts fills them from
 // the host; tests build them by hand.
 type Facts struct {
-	EUID     int    `json:"euid"`
-	User     string `json:"user"`
-	Kernel   string `json:"kernel"`
-	BootID   string `json:"boot_id,omitempty"`
-	BootErr  string `json:"boot_id_error,omitempty"`
-	Exe      string `json:"exe,omitempty"`
-	Version  string `json:"version,omitempty"`
-	PidfdErr string `json:"pidfd_error,omitempty"`
-	PidfdOK  bool   `json:"pidfd"`
+	EUID    int    `json:"euid"`
+	User    string `json:"user"`
+	Kernel  string `json:"kernel"`
+	BootID  string `json:"boot_id,omitempty"`
+	BootErr string `json:"boot_id_error,omitempty"`
+	Exe     string `json:"exe,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Companion is the checked companion binary of serve and mcp ("" when
+	// none was found or it was refused: CompanionErr).
+	Companion    string `json:"companion,omitempty"`
+	CompanionErr string `json:"companion_error,omitempty"`
+	PidfdErr     string `json:"pidfd_error,omitempty"`
+	PidfdOK      bool   `json:"pidfd"`
 	// Filesystems are the kernel's filesystem types (/proc/filesystems).
 	Filesystems map[string]bool `json:"filesystems"`
 	Cgroup      CgroupFacts     `json:"cgroup"`

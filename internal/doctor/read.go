@@ -39,6 +39,10 @@ type ReadOptions struct {
 	// --json` prints "version" and "commit": "v1.2.3 abcdef").
 	Exe     string
 	Version string
+	// Companion is the companion binary 'serve' and 'mcp' execute, as the
+	// CLI found and checked it ("" not found); CompanionErr says why not.
+	Companion    string
+	CompanionErr string
 	// UnitDirs override where support units are looked for (tests).
 	UnitDirs []string
 	// Verbs are the CLI's verb names.
@@ -49,7 +53,7 @@ type ReadOptions struct {
 // the one system call that creates something: a descriptor, closed at
 // once.)
 func ReadFacts(ctx context.Context, o ReadOptions) *Facts {
-	f := &Facts{EUID: os.Geteuid(), Exe: o.Exe, Version: o.Version, Verbs: o.Verbs}
+	f := &Facts{EUID: os.Geteuid(), Exe: o.Exe, Version: o.Version, Verbs: o.Verbs, Companion: o.Companion, CompanionErr: o.CompanionErr}
 	if acct, err := launchenv.CurrentAccount(); err == nil {
 		f.User = acct.Name
 	}
