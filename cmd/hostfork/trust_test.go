@@ -468,6 +468,14 @@ func trustFileID(t *testing.T, p string) (dev, ino, fsid uint64) {
 	return st.Dev, st.Ino, uint64(uint32(sf.Fsid.Val[0]))<<32 | uint64(uint32(sf.Fsid.Val[1]))
 }
 
+// forgeIntent adds a pending ledger entry of kind for target to the
+// environment env, without an identity, as a forger editing the registry
+// would.
+func (c *hostforkCLI) forgeIntent(env, kind, target string) {
+	c.exec(`insert into intents (env_id, command_id, rev, kind, target, state, identity, error, created_at, settled_at)
+		values (?, '', 1, ?, ?, 'pending', '', '', ?, 0)`, env, kind, target, time.Now().UnixNano())
+}
+
 // trustEditEnv rewrites environment id's JSON record in the registry, as
 // someone who could replace the registry would.
 func (c *hostforkCLI) trustEditEnv(id string, edit func(m map[string]any)) {
@@ -1268,8 +1276,7 @@ func TestTrustForgedRegistryPaths(t *testing.T) {
 				t.Fatal(err)
 			}
 			victims = append(victims, v)
-			c.exec(`insert into intents (env_id, command_id, rev, kind, target, state, identity, error, created_at, settled_at)
-				values (?, '', 1, ?, ?, 'pending', '', '', ?, 0)`, id, kind, v, time.Now().UnixNano())
+			c.forgeIntent(id, kind, v)
 		}
 		for _, args := range [][]string{{"reap"}, {"gc", "--force", id}, {"reap"}, {"stop", id}} {
 			r := c.run(args...)
@@ -1289,8 +1296,7 @@ func TestTrustForgedRegistryPaths(t *testing.T) {
 		v := trustVictim(t, vault, "intent")
 		before := trustSnapshot(t, v)
 		id := stopped(c, "create", "--ttl", "2m")
-		c.exec(`insert into intents (env_id, command_id, rev, kind, target, state, identity, error, created_at, settled_at)
-			values (?, '', 1, 'tree', ?, 'pending', '', '', ?, 0)`, id, v, time.Now().UnixNano())
+		c.forgeIntent(id, "tree", v)
 		for _, args := range [][]string{{"reap"}, {"gc", "--force", id}, {"reap"}} {
 			r := c.run(args...)
 			t.Logf("hostfork %s: exit %d: %s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
