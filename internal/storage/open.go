@@ -116,38 +116,26 @@ func (o Overlay) Open(ctx context.Context, t Tree) (*Opened, error) {
 	defer parent.Close()
 	defer dest.Close()
 	op := &Opened{}
-	for _, c := range []struct {
-		what, name string
-		id         FileID
-	}{
-		{"upper", upperDirName, t.Overlay.UpperID},
-		{"work", workDirName, t.Overlay.WorkID},
+	// Upper and work under the destination, then the lower, each as an
+	// O_PATH file of its own (parts 0, 1 and 2).
+	for _, open := range []func() (*safefs.Dir, error){
+		func() (*safefs.Dir, error) { return openPart(dest, upperDirName, "upper", t.Overlay.UpperID) },
+		func() (*safefs.Dir, error) { return openPart(dest, workDirName, "work", t.Overlay.WorkID) },
+		func() (*safefs.Dir, error) { return openLower(t.Overlay) },
 	} {
-		d, err := openPart(dest, c.name, c.what, c.id)
-		if err != nil {
-			op.Close()
-			return nil, err
+		d, err := open()
+		if err == nil {
+			var f *os.File
+			f, err = pathFile(d)
+			d.Close()
+			if err == nil {
+				op.Files = append(op.Files, f)
+				continue
+			}
 		}
-		f, err := pathFile(d)
-		d.Close()
-		if err != nil {
-			op.Close()
-			return nil, err
-		}
-		op.Files = append(op.Files, f)
-	}
-	lower, err := openLower(t.Overlay)
-	if err != nil {
 		op.Close()
 		return nil, err
 	}
-	f, err := pathFile(lower)
-	lower.Close()
-	if err != nil {
-		op.Close()
-		return nil, err
-	}
-	op.Files = append(op.Files, f)
 	op.mounts = func(part func(int) string) []Mount {
 		return []Mount{{
 			Type:   "overlay",
