@@ -5,9 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -21,30 +19,17 @@ import (
 func rootlessUser(t *testing.T) (name string, uid, gid int, session, delegated string) {
 	t.Helper()
 	testutil.RequireRoot(t)
-	for _, tool := range []string{"useradd", "userdel", "runuser"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testutil.Skip(t, tool+" is not installed")
-		}
+	if _, err := exec.LookPath("runuser"); err != nil {
+		testutil.Skip(t, "runuser is not installed")
 	}
 	m, err := cgroup.FindMount()
 	if err != nil {
 		testutil.Skip(t, err.Error())
 	}
-	name = "hf" + strings.TrimPrefix(testutil.UniqueName("r"), "r-")
-	if out, err := exec.Command("useradd", "--create-home", "--shell", "/bin/sh", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		// Kill what the user may have left (by its uid's processes in the
-		// delegated tree, through cgroup.kill), then remove the user.
-		_ = exec.Command("userdel", "--remove", name).Run()
-	})
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ = strconv.Atoi(u.Uid)
-	gid, _ = strconv.Atoi(u.Gid)
+	// Removed at cleanup with its home, after the delegated tree (below)
+	// and what the user left in it are gone.
+	u := testutil.NewUser(t, "hf", testutil.UserOptions{Home: true})
+	name, uid, gid = u.Name, u.UID, u.GID
 	delegated = filepath.Join(m.Path, testutil.UniqueName("hostfork-test-rootless"))
 	if _, err := cgroup.Create(delegated); err != nil {
 		t.Fatal(err)

@@ -21,7 +21,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -53,49 +52,8 @@ type trustUser struct {
 // that user, so that those are gone when userdel runs).
 func newTrustUser(t *testing.T) *trustUser {
 	t.Helper()
-	testutil.RequireRoot(t)
-	for _, tool := range []string{"useradd", "userdel"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testutil.Skip(t, tool+" is not installed")
-		}
-	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "hft" + hex.EncodeToString(b)
-	if out, err := trustUserTool("useradd", "-M", "-U", "-s", "/usr/sbin/nologin", name); err != nil {
-		t.Fatalf("useradd %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := trustUserTool("userdel", name); err != nil {
-			t.Errorf("cleanup: userdel %s: %v: %s", name, err, out)
-		}
-	})
-	pw, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &trustUser{name: name}
-	u.uid, _ = strconv.Atoi(pw.Uid)
-	u.gid, _ = strconv.Atoi(pw.Gid)
-	if u.uid == 0 || u.gid == 0 {
-		t.Fatalf("user %s has uid %d gid %d", name, u.uid, u.gid)
-	}
-	return u
-}
-
-// trustUserTool runs useradd or userdel, retrying while another process
-// holds the password database's lock (other tests create users too).
-func trustUserTool(name string, args ...string) ([]byte, error) {
-	var out []byte
-	var err error
-	for try := 0; try < 50; try++ {
-		out, err = exec.Command(name, args...).CombinedOutput()
-		if err == nil || !bytes.Contains(bytes.ToLower(out), []byte("lock")) {
-			return out, err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return out, err
+	u := testutil.NewUser(t, "hft", testutil.UserOptions{})
+	return &trustUser{name: u.Name, uid: u.UID, gid: u.GID}
 }
 
 // command returns an unstarted program run as u, with no supplementary

@@ -491,21 +491,13 @@ func TestHostServerRestart(t *testing.T) {
 // TestHostForbidden: a user the server refuses (not root, not the store's
 // owner) gets exit 116 from every verb.
 func TestHostForbidden(t *testing.T) {
-	for _, tool := range []string{"useradd", "userdel", "setpriv"} {
+	for _, tool := range []string{"setpriv"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			testutil.Skip(t, tool+" not found")
 		}
 	}
 	e := servertest.New(t)
-	name := testutil.UniqueName("hfcli")
-	if out, err := exec.Command("useradd", "-M", "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		testutil.Skip(t, fmt.Sprintf("useradd: %v: %s", err, out))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
-		}
-	})
+	name := testutil.NewUser(t, "hfcli", testutil.UserOptions{}).Name
 	// A directory the other user can reach, with the socket and a copy of
 	// the binary (the test's directories are private).
 	dir, err := os.MkdirTemp("", "hostfork-cli-")

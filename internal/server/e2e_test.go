@@ -263,21 +263,13 @@ func errorBody(t *testing.T, what string, body []byte, cause string, exit int) {
 // connect is refused by the server itself (403 JSON) on every endpoint; a
 // request with an Origin, a Referer or a foreign Host is refused too.
 func TestOtherUserRefused(t *testing.T) {
-	for _, tool := range []string{"curl", "useradd", "userdel", "setpriv"} {
+	for _, tool := range []string{"curl", "setpriv"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			testutil.Skip(t, tool+" not found")
 		}
 	}
 	e := servertest.New(t)
-	name := testutil.UniqueName("hfapi")
-	if out, err := exec.Command("useradd", "-M", "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		testutil.Skip(t, fmt.Sprintf("useradd: %v: %s", err, out))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
-		}
-	})
+	name := testutil.NewUser(t, "hfapi", testutil.UserOptions{}).Name
 	// A socket directory the other user can reach (the store is private).
 	sockDir, err := os.MkdirTemp("", "hostfork-api-")
 	if err != nil {
