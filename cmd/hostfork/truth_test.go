@@ -449,6 +449,28 @@ func TestTruthEscapedTree(t *testing.T) {
 			}
 		})
 	}
+	// Nobody but the guardian is left at the timeout: its own tree stop
+	// (the C helpers) must find the escapee among its descendants.
+	t.Run("run-detach/timeout", func(t *testing.T) {
+		c := c.with(t)
+		dir := t.TempDir()
+		esc, file := escapeScript(t, dir, c.parent), filepath.Join(dir, "escapee")
+		c.mustRun("run", "--detach", "--ttl", "5m", "--timeout", "2s", "--", "sh", "-c", leaderFor(esc, file))
+		pid, st := escapee(t, c, file)
+		cmdID := c.commandOf(file).ID
+		eventually(t, "the guardian's timeout stop ends the escapee", func() string {
+			if sameProcessAlive(pid, st) {
+				return fmt.Sprintf("the escapee %d lives", pid)
+			}
+			return ""
+		})
+		eventually(t, "the record says timeout", func() string {
+			if s := c.status(cmdID); s["stop_reason"] != "timeout" || s["tree_state"] != "exited" {
+				return fmt.Sprintf("stop reason %v, tree %v", s["stop_reason"], s["tree_state"])
+			}
+			return ""
+		})
+	})
 }
 
 // ---- class 7: OOM per command ----------------------------------------

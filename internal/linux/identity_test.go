@@ -1,10 +1,16 @@
 package linux
 
 import (
+	"bytes"
+	"errors"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseStatOddName(t *testing.T) {
@@ -13,7 +19,7 @@ func TestParseStatOddName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != 'S' || st.PPID != 1 || st.StartTime != 98765 {
+	if st.State != 'S' || st.PPID != 1 || st.StartTime != 98765 || st.Threads != 1 {
 		t.Fatalf("parsed %+v", st)
 	}
 	if _, err := parseStat(1, []byte("1 (x")); err == nil {
@@ -25,8 +31,41 @@ func FuzzParseStat(f *testing.F) {
 	f.Add([]byte("1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 5 1000 10 1 1 1"))
 	f.Add([]byte("9 ()) R 1"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = parseStat(1, b) // must not panic
+		st, err := parseStat(1, b) // must not panic
+		if err != nil {
+			return
+		}
+		// What it accepts, a plain split at the same white space reads
+		// the same.
+		i := bytes.LastIndexByte(b, ')')
+		fs := strings.FieldsFunc(string(b[i+2:]), func(r rune) bool { return r < 128 && isSpace(byte(r)) })
+		if len(fs) < 20 {
+			t.Fatalf("accepted %q with %d fields", b, len(fs))
+		}
+		ppid, _ := strconv.Atoi(fs[1])
+		threads, _ := strconv.Atoi(fs[17])
+		start, _ := strconv.ParseUint(fs[19], 10, 64)
+		if st.State != fs[0][0] || st.PPID != ppid || st.Threads != threads || st.StartTime != start {
+			t.Fatalf("%q: parsed %+v, fields say %q", b, st, fs[:20])
+		}
 	})
+}
+
+func TestReadStatSelf(t *testing.T) {
+	st, err := ReadStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PPID != os.Getppid() || st.State != 'R' && st.State != 'S' || st.Threads < 1 || st.StartTime == 0 {
+		t.Fatalf("read %+v", st)
+	}
+	if _, err := ReadStat(1 << 30); err != ErrNoProcess {
+		t.Fatalf("a missing pid gave %v", err)
+	}
+	var small [4]byte
+	if _, err := ReadSmall("/proc/self/stat", small[:]); !errors.Is(err, unix.EFBIG) {
+		t.Fatalf("an oversized file gave %v", err)
+	}
 }
 
 func TestAssessAndSignal(t *testing.T) {

@@ -86,6 +86,7 @@ int hf_read_fileat(int dirfd, const char *path, char *buf, size_t cap);
 int hf_write_fileat(int dirfd, const char *path, const char *val);
 int hf_parse_i64(const char *s, int64_t *out);
 int hf_read_stat(pid_t pid, char *state, pid_t *ppid, uint64_t *start);
+int hf_read_stat_full(pid_t pid, char *state, pid_t *ppid, int *threads, uint64_t *start);
 int hf_copy_bounded(char *dst, size_t cap, const char *src);
 
 /* A NUL-framed message: 'R' then "key=value\0" strings, ended by "\0". */

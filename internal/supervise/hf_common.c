@@ -170,9 +170,10 @@ int hf_copy_bounded(char *dst, size_t cap, const char *src)
 	return 0;
 }
 
-/* hf_read_stat parses /proc/PID/stat; fields are counted from the last ')',
- * since the command name may contain spaces and parentheses. */
-int hf_read_stat(pid_t pid, char *state, pid_t *ppid, uint64_t *start)
+/* hf_read_stat_full parses /proc/PID/stat; fields are counted from the last
+ * ')', since the command name may contain spaces and parentheses. Each out
+ * pointer may be NULL. */
+int hf_read_stat_full(pid_t pid, char *state, pid_t *ppid, int *threads, uint64_t *start)
 {
 	static char b[2048];
 	char path[48];
@@ -184,7 +185,8 @@ int hf_read_stat(pid_t pid, char *state, pid_t *ppid, uint64_t *start)
 	if (!p || p + 2 >= b + n)
 		return -1;
 	p += 2;
-	/* p is field 3 (state); ppid is field 4, starttime field 22. */
+	/* p is field 3 (state); ppid is field 4, num_threads field 20,
+	 * starttime field 22. */
 	for (int field = 3; field <= 22; field++) {
 		char *end = p;
 		while (*end && *end != ' ')
@@ -193,25 +195,23 @@ int hf_read_stat(pid_t pid, char *state, pid_t *ppid, uint64_t *start)
 			return -1;
 		if (field == 3 && state)
 			*state = *p;
-		if (field == 4 && ppid) {
+		if (field == 4 || field == 20 || field == 22) {
 			char c = *end;
 			*end = 0;
 			int64_t v;
-			if (hf_parse_i64(p, &v) < 0)
-				return -1;
-			*ppid = (pid_t)v;
+			int bad = hf_parse_i64(p, &v) < 0;
 			*end = c;
-		}
-		if (field == 22) {
-			char c = *end;
-			*end = 0;
-			int64_t v;
-			if (hf_parse_i64(p, &v) < 0)
+			if (bad)
 				return -1;
-			*end = c;
-			if (start)
-				*start = (uint64_t)v;
-			return 0;
+			if (field == 4 && ppid)
+				*ppid = (pid_t)v;
+			if (field == 20 && threads)
+				*threads = (int)v;
+			if (field == 22) {
+				if (start)
+					*start = (uint64_t)v;
+				return 0;
+			}
 		}
 		if (!*end)
 			return -1;
@@ -219,6 +219,8 @@ int hf_read_stat(pid_t pid, char *state, pid_t *ppid, uint64_t *start)
 	}
 	return -1;
 }
+
+int hf_read_stat(pid_t pid, char *state, pid_t *ppid, uint64_t *start) { return hf_read_stat_full(pid, state, ppid, NULL, start); }
 
 /* ---- NUL-framed messages ---- */
 

@@ -4,7 +4,9 @@
  *
  *   - membership is the whole cgroup2 subtree (nested groups included) and
  *     every live descendant of the tree's roots (a guardian is its tree's
- *     subreaper, so a process that left the cgroup is still found);
+ *     subreaper, so a process that left the cgroup is still found), found
+ *     through the children files from the roots down (all of /proc is
+ *     walked only on a kernel without them);
  *   - every signal goes through a pidfd, opened first and then re-checked
  *     for membership, so a PID reused after an exit is never signalled;
  *   - the kill step of a tree whose members are all in its cgroup is
@@ -263,6 +265,105 @@ static int is_member(struct hf_tree *t, pid_t pid)
 	return in_cgroup(t, pid) || (t->nroots > 0 && live_descendant(t, pid));
 }
 
+/* ---- the children files (CONFIG_PROC_CHILDREN) ---- */
+
+static int children_files(void)
+{
+	static int have = -1;
+	if (have < 0) {
+		char p[64];
+		snprintf(p, sizeof p, "/proc/%d/task/%d/children", (int)getpid(), (int)getpid());
+		have = access(p, F_OK) == 0;
+	}
+	return have;
+}
+
+static pid_t bfs_q[HF_MAX_MEMBERS];
+
+/* append_children appends the PIDs of one children file to the queue. */
+static int append_children(const char *path, int qn)
+{
+	char buf[4096];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return qn;
+	int64_t cur = -1;
+	for (;;) {
+		ssize_t got = read(fd, buf, sizeof buf);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		for (ssize_t i = 0; i < got; i++) {
+			char c = buf[i];
+			if (c >= '0' && c <= '9') {
+				cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
+				if (cur > 1 << 30)
+					cur = 1 << 30;
+				continue;
+			}
+			if (cur > 0 && qn < HF_MAX_MEMBERS)
+				bfs_q[qn++] = (pid_t)cur;
+			cur = -1;
+		}
+	}
+	if (cur > 0 && qn < HF_MAX_MEMBERS)
+		bfs_q[qn++] = (pid_t)cur;
+	close(fd);
+	return qn;
+}
+
+/* list_descendants follows the children files down from the roots (a
+ * child belongs to the thread that forked it, so every thread's file is
+ * read unless the process has one thread): the cost is the tree's size,
+ * not the host's. Zombies are left out but looked into. */
+static int list_descendants(struct hf_tree *t, pid_t *out, int n, int max)
+{
+	static char tdents[8192];
+	int qn = 0;
+	for (int i = 0; i < t->nroots && qn < HF_MAX_MEMBERS; i++)
+		bfs_q[qn++] = t->roots[i];
+	for (int i = 0; i < qn; i++) {
+		pid_t pid = bfs_q[i];
+		char st = 0;
+		int threads = 0;
+		if (hf_read_stat_full(pid, &st, NULL, &threads, NULL) < 0)
+			continue; /* gone */
+		if (i >= t->nroots && st != 'Z' && st != 'X')
+			n = add_member(out, n, max, pid);
+		char p[96];
+		if (threads == 1 && st != 'Z') {
+			snprintf(p, sizeof p, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+			qn = append_children(p, qn);
+			continue;
+		}
+		snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
+		int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		for (;;) {
+			long got = syscall(SYS_getdents64, fd, tdents, sizeof tdents);
+			if (got < 0 && errno == EINTR)
+				continue;
+			if (got <= 0)
+				break;
+			for (long off = 0; off < got;) {
+				unsigned short reclen;
+				memcpy(&reclen, tdents + off + 16, sizeof reclen);
+				const char *name = tdents + off + 19;
+				off += reclen;
+				if (name[0] < '1' || name[0] > '9')
+					continue;
+				char cp[128];
+				snprintf(cp, sizeof cp, "/proc/%d/task/%.20s/children", (int)pid, name);
+				qn = append_children(cp, qn);
+			}
+		}
+		close(fd);
+	}
+	return n;
+}
+
 static int cmp_pid(const void *a, const void *b)
 {
 	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
@@ -274,7 +375,10 @@ int hf_tree_list(struct hf_tree *t, pid_t *out, int max)
 	int n = 0;
 	if (t->cgroup[0])
 		n = list_cgroup(t->cgroup, 0, out, n, max);
-	if (t->nroots > 0) {
+	if (t->nroots > 0 && children_files()) {
+		n = list_descendants(t, out, n, max);
+	} else if (t->nroots > 0) {
+		/* Without the children files: walk all of /proc. */
 		list_procs();
 		for (int i = 0; i < pr_n; i++)
 			if (!is_root(t, pr_pid[i]) && table_descendant(t, i))

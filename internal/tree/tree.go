@@ -31,6 +31,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -119,16 +120,6 @@ func InGroup(pid int, mount, group string) bool {
 	return Target{Cgroup: group, Mount: mount}.inCgroup(pid)
 }
 
-// allInCgroup reports whether every pid is in the target's cgroup.
-func (t Target) allInCgroup(pids []int) bool {
-	for _, p := range pids {
-		if !t.inCgroup(p) {
-			return false
-		}
-	}
-	return true
-}
-
 // descendant re-reads pid's ancestry now.
 func descendant(pid int, roots []int) bool {
 	for n := 0; n < 4096 && pid > 1; n++ {
@@ -153,27 +144,149 @@ func (t Target) member(pid int, roots []int) bool {
 }
 
 // Members lists the tree's members now, sorted.
-func Members(t Target) ([]int, error) { return t.members(t.roots()) }
-
-func (t Target) members(roots []int) ([]int, error) {
-	var out []int
-	if t.Cgroup != "" {
-		pids, err := cgroup.Open(t.Cgroup).AllProcs()
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-		out = append(out, pids...)
-	}
-	if len(roots) > 0 {
-		out = append(out, descendantsOf(roots)...)
-	}
-	slices.Sort(out)
-	out = slices.Compact(out)
-	return slices.DeleteFunc(out, func(p int) bool { return slices.Contains(roots, p) }), nil
+func Members(t Target) ([]int, error) {
+	pids, _, err := t.members(t.roots())
+	return pids, err
 }
 
-// descendantsOf walks /proc for the live descendants of roots.
+// members lists the tree's members now, sorted; allIn reports that every
+// descendant of the roots was in the cgroup's listing (so cgroup.kill
+// alone reaches every member found).
+func (t Target) members(roots []int) (pids []int, allIn bool, err error) {
+	var inGroup map[int]bool
+	if t.Cgroup != "" {
+		cg, err := cgroup.Open(t.Cgroup).AllProcs()
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, false, err
+		}
+		pids = append(pids, cg...)
+		if len(roots) > 0 {
+			inGroup = make(map[int]bool, len(cg))
+			for _, p := range cg {
+				inGroup[p] = true
+			}
+		}
+	}
+	allIn = t.Cgroup != ""
+	if len(roots) > 0 {
+		for _, p := range descendantsOf(roots) {
+			if !inGroup[p] {
+				allIn = false
+				pids = append(pids, p)
+			}
+		}
+	}
+	slices.Sort(pids)
+	pids = slices.Compact(pids)
+	return slices.DeleteFunc(pids, func(p int) bool { return slices.Contains(roots, p) }), allIn, nil
+}
+
+// maxDescendants bounds one listing of descendants.
+const maxDescendants = 1 << 16
+
+var (
+	childrenOnce  sync.Once
+	childrenFiles bool
+)
+
+// haveChildrenFiles reports whether the kernel has
+// /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN).
+func haveChildrenFiles() bool {
+	childrenOnce.Do(func() {
+		p := strconv.Itoa(os.Getpid())
+		_, err := os.Stat("/proc/" + p + "/task/" + p + "/children")
+		childrenFiles = err == nil
+	})
+	return childrenFiles
+}
+
+// descendantsOf lists the live descendants of roots. It follows each
+// process's children files down from the roots, so its cost is the
+// tree's size, not the host's; without those files it walks all of /proc.
+// Like any listing of a live tree it is a snapshot: the stop's stable
+// listings and re-checks through pidfds make it a proof.
 func descendantsOf(roots []int) []int {
+	if !haveChildrenFiles() {
+		return walkDescendants(roots)
+	}
+	queue := slices.Clone(roots)
+	seen := make(map[int]bool, len(roots))
+	for _, r := range roots {
+		seen[r] = true
+	}
+	buf := make([]byte, 4096)
+	var out []int
+	for i := 0; i < len(queue) && len(queue) < maxDescendants; i++ {
+		pid := queue[i]
+		st, err := linux.ReadStat(pid)
+		if err != nil {
+			continue // gone
+		}
+		if i >= len(roots) && st.State != 'Z' && st.State != 'X' {
+			out = append(out, pid)
+		}
+		var kids []int
+		kids, buf = childrenOf(pid, st, buf)
+		for _, k := range kids {
+			if !seen[k] {
+				seen[k] = true
+				queue = append(queue, k)
+			}
+		}
+	}
+	return out
+}
+
+// childrenOf reads pid's children: the children file of each of its
+// threads (a child belongs to the thread that forked it), or only the
+// main thread's when it is the only one.
+func childrenOf(pid int, st linux.ProcStat, buf []byte) ([]int, []byte) {
+	base := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tids := []string{strconv.Itoa(pid)}
+	if st.Threads != 1 || st.State == 'Z' {
+		ents, err := os.ReadDir(base)
+		if err != nil {
+			return nil, buf
+		}
+		tids = tids[:0]
+		for _, e := range ents {
+			tids = append(tids, e.Name())
+		}
+	}
+	var kids []int
+	for _, tid := range tids {
+		var n int
+		var err error
+		for {
+			n, err = linux.ReadSmall(base+tid+"/children", buf)
+			if !errors.Is(err, unix.EFBIG) || len(buf) >= 1<<22 {
+				break
+			}
+			buf = make([]byte, 4*len(buf))
+		}
+		if err != nil {
+			continue
+		}
+		v, in := 0, false
+		for _, c := range buf[:n] {
+			if c >= '0' && c <= '9' {
+				v, in = v*10+int(c-'0'), true
+				continue
+			}
+			if in {
+				kids = append(kids, v)
+			}
+			v, in = 0, false
+		}
+		if in {
+			kids = append(kids, v)
+		}
+	}
+	return kids, buf
+}
+
+// walkDescendants walks /proc for the live descendants of roots.
+func walkDescendants(roots []int) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -308,7 +421,10 @@ const (
 func Stop(ctx context.Context, t Target, grace time.Duration) (Result, error) {
 	var res Result
 	roots := t.roots()
-	pids, err := t.members(roots)
+	if grace <= 0 {
+		return kill(ctx, t, roots, res)
+	}
+	pids, _, err := t.members(roots)
 	if err != nil {
 		return res, fmt.Errorf("listing the tree: %w", err)
 	}
@@ -316,17 +432,15 @@ func Stop(ctx context.Context, t Target, grace time.Duration) (Result, error) {
 		res.Stable = true
 		return res, nil
 	}
-	if grace > 0 {
-		hs := t.open(pids, roots)
-		res.Signalled = signal(hs, syscall.SIGTERM)
-		done := waitExited(ctx, hs, grace)
-		closeAll(hs)
-		if done {
-			// Members that appeared during the grace are killed below.
-			if pids, err = t.members(roots); err == nil && len(pids) == 0 {
-				res.Stable = true
-				return res, nil
-			}
+	hs := t.open(pids, roots)
+	res.Signalled = signal(hs, syscall.SIGTERM)
+	done := waitExited(ctx, hs, grace)
+	closeAll(hs)
+	if done {
+		// Members that appeared during the grace are killed below.
+		if pids, _, err = t.members(roots); err == nil && len(pids) == 0 {
+			res.Stable = true
+			return res, nil
 		}
 	}
 	return kill(ctx, t, roots, res)
@@ -338,6 +452,11 @@ func Kill(ctx context.Context, t Target) (Result, error) {
 }
 
 func kill(ctx context.Context, t Target, roots []int, res Result) (Result, error) {
+	first, allIn, err := t.members(roots)
+	if err == nil && len(first) == 0 {
+		res.Stable = true
+		return res, nil
+	}
 	var g *cgroup.Group
 	if t.Cgroup != "" {
 		g = cgroup.Open(t.Cgroup)
@@ -346,12 +465,12 @@ func kill(ctx context.Context, t Target, roots []int, res Result) (Result, error
 		// so there is nothing to quiesce. Only if something is left
 		// (a member that moved itself out just now) is the quiesced kill
 		// below needed.
-		if pids, err := t.members(roots); err == nil && len(pids) > 0 && t.allInCgroup(pids) && g.Kill() == nil {
+		if err == nil && allIn && g.Kill() == nil {
 			wctx, cancel := context.WithTimeout(ctx, verifyWait)
 			_ = g.WaitEmpty(wctx)
 			cancel()
-			if rest, err := t.members(roots); err == nil && len(rest) == 0 {
-				res.Killed += len(pids)
+			if rest, _, err := t.members(roots); err == nil && len(rest) == 0 {
+				res.Killed += len(first)
 				res.Stable = true
 				return res, nil
 			}
@@ -385,10 +504,10 @@ func kill(ctx context.Context, t Target, roots []int, res Result) (Result, error
 			}
 		}
 	}
-	prev, _ := t.members(roots)
+	prev, _, _ := t.members(roots)
 	add(prev)
 	for round := 0; round < stableRounds; round++ {
-		cur, err := t.members(roots)
+		cur, _, err := t.members(roots)
 		if err != nil {
 			break
 		}
@@ -429,7 +548,7 @@ func kill(ctx context.Context, t Target, roots []int, res Result) (Result, error
 			}
 		}
 	}
-	if rest, err := t.members(roots); err == nil {
+	if rest, _, err := t.members(roots); err == nil {
 		for _, pid := range rest {
 			if !seen[pid] {
 				if id, err := linux.IdentityOf(pid); err == nil {

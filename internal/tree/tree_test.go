@@ -3,9 +3,12 @@ package tree
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -192,5 +195,116 @@ func TestStopEmpty(t *testing.T) {
 	res, err := Stop(context.Background(), Target{Cgroup: parent, Mount: m.Path}, time.Second)
 	if err != nil || res.Signalled != 0 || res.Froze {
 		t.Fatalf("%+v %v", res, err)
+	}
+}
+
+// helperEnv makes the test binary a forker from several threads.
+const helperEnv = "HOSTFORK_TREE_TEST_FORKER"
+
+// TestForkerHelper is not a test: run as a child with helperEnv set, it
+// starts sleeps from goroutines locked to their own threads (so the
+// children belong to threads other than the main one), prints their PIDs,
+// makes the file helperEnv names, and waits to be killed.
+func TestForkerHelper(t *testing.T) {
+	if os.Getenv(helperEnv) == "" {
+		t.Skip("a helper process, not a test")
+	}
+	pids := make(chan int)
+	for i := 0; i < 4; i++ {
+		go func() {
+			runtime.LockOSThread() // this thread stays ours: the child's parent thread
+			c := exec.Command("sleep", "1000")
+			if err := c.Start(); err != nil {
+				pids <- -1
+				return
+			}
+			pids <- c.Process.Pid
+			_ = c.Wait()
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		fmt.Println(<-pids)
+	}
+	if err := os.WriteFile(os.Getenv(helperEnv), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Hour)
+}
+
+// The children files (followed down from the roots) and the walk of all
+// of /proc find the same descendants: children of other threads than the
+// main one, grandchildren, and no zombies.
+func TestDescendantsAgree(t *testing.T) {
+	if !haveChildrenFiles() {
+		t.Skip("this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)")
+	}
+	parent := testutil.CgroupParent(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shell (the root) runs the threaded forker, a sleep whose own
+	// child is an unreaped zombie, and a grandchild under a subshell.
+	mark := filepath.Join(t.TempDir(), "forked")
+	script := fmt.Sprintf(`%s=%s %q -test.run '^TestForkerHelper$' & sh -c 'sleep 0 & exec sleep 1000' & sh -c 'sleep 1000 & echo $!; wait' & while [ ! -e %s ]; do sleep 0.01; done; echo ready; wait`, helperEnv, mark, self, mark)
+	root, pids := start(t, parent, script)
+	if len(pids) != 5 || slices.Contains(pids, -1) {
+		t.Fatalf("the tree printed %v", pids)
+	}
+	roots := []int{root.Process.Pid}
+	var bfs []int
+	for try := 0; try < 50; try++ {
+		// Wait for the zombie to be one (its sleep 0 has exited).
+		bfs = descendantsOf(roots)
+		if len(bfs) == len(walkDescendants(roots)) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	walk := walkDescendants(roots)
+	slices.Sort(bfs)
+	slices.Sort(walk)
+	if !slices.Equal(bfs, walk) {
+		t.Fatalf("children files found %v, the /proc walk %v", bfs, walk)
+	}
+	for _, p := range pids {
+		if !slices.Contains(bfs, p) {
+			t.Fatalf("descendants %v lack %d (printed %v)", bfs, p, pids)
+		}
+	}
+	// The case this covers: some of the forker's children belong to
+	// threads other than its main one.
+	parents := map[int]int{}
+	forker := 0
+	for _, p := range pids {
+		if pst, err := linux.ReadStat(p); err == nil {
+			if parents[pst.PPID]++; parents[pst.PPID] == 4 {
+				forker = pst.PPID
+			}
+		}
+	}
+	mainKids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", forker, forker))
+	onOthers := 0
+	for _, p := range pids {
+		if pst, _ := linux.ReadStat(p); pst.PPID == forker && !slices.Contains(strings.Fields(string(mainKids)), strconv.Itoa(p)) {
+			onOthers++
+		}
+	}
+	if forker == 0 || onOthers == 0 {
+		t.Fatalf("every child of the forker %d is its main thread's (%q): the threaded case is not covered", forker, mainKids)
+	}
+	for _, p := range bfs {
+		if st, err := linux.ReadStat(p); err != nil || st.State == 'Z' {
+			t.Fatalf("descendant %d is not alive (%+v, %v)", p, st, err)
+		}
+	}
+	// 1 forker + 4 sleeps, 1 sleep (with its zombie left out), 1 subshell
+	// + 1 sleep.
+	if len(bfs) != 8 {
+		for _, p := range bfs {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+			t.Logf("%d %q", p, b)
+		}
+		t.Fatalf("descendants %v: want 8", bfs)
 	}
 }
