@@ -44,17 +44,26 @@ func (d *DB) Commit(ctx context.Context, b *Batch) error {
 	if d.full {
 		return fmt.Errorf("registry %s: %w", d.path, ErrFull)
 	}
-	// SQLite admits one writer at a time anyway. Writers of this process
-	// queue here instead of inside BEGIN IMMEDIATE, where each would hold
-	// one of the pool's connections and sleep in SQLite's busy-handler
-	// backoff (up to 100 ms a try) while the lock sits free. Other
-	// processes still wait in SQLite's busy handler.
+	// SQLite admits one writer at a time anyway. Writers queue here
+	// instead of inside BEGIN IMMEDIATE, where each would sleep in
+	// SQLite's busy-handler backoff (1, 2, 5, 10 … up to 100 ms a try)
+	// while the lock sits free: those of this process on a channel, and
+	// every process's on the writers' lock of registry.lock, where the
+	// kernel wakes the next the moment the holder lets go. Writers that
+	// don't take it (a migration, a checkpoint, an older hostfork) still
+	// meet SQLite's own lock; none of them waits for this one while
+	// holding SQLite's, so the order can't deadlock.
 	select {
 	case d.writing <- struct{}{}:
 	case <-ctx.Done():
 		return fmt.Errorf("registry: %w", ctx.Err())
 	}
 	defer func() { <-d.writing }()
+	unlock, err := d.lockWriters(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("registry: %w", classify(err))

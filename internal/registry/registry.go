@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -51,7 +52,16 @@ type DB struct {
 	// writing admits one write transaction of this process at a time
 	// (see Commit).
 	writing chan struct{}
+	// writers is registry.lock, whose writerLockByte every Commit holds
+	// (an open-file-description lock) around its transaction: writers of
+	// all processes queue in the kernel (see Commit). Nil read-only.
+	writers *os.File
 }
+
+// writerLockByte is the byte of registry.lock that writers lock. The
+// whole-file flock of a new registry's set-up is independent of it (Linux
+// keeps flock and fcntl locks apart).
+const writerLockByte = 1 << 20
 
 // FileName is the registry's file name inside the store root.
 const FileName = "registry.sqlite"
@@ -94,9 +104,15 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	sdb.SetMaxOpenConns(4)
 	sdb.SetMaxIdleConns(4)
 	sdb.SetConnMaxIdleTime(0)
-	d := &DB{db: sdb, path: path, writing: make(chan struct{}, 1)}
+	writers, err := os.OpenFile(filepath.Join(root, "registry.lock"), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		sdb.Close()
+		return nil, fmt.Errorf("opening registry lock: %w", err)
+	}
+	d := &DB{db: sdb, path: path, writing: make(chan struct{}, 1), writers: writers}
 	if err := d.migrate(ctx, root, held); err != nil {
 		sdb.Close()
+		writers.Close()
 		if errors.Is(classify(err), ErrFull) {
 			// SQLite can't even rebuild its WAL index on a full disk. Open
 			// read-only and immutable so stops can still find what to
@@ -161,7 +177,55 @@ func (d *DB) Full() bool { return d.full }
 func (d *DB) Path() string { return d.path }
 
 // Close closes the database.
-func (d *DB) Close() error { return d.db.Close() }
+func (d *DB) Close() error {
+	if d.writers != nil {
+		d.writers.Close()
+	}
+	return d.db.Close()
+}
+
+// lockWriters takes the writers' lock of registry.lock, waiting in the
+// kernel (woken the moment the holder lets go) until ctx ends.
+func (d *DB) lockWriters(ctx context.Context) (func(), error) {
+	if d.writers == nil {
+		return func() {}, nil
+	}
+	fd := int(d.writers.Fd())
+	lk := func(cmd int, typ int16) error {
+		fl := unix.Flock_t{Type: typ, Whence: io.SeekStart, Start: writerLockByte, Len: 1}
+		for {
+			err := unix.FcntlFlock(uintptr(fd), cmd, &fl)
+			if err != unix.EINTR {
+				return err
+			}
+		}
+	}
+	unlock := func() { _ = lk(unix.F_OFD_SETLK, unix.F_UNLCK) }
+	err := lk(unix.F_OFD_SETLK, unix.F_WRLCK)
+	if err == nil {
+		return unlock, nil
+	}
+	if err != unix.EAGAIN && err != unix.EACCES {
+		return nil, fmt.Errorf("locking registry writers: %w", err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- lk(unix.F_OFD_SETLKW, unix.F_WRLCK) }()
+	select {
+	case err := <-got:
+		if err != nil {
+			return nil, fmt.Errorf("locking registry writers: %w", err)
+		}
+		return unlock, nil
+	case <-ctx.Done():
+		// Let go of the lock once the wait ends.
+		go func() {
+			if <-got == nil {
+				unlock()
+			}
+		}()
+		return nil, fmt.Errorf("registry: %w", ctx.Err())
+	}
+}
 
 // Checkpoint folds the WAL into the database file (PRAGMA
 // wal_checkpoint(TRUNCATE)). Reap and gc call it; ordinary launches leave

@@ -324,6 +324,78 @@ func TestConcurrentWriters(t *testing.T) {
 	}
 }
 
+// Writers of every handle (each its own open file description, as each
+// process's is) queue on the writers' lock of registry.lock, and a writer
+// whose context ends while it waits gives up without keeping the lock.
+func TestWritersQueueOnTheLock(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	var ds [2]*DB
+	for i := range ds {
+		d, err := Open(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		ds[i] = d
+	}
+	if err := commit(t, ds[0], func(b *Batch) { b.InsertEnv(newEnv("e")) }); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(id string) *Batch {
+		var b Batch
+		b.InsertCommand(&api.Command{ID: id, Env: "e", State: api.CommandRunning, CreatedAt: time.Now()})
+		return &b
+	}
+	wait := func(done chan error) error {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second): // a safety bound only
+			t.Fatal("a writer still waits after the lock was let go")
+			return nil
+		}
+	}
+	unlock, err := ds[0].lockWriters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ds[1].Commit(ctx, insert("c1")) }()
+	select {
+	case err := <-done:
+		t.Fatalf("a commit went through while another handle held the writers' lock (%v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	unlock()
+	if err := wait(done); err != nil {
+		t.Fatal(err)
+	}
+
+	unlock, err = ds[0].lockWriters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := ds[1].Commit(short, insert("c2")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a writer whose context ended while it waited: %v", err)
+	}
+	unlock()
+	go func() { done <- ds[1].Commit(ctx, insert("c3")) }()
+	if err := wait(done); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- ds[0].Commit(ctx, insert("c4")) }()
+	if err := wait(done); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := ds[0].Commands(ctx, CommandQuery{Env: "e"})
+	if len(cs) != 3 {
+		t.Fatalf("%d commands, want c1, c3 and c4", len(cs))
+	}
+}
+
 func TestFilesArePrivate(t *testing.T) {
 	dir := t.TempDir()
 	d, err := Open(context.Background(), dir)
