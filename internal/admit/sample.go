@@ -262,8 +262,9 @@ func kBField(b []byte, name string) (uint64, bool) {
 }
 
 // procTable maps every process's parent PID to its children, from
-// /proc/PID/stat. (/proc/PID/task/TID/children needs CONFIG_PROC_CHILDREN,
-// which hosts like this one lack.)
+// /proc/PID/stat: one walk serves every target of a sample. (internal/tree
+// follows /proc/PID/task/TID/children down from a tree's roots instead,
+// where the kernel has CONFIG_PROC_CHILDREN.)
 func procTable() (map[int][]int, error) {
 	d, err := os.Open("/proc")
 	if err != nil {
