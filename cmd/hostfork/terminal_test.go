@@ -23,6 +23,7 @@ type pty struct {
 	mu            sync.Mutex
 	out           bytes.Buffer
 	done          chan struct{}
+	marks         int
 }
 
 func openPTY(t *testing.T) *pty {
@@ -63,10 +64,39 @@ func openPTY(t *testing.T) *pty {
 	return p
 }
 
+// text is what the terminal has shown so far: everything written to it
+// before the call (a process that just exited may have written its last
+// line without the reader having read it yet).
 func (p *pty) text() string {
+	p.drain()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return strings.ReplaceAll(p.out.String(), "\r\n", "\n")
+}
+
+// drain writes a mark to the terminal and waits (bounded) until the
+// reader has it, then takes it out again: what was written before the
+// mark has been read then (a terminal keeps its output in order).
+func (p *pty) drain() {
+	p.mu.Lock()
+	p.marks++
+	mark := []byte(fmt.Sprintf("\x01hostfork-test-drain-%d\x02", p.marks))
+	p.mu.Unlock()
+	if _, err := p.slave.Write(mark); err != nil {
+		return
+	}
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		p.mu.Lock()
+		b := p.out.Bytes()
+		if i := bytes.Index(b, mark); i >= 0 {
+			rest := append(append([]byte{}, b[:i]...), b[i+len(mark):]...)
+			p.out.Reset()
+			p.out.Write(rest)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
 }
 
 // start runs hostfork as the session leader of the terminal, with the
