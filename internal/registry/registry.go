@@ -178,18 +178,27 @@ func (d *DB) Path() string { return d.path }
 
 // Close closes the database.
 func (d *DB) Close() error {
+	// A commit in flight holds d.writing and uses d.writers: close the
+	// lock file after it (later commits find the database closed).
+	d.writing <- struct{}{}
 	if d.writers != nil {
 		d.writers.Close()
+		d.writers = nil
 	}
+	<-d.writing
 	return d.db.Close()
 }
 
 // lockWriters takes the writers' lock of registry.lock, waiting in the
-// kernel (woken the moment the holder lets go) until ctx ends.
+// kernel (woken the moment the holder lets go) until ctx ends. The caller
+// holds d.writing.
 func (d *DB) lockWriters(ctx context.Context) (func(), error) {
 	if d.writers == nil {
 		return func() {}, nil
 	}
+	// The descriptor's number, not the file: a waiter that gave up may
+	// still be in the kernel when Close closes the file (its lock then
+	// goes with the file's last reference).
 	fd := int(d.writers.Fd())
 	lk := func(cmd int, typ int16) error {
 		fl := unix.Flock_t{Type: typ, Whence: io.SeekStart, Start: writerLockByte, Len: 1}

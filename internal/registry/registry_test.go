@@ -396,6 +396,63 @@ func TestWritersQueueOnTheLock(t *testing.T) {
 	}
 }
 
+// Close waits for a commit in flight (here: one waiting for another
+// handle's writers' lock), which lands; a commit after Close fails.
+func TestCloseWaitsForACommit(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	a, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(t, a, func(b *Batch) { b.InsertEnv(newEnv("e")) }); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := a.lockWriters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, closed := make(chan error, 1), make(chan error, 1)
+	go func() {
+		var bt Batch
+		bt.InsertCommand(&api.Command{ID: "c", Env: "e", State: api.CommandRunning, CreatedAt: time.Now()})
+		done <- b.Commit(ctx, &bt)
+	}()
+	for end := time.Now().Add(30 * time.Second); len(b.writing) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) { // a safety bound only
+			t.Fatal("the commit never started")
+		}
+	}
+	go func() { closed <- b.Close() }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a commit was in flight")
+	case <-time.After(100 * time.Millisecond):
+	}
+	unlock()
+	for _, ch := range []chan error{done, closed} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second): // a safety bound only
+			t.Fatal("the commit or the Close never ended")
+		}
+	}
+	if _, err := a.Command(ctx, "c"); err != nil {
+		t.Fatalf("the commit in flight did not land: %v", err)
+	}
+	if err := commit(t, b, func(b *Batch) { b.InsertEnv(newEnv("f")) }); err == nil {
+		t.Fatal("a commit after Close went through")
+	}
+}
+
 func TestFilesArePrivate(t *testing.T) {
 	dir := t.TempDir()
 	d, err := Open(context.Background(), dir)
