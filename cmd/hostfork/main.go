@@ -6,10 +6,17 @@ package main
 
 import (
 	"os"
+	"runtime"
 
 	"github.com/habemus-papadum/hostfork/internal/cli"
 )
 
 func main() {
+	// One CLI call is one short, mostly waiting goroutine tree: a second P
+	// only adds a spinning thread, which a hundred concurrent calls pay on
+	// every core (decision 54). GOMAXPROCS in the environment still wins.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 	os.Exit(cli.Main(os.Args[1:]))
 }
