@@ -449,6 +449,47 @@ func TestTruthEscapedTree(t *testing.T) {
 			}
 		})
 	}
+	// The same with an escapee whose main thread has exited while another
+	// runs (stat says Z): the guardian must still count it as alive.
+	t.Run("run-detach/timeout-zombie-leader", func(t *testing.T) {
+		if _, err := exec.LookPath("python3"); err != nil {
+			testutil.Skip(t, "python3 is needed to end a main thread with pthread_exit")
+		}
+		c := c.with(t)
+		dir := t.TempDir()
+		file := filepath.Join(dir, "escapee")
+		esc := filepath.Join(dir, "escape.sh")
+		script := "echo $$ > " + c.parent + "/cgroup.procs || exit 1\n" +
+			"echo \"$$ $(cut -d' ' -f22 /proc/$$/stat)\" > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"\n" +
+			"exec python3 -c 'import ctypes, threading, time\nthreading.Thread(target=time.sleep, args=(1000,)).start()\nctypes.CDLL(None).pthread_exit(None)'\n"
+		if err := os.WriteFile(esc, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c.mustRun("run", "--detach", "--ttl", "5m", "--timeout", "2s", "--", "sh", "-c", "sh "+esc+" "+file+" & while [ ! -e "+file+" ]; do sleep 0.01; done")
+		pid, start := identityFile(t, file)
+		t.Cleanup(func() {
+			if st, err := linux.ReadStat(pid); err == nil && st.StartTime == start {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		})
+		alive := func() bool {
+			st, err := linux.ReadStat(pid)
+			return err == nil && st.StartTime == start && st.State != 'X' && (st.State != 'Z' || st.Threads > 1)
+		}
+		eventually(t, "the escapee's main thread has exited", func() string {
+			if st, err := linux.ReadStat(pid); err != nil || st.State != 'Z' || st.Threads < 2 {
+				return fmt.Sprintf("stat %+v, %v", st, err)
+			}
+			return ""
+		})
+		eventually(t, "the guardian's timeout stop ends the zombie-led escapee", func() string {
+			if alive() {
+				return fmt.Sprintf("the escapee %d lives", pid)
+			}
+			return ""
+		})
+	})
+
 	// Nobody but the guardian is left at the timeout: its own tree stop
 	// (the C helpers) must find the escapee among its descendants.
 	t.Run("run-detach/timeout", func(t *testing.T) {

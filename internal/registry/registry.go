@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/mattn/go-sqlite3" // also registers the "sqlite3" driver
 	"golang.org/x/sys/unix"
@@ -55,7 +56,8 @@ type DB struct {
 	// writers is registry.lock, whose writerLockByte every Commit holds
 	// (an open-file-description lock) around its transaction: writers of
 	// all processes queue in the kernel (see Commit). Nil read-only.
-	writers *os.File
+	writers  *os.File
+	lockPath string
 }
 
 // writerLockByte is the byte of registry.lock that writers lock. The
@@ -104,12 +106,13 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	sdb.SetMaxOpenConns(4)
 	sdb.SetMaxIdleConns(4)
 	sdb.SetConnMaxIdleTime(0)
-	writers, err := os.OpenFile(filepath.Join(root, "registry.lock"), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	lockPath := filepath.Join(root, "registry.lock")
+	writers, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		sdb.Close()
 		return nil, fmt.Errorf("opening registry lock: %w", err)
 	}
-	d := &DB{db: sdb, path: path, writing: make(chan struct{}, 1), writers: writers}
+	d := &DB{db: sdb, path: path, writing: make(chan struct{}, 1), writers: writers, lockPath: lockPath}
 	if err := d.migrate(ctx, root, held); err != nil {
 		sdb.Close()
 		writers.Close()
@@ -189,50 +192,72 @@ func (d *DB) Close() error {
 	return d.db.Close()
 }
 
-// lockWriters takes the writers' lock of registry.lock, waiting in the
-// kernel (woken the moment the holder lets go) until ctx ends. The caller
-// holds d.writing.
-func (d *DB) lockWriters(ctx context.Context) (func(), error) {
-	if d.writers == nil {
-		return func() {}, nil
-	}
-	// The descriptor's number, not the file: a waiter that gave up may
-	// still be in the kernel when Close closes the file (its lock then
-	// goes with the file's last reference).
-	fd := int(d.writers.Fd())
-	lk := func(cmd int, typ int16) error {
-		fl := unix.Flock_t{Type: typ, Whence: io.SeekStart, Start: writerLockByte, Len: 1}
-		for {
-			err := unix.FcntlFlock(uintptr(fd), cmd, &fl)
-			if err != unix.EINTR {
-				return err
-			}
+// writerWait bounds a wait for the writers' lock: a holder stuck that long
+// (stopped, in a debugger, in a hung fsync) is waited for in SQLite's own
+// lock instead, whose busy timeout turns it into an error.
+const writerWait = 30 * time.Second
+
+// ofdLock sets or clears the writers' lock through fd (F_OFD_SETLK or
+// F_OFD_SETLKW).
+func ofdLock(fd uintptr, cmd int, typ int16) error {
+	fl := unix.Flock_t{Type: typ, Whence: io.SeekStart, Start: writerLockByte, Len: 1}
+	for {
+		err := unix.FcntlFlock(fd, cmd, &fl)
+		if err != unix.EINTR {
+			return err
 		}
 	}
-	unlock := func() { _ = lk(unix.F_OFD_SETLK, unix.F_UNLCK) }
-	err := lk(unix.F_OFD_SETLK, unix.F_WRLCK)
+}
+
+// lockWriters takes the writers' lock of registry.lock, waiting in the
+// kernel (woken the moment the holder lets go) until ctx ends or
+// writerWait passes. Where the kernel or the filesystem has no OFD locks,
+// and after writerWait, the commit goes on to SQLite's own lock, which
+// serializes writers by itself. The caller holds d.writing.
+func (d *DB) lockWriters(ctx context.Context) (func(), error) {
+	none := func() {}
+	if d.writers == nil {
+		return none, nil
+	}
+	fd := d.writers.Fd()
+	err := ofdLock(fd, unix.F_OFD_SETLK, unix.F_WRLCK)
 	if err == nil {
-		return unlock, nil
+		return func() { _ = ofdLock(fd, unix.F_OFD_SETLK, unix.F_UNLCK) }, nil
 	}
 	if err != unix.EAGAIN && err != unix.EACCES {
-		return nil, fmt.Errorf("locking registry writers: %w", err)
+		return none, nil // no OFD locks here: SQLite's lock alone
+	}
+	// Wait through an open file description of this wait's own: a waiter
+	// that gives up may still get the lock afterwards, and then it must
+	// hold (and release, by closing) only its own, never the lock a later
+	// commit of this handle took.
+	f, err := os.OpenFile(d.lockPath, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return none, nil
 	}
 	got := make(chan error, 1)
-	go func() { got <- lk(unix.F_OFD_SETLKW, unix.F_WRLCK) }()
+	go func() { got <- ofdLock(f.Fd(), unix.F_OFD_SETLKW, unix.F_WRLCK) }()
+	abandon := func() {
+		go func() {
+			<-got
+			f.Close() // the lock, if it was granted, goes with the description
+		}()
+	}
+	timer := time.NewTimer(writerWait)
+	defer timer.Stop()
 	select {
 	case err := <-got:
 		if err != nil {
-			return nil, fmt.Errorf("locking registry writers: %w", err)
+			f.Close()
+			return none, nil
 		}
-		return unlock, nil
+		return func() { f.Close() }, nil
 	case <-ctx.Done():
-		// Let go of the lock once the wait ends.
-		go func() {
-			if <-got == nil {
-				unlock()
-			}
-		}()
+		abandon()
 		return nil, fmt.Errorf("registry: %w", ctx.Err())
+	case <-timer.C:
+		abandon()
+		return none, nil
 	}
 }
 

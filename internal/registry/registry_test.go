@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/habemus-papadum/hostfork/api"
 )
 
@@ -394,6 +396,57 @@ func TestWritersQueueOnTheLock(t *testing.T) {
 	if len(cs) != 3 {
 		t.Fatalf("%d commands, want c1, c3 and c4", len(cs))
 	}
+}
+
+// A waiter that gave up and is granted the lock later holds (and lets
+// go of) only its own: the lock a later commit of the same handle took
+// stays held.
+func TestAbandonedWaiterKeepsToItself(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	var ds [2]*DB
+	for i := range ds {
+		d, err := Open(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		ds[i] = d
+	}
+	holder, err := ds[0].lockWriters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := ds[1].lockWriters(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the first waiter: %v, want its deadline", err)
+	}
+	got := make(chan func(), 1)
+	go func() {
+		u, err := ds[1].lockWriters(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- u
+	}()
+	holder()
+	var second func()
+	select {
+	case second = <-got:
+	case <-time.After(30 * time.Second): // a safety bound only
+		t.Fatal("the second waiter never got the lock")
+	}
+	time.Sleep(100 * time.Millisecond) // room for the first waiter's grant and release
+	fd := ds[0].writers.Fd()
+	if err := ofdLock(fd, unix.F_OFD_SETLK, unix.F_WRLCK); err == nil {
+		t.Fatal("another handle took the writers' lock while the second waiter held it")
+	}
+	second()
+	if err := ofdLock(fd, unix.F_OFD_SETLK, unix.F_WRLCK); err != nil {
+		t.Fatalf("the lock after the second waiter let go: %v", err)
+	}
+	_ = ofdLock(fd, unix.F_OFD_SETLK, unix.F_UNLCK)
 }
 
 // Close waits for a commit in flight (here: one waiting for another

@@ -147,6 +147,15 @@ static int list_cgroup(const char *path, int depth, pid_t *out, int n, int max)
 /* The live processes of the host, (pid, ppid), from /proc. */
 static int32_t pr_pid[HF_MAX_MEMBERS], pr_ppid[HF_MAX_MEMBERS];
 static uint8_t pr_memo[HF_MAX_MEMBERS]; /* 0 unknown, 1 descendant, 2 not */
+static uint8_t pr_live[HF_MAX_MEMBERS];
+
+/* proc_alive: not a zombie, or a zombie thread-group leader whose other
+ * threads live on (after the main thread's pthread_exit, stat says Z and
+ * num_threads still counts the others). */
+static int proc_alive(char st, int threads)
+{
+	return st != 'X' && (st != 'Z' || threads > 1);
+}
 static int pr_n;
 
 static void list_procs(void)
@@ -172,13 +181,17 @@ static void list_procs(void)
 				continue;
 			char st;
 			pid_t pp;
-			if (hf_read_stat((pid_t)v, &st, &pp, NULL) < 0 || st == 'Z' || st == 'X')
+			int threads = 0;
+			/* Zombies stay in the table: a zombie leader's other
+			 * threads may have forked children that name it. */
+			if (hf_read_stat_full((pid_t)v, &st, &pp, &threads, NULL) < 0)
 				continue;
 			if (pr_n == HF_MAX_MEMBERS)
 				break;
 			pr_pid[pr_n] = (int32_t)v;
 			pr_ppid[pr_n] = pp;
 			pr_memo[pr_n] = 0;
+			pr_live[pr_n] = (uint8_t)proc_alive(st, threads);
 			pr_n++;
 		}
 	}
@@ -192,6 +205,9 @@ static void list_procs(void)
 			x = pr_ppid[j];
 			pr_ppid[j] = pr_ppid[j - 1];
 			pr_ppid[j - 1] = x;
+			uint8_t l = pr_live[j];
+			pr_live[j] = pr_live[j - 1];
+			pr_live[j - 1] = l;
 		}
 	}
 }
@@ -279,6 +295,7 @@ static int children_files(void)
 }
 
 static pid_t bfs_q[HF_MAX_MEMBERS];
+static int bfs_overflow; /* a child did not fit in the queue */
 
 /* append_children appends the PIDs of one children file to the queue. */
 static int append_children(const char *path, int qn)
@@ -302,13 +319,21 @@ static int append_children(const char *path, int qn)
 					cur = 1 << 30;
 				continue;
 			}
-			if (cur > 0 && qn < HF_MAX_MEMBERS)
-				bfs_q[qn++] = (pid_t)cur;
+			if (cur > 0) {
+				if (qn < HF_MAX_MEMBERS)
+					bfs_q[qn++] = (pid_t)cur;
+				else
+					bfs_overflow = 1;
+			}
 			cur = -1;
 		}
 	}
-	if (cur > 0 && qn < HF_MAX_MEMBERS)
-		bfs_q[qn++] = (pid_t)cur;
+	if (cur > 0) {
+		if (qn < HF_MAX_MEMBERS)
+			bfs_q[qn++] = (pid_t)cur;
+		else
+			bfs_overflow = 1;
+	}
 	close(fd);
 	return qn;
 }
@@ -329,7 +354,7 @@ static int list_descendants(struct hf_tree *t, pid_t *out, int n, int max)
 		int threads = 0;
 		if (hf_read_stat_full(pid, &st, NULL, &threads, NULL) < 0)
 			continue; /* gone */
-		if (i >= t->nroots && st != 'Z' && st != 'X')
+		if (i >= t->nroots && proc_alive(st, threads))
 			n = add_member(out, n, max, pid);
 		char p[96];
 		if (threads == 1 && st != 'Z') {
@@ -361,7 +386,7 @@ static int list_descendants(struct hf_tree *t, pid_t *out, int n, int max)
 		}
 		close(fd);
 	}
-	return n;
+	return bfs_overflow ? -1 : n;
 }
 
 static int cmp_pid(const void *a, const void *b)
@@ -375,13 +400,20 @@ int hf_tree_list(struct hf_tree *t, pid_t *out, int max)
 	int n = 0;
 	if (t->cgroup[0])
 		n = list_cgroup(t->cgroup, 0, out, n, max);
+	int walked = 0;
 	if (t->nroots > 0 && children_files()) {
-		n = list_descendants(t, out, n, max);
-	} else if (t->nroots > 0) {
-		/* Without the children files: walk all of /proc. */
+		int m = list_descendants(t, out, n, max);
+		if (m >= 0) {
+			n = m;
+			walked = 1;
+		}
+	}
+	if (t->nroots > 0 && !walked) {
+		/* Without the children files (or for a tree too large for the
+		 * queue): walk all of /proc. */
 		list_procs();
 		for (int i = 0; i < pr_n; i++)
-			if (!is_root(t, pr_pid[i]) && table_descendant(t, i))
+			if (pr_live[i] && !is_root(t, pr_pid[i]) && table_descendant(t, i))
 				n = add_member(out, n, max, pr_pid[i]);
 	}
 	int k = n < max ? n : max;

@@ -181,8 +181,13 @@ func (t Target) members(roots []int) (pids []int, allIn bool, err error) {
 	return slices.DeleteFunc(pids, func(p int) bool { return slices.Contains(roots, p) }), allIn, nil
 }
 
-// maxDescendants bounds one listing of descendants.
-const maxDescendants = 1 << 16
+// maxDescendants bounds one walk along the children files; a tree that
+// is larger is listed by the walk of all of /proc instead.
+var maxDescendants = 1 << 16 // a variable for the tests
+
+// maxChildrenFile bounds one children file; a larger one (more than half
+// a million children of one thread) sends the listing to the /proc walk.
+const maxChildrenFile = 1 << 22
 
 var (
 	childrenOnce  sync.Once
@@ -200,11 +205,20 @@ func haveChildrenFiles() bool {
 	return childrenFiles
 }
 
+// alive reports whether a process whose stat reads st still runs: not a
+// zombie, or a zombie thread-group leader whose other threads live on
+// (after the main thread's pthread_exit, stat says Z but num_threads
+// still counts the others).
+func alive(st linux.ProcStat) bool {
+	return st.State != 'X' && (st.State != 'Z' || st.Threads > 1)
+}
+
 // descendantsOf lists the live descendants of roots. It follows each
 // process's children files down from the roots, so its cost is the
-// tree's size, not the host's; without those files it walks all of /proc.
-// Like any listing of a live tree it is a snapshot: the stop's stable
-// listings and re-checks through pidfds make it a proof.
+// tree's size, not the host's; without those files, or for a tree too
+// large for them, it walks all of /proc. Like any listing of a live tree
+// it is a snapshot: the stop's repeated listings and re-checks through
+// pidfds make it a proof.
 func descendantsOf(roots []int) []int {
 	if !haveChildrenFiles() {
 		return walkDescendants(roots)
@@ -216,19 +230,25 @@ func descendantsOf(roots []int) []int {
 	}
 	buf := make([]byte, 4096)
 	var out []int
-	for i := 0; i < len(queue) && len(queue) < maxDescendants; i++ {
+	for i := 0; i < len(queue); i++ {
 		pid := queue[i]
 		st, err := linux.ReadStat(pid)
 		if err != nil {
 			continue // gone
 		}
-		if i >= len(roots) && st.State != 'Z' && st.State != 'X' {
+		if i >= len(roots) && alive(st) {
 			out = append(out, pid)
 		}
-		var kids []int
-		kids, buf = childrenOf(pid, st, buf)
+		kids, nbuf, ok := childrenOf(pid, st, buf)
+		buf = nbuf
+		if !ok {
+			return walkDescendants(roots)
+		}
 		for _, k := range kids {
 			if !seen[k] {
+				if len(queue) >= maxDescendants {
+					return walkDescendants(roots)
+				}
 				seen[k] = true
 				queue = append(queue, k)
 			}
@@ -239,33 +259,36 @@ func descendantsOf(roots []int) []int {
 
 // childrenOf reads pid's children: the children file of each of its
 // threads (a child belongs to the thread that forked it), or only the
-// main thread's when it is the only one.
-func childrenOf(pid int, st linux.ProcStat, buf []byte) ([]int, []byte) {
+// main thread's when it is the only one. ok is false when a file is too
+// large to read.
+func childrenOf(pid int, st linux.ProcStat, buf []byte) (kids []int, _ []byte, ok bool) {
 	base := "/proc/" + strconv.Itoa(pid) + "/task/"
 	tids := []string{strconv.Itoa(pid)}
 	if st.Threads != 1 || st.State == 'Z' {
 		ents, err := os.ReadDir(base)
 		if err != nil {
-			return nil, buf
+			return nil, buf, true // gone
 		}
 		tids = tids[:0]
 		for _, e := range ents {
 			tids = append(tids, e.Name())
 		}
 	}
-	var kids []int
 	for _, tid := range tids {
 		var n int
 		var err error
 		for {
 			n, err = linux.ReadSmall(base+tid+"/children", buf)
-			if !errors.Is(err, unix.EFBIG) || len(buf) >= 1<<22 {
+			if !errors.Is(err, unix.EFBIG) {
 				break
+			}
+			if len(buf) >= maxChildrenFile {
+				return nil, buf, false
 			}
 			buf = make([]byte, 4*len(buf))
 		}
 		if err != nil {
-			continue
+			continue // the thread or the process is gone
 		}
 		v, in := 0, false
 		for _, c := range buf[:n] {
@@ -282,7 +305,7 @@ func childrenOf(pid int, st linux.ProcStat, buf []byte) ([]int, []byte) {
 			kids = append(kids, v)
 		}
 	}
-	return kids, buf
+	return kids, buf, true
 }
 
 // walkDescendants walks /proc for the live descendants of roots.
@@ -292,16 +315,20 @@ func walkDescendants(roots []int) []int {
 		return nil
 	}
 	parent := map[int]int{}
+	live := map[int]bool{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
 		st, err := linux.ReadStat(pid)
-		if err != nil || st.State == 'Z' || st.State == 'X' {
+		if err != nil {
 			continue
 		}
+		// Zombies stay in the table: a zombie leader's other threads may
+		// have forked children that name it as their parent.
 		parent[pid] = st.PPID
+		live[pid] = alive(st)
 	}
 	memo := map[int]bool{}
 	var isDesc func(pid, depth int) bool
@@ -323,7 +350,7 @@ func walkDescendants(roots []int) []int {
 	}
 	var out []int
 	for pid := range parent {
-		if isDesc(pid, 0) {
+		if live[pid] && isDesc(pid, 0) {
 			out = append(out, pid)
 		}
 	}
@@ -421,42 +448,66 @@ const (
 func Stop(ctx context.Context, t Target, grace time.Duration) (Result, error) {
 	var res Result
 	roots := t.roots()
-	if grace <= 0 {
-		return kill(ctx, t, roots, res)
-	}
-	pids, _, err := t.members(roots)
+	pids, allIn, err := t.members(roots)
 	if err != nil {
 		return res, fmt.Errorf("listing the tree: %w", err)
 	}
-	if len(pids) == 0 {
+	if len(pids) == 0 && t.gone(roots) {
 		res.Stable = true
 		return res, nil
+	}
+	if grace <= 0 {
+		return kill(ctx, t, roots, res, pids, allIn)
 	}
 	hs := t.open(pids, roots)
 	res.Signalled = signal(hs, syscall.SIGTERM)
 	done := waitExited(ctx, hs, grace)
 	closeAll(hs)
-	if done {
-		// Members that appeared during the grace are killed below.
-		if pids, _, err = t.members(roots); err == nil && len(pids) == 0 {
-			res.Stable = true
-			return res, nil
-		}
+	if done && t.gone(roots) {
+		// (Members that appeared during the grace are killed below.)
+		res.Stable = true
+		return res, nil
 	}
-	return kill(ctx, t, roots, res)
+	pids, allIn, err = t.members(roots)
+	if err != nil {
+		pids, allIn = nil, false
+	}
+	return kill(ctx, t, roots, res, pids, allIn)
 }
 
 // Kill kills the tree at once (the quiesced kill and its verification).
 func Kill(ctx context.Context, t Target) (Result, error) {
-	return kill(ctx, t, t.roots(), Result{})
-}
-
-func kill(ctx context.Context, t Target, roots []int, res Result) (Result, error) {
+	roots := t.roots()
+	var res Result
 	first, allIn, err := t.members(roots)
-	if err == nil && len(first) == 0 {
+	if err != nil {
+		// Quiesce and kill what can be found all the same.
+		first, allIn = nil, false
+	} else if len(first) == 0 && t.gone(roots) {
 		res.Stable = true
 		return res, nil
 	}
+	return kill(ctx, t, roots, res, first, allIn)
+}
+
+// gone reports that the tree has no members by two listings in a row. A
+// member that exits hands its children to the tree's root (their
+// subreaper) in the same step that makes it a zombie, and one listing can
+// straddle that step: it reads the root's children before the move and
+// the exiting member's after it. A listing that starts after the first
+// one ended sees the moved children under the root.
+func (t Target) gone(roots []int) bool {
+	for i := 0; i < 2; i++ {
+		if pids, _, err := t.members(roots); err != nil || len(pids) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// kill is the kill step, given the tree's latest listing (first) and
+// whether every descendant in it was in the cgroup's listing.
+func kill(ctx context.Context, t Target, roots []int, res Result, first []int, allIn bool) (Result, error) {
 	var g *cgroup.Group
 	if t.Cgroup != "" {
 		g = cgroup.Open(t.Cgroup)
@@ -465,11 +516,11 @@ func kill(ctx context.Context, t Target, roots []int, res Result) (Result, error
 		// so there is nothing to quiesce. Only if something is left
 		// (a member that moved itself out just now) is the quiesced kill
 		// below needed.
-		if err == nil && allIn && g.Kill() == nil {
+		if allIn && len(first) > 0 && g.Kill() == nil {
 			wctx, cancel := context.WithTimeout(ctx, verifyWait)
 			_ = g.WaitEmpty(wctx)
 			cancel()
-			if rest, _, err := t.members(roots); err == nil && len(rest) == 0 {
+			if t.gone(roots) {
 				res.Killed += len(first)
 				res.Stable = true
 				return res, nil

@@ -308,3 +308,75 @@ func TestDescendantsAgree(t *testing.T) {
 		t.Fatalf("descendants %v: want 8", bfs)
 	}
 }
+
+// A process whose main thread has exited (stat says Z) while another
+// thread runs is alive and a member, and so is the child that thread
+// forked, through the children files and through the /proc walk.
+func TestZombieLeaderWithThreadsIsAMember(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		testutil.Skip(t, "python3 is needed to end a main thread with pthread_exit")
+	}
+	parent := testutil.CgroupParent(t)
+	py := `import ctypes, os, subprocess, threading, time
+def run():
+    c = subprocess.Popen(["sleep", "1000"])
+    print(os.getpid(), flush=True)
+    print(c.pid, flush=True)
+    time.sleep(1000)
+threading.Thread(target=run).start()
+time.sleep(0.2)
+ctypes.CDLL(None).pthread_exit(None)`
+	root, pids := start(t, parent, `python3 -c '`+py+`' & while :; do sleep 0.01; [ "$(cut -d' ' -f3 /proc/$!/stat 2>/dev/null)" = Z ] && break; done; echo ready; wait`)
+	if len(pids) != 2 {
+		t.Fatalf("the script printed %v", pids)
+	}
+	t.Cleanup(func() {
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	})
+	leader, child := pids[0], pids[1]
+	st, err := linux.ReadStat(leader)
+	if err != nil || st.State != 'Z' || st.Threads < 2 {
+		t.Fatalf("the leader's stat: %+v, %v; want Z with live threads", st, err)
+	}
+	roots := []int{root.Process.Pid}
+	for name, list := range map[string]func([]int) []int{"children files": descendantsOf, "walk": walkDescendants} {
+		if name == "children files" && !haveChildrenFiles() {
+			continue
+		}
+		got := list(roots)
+		if !slices.Contains(got, leader) || !slices.Contains(got, child) {
+			t.Errorf("%s: descendants %v lack the zombie-led process %d or its child %d", name, got, leader, child)
+		}
+	}
+	target := Target{Roots: []linux.Identity{identity(t, root.Process.Pid)}}
+	if _, err := Stop(context.Background(), target, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pids {
+		if st, err := linux.ReadStat(p); err == nil && (st.State != 'Z' || st.Threads > 1) {
+			t.Errorf("pid %d survived the stop (%+v)", p, st)
+		}
+	}
+}
+
+// A tree larger than one walk along the children files is listed by the
+// walk of /proc instead, whole.
+func TestDescendantsBeyondTheCap(t *testing.T) {
+	if !haveChildrenFiles() {
+		t.Skip("this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)")
+	}
+	parent := testutil.CgroupParent(t)
+	root, _ := start(t, parent, `for i in $(seq 10); do sleep 1000 & done; sleep 0.1; echo ready; wait`)
+	t.Cleanup(func() {
+		m, _ := cgroup.FindMount()
+		_, _ = Kill(context.Background(), Target{Cgroup: parent, Mount: m.Path})
+	})
+	defer func(n int) { maxDescendants = n }(maxDescendants)
+	maxDescendants = 4
+	got := descendantsOf([]int{root.Process.Pid})
+	if len(got) != 10 {
+		t.Fatalf("descendants %v: want the 10 sleeps", got)
+	}
+}
