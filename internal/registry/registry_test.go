@@ -326,21 +326,29 @@ func TestConcurrentWriters(t *testing.T) {
 	}
 }
 
-// Writers of every handle (each its own open file description, as each
-// process's is) queue on the writers' lock of registry.lock, and a writer
-// whose context ends while it waits gives up without keeping the lock.
-func TestWritersQueueOnTheLock(t *testing.T) {
+// handles opens n handles on one new registry (each with its own open
+// file descriptions, as each process has).
+func handles(t *testing.T, n int) []*DB {
+	t.Helper()
 	dir := t.TempDir()
-	ctx := context.Background()
-	var ds [2]*DB
-	for i := range ds {
-		d, err := Open(ctx, dir)
+	var ds []*DB
+	for i := 0; i < n; i++ {
+		d, err := Open(context.Background(), dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.Close() })
-		ds[i] = d
+		ds = append(ds, d)
 	}
+	return ds
+}
+
+// Writers of every handle (each its own open file description, as each
+// process's is) queue on the writers' lock of registry.lock, and a writer
+// whose context ends while it waits gives up without keeping the lock.
+func TestWritersQueueOnTheLock(t *testing.T) {
+	ctx := context.Background()
+	ds := handles(t, 2)
 	if err := commit(t, ds[0], func(b *Batch) { b.InsertEnv(newEnv("e")) }); err != nil {
 		t.Fatal(err)
 	}
@@ -402,17 +410,8 @@ func TestWritersQueueOnTheLock(t *testing.T) {
 // go of) only its own: the lock a later commit of the same handle took
 // stays held.
 func TestAbandonedWaiterKeepsToItself(t *testing.T) {
-	dir := t.TempDir()
 	ctx := context.Background()
-	var ds [2]*DB
-	for i := range ds {
-		d, err := Open(ctx, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		ds[i] = d
-	}
+	ds := handles(t, 2)
 	holder, err := ds[0].lockWriters(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -443,8 +442,16 @@ func TestAbandonedWaiterKeepsToItself(t *testing.T) {
 		t.Fatal("another handle took the writers' lock while the second waiter held it")
 	}
 	second()
-	if err := ofdLock(fd, unix.F_OFD_SETLK, unix.F_WRLCK); err != nil {
-		t.Fatalf("the lock after the second waiter let go: %v", err)
+	// The first waiter may now be granted the lock for a moment (it lets
+	// go at once): the lock comes free for everyone soon after.
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		err := ofdLock(fd, unix.F_OFD_SETLK, unix.F_WRLCK)
+		if err == nil {
+			break
+		}
+		if time.Now().After(end) { // a safety bound only
+			t.Fatalf("the lock after both waiters let go: %v", err)
+		}
 	}
 	_ = ofdLock(fd, unix.F_OFD_SETLK, unix.F_UNLCK)
 }

@@ -158,15 +158,16 @@ static int proc_alive(char st, int threads)
 }
 static int pr_n;
 
-static void list_procs(void)
+/* each_id_entry calls fn(id, arg) for every entry of the directory at path
+ * whose name is a positive number (a PID or a TID), reading it through buf;
+ * it returns -1 when the directory can't be opened. */
+static int each_id_entry(const char *path, char *buf, size_t cap, void (*fn)(int64_t id, void *arg), void *arg)
 {
-	static char buf[16384];
-	pr_n = 0;
-	int fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return;
+		return -1;
 	for (;;) {
-		long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+		long n = syscall(SYS_getdents64, fd, buf, cap);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -177,25 +178,38 @@ static void list_procs(void)
 			const char *name = buf + off + 19;
 			off += reclen;
 			int64_t v;
-			if (name[0] < '1' || name[0] > '9' || hf_parse_i64(name, &v) < 0)
-				continue;
-			char st;
-			pid_t pp;
-			int threads = 0;
-			/* Zombies stay in the table: a zombie leader's other
-			 * threads may have forked children that name it. */
-			if (hf_read_stat_full((pid_t)v, &st, &pp, &threads, NULL) < 0)
-				continue;
-			if (pr_n == HF_MAX_MEMBERS)
-				break;
-			pr_pid[pr_n] = (int32_t)v;
-			pr_ppid[pr_n] = pp;
-			pr_memo[pr_n] = 0;
-			pr_live[pr_n] = (uint8_t)proc_alive(st, threads);
-			pr_n++;
+			if (name[0] >= '1' && name[0] <= '9' && hf_parse_i64(name, &v) == 0)
+				fn(v, arg);
 		}
 	}
 	close(fd);
+	return 0;
+}
+
+/* add_proc adds one process of /proc to the table. */
+static void add_proc(int64_t v, void *arg)
+{
+	(void)arg;
+	char st;
+	pid_t pp;
+	int threads = 0;
+	/* Zombies stay in the table: a zombie leader's other threads may
+	 * have forked children that name it. */
+	if (pr_n == HF_MAX_MEMBERS || hf_read_stat_full((pid_t)v, &st, &pp, &threads, NULL) < 0)
+		return;
+	pr_pid[pr_n] = (int32_t)v;
+	pr_ppid[pr_n] = pp;
+	pr_memo[pr_n] = 0;
+	pr_live[pr_n] = (uint8_t)proc_alive(st, threads);
+	pr_n++;
+}
+
+static void list_procs(void)
+{
+	static char buf[16384];
+	pr_n = 0;
+	if (each_id_entry("/proc", buf, sizeof buf, add_proc, NULL) < 0)
+		return;
 	/* /proc lists in ascending order in practice; keep it sorted anyway. */
 	for (int i = 1; i < pr_n; i++) {
 		for (int j = i; j > 0 && pr_pid[j - 1] > pr_pid[j]; j--) {
@@ -338,14 +352,31 @@ static int append_children(const char *path, int qn)
 	return qn;
 }
 
+/* add_task_children queues the children of one thread of w->pid. */
+struct task_walk {
+	pid_t pid;
+	int qn;
+};
+
+static void add_task_children(int64_t tid, void *arg)
+{
+	struct task_walk *w = arg;
+	char cp[96];
+	snprintf(cp, sizeof cp, "/proc/%d/task/%lld/children", (int)w->pid, (long long)tid);
+	w->qn = append_children(cp, w->qn);
+}
+
 /* list_descendants follows the children files down from the roots (a
  * child belongs to the thread that forked it, so every thread's file is
  * read unless the process has one thread): the cost is the tree's size,
- * not the host's. Zombies are left out but looked into. */
+ * not the host's. Zombies are looked into but left out, except a zombie
+ * leader whose other threads live on (proc_alive). It returns -1 when the
+ * tree does not fit in the queue (the caller walks /proc instead). */
 static int list_descendants(struct hf_tree *t, pid_t *out, int n, int max)
 {
 	static char tdents[8192];
 	int qn = 0;
+	bfs_overflow = 0;
 	for (int i = 0; i < t->nroots && qn < HF_MAX_MEMBERS; i++)
 		bfs_q[qn++] = t->roots[i];
 	for (int i = 0; i < qn; i++) {
@@ -363,28 +394,9 @@ static int list_descendants(struct hf_tree *t, pid_t *out, int n, int max)
 			continue;
 		}
 		snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
-		int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		for (;;) {
-			long got = syscall(SYS_getdents64, fd, tdents, sizeof tdents);
-			if (got < 0 && errno == EINTR)
-				continue;
-			if (got <= 0)
-				break;
-			for (long off = 0; off < got;) {
-				unsigned short reclen;
-				memcpy(&reclen, tdents + off + 16, sizeof reclen);
-				const char *name = tdents + off + 19;
-				off += reclen;
-				if (name[0] < '1' || name[0] > '9')
-					continue;
-				char cp[128];
-				snprintf(cp, sizeof cp, "/proc/%d/task/%.20s/children", (int)pid, name);
-				qn = append_children(cp, qn);
-			}
-		}
-		close(fd);
+		struct task_walk w = {pid, qn};
+		each_id_entry(p, tdents, sizeof tdents, add_task_children, &w);
+		qn = w.qn;
 	}
 	return bfs_overflow ? -1 : n;
 }
