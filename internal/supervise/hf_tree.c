@@ -369,8 +369,9 @@ static void add_task_children(int64_t tid, void *arg)
 /* list_descendants follows the children files down from the roots (a
  * child belongs to the thread that forked it, so every thread's file is
  * read unless the process has one thread): the cost is the tree's size,
- * not the host's. Zombies are looked into but left out, except a zombie
- * leader whose other threads live on (proc_alive). It returns -1 when the
+ * not the host's. Dead zombies are left out and not looked into (they have
+ * handed their children on); a zombie leader whose other threads live on
+ * is alive (proc_alive). It returns -1 when the
  * tree does not fit in the queue (the caller walks /proc instead). */
 static int list_descendants(struct hf_tree *t, pid_t *out, int n, int max)
 {
@@ -387,6 +388,8 @@ static int list_descendants(struct hf_tree *t, pid_t *out, int n, int max)
 			continue; /* gone */
 		if (i >= t->nroots && proc_alive(st, threads))
 			n = add_member(out, n, max, pid);
+		if (!proc_alive(st, threads))
+			continue; /* a dead zombie has handed its children on */
 		char p[96];
 		if (threads == 1 && st != 'Z') {
 			snprintf(p, sizeof p, "/proc/%d/task/%d/children", (int)pid, (int)pid);

@@ -239,6 +239,12 @@ func descendantsOf(roots []int) []int {
 		if i >= len(roots) && alive(st) {
 			out = append(out, pid)
 		}
+		if !alive(st) {
+			// A dead zombie has handed all its children on: nothing
+			// below it (after a kill, the root's unreaped children are
+			// all such).
+			continue
+		}
 		kids, nbuf, ok := childrenOf(pid, st, buf)
 		buf = nbuf
 		if !ok {
