@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // SampleHost reads the host's logical cores (the CPUs this process may run
@@ -164,7 +165,7 @@ func (s Sampler) Sample(ctx context.Context, targets []Target) ([]Sample, error)
 func (s Sampler) read(t Target, table map[int][]int, members []int, buf []byte) reading {
 	if t.Cgroup != "" && members == nil {
 		for _, f := range []string{"memory.current", "memory.usage_in_bytes"} {
-			b, err := readOnce(filepath.Join(t.Cgroup, f), buf)
+			b, err := readSmall(filepath.Join(t.Cgroup, f), buf)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
@@ -218,14 +219,14 @@ func (s Sampler) read(t Target, table map[int][]int, members []int, buf []byte) 
 func (s Sampler) procMemory(pid int, buf []byte) (uint64, string, error) {
 	p := "/proc/" + strconv.Itoa(pid)
 	if s.PSS {
-		if b, err := readOnce(p+"/smaps_rollup", buf); err == nil {
+		if b, err := readSmall(p+"/smaps_rollup", buf); err == nil {
 			n, ok := kBField(b, "Pss:")
 			if ok || len(b) == 0 {
 				return n, "pss", nil
 			}
 		}
 	}
-	b, err := readOnce(p+"/statm", buf)
+	b, err := readSmall(p+"/statm", buf)
 	if err != nil {
 		return 0, "rss", fmt.Errorf("reading memory of pid %d: %w", pid, err)
 	}
@@ -276,73 +277,27 @@ func procTable() (map[int][]int, error) {
 		return nil, fmt.Errorf("listing processes: %w", err)
 	}
 	table := make(map[int][]int, len(names))
-	buf := make([]byte, 1024)
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
 		if err != nil {
 			continue
 		}
-		ppid, ok := readPPID(name, buf)
-		if !ok {
+		st, err := linux.ReadStat(pid)
+		if err != nil {
 			continue // exited while listing
 		}
-		table[ppid] = append(table[ppid], pid)
+		table[st.PPID] = append(table[st.PPID], pid)
 	}
 	return table, nil
 }
 
-// readPPID reads field 4 of /proc/PID/stat (after the parenthesised comm,
-// which may itself hold spaces and parentheses).
-func readPPID(pid string, buf []byte) (int, bool) {
-	b, err := readOnce("/proc/"+pid+"/stat", buf)
+// readSmall reads a small kernel file (/proc/PID/statm, smaps_rollup, a
+// cgroup counter) whole into buf, in three system calls (os.ReadFile
+// takes six): sampling a hundred trees stays cheap.
+func readSmall(path string, buf []byte) ([]byte, error) {
+	n, err := linux.ReadSmall(path, buf)
 	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := bytes.Fields(b[i+1:]) // state ppid ...
-	if len(f) < 2 {
-		return 0, false
-	}
-	ppid, err := strconv.Atoi(string(f[1]))
-	return ppid, err == nil
-}
-
-// errTooBig: a file did not fit the buffer readOnce was given.
-var errTooBig = errors.New("file larger than the read buffer")
-
-// readOnce reads a small single-record kernel file (/proc/PID/stat, statm,
-// smaps_rollup, a cgroup counter) with one read(2) into buf: the kernel
-// produces such files whole, so a read that doesn't fill buf has it all.
-// Three syscalls instead of os.ReadFile's six make sampling a hundred
-// trees cheap. Not for multi-record files such as cgroup.procs.
-func readOnce(path string, buf []byte) ([]byte, error) {
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	var n int
-	for {
-		n, err = unix.Read(fd, buf)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		return nil, &os.PathError{Op: "read", Path: path, Err: err}
-	}
-	if n == len(buf) {
-		return nil, &os.PathError{Op: "read", Path: path, Err: errTooBig}
+		return nil, err
 	}
 	return buf[:n], nil
 }
