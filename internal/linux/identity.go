@@ -139,29 +139,24 @@ func parseStat(pid int, b []byte) (ProcStat, error) {
 		}
 		f := rest[:j]
 		rest = rest[j:]
-		var err error
-		switch field {
-		case 3:
+		if field == 3 {
 			st.State = f[0]
+			continue
+		}
+		if field != 4 && field != 20 && field != 22 {
+			continue
+		}
+		v, err := parseDec(f)
+		if err != nil {
+			return ProcStat{}, fmt.Errorf("/proc/%d/stat field %d: %w", pid, field, err)
+		}
+		switch field {
 		case 4:
-			var v uint64
-			v, err = parseDec(f)
 			st.PPID = int(v)
-			if err != nil {
-				return ProcStat{}, fmt.Errorf("/proc/%d/stat ppid: %w", pid, err)
-			}
 		case 20:
-			var v uint64
-			v, err = parseDec(f)
 			st.Threads = int(v)
-			if err != nil {
-				return ProcStat{}, fmt.Errorf("/proc/%d/stat num_threads: %w", pid, err)
-			}
 		case 22:
-			st.StartTime, err = parseDec(f)
-			if err != nil {
-				return ProcStat{}, fmt.Errorf("/proc/%d/stat starttime: %w", pid, err)
-			}
+			st.StartTime = v
 		}
 	}
 	return st, nil
