@@ -236,7 +236,7 @@ func TestForkerHelper(t *testing.T) {
 // main one, grandchildren, and no zombies.
 func TestDescendantsAgree(t *testing.T) {
 	if !haveChildrenFiles() {
-		t.Skip("this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): the /proc walk that replaces them runs here, and the stop tests cover it")
+		testutil.Skip(t, "this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): the /proc walk that replaces them runs here, and the stop tests cover it")
 	}
 	parent := testutil.CgroupParent(t)
 	self, err := os.Executable()
@@ -365,7 +365,7 @@ ctypes.CDLL(None).pthread_exit(None)`
 // walk of /proc instead, whole.
 func TestDescendantsBeyondTheCap(t *testing.T) {
 	if !haveChildrenFiles() {
-		t.Skip("this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): the /proc walk that replaces them runs here, and the stop tests cover it")
+		testutil.Skip(t, "this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): the /proc walk that replaces them runs here, and the stop tests cover it")
 	}
 	parent := testutil.CgroupParent(t)
 	root, _ := start(t, parent, `for i in $(seq 10); do sleep 1000 & done; sleep 0.1; echo ready; wait`)
