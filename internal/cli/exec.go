@@ -2,8 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
-	"os/signal"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -70,6 +68,11 @@ the environment's expiry either.`,
 			if err := lf.apply(&launch); err != nil {
 				return err
 			}
+			var catch *signalCatch
+			if !detach {
+				catch = catchSignals()
+				defer catch.release()
+			}
 			h, err := g.backend(ctx)
 			if err != nil {
 				return err
@@ -86,11 +89,7 @@ the environment's expiry either.`,
 			if err := af.apply(lr, g); err != nil {
 				return err
 			}
-			var sigs chan os.Signal
-			if !detach {
-				sigs = catchSignals()
-				defer signal.Stop(sigs)
-			}
+			sigs := catch.ready()
 			cmd, err := h.Start(ctx, args[0], lr)
 			if err != nil {
 				return err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -134,6 +135,81 @@ func NewRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 // NewRootWith builds the hostfork command tree with the verbs v
 // implements.
 func NewRootWith(stdout, stderr io.Writer, v Verbs) (*cobra.Command, *globals) {
+	return newRoot(stdout, stderr, v, "")
+}
+
+// verb is one of the root's commands: its name and aliases, how to build
+// it, and why it can't run through a server ("" if it can).
+type verb struct {
+	name    string
+	aliases []string
+	build   func(g *globals, v Verbs) *cobra.Command
+	local   string
+}
+
+// verbs are the root's commands, in the order help lists them. The
+// verbs that run through a server with --host come first; the others say
+// why they can't.
+var verbs = []verb{
+	{name: "run", build: func(g *globals, _ Verbs) *cobra.Command { return newRunCmd(g) }},
+	{name: "ps", aliases: []string{"list"}, build: func(g *globals, _ Verbs) *cobra.Command { return newPsCmd(g) }},
+	{name: "envs", build: func(g *globals, _ Verbs) *cobra.Command { return newEnvsCmd(g) }},
+	{name: "status", build: func(g *globals, _ Verbs) *cobra.Command { return newStatusCmd(g) }},
+	{name: "logs", build: func(g *globals, _ Verbs) *cobra.Command { return newLogsCmd(g) }},
+	{name: "stop", build: func(g *globals, _ Verbs) *cobra.Command { return newStopCmd(g) }},
+	{name: "events", build: func(g *globals, _ Verbs) *cobra.Command { return newEventsCmd(g) }},
+	{name: "version", build: func(g *globals, _ Verbs) *cobra.Command { return newVersionCmd(g) }},
+	{name: "plan", build: func(g *globals, _ Verbs) *cobra.Command { return newPlanCmd(g) }},
+	{name: "create", build: func(g *globals, _ Verbs) *cobra.Command { return newCreateCmd(g) }},
+	{name: "exec", build: func(g *globals, _ Verbs) *cobra.Command { return newExecCmd(g) }},
+	{name: "reap", build: func(g *globals, _ Verbs) *cobra.Command { return newReapCmd(g) }},
+	{name: "usage", build: func(g *globals, _ Verbs) *cobra.Command { return newUsageCmd(g) }},
+	{name: "export", build: func(g *globals, _ Verbs) *cobra.Command { return newExportCmd(g) }},
+	{name: "capacity", build: func(g *globals, _ Verbs) *cobra.Command { return newCapacityCmd(g) }},
+	{name: "pause", build: func(g *globals, _ Verbs) *cobra.Command { return newPauseCmd(g, true) }},
+	{name: "resume", build: func(g *globals, _ Verbs) *cobra.Command { return newPauseCmd(g, false) }},
+	{name: "doctor", build: func(g *globals, _ Verbs) *cobra.Command { return newDoctorCmd(g) }},
+	{name: "baseline", build: func(g *globals, _ Verbs) *cobra.Command { return newBaselineCmd(g) }},
+	{name: "gc", build: func(g *globals, _ Verbs) *cobra.Command { return newGCCmd(g) }},
+	{name: "shell", build: func(g *globals, _ Verbs) *cobra.Command { return newShellCmd(g) },
+		local: "it gives bash this terminal, which the server can't reach"},
+	{name: "support", build: func(g *globals, _ Verbs) *cobra.Command { return newSupportCmd(g) },
+		local: "it installs units on this host for a store of this host"},
+	{name: "serve", build: func(g *globals, v Verbs) *cobra.Command { return newServeCmd(g, v.Serve) },
+		local: "it is the server"},
+	{name: "mcp", build: func(g *globals, v Verbs) *cobra.Command { return newMCPCmd(g, v.MCP) },
+		local: "it serves the library in this process to an agent on stdio"},
+}
+
+// verbOf is the verb args name, if they name one: the first argument
+// after the root's own flags (--root, --host). Anything else (help, a
+// completion request, an unknown word or flag) is "": the whole tree is
+// needed to answer it.
+func verbOf(args []string) string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--root" || a == "--host":
+			i++
+		case strings.HasPrefix(a, "--root=") || strings.HasPrefix(a, "--host="):
+		case strings.HasPrefix(a, "-"):
+			return ""
+		default:
+			for _, v := range verbs {
+				if a == v.name || slices.Contains(v.aliases, a) {
+					return v.name
+				}
+			}
+			return ""
+		}
+	}
+	return ""
+}
+
+// newRoot builds the root with every verb, or with only the verb named
+// only: building the whole tree (two dozen commands and their flags) was
+// a fifth of a millisecond of every CLI call (decision 55).
+func newRoot(stdout, stderr io.Writer, v Verbs, only string) (*cobra.Command, *globals) {
 	g := &globals{out: stdout, err: stderr}
 	root := &cobra.Command{
 		Use:   "hostfork",
@@ -155,18 +231,17 @@ hostfork's own failures use 116-127 (see docs/exit-codes.md).`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see '%s --help')", err, c.CommandPath())
 	})
-	// The verbs that run through a server with --host; the others say why
-	// they can't.
-	for _, c := range []*cobra.Command{newRunCmd(g), newPsCmd(g), newEnvsCmd(g), newStatusCmd(g), newLogsCmd(g), newStopCmd(g), newEventsCmd(g),
-		newVersionCmd(g), newPlanCmd(g), newCreateCmd(g), newExecCmd(g), newReapCmd(g), newUsageCmd(g), newExportCmd(g),
-		newCapacityCmd(g), newPauseCmd(g, true), newPauseCmd(g, false), newDoctorCmd(g), newBaselineCmd(g), newGCCmd(g)} {
-		root.AddCommand(remoteVerb(c))
+	for _, d := range verbs {
+		if only != "" && d.name != only {
+			continue
+		}
+		c := d.build(g, v)
+		if d.local == "" {
+			root.AddCommand(remoteVerb(c))
+		} else {
+			root.AddCommand(localVerb(c, d.local))
+		}
 	}
-	root.AddCommand(
-		localVerb(newShellCmd(g), "it gives bash this terminal, which the server can't reach"),
-		localVerb(newSupportCmd(g), "it installs units on this host for a store of this host"),
-		localVerb(newServeCmd(g, v.Serve), "it is the server"),
-		localVerb(newMCPCmd(g, v.MCP), "it serves the library in this process to an agent on stdio"))
 	return root, g
 }
 
@@ -180,7 +255,7 @@ func run(args []string, v Verbs) int {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
-	root, g := NewRootWith(os.Stdout, os.Stderr, v)
+	root, g := newRoot(os.Stdout, os.Stderr, v, verbOf(args))
 	g.args = args
 	root.SetArgs(args)
 	err := root.ExecuteContext(context.Background())

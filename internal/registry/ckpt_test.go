@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,5 +34,35 @@ func TestNoCheckpointOnClose(t *testing.T) {
 	}
 	if err := d.Checkpoint(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The WAL is checkpointed at autocheckpointPages, not SQLite's 1000: every
+// process rebuilds the WAL index from the whole WAL at its first statement,
+// so the WAL's length is a cost of every CLI call. SQLite reuses the file
+// from its start after a checkpoint, so its size is the longest it has
+// been: the threshold plus the commit that crossed it.
+func TestWALStaysShort(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	d, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for i := 0; i < 3*autocheckpointPages; i++ {
+		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("e%04d", i))) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each commit writes at least one frame: three times what the WAL
+	// may hold, and fewer than SQLite's default threshold.
+	st, err := os.Stat(filepath.Join(dir, FileName+"-wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const frame = 4096 + 24
+	if max := int64(32 + (autocheckpointPages+32)*frame); st.Size() > max {
+		t.Fatalf("WAL is %d bytes (%d frames), over the %d-page threshold", st.Size(), (st.Size()-32)/frame, autocheckpointPages)
 	}
 }
