@@ -151,34 +151,39 @@ type verb struct {
 // verbs that run through a server with --host come first; the others say
 // why they can't.
 var verbs = []verb{
-	{name: "run", build: func(g *globals, _ Verbs) *cobra.Command { return newRunCmd(g) }},
-	{name: "ps", aliases: []string{"list"}, build: func(g *globals, _ Verbs) *cobra.Command { return newPsCmd(g) }},
-	{name: "envs", build: func(g *globals, _ Verbs) *cobra.Command { return newEnvsCmd(g) }},
-	{name: "status", build: func(g *globals, _ Verbs) *cobra.Command { return newStatusCmd(g) }},
-	{name: "logs", build: func(g *globals, _ Verbs) *cobra.Command { return newLogsCmd(g) }},
-	{name: "stop", build: func(g *globals, _ Verbs) *cobra.Command { return newStopCmd(g) }},
-	{name: "events", build: func(g *globals, _ Verbs) *cobra.Command { return newEventsCmd(g) }},
-	{name: "version", build: func(g *globals, _ Verbs) *cobra.Command { return newVersionCmd(g) }},
-	{name: "plan", build: func(g *globals, _ Verbs) *cobra.Command { return newPlanCmd(g) }},
-	{name: "create", build: func(g *globals, _ Verbs) *cobra.Command { return newCreateCmd(g) }},
-	{name: "exec", build: func(g *globals, _ Verbs) *cobra.Command { return newExecCmd(g) }},
-	{name: "reap", build: func(g *globals, _ Verbs) *cobra.Command { return newReapCmd(g) }},
-	{name: "usage", build: func(g *globals, _ Verbs) *cobra.Command { return newUsageCmd(g) }},
-	{name: "export", build: func(g *globals, _ Verbs) *cobra.Command { return newExportCmd(g) }},
-	{name: "capacity", build: func(g *globals, _ Verbs) *cobra.Command { return newCapacityCmd(g) }},
-	{name: "pause", build: func(g *globals, _ Verbs) *cobra.Command { return newPauseCmd(g, true) }},
-	{name: "resume", build: func(g *globals, _ Verbs) *cobra.Command { return newPauseCmd(g, false) }},
-	{name: "doctor", build: func(g *globals, _ Verbs) *cobra.Command { return newDoctorCmd(g) }},
-	{name: "baseline", build: func(g *globals, _ Verbs) *cobra.Command { return newBaselineCmd(g) }},
-	{name: "gc", build: func(g *globals, _ Verbs) *cobra.Command { return newGCCmd(g) }},
-	{name: "shell", build: func(g *globals, _ Verbs) *cobra.Command { return newShellCmd(g) },
+	{name: "run", build: plain(newRunCmd)},
+	{name: "ps", aliases: []string{"list"}, build: plain(newPsCmd)},
+	{name: "envs", build: plain(newEnvsCmd)},
+	{name: "status", build: plain(newStatusCmd)},
+	{name: "logs", build: plain(newLogsCmd)},
+	{name: "stop", build: plain(newStopCmd)},
+	{name: "events", build: plain(newEventsCmd)},
+	{name: "version", build: plain(newVersionCmd)},
+	{name: "plan", build: plain(newPlanCmd)},
+	{name: "create", build: plain(newCreateCmd)},
+	{name: "exec", build: plain(newExecCmd)},
+	{name: "reap", build: plain(newReapCmd)},
+	{name: "usage", build: plain(newUsageCmd)},
+	{name: "export", build: plain(newExportCmd)},
+	{name: "capacity", build: plain(newCapacityCmd)},
+	{name: "pause", build: plain(func(g *globals) *cobra.Command { return newPauseCmd(g, true) })},
+	{name: "resume", build: plain(func(g *globals) *cobra.Command { return newPauseCmd(g, false) })},
+	{name: "doctor", build: plain(newDoctorCmd)},
+	{name: "baseline", build: plain(newBaselineCmd)},
+	{name: "gc", build: plain(newGCCmd)},
+	{name: "shell", build: plain(newShellCmd),
 		local: "it gives bash this terminal, which the server can't reach"},
-	{name: "support", build: func(g *globals, _ Verbs) *cobra.Command { return newSupportCmd(g) },
+	{name: "support", build: plain(newSupportCmd),
 		local: "it installs units on this host for a store of this host"},
 	{name: "serve", build: func(g *globals, v Verbs) *cobra.Command { return newServeCmd(g, v.Serve) },
 		local: "it is the server"},
 	{name: "mcp", build: func(g *globals, v Verbs) *cobra.Command { return newMCPCmd(g, v.MCP) },
 		local: "it serves the library in this process to an agent on stdio"},
+}
+
+// plain is a verb's build for a command that needs no Verbs.
+func plain(f func(g *globals) *cobra.Command) func(*globals, Verbs) *cobra.Command {
+	return func(g *globals, _ Verbs) *cobra.Command { return f(g) }
 }
 
 // verbOf is the verb args name, if they name one: the first argument

@@ -43,13 +43,7 @@ func TestNoCheckpointOnClose(t *testing.T) {
 // from its start after a checkpoint, so its size is the longest it has
 // been: the threshold plus the commit that crossed it.
 func TestWALStaysShort(t *testing.T) {
-	dir := t.TempDir()
-	ctx := context.Background()
-	d, err := Open(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := open(t)
 	for i := 0; i < 3*autocheckpointPages; i++ {
 		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("e%04d", i))) }); err != nil {
 			t.Fatal(err)
@@ -57,7 +51,7 @@ func TestWALStaysShort(t *testing.T) {
 	}
 	// Each commit writes at least one frame: three times what the WAL
 	// may hold, and fewer than SQLite's default threshold.
-	st, err := os.Stat(filepath.Join(dir, FileName+"-wal"))
+	st, err := os.Stat(d.path + "-wal")
 	if err != nil {
 		t.Fatal(err)
 	}
