@@ -19,11 +19,30 @@ import (
 // step the fault matrix crashes between.
 func TestRunFsyncBudget(t *testing.T) {
 	c := newCLI(t)
+	c.mustRun("run", "--", "/bin/true") // the store, its registry and WAL exist now
+	checkSyncBudget(t, c, 3, "run", "--", "/bin/true")
+}
+
+// An exec into an existing environment makes two durable commits
+// (decision 56): its reservation registers the guardian, started before it
+// with its files unnamed, and the result; two fsyncs of the WAL.
+func TestExecFsyncBudget(t *testing.T) {
+	c := newCLI(t)
+	env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m").stdout)
+	t.Cleanup(func() { c.run("stop", env) })
+	c.mustRun("exec", env, "--", "/bin/true")
+	checkSyncBudget(t, c, 2, "exec", env, "--", "/bin/true")
+}
+
+// checkSyncBudget runs hostfork with args under strace and fails if it
+// makes more than max syncs, any sync of something other than the
+// registry's WAL, or none.
+func checkSyncBudget(t *testing.T, c *hostforkCLI, max int, args ...string) {
+	t.Helper()
 	strace, err := exec.LookPath("strace")
 	if err != nil {
 		testutil.Skip(t, "strace is not installed (apt-get install strace)")
 	}
-	c.mustRun("run", "--", "/bin/true") // the store, its registry and WAL exist now
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace")
 	// The test binary is hostfork when its argv[0] says so (testscript).
@@ -31,11 +50,11 @@ func TestRunFsyncBudget(t *testing.T) {
 	if err := os.Symlink(c.exe, exe); err != nil {
 		t.Fatal(err)
 	}
-	cmd := c.command("run", "--", "/bin/true")
+	cmd := c.command(args...)
 	cmd.Args = append([]string{"strace", "-f", "-y", "-qq", "-e", "trace=fsync,fdatasync,sync_file_range,syncfs,sync", "-o", trace}, append([]string{exe}, cmd.Args[1:]...)...)
 	cmd.Path = strace
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("strace hostfork run: %v: %s", err, out)
+		t.Fatalf("strace hostfork %s: %v: %s", args[0], err, out)
 	}
 	b, err := os.ReadFile(trace)
 	if err != nil {
@@ -53,14 +72,14 @@ func TestRunFsyncBudget(t *testing.T) {
 			wal = append(wal, m[3])
 		}
 	}
-	t.Logf("syncs of one run: %q", syncs)
-	if len(syncs) > 3 {
-		t.Errorf("one run made %d syncs, want at most 3 (the three ledger commits): %q", len(syncs), syncs)
+	t.Logf("syncs of one %s: %q", args[0], syncs)
+	if len(syncs) > max {
+		t.Errorf("one %s made %d syncs, want at most %d (its ledger commits): %q", args[0], len(syncs), max, syncs)
 	}
 	if len(wal) != len(syncs) {
 		t.Errorf("a sync of something other than the registry's WAL: %q", syncs)
 	}
 	if len(wal) == 0 {
-		t.Errorf("no commit reached the disk (the run's records must be durable before it returns)")
+		t.Errorf("no commit reached the disk (the records must be durable before %s returns)", args[0])
 	}
 }

@@ -68,6 +68,12 @@ type Evidence struct {
 	// shows a kill; OOMEvidence says which counter.
 	OOM         *bool
 	OOMEvidence string
+	// Unnamed: the receipt is not at its path in the command's directory.
+	// A launch that registers its guardian in its reservation names the
+	// receipt and output files there before the release (decision 56), so
+	// with the guardian gone this proves the release never came: nothing
+	// of the command ran and its output files were never made.
+	Unnamed bool
 }
 
 // Command decides what c's record becomes given ev. It returns the new
@@ -125,6 +131,16 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 			n.State = api.CommandFailed
 		}
 		finishOOM(&n, ev)
+		return n, !same(c, n)
+	}
+	if ev.Unnamed && ev.Receipt == nil {
+		n.State = api.CommandFailed
+		n.Error = "launch interrupted before release"
+		n.LeaderState = api.PhaseUnknown
+		n.TreeState = api.PhaseExited
+		n.TreeEvidence = "never released (its files were never named)"
+		n.TreeExitedAt = &now
+		n.StdoutPath, n.StderrPath = "", ""
 		return n, !same(c, n)
 	}
 	if n.Guardian.BootID != ev.BootID {

@@ -77,6 +77,18 @@ func TestCommand(t *testing.T) {
 					t.Fatalf("stop reason %q, stopped by hostfork %v, oom %v", n.StopReason, n.StoppedByHostfork, n.OOM)
 				}
 			}},
+		{"guardian gone, its files never named: never released", func() api.Command {
+			c := running
+			c.StdoutPath, c.StderrPath = "/s/out", "/s/err"
+			return c
+		}(), Evidence{BootID: "b1", Guardian: Gone, Unnamed: true, Workload: GroupEmpty}, api.CommandFailed, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.TreeEvidence != "never released (its files were never named)" || n.StdoutPath != "" || n.StderrPath != "" || n.LeaderState != api.PhaseUnknown {
+					t.Fatalf("%+v", n)
+				}
+			}},
+		{"files never named is no proof while the guardian lives", running, Evidence{BootID: "b1", Guardian: Alive, Unnamed: true}, api.CommandRunning, api.PhaseLive, nil},
+		{"a readable receipt outweighs a missing name", running, Evidence{BootID: "b1", Guardian: Gone, Unnamed: true, Receipt: complete}, api.CommandExited, api.PhaseExited, nil},
 		{"start error", running, Evidence{BootID: "b1", Guardian: Gone, Receipt: &Receipt{StartError: "no", LeaderExited: &now, ExitCode: ip(127), TreeExited: &now, Complete: true}}, api.CommandFailed, api.PhaseExited, nil},
 		{"guardian gone, cgroup empty", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupEmpty}, api.CommandExited, api.PhaseExited,
 			func(t *testing.T, n api.Command) {

@@ -93,6 +93,7 @@ type launch struct {
 	// prepared
 	g      *supervise.Guardian
 	opened []*os.File
+	files  []namedFile
 	wlPath string
 	v1join []string
 	lg     *limits.Group
@@ -294,25 +295,42 @@ func (l *launch) apply() {
 // prepare makes the command's directory, files and cgroups and starts its
 // guardian at the gate.
 func (l *launch) prepare(ctx context.Context, env *api.Env, lg *limits.Group) error {
-	rec, cs := l.rec, l.cs
+	rec := l.rec
 	if lg != nil {
 		l.lg = lg
 	}
 	if err := os.Mkdir(rec.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating command directory: %w", err)
 	}
-	create := func(name string, flag int) (*os.File, error) {
-		f, err := os.OpenFile(filepath.Join(rec.Dir, name), os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|flag, 0o600)
-		if err == nil {
-			l.opened = append(l.opened, f)
-		}
-		return f, err
-	}
 	dirf, err := os.OpenFile(rec.Dir, unix.O_PATH|unix.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("opening command directory: %w", err)
 	}
 	l.opened = append(l.opened, dirf)
+	ss := supervise.StartSpec{Dir: dirf}
+	if err := l.outputs(&ss, func(name string, flag int) (*os.File, error) {
+		return os.OpenFile(filepath.Join(rec.Dir, name), os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|flag, 0o600)
+	}); err != nil {
+		return err
+	}
+	if err := l.commandGroups(env, &ss); err != nil {
+		return err
+	}
+	return l.startGuardian(env, ss, l.lg != nil)
+}
+
+// outputs makes the receipt and, unless output is inherited, the stdout
+// and stderr files through open, and fills ss with them.
+func (l *launch) outputs(ss *supervise.StartSpec, open func(name string, flag int) (*os.File, error)) error {
+	rec, cs := l.rec, l.cs
+	create := func(name string, flag int) (*os.File, error) {
+		f, err := open(name, flag)
+		if err == nil {
+			l.opened = append(l.opened, f)
+			l.files = append(l.files, namedFile{f, name})
+		}
+		return f, err
+	}
 	receipt, err := create("receipt", os.O_RDWR)
 	if err != nil {
 		return fmt.Errorf("creating receipt: %w", err)
@@ -325,7 +343,7 @@ func (l *launch) prepare(ctx context.Context, env *api.Env, lg *limits.Group) er
 		return fmt.Errorf("stat receipt: %w", err)
 	}
 	rec.ProofDev, rec.ProofIno = rst.Dev, rst.Ino
-	ss := supervise.StartSpec{Exe: l.e.opts.Exe, Receipt: receipt, Dir: dirf, Setsid: !cs.Foreground}
+	ss.Exe, ss.Receipt, ss.Setsid = l.e.opts.Exe, receipt, !cs.Foreground
 	switch cs.Output {
 	case api.OutputInherit:
 		ss.Stdin, ss.Stdout, ss.Stderr = cs.Stdin, fileOr(cs.Stdout, os.Stdout), fileOr(cs.Stderr, os.Stderr)
@@ -339,6 +357,27 @@ func (l *launch) prepare(ctx context.Context, env *api.Env, lg *limits.Group) er
 		ss.Stdin = cs.Stdin
 		ss.Forward = cs.Output == api.OutputPipe
 	}
+	return nil
+}
+
+// guardianGroup names the environment's guardians group in ss (the
+// guardian is cloned into it) and what the release needs of the cgroup
+// mount.
+func (l *launch) guardianGroup(env *api.Env, ss *supervise.StartSpec) {
+	if l.rec.CgroupPath == "" {
+		return
+	}
+	l.gcg = filepath.Join(env.CgroupPath, "guardians")
+	ss.GuardianCgroup = l.gcg
+	if m, err := cgroup.FindMount(); err == nil {
+		l.mount = m.Path
+	}
+}
+
+// commandGroups makes the command's own cgroup and v1 limit groups (ss
+// nil: the guardian is already started).
+func (l *launch) commandGroups(env *api.Env, ss *supervise.StartSpec) error {
+	rec := l.rec
 	if rec.CgroupPath != "" {
 		g, err := cgroup.Create(rec.CgroupPath)
 		if err != nil {
@@ -346,10 +385,8 @@ func (l *launch) prepare(ctx context.Context, env *api.Env, lg *limits.Group) er
 		}
 		rec.CgroupInode, _ = g.Inode()
 		l.wlPath = rec.CgroupPath
-		l.gcg = filepath.Join(env.CgroupPath, "guardians")
-		ss.GuardianCgroup = l.gcg
-		if m, err := cgroup.FindMount(); err == nil {
-			l.mount = m.Path
+		if ss != nil {
+			l.guardianGroup(env, ss)
 		}
 	}
 	if l.lg != nil {
@@ -361,17 +398,22 @@ func (l *launch) prepare(ctx context.Context, env *api.Env, lg *limits.Group) er
 		zero := uint64(0)
 		rec.OOMBaseline = &zero
 	}
+	return nil
+}
+
+// startGuardian starts the guardian at its gate (join: and places it in
+// the v1 limit groups) and records its identity in the record, not yet
+// committed.
+func (l *launch) startGuardian(env *api.Env, ss supervise.StartSpec, join bool) error {
+	rec := l.rec
 	g, err := supervise.Start(ss)
 	if err != nil {
 		return err
 	}
 	l.g = g
-	if l.lg != nil {
-		// cgroup v1 has no clone-into: the gated guardian joins the
-		// environment's limit groups before anything runs; its workload
-		// inherits them (and joins its own memory group).
-		if err := l.lg.Join(g.ID.PID); err != nil {
-			return fmt.Errorf("placing the command in its limit groups: %w", err)
+	if join {
+		if err := l.joinLimits(); err != nil {
+			return err
 		}
 	}
 	fault.Point(fault.GuardianStarted)
@@ -381,6 +423,105 @@ func (l *launch) prepare(ctx context.Context, env *api.Env, lg *limits.Group) er
 	rec.StartedAt = &now
 	if notes := unenforcedOf(env); notes != "" {
 		rec.LimitsNote = notes
+	}
+	return nil
+}
+
+// joinLimits: cgroup v1 has no clone-into, so the gated guardian joins
+// the environment's limit groups before anything runs; its workload
+// inherits them (and joins its own memory group).
+func (l *launch) joinLimits() error {
+	if err := l.lg.Join(l.g.ID.PID); err != nil {
+		return fmt.Errorf("placing the command in its limit groups: %w", err)
+	}
+	return nil
+}
+
+// namedFile is a file the launch made, by its name in the command's
+// directory.
+type namedFile struct {
+	f    *os.File
+	name string
+}
+
+// noEarlyLaunch turns the early start off (tests of the other path).
+var noEarlyLaunch = false
+
+// early starts the guardian before the reservation commits, so that the
+// reservation also registers it (decision 56): the receipt and output
+// files are unnamed (O_TMPFILE) in the environment's commands directory
+// and the guardian waits at its gate in the environment's guardians group.
+// A crash before the commit leaves nothing: the files have no name and the
+// guardian exits at EOF on its gate. It reports false, having made
+// nothing, where the store's filesystem can't make unnamed files.
+func (l *launch) early(env *api.Env) (bool, error) {
+	if noEarlyLaunch {
+		return false, nil
+	}
+	parent, err := os.OpenFile(filepath.Join(env.RunDir, "commands"), unix.O_PATH|unix.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false, fmt.Errorf("opening the environment's commands directory: %w", err)
+	}
+	probe, err := unix.Openat(int(parent.Fd()), ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		parent.Close()
+		return false, nil
+	}
+	first := os.NewFile(uintptr(probe), "receipt")
+	l.opened = append(l.opened, parent)
+	ss := supervise.StartSpec{Parent: parent}
+	err = l.outputs(&ss, func(name string, flag int) (*os.File, error) {
+		if first != nil {
+			f := first
+			first = nil
+			return f, nil
+		}
+		fd, err := unix.Openat(int(parent.Fd()), ".", unix.O_TMPFILE|unix.O_CLOEXEC|flag, 0o600)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: filepath.Join(env.RunDir, "commands"), Err: err}
+		}
+		return os.NewFile(uintptr(fd), name), nil
+	})
+	if err == nil {
+		l.guardianGroup(env, &ss)
+		if l.lg != nil {
+			zero := uint64(0)
+			l.rec.OOMBaseline = &zero
+		}
+		err = l.startGuardian(env, ss, false)
+	}
+	if err != nil {
+		l.abortGuardian()
+		return true, err
+	}
+	return true, nil
+}
+
+// place makes, after the reservation that registered the guardian, what
+// the early start left for later: the command's directory with its files
+// named in it, its cgroup and its limit groups.
+func (l *launch) place(env *api.Env) error {
+	rec := l.rec
+	if err := os.Mkdir(rec.Dir, 0o700); err != nil {
+		return fmt.Errorf("creating command directory: %w", err)
+	}
+	dir, err := os.OpenFile(rec.Dir, unix.O_PATH|unix.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening command directory: %w", err)
+	}
+	defer dir.Close()
+	for _, nf := range l.files {
+		// An unnamed file is named through its /proc link (AT_EMPTY_PATH
+		// would need CAP_DAC_READ_SEARCH).
+		if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", nf.f.Fd()), int(dir.Fd()), nf.name, unix.AT_SYMLINK_FOLLOW); err != nil {
+			return fmt.Errorf("naming the command's %s file: %w", nf.name, &os.PathError{Op: "link", Path: filepath.Join(rec.Dir, nf.name), Err: err})
+		}
+	}
+	if err := l.commandGroups(env, nil); err != nil {
+		return err
+	}
+	if l.lg != nil {
+		return l.joinLimits()
 	}
 	return nil
 }
@@ -532,12 +673,15 @@ func fileOr(w io.Writer, def *os.File) *os.File {
 	return def
 }
 
-// Start launches a command in an existing environment: a reservation
-// commit, the guardian started at its gate, a registration commit, the
-// release. Nothing of the workload runs before its identity is durably
-// registered; a failure before release leaves no process and a settled
-// ledger. The result is recorded by the returned Running (the third
-// commit).
+// Start launches a command in an existing environment: the guardian
+// started at its gate with unnamed files, one commit that reserves the
+// command and registers the guardian, the command's directory, files and
+// cgroups made, the release (decision 56). Where the store can't make
+// unnamed files it is a reservation commit, the guardian started, a
+// registration commit and the release. Nothing of the workload runs before
+// its identity is durably registered; a failure before release leaves no
+// process and a settled ledger. The result is recorded by the returned
+// Running (the second commit, or the third).
 func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Running, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
@@ -564,6 +708,23 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 	var b registry.Batch
 	b.RequireEnv(env.ID, []api.EnvState{api.EnvActive}, boot, linux.MonotonicNow())
 	l.reserve(&b, env, nil)
+	if early, err := l.early(env); err != nil {
+		return nil, err
+	} else if early {
+		// One commit reserves the command and registers its guardian.
+		if err := e.reg.Commit(ctx, &b); err != nil {
+			l.abortGuardian()
+			if errors.Is(err, api.ErrEnvNotActive) {
+				return nil, fmt.Errorf("the launch gate is revoked, nothing of the command ran: %w", err)
+			}
+			return nil, fmt.Errorf("registering the command: %w", err)
+		}
+		l.reserved()
+		if err := l.place(env); err != nil {
+			return nil, l.abort(err)
+		}
+		return l.release(ctx, env)
+	}
 	if err := e.reg.Commit(ctx, &b); err != nil {
 		return nil, fmt.Errorf("registering the command: %w", err)
 	}

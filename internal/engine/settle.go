@@ -54,6 +54,11 @@ func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
 		// Gone: its receipt can no longer change; the read above may
 		// predate its last writes.
 		ev.Receipt = readReceipt(c)
+		if ev.Receipt == nil && c.ProofIno != 0 {
+			if _, err := os.Lstat(filepath.Join(c.Dir, "receipt")); errors.Is(err, os.ErrNotExist) {
+				ev.Unnamed = true
+			}
+		}
 		if (ev.Receipt == nil || !ev.Receipt.Complete) && c.CgroupPath != "" {
 			g := cgroup.Open(c.CgroupPath)
 			evs, err := g.Events()

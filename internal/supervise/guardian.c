@@ -1161,6 +1161,31 @@ static void finish_environment(void)
 
 /* ---- main ---- */
 
+/* open_late_dir: a launcher that made the command's directory after our
+ * start passed its parent (HF_FD_PARENT); the directory is the entry named
+ * by the command id, opened beneath the parent without following a symlink,
+ * and becomes HF_FD_DIR, where guardian.log is made on first use. A
+ * directory that can't be opened leaves the diagnostics on stderr. */
+static void open_late_dir(void)
+{
+	if (fcntl(HF_FD_PARENT, F_GETFD) < 0)
+		return;
+	const char *id = cfg.command_id;
+	int fd = -1;
+	if (id[0] && strcmp(id, ".") && strcmp(id, "..") && !strchr(id, '/'))
+		fd = openat(HF_FD_PARENT, id, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		hf_log("guardian: opening the command's directory %.64s: %s", id, hf_errstr(errno));
+	} else if (fd == HF_FD_DIR) {
+		hf_log_dirfd = HF_FD_DIR;
+	} else {
+		if (dup3(fd, HF_FD_DIR, O_CLOEXEC) >= 0)
+			hf_log_dirfd = HF_FD_DIR;
+		close(fd);
+	}
+	close(HF_FD_PARENT);
+}
+
 static void ensure_std_fds(void)
 {
 	for (int fd = 0; fd < 3; fd++) {
@@ -1185,7 +1210,7 @@ int hf_guardian_main(void)
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	self_pid = getpid();
 	ensure_std_fds();
-	for (int fd = HF_FD_CONTROL; fd <= HF_FD_DIR; fd++) {
+	for (int fd = HF_FD_CONTROL; fd <= HF_FD_PARENT; fd++) {
 		int fl = fcntl(fd, F_GETFD);
 		if (fl >= 0)
 			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
@@ -1213,6 +1238,7 @@ int hf_guardian_main(void)
 		hf_log("guardian: bad release message");
 		return 125;
 	}
+	open_late_dir();
 	snprintf(tree.cgroup, sizeof tree.cgroup, "%s", cfg.cgroup);
 	snprintf(tree.mount, sizeof tree.mount, "%s", cfg.mount);
 	tree.roots[0] = self_pid;

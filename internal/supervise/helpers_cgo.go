@@ -22,6 +22,7 @@ const (
 	_ = uint(fdFwdOut-C.HF_FD_FWDOUT) + uint(C.HF_FD_FWDOUT-fdFwdOut)
 	_ = uint(fdFwdErr-C.HF_FD_FWDERR) + uint(C.HF_FD_FWDERR-fdFwdErr)
 	_ = uint(fdDir-C.HF_FD_DIR) + uint(C.HF_FD_DIR-fdDir)
+	_ = uint(fdParent-C.HF_FD_PARENT) + uint(C.HF_FD_PARENT-fdParent)
 	_ = uint(kfdConfig-C.HF_KFD_CONFIG) + uint(C.HF_KFD_CONFIG-kfdConfig)
 	_ = uint(kfdReady-C.HF_KFD_READY) + uint(C.HF_KFD_READY-kfdReady)
 	_ = uint(kfdOwner-C.HF_KFD_OWNER) + uint(C.HF_KFD_OWNER-kfdOwner)

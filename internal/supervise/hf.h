@@ -25,6 +25,7 @@
 #define HF_FD_FWDOUT 9
 #define HF_FD_FWDERR 10
 #define HF_FD_DIR 11
+#define HF_FD_PARENT 12
 
 /* Descriptor numbers in the keeper (keeper.go, kfd*). */
 #define HF_KFD_CONFIG 3

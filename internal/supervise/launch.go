@@ -35,6 +35,10 @@ type StartSpec struct {
 	// Dir is the command's directory: the guardian creates guardian.log
 	// there on its first diagnostic. Nil: diagnostics go to Log.
 	Dir *os.File
+	// Parent, with Dir nil, is the directory the command's directory will
+	// be made in before the release (named by the command id): the
+	// guardian opens it there after the release.
+	Parent *os.File
 	// Log receives the guardian's own diagnostics when Dir is nil (and
 	// anything written to stderr before the guardian starts).
 	Log *os.File
@@ -105,6 +109,8 @@ func Start(s StartSpec) (*Guardian, error) {
 	}
 	if s.Dir != nil {
 		extra = append(extra, s.Dir)
+	} else if s.Parent != nil {
+		extra = append(extra, nil, s.Parent)
 	}
 	cmd := &exec.Cmd{
 		Path:       s.Exe,

@@ -28,6 +28,12 @@ const (
 	fdFwdOut  = 9 // pipe mode: forward copies of stdout to the launcher
 	fdFwdErr  = 10
 	fdDir     = 11 // the command's directory (guardian.log is made there on first use)
+	// fdParent is the directory the command's directory is made in, when
+	// that directory does not exist yet as the guardian starts (an exec
+	// that registers its guardian in its reservation, decision 56): after
+	// the release the guardian opens the entry named by command_id beneath
+	// it (no symlink followed) as fdDir.
+	fdParent = 12
 )
 
 // The control channel (fdControl, launcher → guardian) carries no JSON: the
