@@ -30,7 +30,8 @@ type Mount struct {
 	Self   string // this process's cgroup2 path relative to the mount
 }
 
-// FindMount locates the cgroup2 mount from /proc/self/mountinfo and checks
+// FindMount locates the cgroup2 mount (by statfs in the usual layouts, else
+// from /proc/self/mountinfo) and checks
 // that it is writable by this process.
 func FindMount() (Mount, error) {
 	// The mount table is read once per process: a run asks several times,
@@ -62,6 +63,36 @@ var found struct {
 }
 
 func findMount() (Mount, error) {
+	if m, ok := statMount(); ok {
+		m.Self = selfPath()
+		return m, nil
+	}
+	return scanMount()
+}
+
+// statMount recognizes the two usual layouts with a few statfs calls,
+// without parsing the mount table (a fifth of a millisecond in a new
+// process): cgroup2 mounted at /sys/fs/cgroup (unified), or a tmpfs there
+// holding cgroup2 at unified/ beside v1 hierarchies (systemd's hybrid
+// layout, recognized by its name=systemd or memory hierarchy). Anything
+// else is left to scanMount.
+func statMount() (Mount, bool) {
+	is := func(path string, magic int64) bool {
+		var st unix.Statfs_t
+		return unix.Statfs(path, &st) == nil && int64(st.Type) == magic
+	}
+	switch {
+	case is("/sys/fs/cgroup", unix.CGROUP2_SUPER_MAGIC):
+		return Mount{Path: "/sys/fs/cgroup"}, true
+	case is("/sys/fs/cgroup", unix.TMPFS_MAGIC) && is("/sys/fs/cgroup/unified", unix.CGROUP2_SUPER_MAGIC) &&
+		(is("/sys/fs/cgroup/systemd", unix.CGROUP_SUPER_MAGIC) || is("/sys/fs/cgroup/memory", unix.CGROUP_SUPER_MAGIC)):
+		return Mount{Path: "/sys/fs/cgroup/unified", Hybrid: true}, true
+	}
+	return Mount{}, false
+}
+
+// scanMount finds the cgroup2 mount in the mount table.
+func scanMount() (Mount, error) {
 	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2", "cgroup"))
 	if err != nil {
 		return Mount{}, fmt.Errorf("reading mountinfo: %w", err)
