@@ -63,7 +63,9 @@ func (h *Host) Run(ctx context.Context, p *Plan, c *Command) (*Env, error) {
 func (h *Host) Command(argv ...string) *Command { return &Command{Argv: argv, h: h} }
 
 // OpenEnv returns a handle on an existing environment (by id or unique
-// prefix).
+// prefix). The handle's record is read without its commands (Commands and
+// Refresh read them), so opening an environment, and starting a command in
+// it, costs the same however many commands it has run.
 func (h *Host) OpenEnv(ctx context.Context, idPrefix string) (*Env, error) {
 	kind, id, err := h.e.Resolve(ctx, idPrefix)
 	if err != nil {
@@ -72,7 +74,7 @@ func (h *Host) OpenEnv(ctx context.Context, idPrefix string) (*Env, error) {
 	if kind != "env" {
 		return nil, fmt.Errorf("%s is a command, not an environment: %w", id, api.ErrNotFound)
 	}
-	rec, err := h.e.Env(ctx, id)
+	rec, err := h.e.EnvOpen(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -6,9 +6,15 @@
 # the last exit; CPU = the sum over the 100. Interleaved sample by sample.
 # Overhead per command = (wall - 500 ms) / 100 is printed after the table.
 # Before each hostfork sample an untimed 'hostfork gc --retain-evidence 0s'
-# empties the store (every invocation reads all retained environments when
-# it opens the store: without it the later rounds would pay for the
-# earlier ones; BENCH_GROW=1 keeps them).
+# empties the store (a store that grows by 100 runs a round makes the
+# later rounds pay a little for the earlier ones; BENCH_GROW=1 keeps
+# them), then 'sync' and a pause of BENCH_SETTLE seconds (default 65). On
+# ext4 without a journal (this project's test VM) the inode allocator skips
+# every inode deleted in the last 60 s (300 s more while its inode-table
+# block is dirty), scanning them one by one: right after the gc of 100
+# runs (about 700 inodes), a quarter of hostfork's CPU in the next 100 runs
+# went to that scan (docs/benchmarks.md). BENCH_SETTLE=0 measures that
+# case.
 #
 # usage: bench/concurrent.sh [ROUNDS [N]]   (default 10 rounds of 100)
 source "$(dirname "$0")/lib.sh"
@@ -18,7 +24,8 @@ n=${2:-100}
 build_hostfork
 "$hf" run -- /bin/true
 header "$n concurrent sleep 0.5: $rounds interleaved rounds"
-prep=(-prepare "hostfork run=$hf gc --retain-evidence 0s --retain-trees 0s")
+settle=${BENCH_SETTLE:-65}
+prep=(-prepare "hostfork run=sh -c '$hf gc --retain-evidence 0s --retain-trees 0s >/dev/null; sync; sleep $settle'")
 [ -n "${BENCH_GROW:-}" ] && prep=()
 "$hfb" ab -rounds "$rounds" -warmup 1 -par "$n" -ref bwrap -json "$out/concurrent.json" "${prep[@]}" \
 	-title "$n concurrent sleep 0.5, start all, wait all" \

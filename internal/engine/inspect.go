@@ -250,6 +250,32 @@ func (e *Engine) Env(ctx context.Context, id string) (*api.Env, error) {
 	return e.reconcile(ctx, env, cmds, true), nil
 }
 
+// EnvOpen reads an environment for a handle (Host.OpenEnv): reconciled as
+// Env does, but from its commands that are not final (all of them for an
+// auto-stop environment, which the exit of its commands ends), and with no
+// Commands. A final command adds nothing to the reconciliation, so opening
+// costs the same however many commands the environment has run.
+func (e *Engine) EnvOpen(ctx context.Context, id string) (*api.Env, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	env, err := e.reg.Env(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	q := registry.CommandQuery{Env: id}
+	if !env.AutoStop {
+		q.States = []api.CommandState{api.CommandReserved, api.CommandRunning, api.CommandUnverified}
+	}
+	cmds, err := e.reg.Commands(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	env = e.reconcile(ctx, env, cmds, true)
+	env.Commands = nil
+	return env, nil
+}
+
 // reconcile settles an environment that is not final and fills the
 // reader's computed fields (and its commands, when given).
 func (e *Engine) reconcile(ctx context.Context, env *api.Env, cmds []*api.Command, with bool) *api.Env {
