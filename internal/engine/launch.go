@@ -510,7 +510,21 @@ func (l *launch) place(env *api.Env) error {
 		return fmt.Errorf("opening command directory: %w", err)
 	}
 	defer dir.Close()
+	// The receipt is named last: a named receipt says every file is
+	// named, and a receipt without a name that the guardian's release
+	// never came (decide.Evidence.Unnamed).
+	files := make([]namedFile, 0, len(l.files))
 	for _, nf := range l.files {
+		if nf.name != "receipt" {
+			files = append(files, nf)
+		}
+	}
+	for _, nf := range l.files {
+		if nf.name == "receipt" {
+			files = append(files, nf)
+		}
+	}
+	for _, nf := range files {
 		// An unnamed file is named through its /proc link (AT_EMPTY_PATH
 		// would need CAP_DAC_READ_SEARCH).
 		if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", nf.f.Fd()), int(dir.Fd()), nf.name, unix.AT_SYMLINK_FOLLOW); err != nil {
