@@ -1172,6 +1172,7 @@ static void open_late_dir(void)
 		return;
 	const char *id = cfg.command_id;
 	int fd = -1;
+	errno = EINVAL; /* not a single path component */
 	if (id[0] && strcmp(id, ".") && strcmp(id, "..") && !strchr(id, '/'))
 		fd = openat(HF_FD_PARENT, id, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
@@ -1234,11 +1235,15 @@ int hf_guardian_main(void)
 	int r = hf_read_msg(HF_FD_CONTROL, &rel);
 	if (r == 0)
 		return 0;
-	if (r < 0 || parse_release(&rel) < 0) {
+	int ok = r > 0 && parse_release(&rel) == 0;
+	/* The late directory first, so that a bad message is logged there too
+	 * (when it named its command). */
+	if (cfg.command_id[0])
+		open_late_dir();
+	if (!ok) {
 		hf_log("guardian: bad release message");
 		return 125;
 	}
-	open_late_dir();
 	snprintf(tree.cgroup, sizeof tree.cgroup, "%s", cfg.cgroup);
 	snprintf(tree.mount, sizeof tree.mount, "%s", cfg.mount);
 	tree.roots[0] = self_pid;

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -113,4 +114,59 @@ func asExit(err error, ee **exec.ExitError) bool {
 	e, ok := err.(*exec.ExitError)
 	*ee = e
 	return ok
+}
+
+// A guardian started with its command directory's parent (decision 56)
+// opens the directory named by the command id after the release, beneath
+// the parent, and logs there; an id that is not one path component is
+// never opened, and the diagnostics stay on its stderr.
+func TestLateDirectoryGetsTheLog(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ id, made string }{{"c", "c"}, {"..", ""}, {"a/b", ""}} {
+		dir := t.TempDir()
+		parent, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rf, err := os.OpenFile(filepath.Join(dir, "receipt"), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log, err := os.Create(filepath.Join(dir, "stderr"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := Start(StartSpec{Exe: exe, Receipt: rf, Stdout: log, Stderr: log, Log: log, Parent: parent, Setsid: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The directory is made after the start, as an exec does.
+		if err := os.MkdirAll(filepath.Join(dir, "c"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		// A release the guardian refuses after reading its command id.
+		if _, err := g.control.Write([]byte("Rcommand_id=" + tc.id + "\x00bogus_key=1\x00\x00")); err != nil {
+			t.Fatal(err)
+		}
+		g.Detach()
+		var ee *exec.ExitError
+		if err := g.Reap(); !asExit(err, &ee) || ee.ExitCode() != 125 {
+			t.Fatalf("id %q: guardian exit %v, want 125", tc.id, err)
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, "c", "guardian.log"))
+		stderr, _ := os.ReadFile(filepath.Join(dir, "stderr"))
+		if tc.made != "" {
+			if !bytes.Contains(b, []byte("bad release message")) {
+				t.Errorf("id %q: guardian.log %q (stderr %q)", tc.id, b, stderr)
+			}
+		} else if len(b) != 0 || !bytes.Contains(stderr, []byte("bad release message")) {
+			t.Errorf("id %q: guardian.log %q, stderr %q", tc.id, b, stderr)
+		}
+		for _, f := range []*os.File{parent, rf, log} {
+			f.Close()
+		}
+	}
 }
