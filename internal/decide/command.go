@@ -98,12 +98,7 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 	if n.Guardian == nil {
 		// Never registered: the launch did not get past its reservation.
 		if n.State == api.CommandReserved && ev.Launcher == Gone {
-			n.State = api.CommandFailed
-			n.Error = "launch interrupted before release"
-			n.LeaderState = api.PhaseUnknown
-			n.TreeState = api.PhaseExited
-			n.TreeEvidence = "never released"
-			n.TreeExitedAt = &now
+			neverReleased(&n, "never released", now)
 		}
 		return n, !same(c, n)
 	}
@@ -134,12 +129,7 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 		return n, !same(c, n)
 	}
 	if ev.Unnamed && ev.Receipt == nil {
-		n.State = api.CommandFailed
-		n.Error = "launch interrupted before release"
-		n.LeaderState = api.PhaseUnknown
-		n.TreeState = api.PhaseExited
-		n.TreeEvidence = "never released (its files were never named)"
-		n.TreeExitedAt = &now
+		neverReleased(&n, "never released (its files were never named)", now)
 		n.StdoutPath, n.StderrPath = "", ""
 		return n, !same(c, n)
 	}
@@ -174,6 +164,17 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 		n.State = api.CommandUnverified
 	}
 	return n, !same(c, n)
+}
+
+// neverReleased records a launch interrupted before its release: nothing
+// of it ran.
+func neverReleased(n *api.Command, evidence string, now time.Time) {
+	n.State = api.CommandFailed
+	n.Error = "launch interrupted before release"
+	n.LeaderState = api.PhaseUnknown
+	n.TreeState = api.PhaseExited
+	n.TreeEvidence = evidence
+	n.TreeExitedAt = &now
 }
 
 // mergeLeader applies a receipt's facts about the workload and its leader,

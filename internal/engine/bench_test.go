@@ -97,7 +97,9 @@ func benchEngine(b *testing.B, dir string) *Engine {
 	return e
 }
 
-func benchEnv(b *testing.B, e *Engine) *api.Env {
+// benchEnv creates an environment that runs until stopped; it is stopped
+// at the end.
+func benchEnv(b testing.TB, e *Engine) *api.Env {
 	b.Helper()
 	ctx := context.Background()
 	p, err := e.Plan(ctx, spec.Environment{Lifetime: spec.Lifetime{UntilStopped: true}})

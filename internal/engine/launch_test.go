@@ -12,7 +12,6 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
-	"github.com/habemus-papadum/hostfork/spec"
 )
 
 // testEngine opens an engine on a new store with its own cgroup parent
@@ -34,16 +33,7 @@ func testEngine(t *testing.T, opts Options) (*Engine, *api.Env) {
 	if !e.Capabilities().Cgroup2 {
 		testutil.Skip(t, "no cgroup2 tier: "+e.Capabilities().Cgroup2Reason)
 	}
-	p, err := e.Plan(ctx, spec.Environment{Lifetime: spec.Lifetime{UntilStopped: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, _, err := e.Create(ctx, p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = e.StopEnv(context.Background(), env.ID, StopOptions{Grace: -1}) })
-	return e, env
+	return e, benchEnv(t, e)
 }
 
 // TestStartPaths runs a command in an existing environment by both
