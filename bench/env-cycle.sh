@@ -12,8 +12,7 @@
 # hostfork's stop deletes no file (the upper stays until gc), the peer's
 # rm -rf deletes its upper: the peer does slightly more file work. An
 # untimed 'hostfork gc --retain-evidence 0s --retain-trees 0s' before each
-# hostfork sample keeps the store from growing (every invocation reads all
-# retained environments when it opens the store).
+# hostfork sample keeps the store from growing and the WAL short.
 #
 # usage: bench/env-cycle.sh [ROUNDS]   (default 100)
 source "$(dirname "$0")/lib.sh"

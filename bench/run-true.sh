@@ -7,12 +7,14 @@
 # scale. CPU = user+sys of the process and the descendants it waited for
 # (guardian and workload; bwrap's init and workload).
 #
-# Every hostfork invocation reads all retained environments when it opens
-# the store (docs/benchmarks.md, "where the time goes"), so a store that
-# grows during the benchmark slows it down. The main rows keep their
-# stores near-empty with an untimed 'hostfork gc --retain-evidence 0s'
-# before each sample; the "growing" row uses a third store that keeps
-# every run (ROUNDS environments by the end).
+# The main rows keep their stores near-empty with an untimed 'hostfork gc
+# --retain-evidence 0s' before each sample, which also keeps the WAL short
+# (its checkpoint). The "growing" row uses a third store that keeps every
+# run (ROUNDS environments by the end): a store in steady use. An early
+# hostfork read every retained environment at each call; it no longer
+# does (1,000 retained runs cost nothing measurable, docs/benchmarks.md,
+# fourth session). On ext4 without a journal the gc's deletions slow the
+# next inode allocations (see bench/concurrent.sh).
 #
 # usage: bench/run-true.sh [ROUNDS]   (default 200)
 source "$(dirname "$0")/lib.sh"
