@@ -236,18 +236,7 @@ func (e *Engine) Envs(ctx context.Context, f api.EnvFilter) ([]api.Env, error) {
 
 // Env reads one environment (by exact id) with its commands, reconciled.
 func (e *Engine) Env(ctx context.Context, id string) (*api.Env, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
-	env, err := e.reg.Env(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	cmds, err := e.reg.Commands(ctx, registry.CommandQuery{Env: id})
-	if err != nil {
-		return nil, err
-	}
-	return e.reconcile(ctx, env, cmds, true), nil
+	return e.readEnv(ctx, id, false)
 }
 
 // EnvOpen reads an environment for a handle (Host.OpenEnv): reconciled as
@@ -256,6 +245,13 @@ func (e *Engine) Env(ctx context.Context, id string) (*api.Env, error) {
 // Commands. A final command adds nothing to the reconciliation, so opening
 // costs the same however many commands the environment has run.
 func (e *Engine) EnvOpen(ctx context.Context, id string) (*api.Env, error) {
+	return e.readEnv(ctx, id, true)
+}
+
+// readEnv reads an environment reconciled from its commands: all of them,
+// and in its record, unless live (then only those not final, except for
+// an auto-stop environment, and none in the record).
+func (e *Engine) readEnv(ctx context.Context, id string, live bool) (*api.Env, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -264,15 +260,17 @@ func (e *Engine) EnvOpen(ctx context.Context, id string) (*api.Env, error) {
 		return nil, err
 	}
 	q := registry.CommandQuery{Env: id}
-	if !env.AutoStop {
-		q.States = []api.CommandState{api.CommandReserved, api.CommandRunning, api.CommandUnverified}
+	if live && !env.AutoStop {
+		q.States = liveStates
 	}
 	cmds, err := e.reg.Commands(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	env = e.reconcile(ctx, env, cmds, true)
-	env.Commands = nil
+	if live {
+		env.Commands = nil
+	}
 	return env, nil
 }
 

@@ -513,22 +513,25 @@ func (l *launch) place(env *api.Env) error {
 	// The receipt is named last: a named receipt says every file is
 	// named, and a receipt without a name that the guardian's release
 	// never came (decide.Evidence.Unnamed).
-	files := make([]namedFile, 0, len(l.files))
-	for _, nf := range l.files {
-		if nf.name != "receipt" {
-			files = append(files, nf)
-		}
-	}
-	for _, nf := range l.files {
-		if nf.name == "receipt" {
-			files = append(files, nf)
-		}
-	}
-	for _, nf := range files {
+	name := func(nf namedFile) error {
 		// An unnamed file is named through its /proc link (AT_EMPTY_PATH
 		// would need CAP_DAC_READ_SEARCH).
 		if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", nf.f.Fd()), int(dir.Fd()), nf.name, unix.AT_SYMLINK_FOLLOW); err != nil {
 			return fmt.Errorf("naming the command's %s file: %w", nf.name, &os.PathError{Op: "link", Path: filepath.Join(rec.Dir, nf.name), Err: err})
+		}
+		return nil
+	}
+	var receipt *namedFile
+	for i, nf := range l.files {
+		if nf.name == "receipt" {
+			receipt = &l.files[i]
+		} else if err := name(nf); err != nil {
+			return err
+		}
+	}
+	if receipt != nil {
+		if err := name(*receipt); err != nil {
+			return err
 		}
 	}
 	if err := l.commandGroups(env, nil); err != nil {
