@@ -153,3 +153,110 @@ func BenchmarkListing(b *testing.B) {
 	}
 	b.Logf("%d records; load %s", n, load)
 }
+
+// BenchmarkResolve: resolving an id as every command naming an
+// environment or command does ('exec ENV', 'status ID', 'stop ID', 'logs
+// ID', the API's /v1/resolve), over a store of 10,000 retained runs
+// (HOSTFORK_BENCH_RECORDS). Per iteration: a whole environment id, a whole
+// command id, and a unique prefix of each; medians as µs/<name>.
+func BenchmarkResolve(b *testing.B) {
+	n := benchCount(10000)
+	d, err := Open(context.Background(), b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	seedRuns(b, d, n)
+	ctx := context.Background()
+	mid := fmt.Sprintf("%09d", n/2)
+	cases := []struct{ name, arg, kind, id string }{
+		{"env-id", "e" + mid, "env", "e" + mid},
+		{"command-id", "c" + mid, "command", "c" + mid},
+		{"env-prefix", "e" + mid[:8], "", ""},
+		{"command-prefix", "c" + mid[:8], "", ""},
+	}
+	times := make([][]float64, len(cases))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k := range cases {
+			j := (k + i) % len(cases)
+			c := cases[j]
+			t := time.Now()
+			kind, id, err := d.Resolve(ctx, c.arg)
+			el := float64(time.Since(t).Nanoseconds()) / 1000
+			if c.kind != "" && (err != nil || kind != c.kind || id != c.id) {
+				b.Fatalf("Resolve(%q) = %q %q %v, want %s %s", c.arg, kind, id, err, c.kind, c.id)
+			}
+			if c.kind == "" && err == nil {
+				// a prefix of ten ids is ambiguous
+				b.Fatalf("Resolve(%q) = %q %q, want ambiguous", c.arg, kind, id)
+			}
+			times[j] = append(times[j], el)
+		}
+	}
+	b.StopTimer()
+	load, _ := os.ReadFile("/proc/loadavg")
+	for k, c := range cases {
+		v := slices.Clone(times[k])
+		slices.Sort(v)
+		b.ReportMetric(v[len(v)/2], "µs/"+c.name)
+	}
+	b.Logf("%d records; load %s", n, load)
+}
+
+// BenchmarkEnvLiveCommands: the query every launch into an environment
+// makes (engine.EnvOpen): the environment's commands that are not final,
+// in an environment that has run 10,000 commands (HOSTFORK_BENCH_RECORDS),
+// one of them still running; median as µs/live.
+func BenchmarkEnvLiveCommands(b *testing.B) {
+	n := benchCount(10000)
+	d, err := Open(context.Background(), b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	var envT api.Env
+	var cmdT api.Command
+	if err := json.Unmarshal([]byte(benchEnvJSON), &envT); err != nil {
+		b.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(benchCmdJSON), &cmdT); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	envT.State = api.EnvActive
+	var bt Batch
+	bt.InsertEnv(&envT)
+	base := time.Now().UTC().Add(-time.Duration(n) * time.Second)
+	for i := 0; i < n; i++ {
+		c := cmdT
+		c.ID = fmt.Sprintf("c%09d", i)
+		c.CreatedAt = base.Add(time.Duration(i) * time.Second)
+		if i == n/2 {
+			c.State = api.CommandRunning
+		}
+		bt.InsertCommand(&c)
+		if i%500 == 499 || i == n-1 {
+			if err := d.Commit(ctx, &bt); err != nil {
+				b.Fatal(err)
+			}
+			bt = Batch{}
+		}
+	}
+	live := []api.CommandState{api.CommandReserved, api.CommandRunning, api.CommandUnverified}
+	var times []float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		cs, err := d.Commands(ctx, CommandQuery{Env: envT.ID, States: live})
+		times = append(times, float64(time.Since(t).Nanoseconds())/1000)
+		if err != nil || len(cs) != 1 {
+			b.Fatalf("%d live commands, %v; want 1", len(cs), err)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(times)
+	b.ReportMetric(times[len(times)/2], "µs/live")
+	load, _ := os.ReadFile("/proc/loadavg")
+	b.Logf("%d commands in one environment; load %s", n, load)
+}

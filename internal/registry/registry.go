@@ -368,12 +368,20 @@ func (d *DB) Resolve(ctx context.Context, prefix string) (kind, id string, err e
 	if prefix == "" {
 		return "", "", fmt.Errorf("empty id: %w", ErrNotFound)
 	}
-	like := escapeLike(prefix) + "%"
+	// Ids are lowercase ASCII; the prefix is matched as LIKE once did,
+	// without regard to ASCII case. The first ids at or after the prefix
+	// in the primary key's order are the ones that start with it: an index
+	// range, where a LIKE scanned every row of the table.
+	prefix = strings.ToLower(prefix)
 	var matches [][2]string
 	for _, tb := range []string{"envs", "commands"} {
-		rows, err := d.db.QueryContext(ctx, "SELECT id FROM "+tb+" WHERE id LIKE ? ESCAPE '\\' LIMIT 3", like)
+		rows, err := d.db.QueryContext(ctx, "SELECT id FROM "+tb+" WHERE id >= ? ORDER BY id LIMIT 3", prefix)
 		if err != nil {
 			return "", "", fmt.Errorf("registry: %w", err)
+		}
+		k := "env"
+		if tb == "commands" {
+			k = "command"
 		}
 		for rows.Next() {
 			var s string
@@ -381,17 +389,20 @@ func (d *DB) Resolve(ctx context.Context, prefix string) (kind, id string, err e
 				rows.Close()
 				return "", "", err
 			}
-			k := "env"
-			if tb == "commands" {
-				k = "command"
-			}
 			if s == prefix {
 				rows.Close()
 				return k, s, nil
 			}
+			if !strings.HasPrefix(s, prefix) {
+				break
+			}
 			matches = append(matches, [2]string{k, s})
 		}
+		err = rows.Err()
 		rows.Close()
+		if err != nil {
+			return "", "", fmt.Errorf("registry: %w", err)
+		}
 	}
 	switch len(matches) {
 	case 0:
@@ -411,17 +422,6 @@ func (d *DB) Resolve(ctx context.Context, prefix string) (kind, id string, err e
 		list = strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 	}
 	return "", "", fmt.Errorf("%q matches %s: %w (type more characters)", prefix, list, api.ErrAmbiguous)
-}
-
-func escapeLike(s string) string {
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' || s[i] == '_' || s[i] == '\\' {
-			out = append(out, '\\')
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
 }
 
 // Setting reads a store-wide setting; ok is false when unset.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,6 +130,37 @@ func TestResolvePrefix(t *testing.T) {
 	}
 	if _, _, err := d.Resolve(ctx, "a%"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("wildcard matched: %v", err)
+	}
+	for _, p := range []string{"a_", "_", "%", "\\", "aa1\x00"} {
+		if _, _, err := d.Resolve(ctx, p); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%q matched: %v", p, err)
+		}
+	}
+	// ASCII case doesn't matter (ids are lowercase), as with the LIKE
+	// this replaced.
+	if k, id, err := d.Resolve(ctx, "AA2"); err != nil || k != "env" || id != "aa22" {
+		t.Errorf("AA2: %s %s %v", k, id, err)
+	}
+	if k, id, err := d.Resolve(ctx, "BB11"); err != nil || k != "command" || id != "bb11" {
+		t.Errorf("BB11: %s %s %v", k, id, err)
+	}
+	// Ids after the prefix in order but not starting with it are no
+	// match: "ab" sorts after every "aa..." and before "bb11".
+	if _, _, err := d.Resolve(ctx, "ab"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ab: %v", err)
+	}
+	// A prefix of an environment and of a command is ambiguous; a whole
+	// command id still wins over environments sharing its prefix.
+	if err := commit(t, d, func(b *Batch) {
+		b.InsertCommand(&api.Command{ID: "aa1c", Env: "aa11", State: api.CommandRunning, CreatedAt: time.Now()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.Resolve(ctx, "aa1"); !errors.Is(err, api.ErrAmbiguous) || !strings.Contains(err.Error(), "aa11 and aa1c") {
+		t.Errorf("aa1: %v", err)
+	}
+	if k, id, err := d.Resolve(ctx, "aa1c"); err != nil || k != "command" || id != "aa1c" {
+		t.Errorf("aa1c: %s %s %v", k, id, err)
 	}
 }
 
@@ -613,6 +645,60 @@ func TestMigrateFromV2(t *testing.T) {
 	}
 	if cs, _ := d.Commands(ctx, CommandQuery{Labels: api.Selector{"team=ci"}}); len(cs) != 1 {
 		t.Fatalf("label query after migration: %d", len(cs))
+	}
+}
+
+// A store of schema 3 gets the index on a command's environment and state
+// in place of the one on its environment (schema 4), and the query for an
+// environment's live commands uses it.
+func TestMigrateFromV3(t *testing.T) {
+	dir := t.TempDir()
+	d, err := Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back to schema 3's indexes.
+	if _, err := d.db.Exec("DROP INDEX commands_env_state; CREATE INDEX commands_env ON commands(env_id); PRAGMA user_version = 3"); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d, err = Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if v, err := d.Version(ctx); err != nil || v != SchemaVersion || v < 4 {
+		t.Fatalf("version %d, %v", v, err)
+	}
+	var names []string
+	rows, err := d.db.Query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'commands' ORDER BY name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		names = append(names, n)
+	}
+	rows.Close()
+	if got := strings.Join(names, " "); !strings.Contains(got, "commands_env_state") || strings.Contains(got+" ", "commands_env ") {
+		t.Fatalf("indexes on commands: %s", got)
+	}
+	var plan strings.Builder
+	prow, err := d.db.Query("EXPLAIN QUERY PLAN "+commandSelect+" WHERE 1=1 AND env_id IN (?) AND state IN (?, ?, ?) ORDER BY created_at, id", "e", "reserved", "running", "unverified")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for prow.Next() {
+		var id, parent, notused int
+		var detail string
+		prow.Scan(&id, &parent, &notused, &detail)
+		plan.WriteString(detail + "; ")
+	}
+	prow.Close()
+	if !strings.Contains(plan.String(), "commands_env_state (env_id=? AND state=?)") {
+		t.Fatalf("live commands of an environment: plan %q", plan.String())
 	}
 }
 

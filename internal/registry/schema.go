@@ -103,6 +103,14 @@ CREATE TABLE events (
 );
 CREATE INDEX events_env ON events(env_id);
 `, fn: migrateV2Rows},
+	// 4: a command's environment and state in one index, in place of the
+	// index on the environment alone: a launch into an environment reads
+	// its commands that are not final without visiting the final ones,
+	// however many it has run (decision 59).
+	{sql: `
+CREATE INDEX commands_env_state ON commands(env_id, state);
+DROP INDEX commands_env;
+`},
 }
 
 // SchemaVersion is the version this build writes.
