@@ -275,10 +275,19 @@ func registryEmpty(d *safefs.Dir) bool {
 // database beside run directories (a truncated or replaced registry.sqlite
 // would otherwise be re-initialised and live environments vanish).
 func checkRegistry(ctx context.Context, root string, reg *registry.DB) error {
-	// The directory first: a run directory is made only after its
-	// environment's record is committed (the ledger rule), so one seen now
-	// has its record in any read of the registry that follows. (The other
-	// order would race a concurrent first run.)
+	// A registry with an environment is in use: the common case costs one
+	// indexed read, not a read of runs/ (a directory of thousands of
+	// entries in a store with retention).
+	if has, err := reg.AnyEnv(ctx); err != nil {
+		return fmt.Errorf("reading registry: %v: %w", err, api.ErrStore)
+	} else if has {
+		return nil
+	}
+	// An empty registry: the directory, then the registry again. A run
+	// directory is made only after its environment's record is committed
+	// (the ledger rule), so one seen now has its record in any read of the
+	// registry that follows. (Trusting the first read would race a
+	// concurrent first run.)
 	d, err := os.Open(filepath.Join(root, "runs"))
 	if err != nil {
 		return nil
