@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,4 +61,72 @@ func TestStopRevokesWaitingGates(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(ps)) != "[]" {
 		t.Fatalf("ps after the revoked launch: %v: %s", err, ps)
 	}
+}
+
+// A stop that lands after a command's registration and before its release
+// (the launcher paused between them) never starts it: the guardian finds
+// the stop request pending when the release comes. The record says the
+// command was stopped by hostfork before it started, with no exit code,
+// and the launcher exits 124 with one line saying so.
+func TestStopAtTheGateStartsNothing(t *testing.T) {
+	testutil.RequireRoot(t)
+	parent := testutil.CgroupParent(t)
+	bin := hostforkForUser(t)
+	root := t.TempDir()
+	run := func(extraEnv []string, args ...string) *exec.Cmd {
+		c := exec.Command(bin, append([]string{"--root", root}, args...)...)
+		c.Env = append(append(os.Environ(), "HOSTFORK_CGROUP_PARENT="+parent), extraEnv...)
+		return c
+	}
+	out, err := run(nil, "create", "--ttl", "2m").CombinedOutput()
+	if err != nil {
+		t.Fatalf("create: %v: %s", err, out)
+	}
+	env := strings.TrimSpace(string(out))
+	t.Cleanup(func() { run(nil, "stop", env).Run() })
+	mark := filepath.Join(t.TempDir(), "ran")
+	ex := run([]string{"HOSTFORK_FAULT=guardian-registered~1500ms"}, "exec", env, "--", "sh", "-c", "touch "+mark+"; sleep 300")
+	var exOut strings.Builder
+	ex.Stdout, ex.Stderr = &exOut, &exOut
+	if err := ex.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Process.Kill(); ex.Wait() })
+	time.Sleep(500 * time.Millisecond)
+	t0 := time.Now()
+	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
+		t.Fatalf("stop: %v: %s", err, out)
+	}
+	stopTook := time.Since(t0)
+	err = ex.Wait()
+	code := -1
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Errorf("the workload ran although its environment was stopped before its release")
+	}
+	if code != 124 || !strings.Contains(exOut.String(), "before it started") {
+		t.Errorf("exec stopped at its gate: exit %d (%v): %q; want 124 and a line that it was stopped before it started", code, err, exOut.String())
+	}
+	out, err = run(nil, "ps", "--all", "--json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ps: %v: %s", err, out)
+	}
+	var recs []struct {
+		State             string `json:"record_state"`
+		ExitCode          *int   `json:"exit_code"`
+		StopReason        string `json:"stop_reason"`
+		StoppedByHostfork bool   `json:"stopped_by_hostfork"`
+		Workload          any    `json:"workload"`
+		Error             string `json:"error"`
+	}
+	if err := json.Unmarshal(out, &recs); err != nil || len(recs) != 1 {
+		t.Fatalf("ps --all --json: %v: %s", err, out)
+	}
+	r := recs[0]
+	if r.ExitCode != nil || r.Workload != nil || !r.StoppedByHostfork || r.StopReason != "user" || !strings.Contains(r.Error, "before it started") {
+		t.Errorf("the record of a command stopped at its gate: %+v", r)
+	}
+	t.Logf("stop took %v; record %+v", stopTook, r)
 }

@@ -416,6 +416,9 @@ func endedBy(c *hostfork.CommandRecord) string {
 	if why == "" {
 		why = string(c.StopReason)
 	}
+	if c.State == hostfork.CommandFailed && c.Workload == nil {
+		return fmt.Sprintf("command %s was stopped by hostfork before it started (nothing of it ran): %s", c.ID, why)
+	}
 	return fmt.Sprintf("command %s was stopped by hostfork: %s", c.ID, why)
 }
 

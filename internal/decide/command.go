@@ -74,6 +74,15 @@ type Evidence struct {
 	// with the guardian gone this proves the release never came: nothing
 	// of the command ran and its output files were never made.
 	Unnamed bool
+	// Unreleased: the receipt is at its path and empty. A guardian writes
+	// its receipt once as soon as it is released, before it starts
+	// anything, and ends at its gate without writing when a stop comes
+	// first; so with the guardian gone this proves that nothing of the
+	// command ran (its output files exist, empty).
+	Unreleased bool
+	// StopDecision is a stop's reason kept beside the command's evidence
+	// (its stop-decision file) by a stopper, before it signalled.
+	StopDecision api.StopReason
 }
 
 // Command decides what c's record becomes given ev. It returns the new
@@ -126,6 +135,19 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 			n.State = api.CommandFailed
 		}
 		finishOOM(&n, ev)
+		return n, !same(c, n)
+	}
+	if ev.Unreleased && ev.Receipt == nil {
+		neverReleased(&n, "never released (its receipt is empty)", now)
+		if n.StopReason == "" {
+			n.StopReason = ev.StopDecision
+		}
+		if n.StopReason != "" {
+			// A stop reached the guardian at its gate: hostfork ended the
+			// command before it started.
+			n.StoppedByHostfork = true
+			n.Error = "stopped before it started: nothing of it ran"
+		}
 		return n, !same(c, n)
 	}
 	if ev.Unnamed && ev.Receipt == nil {

@@ -87,6 +87,35 @@ func TestCommand(t *testing.T) {
 					t.Fatalf("%+v", n)
 				}
 			}},
+		{"guardian gone, its receipt empty: never released, its files kept", func() api.Command {
+			c := running
+			c.StdoutPath, c.StderrPath = "/s/out", "/s/err"
+			return c
+		}(), Evidence{BootID: "b1", Guardian: Gone, Unreleased: true, Workload: GroupEmpty}, api.CommandFailed, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.TreeEvidence != "never released (its receipt is empty)" || n.StdoutPath != "/s/out" || n.LeaderState != api.PhaseUnknown ||
+					n.StoppedByHostfork || n.StopReason != "" || n.ExitCode != nil {
+					t.Fatalf("%+v", n)
+				}
+			}},
+		{"a stop at the gate: stopped by hostfork before it started", running, Evidence{BootID: "b1", Guardian: Gone, Unreleased: true, StopDecision: api.ReasonUser, Workload: GroupEmpty}, api.CommandFailed, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.StopReason != api.ReasonUser || !n.StoppedByHostfork || n.Error != "stopped before it started: nothing of it ran" || n.ExitCode != nil || n.Workload != nil {
+					t.Fatalf("%+v", n)
+				}
+			}},
+		{"a stop reason already recorded counts at the gate too", func() api.Command {
+			c := running
+			c.StopReason = api.ReasonDeadline
+			return c
+		}(), Evidence{BootID: "b1", Guardian: Gone, Unreleased: true, StopDecision: api.ReasonUser}, api.CommandFailed, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.StopReason != api.ReasonDeadline || !n.StoppedByHostfork {
+					t.Fatalf("%+v", n)
+				}
+			}},
+		{"an empty receipt is no proof while the guardian lives", running, Evidence{BootID: "b1", Guardian: Alive, Unreleased: true}, api.CommandRunning, api.PhaseLive, nil},
+		{"a readable receipt outweighs an empty read", running, Evidence{BootID: "b1", Guardian: Gone, Unreleased: true, Receipt: complete}, api.CommandExited, api.PhaseExited, nil},
 		{"files never named is no proof while the guardian lives", running, Evidence{BootID: "b1", Guardian: Alive, Unnamed: true}, api.CommandRunning, api.PhaseLive, nil},
 		{"a readable receipt outweighs a missing name", running, Evidence{BootID: "b1", Guardian: Gone, Unnamed: true, Receipt: complete}, api.CommandExited, api.PhaseExited, nil},
 		{"start error", running, Evidence{BootID: "b1", Guardian: Gone, Receipt: &Receipt{StartError: "no", LeaderExited: &now, ExitCode: ip(127), TreeExited: &now, Complete: true}}, api.CommandFailed, api.PhaseExited, nil},

@@ -584,10 +584,13 @@ func (l *launch) release(ctx context.Context, env *api.Env) (*Running, error) {
 	}
 	r := newRunning(l, env)
 	if err := l.g.Release(cfg); err != nil {
-		// The guardian is registered; it exits on its own at EOF. The
-		// record is settled from its evidence like any other loss.
+		// The guardian is registered and started nothing: it exits at
+		// EOF, or it is gone already because a stop reached it at its
+		// gate. Its empty receipt proves that; the record says so now.
 		l.g.Abort()
-		r.abandonWatch(err)
+		if r.unreleased(fmt.Errorf("releasing the command: %w", err)) {
+			return r, nil
+		}
 		return nil, fmt.Errorf("releasing the command: %w", err)
 	}
 	fault.Point(fault.Released)

@@ -244,6 +244,35 @@ func (r *Running) observe(guardian decide.Liveness, event string) {
 	r.rec = &n
 }
 
+// unreleased records a launch whose release failed, its guardian reaped
+// (Guardian.Abort): the guardian started nothing, and its empty receipt
+// proves it (decide.Evidence.Unreleased). The record is a stop before the
+// start when a stop reached the guardian at its gate, a failure with
+// cause otherwise. It reports whether the record is final; if not, the
+// waits are ended as by abandonWatch.
+func (r *Running) unreleased(cause error) bool {
+	r.observe(decide.Gone, "")
+	r.mu.Lock()
+	if r.rec.State == api.CommandFailed && r.rec.StopReason == "" {
+		n := *r.rec
+		n.Error = cause.Error()
+		r.rec = &n
+	}
+	final := r.rec.Final()
+	r.mu.Unlock()
+	if !final {
+		r.abandonWatch(cause)
+		return false
+	}
+	close(r.started)
+	r.endForwarding()
+	close(r.leaderDone)
+	r.finish()
+	r.e.untrack(r.id)
+	close(r.treeDone)
+	return true
+}
+
 // abandonWatch ends the waits of a launch whose release failed.
 func (r *Running) abandonWatch(err error) {
 	r.mu.Lock()

@@ -55,8 +55,13 @@ func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
 		// predate its last writes.
 		ev.Receipt = readReceipt(c)
 		if ev.Receipt == nil && c.ProofIno != 0 {
-			if _, err := os.Lstat(filepath.Join(c.Dir, "receipt")); errors.Is(err, os.ErrNotExist) {
+			_, err := supervise.ReadReceipt(filepath.Join(c.Dir, "receipt"), c.ID, c.ProofDev, c.ProofIno)
+			switch {
+			case errors.Is(err, os.ErrNotExist):
 				ev.Unnamed = true
+			case errors.Is(err, supervise.ErrNoReceipt):
+				ev.Unreleased = true
+				ev.StopDecision = readDecision(filepath.Join(c.Dir, "stop-decision"))
 			}
 		}
 		if (ev.Receipt == nil || !ev.Receipt.Complete) && c.CgroupPath != "" {

@@ -1200,10 +1200,42 @@ static void ensure_std_fds(void)
 	}
 }
 
+/* stop_pending reads the signals queued at the gate (there are no
+ * children yet: a SIGCHLD is nothing) and reports a stop request among
+ * them. */
+static int stop_pending(void)
+{
+	struct signalfd_siginfo si;
+	int stop = 0;
+	while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
+		if (si.ssi_signo == SIGTERM)
+			stop = 1;
+	return stop;
+}
+
+/* gate_wait waits until the release (or EOF) can be read from the
+ * control channel; it returns non-zero for a stop request first. */
+static int gate_wait(void)
+{
+	for (;;) {
+		struct pollfd p[2] = {{.fd = HF_FD_CONTROL, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return 0; /* the blocking read decides */
+		}
+		if ((p[1].revents & POLLIN) && stop_pending())
+			return 1;
+		if (p[0].revents)
+			return 0;
+	}
+}
+
 int hf_guardian_main(void)
 {
 	/* First: SIGTERM (a stop request) and SIGCHLD are read from a signalfd;
-	 * a SIGTERM that arrives at the gate is handled after the release. */
+	 * a SIGTERM that arrives at the gate ends the guardian there, before
+	 * anything starts (see the gate below). */
 	sigset_t mask;
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
@@ -1231,7 +1263,23 @@ int hf_guardian_main(void)
 		sigaction(ignored[i], &ign, NULL);
 
 	/* The gate: nothing runs until the launcher has durably registered our
-	 * identity and sends the release. EOF here is an aborted launch. */
+	 * identity and sends the release. EOF here is an aborted launch. A
+	 * stop request (SIGTERM) at the gate, or one that is pending when the
+	 * release arrives, ends the guardian before anything starts: the
+	 * stopper waits for us, and the empty receipt says that nothing ran
+	 * (the receipt is written once before the workload is started). */
+	/* Above the protocol's descriptors: a slot the launcher left empty
+	 * (HF_FD_PARENT, the forward pipes) is closed or reused later. */
+	int s0 = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	sfd = s0 < 0 ? -1 : fcntl(s0, F_DUPFD_CLOEXEC, HF_FD_PARENT + 1);
+	if (s0 >= 0)
+		close(s0);
+	if (sfd < 0) {
+		hf_log("guardian: signalfd: %s", hf_errstr(errno));
+		return 125;
+	}
+	if (gate_wait() != 0)
+		return 0;
 	int r = hf_read_msg(HF_FD_CONTROL, &rel);
 	if (r == 0)
 		return 0;
@@ -1244,6 +1292,8 @@ int hf_guardian_main(void)
 		hf_log("guardian: bad release message");
 		return 125;
 	}
+	if (stop_pending())
+		return 0;
 	snprintf(tree.cgroup, sizeof tree.cgroup, "%s", cfg.cgroup);
 	snprintf(tree.mount, sizeof tree.mount, "%s", cfg.mount);
 	tree.roots[0] = self_pid;
@@ -1260,6 +1310,9 @@ int hf_guardian_main(void)
 		R.dev = (uint64_t)st.st_dev;
 		R.ino = (uint64_t)st.st_ino;
 	}
+	/* Released: the receipt is never empty from here on (an empty receipt
+	 * of a guardian that is gone proves it never started anything). */
+	write_receipt();
 
 	static char msg[ERRMSG_MAX];
 	int out = HF_FD_STDOUT, err = HF_FD_STDERR;
@@ -1279,9 +1332,8 @@ int hf_guardian_main(void)
 		for (int i = 0; i < 2; i++)
 			fcntl(tp[i][0], F_SETPIPE_SZ, 1 << 20);
 	}
-	sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (sfd < 0 || tfd < 0) {
+	if (tfd < 0) {
 		snprintf(msg, sizeof msg, "creating signalfd/timerfd: %s", hf_errstr(errno));
 		return start_failed(msg, 125);
 	}

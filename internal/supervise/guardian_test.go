@@ -285,6 +285,48 @@ func TestGateAbortStartsNothing(t *testing.T) {
 	}
 }
 
+// A stop request (SIGTERM, as a stopper queues it) at the gate ends the
+// guardian there: exit 0, nothing started, no receipt written (an empty
+// receipt of a gone guardian is decide.Evidence.Unreleased), and the
+// launcher's release finds no reader.
+func TestStopAtGateStartsNothing(t *testing.T) {
+	h := launch(t, launchOpts{})
+	time.Sleep(50 * time.Millisecond)
+	fd := pidfdOf(t, h.g.ID.PID)
+	defer unix.Close(fd)
+	p, err := linux.OpenVerified(h.g.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.SignalValue(syscall.SIGTERM, supervise.StopValue(api.ReasonUser, true, time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !exited(fd) {
+		if time.Now().After(deadline) {
+			t.Fatal("the guardian stayed at its gate after a stop request")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := h.g.Release(h.config("/bin/sh", "-c", "touch "+filepath.Join(h.dir, "ran"))); err == nil {
+		t.Fatal("a release reached a guardian that ended at its gate")
+	}
+	h.finish()
+	if len(h.seen) != 0 {
+		t.Fatalf("events from a guardian stopped at its gate: %+v", h.seen)
+	}
+	if b := h.file("receipt"); b != "" {
+		t.Fatalf("a guardian stopped at its gate wrote a receipt: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "ran")); err == nil {
+		t.Fatal("the workload ran")
+	}
+	if populated(t, h.workload) {
+		t.Fatal("something is left in the workload cgroup")
+	}
+}
+
 func TestExecFailureCodes(t *testing.T) {
 	dir := t.TempDir()
 	plain := filepath.Join(dir, "plain")
@@ -761,10 +803,12 @@ func TestSubreaperSIGTERMStopsTree(t *testing.T) {
 	}
 }
 
-// SIGTERM that reaches the guardian at the gate is not lost: the release
-// still starts the workload (its identity is then on record) and the tree
-// is stopped at once with reason "user".
-func TestSIGTERMAtGateStopsAfterRelease(t *testing.T) {
+// A plain SIGTERM that reaches the guardian at the gate (what `hostfork
+// stop` sends in the subreaper tier) is a stop before the start: the
+// guardian, which blocked SIGTERM first thing, ends there with status 0
+// (not by the signal's default action) and starts nothing; the release
+// finds no reader (decision 60).
+func TestSIGTERMAtGateStartsNothing(t *testing.T) {
 	h := launch(t, launchOpts{subreaper: true})
 	// Wait until the constructor has blocked SIGTERM (before that, the
 	// kernel's default action applies, as for any process that is still
@@ -783,17 +827,17 @@ func TestSIGTERMAtGateStopsAfterRelease(t *testing.T) {
 	if err := linux.SignalVerified(h.g.ID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
-	if linux.Assess(h.g.ID) != linux.Alive {
-		t.Fatal("SIGTERM at the gate killed the guardian")
+	if err := h.g.Reap(); err != nil {
+		t.Fatalf("guardian stopped at its gate: %v, want exit status 0", err)
 	}
-	h.release(h.config("sleep", "60"))
-	h.next("started", 10*time.Second)
-	leader := h.next("leader", 10*time.Second)
-	tree := h.next("tree", 10*time.Second)
-	h.finish()
-	if leader.Signal == nil || *leader.Signal != int(syscall.SIGTERM) || tree.Reason != api.ReasonUser {
-		t.Fatalf("leader %+v tree %+v", leader, tree)
+	if err := h.g.Release(h.config("sh", "-c", "touch "+filepath.Join(h.dir, "ran"))); err == nil {
+		t.Fatal("a release reached a guardian that ended at its gate")
+	}
+	if b := h.file("receipt"); b != "" {
+		t.Fatalf("receipt %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "ran")); err == nil {
+		t.Fatal("the workload ran")
 	}
 }
 
