@@ -588,10 +588,12 @@ func (l *launch) release(ctx context.Context, env *api.Env) (*Running, error) {
 		// EOF, or it is gone already because a stop reached it at its
 		// gate. Its empty receipt proves that; the record says so now.
 		l.g.Abort()
-		if r.unreleased(fmt.Errorf("releasing the command: %w", err)) {
+		cause := fmt.Errorf("releasing the command: %w", err)
+		if r.unreleased(cause) {
+			// A stop came first: the command's end, reported as such.
 			return r, nil
 		}
-		return nil, fmt.Errorf("releasing the command: %w", err)
+		return nil, cause
 	}
 	fault.Point(fault.Released)
 	go r.watch()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,5 +113,38 @@ func TestStartEarlyFailureLeavesNothing(t *testing.T) {
 	ents, err := os.ReadDir(filepath.Join(env.RunDir, "commands"))
 	if err != nil || len(ents) != 0 {
 		t.Errorf("the commands directory holds %v (%v)", ents, err)
+	}
+}
+
+// A release the guardian can't be given (a message over the protocol's
+// bound) is refused before anything starts: Start fails with the reason,
+// and the command's record says so at once, final, from the empty receipt
+// (decision 60), instead of waiting for a reader to settle it.
+func TestRefusedReleaseIsRecorded(t *testing.T) {
+	for _, early := range []bool{true, false} {
+		t.Run(map[bool]string{true: "early", false: "three-commit"}[early], func(t *testing.T) {
+			old := noEarlyLaunch
+			noEarlyLaunch = !early
+			t.Cleanup(func() { noEarlyLaunch = old })
+			e, env := testEngine(t, Options{})
+			ctx := context.Background()
+			huge := "X=" + strings.Repeat("x", 17<<20)
+			_, err := e.Start(ctx, env.ID, &CommandSpec{Argv: []string{"true"}, Env: []string{"PATH=/usr/bin:/bin", huge}})
+			if err == nil || !strings.Contains(err.Error(), "releasing the command") {
+				t.Fatalf("Start with a 17 MiB environment: %v", err)
+			}
+			cmds, err := e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
+			if err != nil || len(cmds) != 1 {
+				t.Fatalf("%d commands, %v", len(cmds), err)
+			}
+			c := cmds[0]
+			if c.State != api.CommandFailed || c.Workload != nil || c.ExitCode != nil || !strings.Contains(c.Error, "more than") ||
+				c.TreeEvidence != "never released (its receipt is empty)" || c.StoppedByHostfork {
+				t.Fatalf("record %+v", c)
+			}
+			if b, err := os.ReadFile(filepath.Join(c.Dir, "receipt")); err != nil || len(b) != 0 {
+				t.Fatalf("receipt %q, %v", b, err)
+			}
+		})
 	}
 }

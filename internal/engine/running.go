@@ -248,8 +248,9 @@ func (r *Running) observe(guardian decide.Liveness, event string) {
 // (Guardian.Abort): the guardian started nothing, and its empty receipt
 // proves it (decide.Evidence.Unreleased). The record is a stop before the
 // start when a stop reached the guardian at its gate, a failure with
-// cause otherwise. It reports whether the record is final; if not, the
-// waits are ended as by abandonWatch.
+// cause otherwise (recorded, and left to the caller to return). It
+// reports whether the record is a stop; if not, the waits are ended as by
+// abandonWatch.
 func (r *Running) unreleased(cause error) bool {
 	r.observe(decide.Gone, "")
 	r.mu.Lock()
@@ -258,7 +259,7 @@ func (r *Running) unreleased(cause error) bool {
 		n.Error = cause.Error()
 		r.rec = &n
 	}
-	final := r.rec.Final()
+	final, stop := r.rec.Final(), r.rec.StopReason != ""
 	r.mu.Unlock()
 	if !final {
 		r.abandonWatch(cause)
@@ -270,7 +271,7 @@ func (r *Running) unreleased(cause error) bool {
 	r.finish()
 	r.e.untrack(r.id)
 	close(r.treeDone)
-	return true
+	return stop
 }
 
 // abandonWatch ends the waits of a launch whose release failed.
