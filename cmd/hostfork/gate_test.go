@@ -17,20 +17,7 @@ import (
 // yet released when its environment's stop begins is never released, its
 // launcher fails with the reason, and nothing of it runs.
 func TestStopRevokesWaitingGates(t *testing.T) {
-	testutil.RequireRoot(t)
-	parent := testutil.CgroupParent(t)
-	bin := hostforkForUser(t)
-	root := t.TempDir()
-	run := func(extraEnv []string, args ...string) *exec.Cmd {
-		c := exec.Command(bin, append([]string{"--root", root}, args...)...)
-		c.Env = append(append(os.Environ(), "HOSTFORK_CGROUP_PARENT="+parent), extraEnv...)
-		return c
-	}
-	out, err := run(nil, "create", "--ttl", "2m").CombinedOutput()
-	if err != nil {
-		t.Fatalf("create: %v: %s", err, out)
-	}
-	env := strings.TrimSpace(string(out))
+	parent, run, env := gateEnv(t)
 	// The exec pauses with its guardian started at the gate, not yet
 	// registered; meanwhile the environment is stopped.
 	ex := run([]string{"HOSTFORK_FAULT=guardian-started~1500ms"}, "exec", env, "--", "sleep", "300")
@@ -44,7 +31,7 @@ func TestStopRevokesWaitingGates(t *testing.T) {
 	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
 		t.Fatalf("stop: %v: %s", err, out)
 	}
-	err = ex.Wait()
+	err := ex.Wait()
 	code := -1
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
@@ -69,21 +56,7 @@ func TestStopRevokesWaitingGates(t *testing.T) {
 // command was stopped by hostfork before it started, with no exit code,
 // and the launcher exits 124 with one line saying so.
 func TestStopAtTheGateStartsNothing(t *testing.T) {
-	testutil.RequireRoot(t)
-	parent := testutil.CgroupParent(t)
-	bin := hostforkForUser(t)
-	root := t.TempDir()
-	run := func(extraEnv []string, args ...string) *exec.Cmd {
-		c := exec.Command(bin, append([]string{"--root", root}, args...)...)
-		c.Env = append(append(os.Environ(), "HOSTFORK_CGROUP_PARENT="+parent), extraEnv...)
-		return c
-	}
-	out, err := run(nil, "create", "--ttl", "2m").CombinedOutput()
-	if err != nil {
-		t.Fatalf("create: %v: %s", err, out)
-	}
-	env := strings.TrimSpace(string(out))
-	t.Cleanup(func() { run(nil, "stop", env).Run() })
+	_, run, env := gateEnv(t)
 	mark := filepath.Join(t.TempDir(), "ran")
 	ex := run([]string{"HOSTFORK_FAULT=guardian-registered~1500ms"}, "exec", env, "--", "sh", "-c", "touch "+mark+"; sleep 300")
 	var exOut strings.Builder
@@ -98,7 +71,7 @@ func TestStopAtTheGateStartsNothing(t *testing.T) {
 		t.Fatalf("stop: %v: %s", err, out)
 	}
 	stopTook := time.Since(t0)
-	err = ex.Wait()
+	err := ex.Wait()
 	code := -1
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
@@ -109,7 +82,7 @@ func TestStopAtTheGateStartsNothing(t *testing.T) {
 	if code != 124 || !strings.Contains(exOut.String(), "before it started") {
 		t.Errorf("exec stopped at its gate: exit %d (%v): %q; want 124 and a line that it was stopped before it started", code, err, exOut.String())
 	}
-	out, err = run(nil, "ps", "--all", "--json").CombinedOutput()
+	out, err := run(nil, "ps", "--all", "--json").CombinedOutput()
 	if err != nil {
 		t.Fatalf("ps: %v: %s", err, out)
 	}
@@ -129,4 +102,27 @@ func TestStopAtTheGateStartsNothing(t *testing.T) {
 		t.Errorf("the record of a command stopped at its gate: %+v", r)
 	}
 	t.Logf("stop took %v; record %+v", stopTook, r)
+}
+
+// gateEnv makes a store, its cgroup parent and an environment for a test
+// of launch gates, with run, which runs hostfork on that store with extra
+// environment variables. The environment is stopped at the end.
+func gateEnv(t *testing.T) (parent string, run func(extraEnv []string, args ...string) *exec.Cmd, env string) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	parent = testutil.CgroupParent(t)
+	bin := hostforkForUser(t)
+	root := t.TempDir()
+	run = func(extraEnv []string, args ...string) *exec.Cmd {
+		c := exec.Command(bin, append([]string{"--root", root}, args...)...)
+		c.Env = append(append(os.Environ(), "HOSTFORK_CGROUP_PARENT="+parent), extraEnv...)
+		return c
+	}
+	out, err := run(nil, "create", "--ttl", "2m").CombinedOutput()
+	if err != nil {
+		t.Fatalf("create: %v: %s", err, out)
+	}
+	env = strings.TrimSpace(string(out))
+	t.Cleanup(func() { run(nil, "stop", env).Run() })
+	return parent, run, env
 }

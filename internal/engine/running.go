@@ -259,7 +259,7 @@ func (r *Running) unreleased(cause error) bool {
 		n.Error = cause.Error()
 		r.rec = &n
 	}
-	final, stop := r.rec.Final(), r.rec.StopReason != ""
+	final := r.rec.Final()
 	r.mu.Unlock()
 	if !final {
 		r.abandonWatch(cause)
@@ -271,6 +271,11 @@ func (r *Running) unreleased(cause error) bool {
 	r.finish()
 	r.e.untrack(r.id)
 	close(r.treeDone)
+	// What was recorded: the stopper's record when it came first (it
+	// removes its decision file once it has recorded).
+	r.mu.Lock()
+	stop := r.rec.StopReason != ""
+	r.mu.Unlock()
 	return stop
 }
 
