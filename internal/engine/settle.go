@@ -21,20 +21,30 @@ import (
 
 // readReceipt reads and verifies a command's receipt (nil: none readable).
 func readReceipt(c *api.Command) *decide.Receipt {
+	r, _ := receiptOf(c)
+	return r
+}
+
+// receiptOf is readReceipt with the reason there is none (os.ErrNotExist,
+// supervise.ErrNoReceipt, ...).
+func receiptOf(c *api.Command) (*decide.Receipt, error) {
 	if c.ProofIno == 0 {
-		return nil
+		return nil, errNoProof
 	}
 	r, err := supervise.ReadReceipt(filepath.Join(c.Dir, "receipt"), c.ID, c.ProofDev, c.ProofIno)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	return &decide.Receipt{
 		WorkloadPID: r.WorkloadPID, WorkloadStart: r.WorkloadStart, StartError: r.StartError,
 		LeaderExited: r.LeaderExited, ExitCode: r.ExitCode, Signal: r.Signal, StopReason: r.StopReason,
 		StoppedByHostfork: r.StoppedByHostfork, OutsideCgroup: r.OutsideCgroup, TreeExited: r.TreeExited,
 		OutputTruncated: r.OutputTruncated, LeaderOOM: r.LeaderOOM, Complete: r.Complete,
-	}
+	}, nil
 }
+
+// errNoProof: the record names no receipt (no proof file registered).
+var errNoProof = errors.New("no receipt registered")
 
 // evidence gathers what can be known about command c now (DESIGN.md: each
 // assessment rechecks current evidence; nothing is cached).
@@ -53,9 +63,9 @@ func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
 	if ev.Guardian == decide.Gone {
 		// Gone: its receipt can no longer change; the read above may
 		// predate its last writes.
-		ev.Receipt = readReceipt(c)
+		var err error
+		ev.Receipt, err = receiptOf(c)
 		if ev.Receipt == nil && c.ProofIno != 0 {
-			_, err := supervise.ReadReceipt(filepath.Join(c.Dir, "receipt"), c.ID, c.ProofDev, c.ProofIno)
 			switch {
 			case errors.Is(err, os.ErrNotExist):
 				ev.Unnamed = true

@@ -1334,7 +1334,7 @@ int hf_guardian_main(void)
 	}
 	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (tfd < 0) {
-		snprintf(msg, sizeof msg, "creating signalfd/timerfd: %s", hf_errstr(errno));
+		snprintf(msg, sizeof msg, "creating timerfd: %s", hf_errstr(errno));
 		return start_failed(msg, 125);
 	}
 	int serr = 0;
