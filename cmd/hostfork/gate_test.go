@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,4 +126,60 @@ func gateEnv(t *testing.T) (parent string, run func(extraEnv []string, args ...s
 	env = strings.TrimSpace(string(out))
 	t.Cleanup(func() { run(nil, "stop", env).Run() })
 	return parent, run, env
+}
+
+// A guardian killed at its gate (not a hostfork stop: a signal from
+// elsewhere) leaves a launch that started nothing. The launcher says so
+// in one line and fails; the record is final, failed, never released,
+// with no stop reason.
+func TestGuardianKilledAtTheGate(t *testing.T) {
+	_, run, env := gateEnv(t)
+	mark := filepath.Join(t.TempDir(), "ran")
+	ex := run([]string{"HOSTFORK_FAULT=guardian-registered~1500ms"}, "exec", env, "--", "sh", "-c", "touch "+mark)
+	var exOut strings.Builder
+	ex.Stdout, ex.Stderr = &exOut, &exOut
+	if err := ex.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Process.Kill(); ex.Wait() })
+	type rec struct {
+		State    string `json:"record_state"`
+		Error    string `json:"error"`
+		Evidence string `json:"tree_evidence"`
+		Stop     string `json:"stop_reason"`
+		ByHF     bool   `json:"stopped_by_hostfork"`
+		Guardian *struct {
+			PID int `json:"pid"`
+		} `json:"guardian"`
+	}
+	var recs []rec
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out, err := run(nil, "ps", "--json").CombinedOutput()
+		if err == nil && json.Unmarshal(out, &recs) == nil && len(recs) == 1 && recs[0].Guardian != nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the paused exec's guardian never showed: %s", out)
+		}
+	}
+	// The guardian is this test's grandchild, killed by its PID.
+	if err := syscall.Kill(recs[0].Guardian.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err := ex.Wait()
+	if err == nil || !strings.Contains(exOut.String(), "ended at the launch gate before the release") {
+		t.Errorf("exec whose guardian was killed at its gate: %v: %q", err, exOut.String())
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("the workload ran")
+	}
+	out, err := run(nil, "ps", "--all", "--json").CombinedOutput()
+	if err != nil || json.Unmarshal(out, &recs) != nil || len(recs) != 1 {
+		t.Fatalf("ps --all --json: %v: %s", err, out)
+	}
+	// Whoever settles it first words the error (this test's own ps may):
+	// the evidence is the same.
+	if r := recs[0]; r.State != "failed" || r.Stop != "" || r.ByHF || r.Evidence != "never released (its receipt is empty)" {
+		t.Errorf("record %+v", r)
+	}
 }

@@ -589,6 +589,9 @@ func (l *launch) release(ctx context.Context, env *api.Env) (*Running, error) {
 		// gate. Its empty receipt proves that; the record says so now.
 		l.g.Abort()
 		cause := fmt.Errorf("releasing the command: %w", err)
+		if errors.Is(err, syscall.EPIPE) {
+			cause = fmt.Errorf("releasing the command: its guardian ended at the launch gate before the release (a signal ended it there), so nothing of the command ran: %w", err)
+		}
 		if r.unreleased(cause) {
 			// A stop came first: the command's end, reported as such.
 			return r, nil
