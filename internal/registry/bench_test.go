@@ -25,14 +25,7 @@ const (
 // API, 200 runs per commit. It returns the environment ids.
 func seedRuns(tb testing.TB, d *DB, n int) []string {
 	tb.Helper()
-	var envT api.Env
-	var cmdT api.Command
-	if err := json.Unmarshal([]byte(benchEnvJSON), &envT); err != nil {
-		tb.Fatal(err)
-	}
-	if err := json.Unmarshal([]byte(benchCmdJSON), &cmdT); err != nil {
-		tb.Fatal(err)
-	}
+	envT, cmdT := benchRecords(tb)
 	ctx := context.Background()
 	base := time.Now().UTC().Add(-time.Duration(n) * time.Second)
 	ids := make([]string, 0, n)
@@ -60,6 +53,28 @@ func seedRuns(tb testing.TB, d *DB, n int) []string {
 		}
 	}
 	return ids
+}
+
+// benchRecords are the environment and command of benchEnvJSON and
+// benchCmdJSON.
+func benchRecords(tb testing.TB) (api.Env, api.Command) {
+	tb.Helper()
+	var envT api.Env
+	var cmdT api.Command
+	if err := json.Unmarshal([]byte(benchEnvJSON), &envT); err != nil {
+		tb.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(benchCmdJSON), &cmdT); err != nil {
+		tb.Fatal(err)
+	}
+	return envT, cmdT
+}
+
+// median sorts a copy of v and returns its middle, smallest and largest.
+func median(v []float64) (med, lo, hi float64) {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2], v[0], v[len(v)-1]
 }
 
 func benchCount(def int) int {
@@ -145,11 +160,9 @@ func BenchmarkListing(b *testing.B) {
 	b.StopTimer()
 	load, _ := os.ReadFile("/proc/loadavg")
 	for k, s := range steps {
-		v := slices.Clone(times[k])
-		slices.Sort(v)
-		med := v[len(v)/2]
+		med, lo, hi := median(times[k])
 		b.ReportMetric(med, "ms/"+s.name)
-		b.Logf("%-18s median %8.2f ms  min %8.2f  max %8.2f  n=%d", s.name, med, v[0], v[len(v)-1], len(v))
+		b.Logf("%-18s median %8.2f ms  min %8.2f  max %8.2f  n=%d", s.name, med, lo, hi, len(times[k]))
 	}
 	b.Logf("%d records; load %s", n, load)
 }
@@ -197,9 +210,8 @@ func BenchmarkResolve(b *testing.B) {
 	b.StopTimer()
 	load, _ := os.ReadFile("/proc/loadavg")
 	for k, c := range cases {
-		v := slices.Clone(times[k])
-		slices.Sort(v)
-		b.ReportMetric(v[len(v)/2], "µs/"+c.name)
+		med, _, _ := median(times[k])
+		b.ReportMetric(med, "µs/"+c.name)
 	}
 	b.Logf("%d records; load %s", n, load)
 }
@@ -215,14 +227,7 @@ func BenchmarkEnvLiveCommands(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer d.Close()
-	var envT api.Env
-	var cmdT api.Command
-	if err := json.Unmarshal([]byte(benchEnvJSON), &envT); err != nil {
-		b.Fatal(err)
-	}
-	if err := json.Unmarshal([]byte(benchCmdJSON), &cmdT); err != nil {
-		b.Fatal(err)
-	}
+	envT, cmdT := benchRecords(b)
 	ctx := context.Background()
 	envT.State = api.EnvActive
 	var bt Batch
@@ -255,8 +260,8 @@ func BenchmarkEnvLiveCommands(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	slices.Sort(times)
-	b.ReportMetric(times[len(times)/2], "µs/live")
+	med, _, _ := median(times)
+	b.ReportMetric(med, "µs/live")
 	load, _ := os.ReadFile("/proc/loadavg")
 	b.Logf("%d commands in one environment; load %s", n, load)
 }
