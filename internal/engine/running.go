@@ -215,8 +215,20 @@ func (r *Running) watch() {
 	}
 	_ = r.g.Reap()
 	r.observe(decide.Gone, "")
-	closeStart()
-	closeLeader()
+	r.end(startClosed, leaderClosed)
+}
+
+// end records the result once the guardian is gone and ends every wait:
+// the start's and the leader's (unless already ended), then, with the
+// record written, the tree's.
+func (r *Running) end(startClosed, leaderClosed bool) {
+	if !startClosed {
+		close(r.started)
+	}
+	if !leaderClosed {
+		r.endForwarding()
+		close(r.leaderDone)
+	}
 	r.finish()
 	r.e.untrack(r.id)
 	close(r.treeDone)
@@ -265,12 +277,7 @@ func (r *Running) unreleased(cause error) bool {
 		r.abandonWatch(cause)
 		return false
 	}
-	close(r.started)
-	r.endForwarding()
-	close(r.leaderDone)
-	r.finish()
-	r.e.untrack(r.id)
-	close(r.treeDone)
+	r.end(false, false)
 	// What was recorded: the stopper's record when it came first (it
 	// removes its decision file once it has recorded).
 	r.mu.Lock()

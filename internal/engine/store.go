@@ -275,13 +275,18 @@ func registryEmpty(d *safefs.Dir) bool {
 // database beside run directories (a truncated or replaced registry.sqlite
 // would otherwise be re-initialised and live environments vanish).
 func checkRegistry(ctx context.Context, root string, reg *registry.DB) error {
+	inUse := func() (bool, error) {
+		has, err := reg.AnyEnv(ctx)
+		if err != nil {
+			return false, fmt.Errorf("reading registry: %v: %w", err, api.ErrStore)
+		}
+		return has, nil
+	}
 	// A registry with an environment is in use: the common case costs one
 	// indexed read, not a read of runs/ (a directory of thousands of
 	// entries in a store with retention).
-	if has, err := reg.AnyEnv(ctx); err != nil {
-		return fmt.Errorf("reading registry: %v: %w", err, api.ErrStore)
-	} else if has {
-		return nil
+	if has, err := inUse(); err != nil || has {
+		return err
 	}
 	// An empty registry: the directory, then the registry again. A run
 	// directory is made only after its environment's record is committed
@@ -297,12 +302,8 @@ func checkRegistry(ctx context.Context, root string, reg *registry.DB) error {
 	if len(names) == 0 {
 		return nil
 	}
-	has, err := reg.AnyEnv(ctx)
-	if err != nil {
-		return fmt.Errorf("reading registry: %v: %w", err, api.ErrStore)
-	}
-	if has {
-		return nil
+	if has, err := inUse(); err != nil || has {
+		return err
 	}
 	return storeErr(root, "has no usable registry: %s holds no environment but runs/ holds run directories (%s, …): the registry was lost, truncated or replaced; restore registry.sqlite from a backup, or move the store aside and start a new one", registry.FileName, names[0])
 }
