@@ -21,22 +21,12 @@ func TestStopRevokesWaitingGates(t *testing.T) {
 	parent, run, env := gateEnv(t)
 	// The exec pauses with its guardian started at the gate, not yet
 	// registered; meanwhile the environment is stopped.
-	ex := run([]string{"HOSTFORK_FAULT=guardian-started~1500ms"}, "exec", env, "--", "sleep", "300")
-	var exOut strings.Builder
-	ex.Stdout, ex.Stderr = &exOut, &exOut
-	if err := ex.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ex.Process.Kill(); ex.Wait() })
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-started~1500ms"}, "exec", env, "--", "sleep", "300"))
 	time.Sleep(500 * time.Millisecond)
 	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
 		t.Fatalf("stop: %v: %s", err, out)
 	}
-	err := ex.Wait()
-	code := -1
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	}
+	code, err := waitExec(ex)
 	if code != 122 || !strings.Contains(exOut.String(), "launch gate is revoked") {
 		t.Fatalf("exec at a revoked gate: exit %d (%v): %s", code, err, exOut.String())
 	}
@@ -59,24 +49,14 @@ func TestStopRevokesWaitingGates(t *testing.T) {
 func TestStopAtTheGateStartsNothing(t *testing.T) {
 	_, run, env := gateEnv(t)
 	mark := filepath.Join(t.TempDir(), "ran")
-	ex := run([]string{"HOSTFORK_FAULT=guardian-registered~1500ms"}, "exec", env, "--", "sh", "-c", "touch "+mark+"; sleep 300")
-	var exOut strings.Builder
-	ex.Stdout, ex.Stderr = &exOut, &exOut
-	if err := ex.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ex.Process.Kill(); ex.Wait() })
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-registered~1500ms"}, "exec", env, "--", "sh", "-c", "touch "+mark+"; sleep 300"))
 	time.Sleep(500 * time.Millisecond)
 	t0 := time.Now()
 	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
 		t.Fatalf("stop: %v: %s", err, out)
 	}
 	stopTook := time.Since(t0)
-	err := ex.Wait()
-	code := -1
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	}
+	code, err := waitExec(ex)
 	if _, err := os.Stat(mark); err == nil {
 		t.Errorf("the workload ran although its environment was stopped before its release")
 	}
@@ -135,13 +115,7 @@ func gateEnv(t *testing.T) (parent string, run func(extraEnv []string, args ...s
 func TestGuardianKilledAtTheGate(t *testing.T) {
 	_, run, env := gateEnv(t)
 	mark := filepath.Join(t.TempDir(), "ran")
-	ex := run([]string{"HOSTFORK_FAULT=guardian-registered~1500ms"}, "exec", env, "--", "sh", "-c", "touch "+mark)
-	var exOut strings.Builder
-	ex.Stdout, ex.Stderr = &exOut, &exOut
-	if err := ex.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ex.Process.Kill(); ex.Wait() })
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-registered~1500ms"}, "exec", env, "--", "sh", "-c", "touch "+mark))
 	type rec struct {
 		State    string `json:"record_state"`
 		Error    string `json:"error"`
@@ -182,4 +156,30 @@ func TestGuardianKilledAtTheGate(t *testing.T) {
 	if r := recs[0]; r.State != "failed" || r.Stop != "" || r.ByHF || r.Evidence != "never released (its receipt is empty)" {
 		t.Errorf("record %+v", r)
 	}
+}
+
+// startExec starts ex with its output collected (the buffer is read after
+// waitExec); it is killed at the end if still running.
+func startExec(t *testing.T, ex *exec.Cmd) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	out := &strings.Builder{}
+	ex.Stdout, ex.Stderr = out, out
+	if err := ex.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Process.Kill(); ex.Wait() })
+	return ex, out
+}
+
+// waitExec waits for ex: its exit status (-1 if it did not exit) and the
+// error.
+func waitExec(ex *exec.Cmd) (int, error) {
+	err := ex.Wait()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), err
+	}
+	if err == nil {
+		return 0, nil
+	}
+	return -1, err
 }
