@@ -281,6 +281,8 @@ func (c *Command) await(ctx context.Context, done <-chan struct{}) error {
 // its receipt changed (inotify), the guardian exited (its pidfd) — or at
 // the latest every 250 ms.
 func (c *Command) poll(ctx context.Context, id string, done func(*CommandRecord) bool) (CommandRecord, error) {
+	w := &changeWatch{ino: -1}
+	defer w.close()
 	for {
 		rec, err := c.h.e.Command(ctx, id)
 		if err != nil {
@@ -295,7 +297,7 @@ func (c *Command) poll(ctx context.Context, id string, done func(*CommandRecord)
 		if done(rec) {
 			return *rec, nil
 		}
-		if err := waitChange(ctx, c.h.e.Closed(), rec); err != nil {
+		if err := w.wait(ctx, c.h.e.Closed(), rec); err != nil {
 			return CommandRecord{}, err
 		}
 	}
@@ -310,9 +312,19 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// waitChange blocks until the command's receipt is written, its guardian
+// changeWatch is one poll's watch on a command's receipt. Its inotify
+// instance lives for the whole wait and is closed in the background:
+// closing an instance that held a watch waits for the kernel's fsnotify
+// grace period, 8–16 ms on this host (decision 61), and the caller of
+// Wait need not wait for that.
+type changeWatch struct {
+	ino     int    // the inotify instance, -1 before the first watch
+	watched string // the receipt watched ("" none yet)
+}
+
+// wait blocks until the command's receipt is written, its guardian
 // exits, 250 ms pass, ctx ends (its error) or closed is closed (ErrClosed).
-func waitChange(ctx context.Context, closed <-chan struct{}, rec *CommandRecord) error {
+func (w *changeWatch) wait(ctx context.Context, closed <-chan struct{}, rec *CommandRecord) error {
 	var fds []unix.PollFd
 	if rec.Guardian != nil {
 		if p, err := linux.OpenVerified(linux.Identity{BootID: rec.Guardian.BootID, PID: rec.Guardian.PID, StartTime: rec.Guardian.StartTime}); err == nil {
@@ -321,11 +333,20 @@ func waitChange(ctx context.Context, closed <-chan struct{}, rec *CommandRecord)
 		}
 	}
 	if rec.Dir != "" {
-		if ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK); err == nil {
-			defer unix.Close(ino)
-			if _, err := unix.InotifyAddWatch(ino, rec.Dir+"/receipt", unix.IN_MODIFY|unix.IN_CLOSE_WRITE); err == nil {
-				fds = append(fds, unix.PollFd{Fd: int32(ino), Events: unix.POLLIN})
+		if w.ino < 0 {
+			if ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK); err == nil {
+				w.ino = ino
 			}
+		}
+		// The receipt is written in place (it is registered by inode), so
+		// one watch serves the whole wait once the file is named.
+		if path := rec.Dir + "/receipt"; w.ino >= 0 && w.watched != path {
+			if _, err := unix.InotifyAddWatch(w.ino, path, unix.IN_MODIFY|unix.IN_CLOSE_WRITE); err == nil {
+				w.watched = path
+			}
+		}
+		if w.watched != "" {
+			fds = append(fds, unix.PollFd{Fd: int32(w.ino), Events: unix.POLLIN})
 		}
 	}
 	end := time.Now().Add(250 * time.Millisecond)
@@ -342,10 +363,32 @@ func waitChange(ctx context.Context, closed <-chan struct{}, rec *CommandRecord)
 			continue
 		}
 		if n, _ := unix.Poll(fds, 50); n > 0 {
+			w.drain()
 			return nil
 		}
 	}
 	return nil
+}
+
+// drain reads the events queued on the instance, so that the next wait
+// blocks until a new one.
+func (w *changeWatch) drain() {
+	if w.ino < 0 {
+		return
+	}
+	var buf [4096]byte
+	for {
+		if n, err := unix.Read(w.ino, buf[:]); n <= 0 || err != nil {
+			return
+		}
+	}
+}
+
+func (w *changeWatch) close() {
+	if ino := w.ino; ino >= 0 {
+		w.ino = -1
+		go unix.Close(ino)
+	}
 }
 
 // Signal sends sig to the leader process only (see StopTree for the whole

@@ -291,24 +291,16 @@ func (g *Group) AllProcs() ([]int, error) {
 }
 
 // WaitEvent blocks until cond holds for cgroup.events, the group disappears
-// (reported as an unpopulated, unfrozen group), or ctx ends. It uses inotify
-// IN_MODIFY on cgroup.events, which the kernel raises on every change.
+// (reported as an unpopulated, unfrozen group), or ctx ends. It re-reads
+// the file at intervals that grow from firstPoll to lastPoll (decision
+// 61). It uses no inotify: closing an inotify instance that held a watch
+// waits for the kernel's fsnotify grace period (8–16 ms on this host),
+// longer than a killed tree of 50 processes takes to leave.
 func (g *Group) WaitEvent(ctx context.Context, cond func(Events) bool) (Events, error) {
-	ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return Events{}, os.NewSyscallError("inotify_init1", err)
-	}
-	defer unix.Close(ino)
-	if _, err := unix.InotifyAddWatch(ino, filepath.Join(g.Path, "cgroup.events"), unix.IN_MODIFY|unix.IN_DELETE_SELF|unix.IN_IGNORED); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return Events{}, nil
-		}
-		return Events{}, &os.PathError{Op: "inotify_add_watch", Path: g.Path, Err: err}
-	}
-	buf := make([]byte, 4096)
+	step := firstPoll
 	for {
 		ev, err := g.Events()
-		if errors.Is(err, os.ErrNotExist) {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
 			return Events{}, nil
 		}
 		if err != nil {
@@ -317,27 +309,41 @@ func (g *Group) WaitEvent(ctx context.Context, cond func(Events) bool) (Events, 
 		if cond(ev) {
 			return ev, nil
 		}
-		timeout := 100 // ms; a bounded poll also covers a missed wakeup
-		if dl, ok := ctx.Deadline(); ok {
-			if left := time.Until(dl); left < 100*time.Millisecond {
-				timeout = int(left / time.Millisecond)
-			}
-		}
-		if err := ctx.Err(); err != nil {
+		if err := pause(ctx, step); err != nil {
 			return ev, err
 		}
-		if timeout <= 0 {
-			timeout = 1
+		step = min(step*3/2, lastPoll)
+	}
+}
+
+// The intervals of WaitEvent's reads: a read costs about 10 µs, so the
+// first millisecond takes six and a wait that lasts takes a hundred a
+// second.
+const (
+	firstPoll = 50 * time.Microsecond
+	lastPoll  = 10 * time.Millisecond
+)
+
+// pause sleeps for d, or until ctx ends (its error). Below a millisecond
+// it sleeps in the kernel: the Go runtime's timers wake about a
+// millisecond late in a process with nothing else to do.
+func pause(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d < time.Millisecond {
+		ts := unix.NsecToTimespec(d.Nanoseconds())
+		for unix.Nanosleep(&ts, &ts) == unix.EINTR {
 		}
-		fds := []unix.PollFd{{Fd: int32(ino), Events: unix.POLLIN}}
-		if _, err := unix.Poll(fds, timeout); err != nil && err != unix.EINTR {
-			return ev, os.NewSyscallError("poll", err)
-		}
-		for {
-			if _, err := unix.Read(ino, buf); err != nil {
-				break
-			}
-		}
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -374,7 +380,7 @@ func (g *Group) Remove() error {
 				break
 			}
 			// A killed task may still be leaving the group: wait for the
-			// kernel's populated 0 (inotify on cgroup.events), not a sleep.
+			// kernel's populated 0 (WaitEmpty), not a fixed sleep.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = Open(dirs[i]).WaitEmpty(ctx)
 			cancel()

@@ -88,7 +88,9 @@ func target(env *api.Env, c *api.Command) tree.Target {
 		}
 	}
 	if c.Guardian != nil && guardianProven(env, c) == nil {
-		t.Roots = []linux.Identity{toLinux(c.Guardian)}
+		// A guardian makes itself its tree's subreaper before anything
+		// starts, or exits.
+		t.Roots, t.Subreapers = []linux.Identity{toLinux(c.Guardian)}, true
 	}
 	return t
 }
@@ -426,7 +428,7 @@ func (e *Engine) finishEnv(ctx context.Context, env *api.Env, reason api.StopRea
 		// Anything left in the commands group (a stray member, a command
 		// whose stop failed) goes with the environment; the guardians are
 		// roots, never members.
-		t := tree.Target{Cgroup: filepath.Join(env.CgroupPath, "commands")}
+		t := tree.Target{Cgroup: filepath.Join(env.CgroupPath, "commands"), Subreapers: true}
 		if m, err := cgroup.FindMount(); err == nil {
 			t.Mount = m.Path
 		}

@@ -11,12 +11,15 @@
 //     cgroup is still a member while the guardian lives);
 //   - every signal goes through a pidfd opened first and then re-checked
 //     for membership, so a PID reused after an exit is never signalled;
-//   - after SIGTERM and the grace, a tree whose members are all in its
-//     cgroup is killed with cgroup.kill alone (atomic against forks);
-//     otherwise it is quiesced (cgroup.freeze, and SIGSTOP for members
-//     outside the cgroup), listed until two listings agree, every listed
-//     member is killed (and the cgroup with cgroup.kill), and only what
-//     this stop froze is thawed;
+//   - after SIGTERM and the grace, a tree with a cgroup and subreaper
+//     roots (or none) is killed with cgroup.kill (atomic against forks),
+//     with no listing before it in Go; otherwise, and in the C helpers,
+//     it is listed first and killed with cgroup.kill alone when every
+//     member is inside. What is left after the group is empty, or a tree
+//     without a cgroup, is quiesced (cgroup.freeze, and SIGSTOP for
+//     members outside the cgroup), listed until two listings agree, every
+//     listed member is killed (and the cgroup with cgroup.kill), and only
+//     what this stop froze is thawed;
 //   - the stop is verified: it reports the members that survive.
 //
 // Only the engine imports it.
@@ -55,6 +58,11 @@ type Target struct {
 	// themselves are not. Each is checked against its identity before its
 	// descendants are looked for.
 	Roots []linux.Identity
+	// Subreapers says that every root is its descendants' subreaper, as
+	// hostfork's guardians are: a process orphaned by the kill is handed
+	// to a root and so is still found from the roots down afterwards. Only
+	// then does a kill with a cgroup skip the listing before cgroup.kill.
+	Subreapers bool
 }
 
 // Result is what one stop did and found.
@@ -454,6 +462,11 @@ const (
 func Stop(ctx context.Context, t Target, grace time.Duration) (Result, error) {
 	var res Result
 	roots := t.roots()
+	if grace <= 0 && t.killFirst() {
+		if res, ok, err := killGroup(ctx, t, roots); ok {
+			return res, err
+		}
+	}
 	pids, allIn, err := t.members(roots)
 	if err != nil {
 		return res, fmt.Errorf("listing the tree: %w", err)
@@ -484,6 +497,11 @@ func Stop(ctx context.Context, t Target, grace time.Duration) (Result, error) {
 // Kill kills the tree at once (the quiesced kill and its verification).
 func Kill(ctx context.Context, t Target) (Result, error) {
 	roots := t.roots()
+	if t.killFirst() {
+		if res, ok, err := killGroup(ctx, t, roots); ok {
+			return res, err
+		}
+	}
 	var res Result
 	first, allIn, err := t.members(roots)
 	if err != nil {
@@ -494,6 +512,47 @@ func Kill(ctx context.Context, t Target) (Result, error) {
 		return res, nil
 	}
 	return kill(ctx, t, roots, res, first, allIn)
+}
+
+// killFirst says whether a kill may start with cgroup.kill, before any
+// listing of the tree: the tree has a cgroup, and a member outside it
+// can't be lost by the kill (no roots, so no member is outside it, or
+// roots that are subreapers).
+func (t Target) killFirst() bool {
+	return t.Cgroup != "" && (len(t.Roots) == 0 || t.Subreapers)
+}
+
+// killGroup is the kill of a tree that has a cgroup, given killFirst:
+// cgroup.kill first, with no listing of the tree before it (a listing
+// reads every member's children files: 1.2–2 ms for 50 processes, a third
+// of the kill). The kernel ends every process in the group's subtree at
+// once, forks meanwhile included. What it can't reach, a descendant of a
+// root that moved itself out of the group, is handed to a root when its
+// parent dies, so it is still found from the roots down once the group is
+// empty, and the quiesced kill ends it. ok is false when the group can't
+// be read; the caller then lists the tree first.
+func killGroup(ctx context.Context, t Target, roots []int) (res Result, ok bool, err error) {
+	g := cgroup.Open(t.Cgroup)
+	in, err := g.AllProcs()
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return res, false, nil
+	}
+	if len(in) == 0 && t.gone(roots) {
+		res.Stable = true
+		return res, true, nil
+	}
+	if len(in) > 0 && g.Kill() == nil {
+		res.Killed = len(in)
+		wctx, cancel := context.WithTimeout(ctx, verifyWait)
+		_ = g.WaitEmpty(wctx)
+		cancel()
+		if t.gone(roots) {
+			res.Stable = true
+			return res, true, nil
+		}
+	}
+	res, err = kill(ctx, t, roots, res, nil, false)
+	return res, true, err
 }
 
 // gone reports that the tree has no members by two listings in a row. A
@@ -582,7 +641,7 @@ func kill(ctx context.Context, t Target, roots []int, res Result, first []int, a
 			return res, fmt.Errorf("killing the tree: %w", err)
 		}
 	}
-	res.Killed = signal(all, syscall.SIGKILL)
+	res.Killed = max(res.Killed, signal(all, syscall.SIGKILL))
 	exited := waitExited(ctx, all, verifyWait)
 	if g != nil {
 		wctx, cancel := context.WithTimeout(ctx, verifyWait)

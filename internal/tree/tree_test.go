@@ -15,21 +15,57 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
+// subreaperShell is the environment variable that makes the test binary
+// a shell that is its descendants' subreaper, as a guardian is: it sets
+// the attribute, which execve keeps, and becomes sh with its arguments.
+const subreaperShell = "HOSTFORK_TREE_TEST_SUBREAPER_SH"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(subreaperShell) == "1" {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "PR_SET_CHILD_SUBREAPER:", err)
+			os.Exit(125)
+		}
+		sh, err := exec.LookPath("sh")
+		if err == nil {
+			err = syscall.Exec(sh, append([]string{"sh"}, os.Args[1:]...), os.Environ())
+		}
+		fmt.Fprintln(os.Stderr, "exec sh:", err)
+		os.Exit(125)
+	}
+	os.Exit(m.Run())
+}
+
 // start runs a shell script in group (cloned into it) and returns it with
 // the PIDs it prints, one per line, before the line "ready".
 func start(t *testing.T, group, script string) (*exec.Cmd, []int) {
+	t.Helper()
+	return startShell(t, group, exec.Command("sh", "-c", script))
+}
+
+// startSubreaper is start with a shell that is its descendants'
+// subreaper.
+func startSubreaper(t *testing.T, group, script string) (*exec.Cmd, []int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-c", script)
+	cmd.Env = append(os.Environ(), subreaperShell+"=1")
+	return startShell(t, group, cmd)
+}
+
+func startShell(t *testing.T, group string, cmd *exec.Cmd) (*exec.Cmd, []int) {
 	t.Helper()
 	fd, err := cgroup.Open(group).OpenFD()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer syscall.Close(fd)
-	cmd := exec.Command("sh", "-c", script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -103,51 +139,69 @@ func TestStopNestedGetsTERMThenKill(t *testing.T) {
 }
 
 // A descendant of a root that moved itself out of the cgroup is still a
-// member and is stopped; a process outside both is never signalled.
+// member and is stopped; a process outside both is never signalled. With a
+// root that is not a subreaper the tree is listed before the kill, since
+// the kill would orphan the descendant to init; with a subreaper root (a
+// guardian) the kill comes first and the orphan is found under the root.
 func TestStopEscapedDescendant(t *testing.T) {
-	parent := testutil.CgroupParent(t)
-	wl := filepath.Join(parent, "workload")
-	other := filepath.Join(parent, "other")
-	gd := filepath.Join(parent, "guardian")
-	for _, g := range []string{wl, other, gd} {
-		if _, err := cgroup.Create(g); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m, _ := cgroup.FindMount()
-	// The root shell (like a guardian) is outside the workload group; its
-	// child joins the workload group, and a grandchild moves to "other"
-	// (outside the target) and keeps running.
-	root, pids := start(t, gd, `sh -c 'echo $$ > `+wl+`/cgroup.procs; sh -c "echo \$\$ > `+other+`/cgroup.procs; echo \$\$; exec sleep 1000" & exec sleep 1000' & sleep 0.2; echo ready; wait; exec sleep 1000`)
-	escaped := identity(t, pids[0])
-	bystander, _ := start(t, other, `echo ready; exec sleep 1000`)
-	by := identity(t, bystander.Process.Pid)
-	target := Target{Cgroup: wl, Mount: m.Path, Roots: []linux.Identity{identity(t, root.Process.Pid)}}
-	got, _ := Members(target)
-	found := false
-	for _, p := range got {
-		if p == escaped.PID {
-			found = true
-		}
-		if p == by.PID || p == root.Process.Pid {
-			t.Fatalf("members %v include pid %d", got, p)
-		}
-	}
-	if !found {
-		t.Fatalf("members %v lack the escaped descendant %d", got, escaped.PID)
-	}
-	res, err := Stop(context.Background(), target, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !gone(escaped.PID, escaped.StartTime) || res.Outsiders != 1 {
-		t.Fatalf("escaped member: gone=%v result %+v", gone(escaped.PID, escaped.StartTime), res)
-	}
-	if gone(by.PID, by.StartTime) {
-		t.Fatal("a process outside the tree was killed")
-	}
-	if gone(root.Process.Pid, target.Roots[0].StartTime) {
-		t.Fatal("the root was killed")
+	for _, tc := range []struct {
+		name      string
+		subreaper bool
+		start     func(*testing.T, string, string) (*exec.Cmd, []int)
+	}{
+		{"root", false, start},
+		{"subreaper-root", true, startSubreaper},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := testutil.CgroupParent(t)
+			wl := filepath.Join(parent, "workload")
+			other := filepath.Join(parent, "other")
+			gd := filepath.Join(parent, "guardian")
+			for _, g := range []string{wl, other, gd} {
+				if _, err := cgroup.Create(g); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m, _ := cgroup.FindMount()
+			// The root shell (like a guardian) is outside the workload
+			// group; its child joins the workload group and stays, and a
+			// grandchild moves to "other" (outside the target) and keeps
+			// running.
+			root, pids := tc.start(t, gd, `sh -c 'echo $$ > `+wl+`/cgroup.procs; sh -c "echo \$\$ > `+other+`/cgroup.procs; echo \$\$; exec sleep 1000" & exec sleep 1000' & sleep 0.2; echo ready; wait; exec sleep 1000`)
+			escaped := identity(t, pids[0])
+			bystander, _ := start(t, other, `echo ready; exec sleep 1000`)
+			by := identity(t, bystander.Process.Pid)
+			target := Target{Cgroup: wl, Mount: m.Path, Roots: []linux.Identity{identity(t, root.Process.Pid)}, Subreapers: tc.subreaper}
+			got, _ := Members(target)
+			found := false
+			for _, p := range got {
+				if p == escaped.PID {
+					found = true
+				}
+				if p == by.PID || p == root.Process.Pid {
+					t.Fatalf("members %v include pid %d", got, p)
+				}
+			}
+			if !found {
+				t.Fatalf("members %v lack the escaped descendant %d", got, escaped.PID)
+			}
+			res, err := Stop(context.Background(), target, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !gone(escaped.PID, escaped.StartTime) || res.Outsiders != 1 || res.Killed == 0 {
+				t.Fatalf("escaped member: gone=%v result %+v", gone(escaped.PID, escaped.StartTime), res)
+			}
+			if left, _ := cgroup.Open(wl).AllProcs(); len(left) > 0 {
+				t.Fatalf("the workload group still holds %v", left)
+			}
+			if gone(by.PID, by.StartTime) {
+				t.Fatal("a process outside the tree was killed")
+			}
+			if gone(root.Process.Pid, target.Roots[0].StartTime) {
+				t.Fatal("the root was killed")
+			}
+		})
 	}
 }
 
