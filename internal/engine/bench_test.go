@@ -206,10 +206,10 @@ func waitMembers(b *testing.B, path string, n int) {
 // BenchmarkStopTree50: stop of a 50-process tree (sh and 49 sleeps) to
 // verified-empty, against the bare kernel operation. The tree is fully
 // started before the clock starts. Per iteration, interleaved:
-//   - bare: the tree cloned into a fresh cgroup; cgroup.kill, inotify wait
-//     for populated 0, rmdir;
-//   - kill: Engine.StopCommand with Grace -1 (reason recorded, freeze,
-//     membership check, kill, verify empty, record settled, cgroup gone);
+//   - bare: the tree cloned into a fresh cgroup; cgroup.kill, wait for
+//     populated 0 (WaitEmpty), rmdir;
+//   - kill: Engine.StopCommand with Grace -1 (reason recorded, cgroup.kill,
+//     verify empty, record settled, cgroup gone);
 //   - term: the same with the default grace (SIGTERM to each member
 //     through a pidfd; sleep dies of it);
 //   - tree-kill: the one tree-stop mechanism alone (tree.Kill: freeze,
