@@ -524,9 +524,9 @@ func (t Target) killFirst() bool {
 
 // killGroup is the kill of a tree that has a cgroup, given killFirst:
 // cgroup.kill first, with no listing of the tree before it (a listing
-// reads every member's children files: 1.2–2 ms for 50 processes, a third
-// of the kill). The kernel ends every process in the group's subtree at
-// once, forks meanwhile included. What it can't reach, a descendant of a
+// reads every member's children files: 1.2–2 ms for 50 processes). The
+// kernel ends every process in the group's subtree at once, forks
+// meanwhile included. What it can't reach, a descendant of a
 // root that moved itself out of the group, is handed to a root when its
 // parent dies, so it is still found from the roots down once the group is
 // empty, and the quiesced kill ends it. ok is false when the group can't
