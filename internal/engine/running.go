@@ -213,7 +213,7 @@ func (r *Running) watch() {
 			break
 		}
 	}
-	_ = r.g.Reap()
+	r.g.Reap()
 	r.observe(decide.Gone, "")
 	r.end(startClosed, leaderClosed)
 }

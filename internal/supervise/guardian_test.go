@@ -115,7 +115,7 @@ func launch(t *testing.T, o launchOpts) *harness {
 	// test cgroup, then reap the guardian.
 	t.Cleanup(func() {
 		_ = cgroup.Open(parent).Kill()
-		_ = g.Reap()
+		g.Reap()
 		if t.Failed() {
 			if b, _ := os.ReadFile(h.log); len(b) > 0 {
 				t.Logf("guardian.log:\n%s", b)
@@ -197,8 +197,8 @@ func (h *harness) finish() {
 	case <-time.After(10 * time.Second):
 		h.t.Fatal("event stream did not end")
 	}
-	if err := h.g.Reap(); err != nil {
-		h.t.Fatalf("guardian: %v", err)
+	if ws := h.g.Reap(); !ws.Exited() || ws.ExitStatus() != 0 {
+		h.t.Fatalf("guardian wait status %#x, want exit 0", uint32(ws))
 	}
 }
 
@@ -827,8 +827,8 @@ func TestSIGTERMAtGateStartsNothing(t *testing.T) {
 	if err := linux.SignalVerified(h.g.ID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.g.Reap(); err != nil {
-		t.Fatalf("guardian stopped at its gate: %v, want exit status 0", err)
+	if ws := h.g.Reap(); !ws.Exited() || ws.ExitStatus() != 0 {
+		t.Fatalf("guardian stopped at its gate: wait status %#x, want exit status 0", uint32(ws))
 	}
 	if err := h.g.Release(h.config("sh", "-c", "touch "+filepath.Join(h.dir, "ran"))); err == nil {
 		t.Fatal("a release reached a guardian that ended at its gate")

@@ -5,10 +5,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -99,7 +97,7 @@ const KeeperFirstFile = 6
 // Keeper is the launcher's handle on a started keeper.
 type Keeper struct {
 	ID    linux.Identity
-	cmd   *exec.Cmd
+	proc  *child
 	owner *os.File
 }
 
@@ -199,27 +197,44 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 		readyW.Close()
 		return nil, err
 	}
-	cmd := &exec.Cmd{
-		Path:        s.Exe,
-		Args:        []string{"hostfork-keeper", KeeperMode},
-		Env:         []string{},
-		ExtraFiles:  append([]*os.File{cfgR, readyW, ownR}, s.Files...),
-		Stderr:      s.Log,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	closeAll := func() {
+		for _, f := range []*os.File{cfgR, cfgW, readyR, readyW, ownR, ownW} {
+			f.Close()
+		}
+	}
+	nullR, err := os.Open(os.DevNull)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	defer nullR.Close()
+	nullW, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	defer nullW.Close()
+	logf := s.Log
+	if logf == nil {
+		logf = nullW
+	}
+	sp := spawnSpec{
+		path:     s.Exe,
+		args:     []string{"hostfork-keeper", KeeperMode},
+		files:    append([]*os.File{nullR, nullW, logf, cfgR, readyW, ownR}, s.Files...),
+		setsid:   true,
+		cgroupFD: -1,
 	}
 	if s.Cgroup != "" {
 		fd, err := unix.Open(s.Cgroup, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			for _, f := range []*os.File{cfgR, cfgW, readyR, readyW, ownR, ownW} {
-				f.Close()
-			}
+			closeAll()
 			return nil, &os.PathError{Op: "open", Path: s.Cgroup, Err: err}
 		}
 		defer unix.Close(fd)
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = fd
+		sp.cgroupFD = fd
 	}
-	err = cmd.Start()
+	c, err := spawn(sp)
 	cfgR.Close()
 	readyW.Close()
 	ownR.Close()
@@ -229,9 +244,9 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 		ownW.Close()
 		return nil, fmt.Errorf("starting keeper: %w", err)
 	}
-	k := &Keeper{cmd: cmd, owner: ownW}
+	k := &Keeper{proc: c, owner: ownW}
 	// Our unreaped child: its PID can't be reused before we reap it.
-	k.ID, _ = linux.IdentityOf(cmd.Process.Pid)
+	k.ID, _ = linux.IdentityOf(c.pid)
 	_, werr := cfgW.Write(msg)
 	cfgW.Close()
 	line, rerr := bufio.NewReader(readyR).ReadString('\n')
@@ -239,7 +254,7 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 	line = strings.TrimSuffix(line, "\n")
 	if rerr != nil || line != "ok" {
 		ownW.Close()
-		_ = cmd.Wait()
+		c.wait()
 		if m, ok := strings.CutPrefix(line, "error "); ok {
 			return nil, fmt.Errorf("building the view: %s", m)
 		}
@@ -250,7 +265,7 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 	}
 	// The keeper is not waited for beyond this point: it outlives a
 	// detached creator. Reap it in the background while we live.
-	go func() { _ = cmd.Wait() }()
+	go c.wait()
 	return k, nil
 }
 
@@ -277,7 +292,5 @@ func (k *Keeper) Detach() { k.owner.Close() }
 // Kill ends a keeper that was never committed (an aborted creation).
 func (k *Keeper) Kill() {
 	k.owner.Close()
-	if k.cmd.Process != nil {
-		_ = k.cmd.Process.Signal(syscall.SIGKILL)
-	}
+	k.proc.kill()
 }

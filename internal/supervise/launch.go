@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -50,12 +49,11 @@ type StartSpec struct {
 // Guardian is the launcher's handle on a started guardian.
 type Guardian struct {
 	ID         linux.Identity
-	cmd        *exec.Cmd
+	proc       *child
 	control    *os.File
 	events     *os.File
 	ForwardOut *os.File
 	ForwardErr *os.File
-	pidfd      *linux.Pidfd
 	released   bool
 }
 
@@ -79,17 +77,28 @@ func Start(s StartSpec) (*Guardian, error) {
 			f.Close()
 		}
 	}()
+	// The guardian's own descriptors 0 and 1 are /dev/null, 2 is Log (or
+	// /dev/null); the workload's stdin is /dev/null when none is given.
+	nullR, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	closeAfter = append(closeAfter, nullR)
+	nullW, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	closeAfter = append(closeAfter, nullW)
 	stdin := s.Stdin
 	if stdin == nil {
-		devnull, err := os.Open(os.DevNull)
-		if err != nil {
-			return nil, err
-		}
-		closeAfter = append(closeAfter, devnull)
-		stdin = devnull
+		stdin = nullR
+	}
+	logf := s.Log
+	if logf == nil {
+		logf = nullW
 	}
 	g := &Guardian{control: ctlW, events: evR}
-	extra := []*os.File{ctlR, evW, s.Receipt, stdin, s.Stdout, s.Stderr, nil, nil}
+	files := []*os.File{nullR, nullW, logf, ctlR, evW, s.Receipt, stdin, s.Stdout, s.Stderr, nil, nil}
 	if s.Forward {
 		outR, outW, err := os.Pipe()
 		if err != nil {
@@ -105,23 +114,14 @@ func Start(s StartSpec) (*Guardian, error) {
 		growPipe(outR)
 		growPipe(errR)
 		g.ForwardOut, g.ForwardErr = outR, errR
-		extra[fdFwdOut-3], extra[fdFwdErr-3] = outW, errW
+		files[fdFwdOut], files[fdFwdErr] = outW, errW
 	}
 	if s.Dir != nil {
-		extra = append(extra, s.Dir)
+		files = append(files, s.Dir)
 	} else if s.Parent != nil {
-		extra = append(extra, nil, s.Parent)
+		files = append(files, nil, s.Parent)
 	}
-	cmd := &exec.Cmd{
-		Path:       s.Exe,
-		Args:       []string{"hostfork-guardian", GuardianMode},
-		Env:        []string{},
-		ExtraFiles: extra,
-		Stderr:     s.Log,
-		SysProcAttr: &syscall.SysProcAttr{
-			Setsid: s.Setsid,
-		},
-	}
+	sp := spawnSpec{path: s.Exe, args: []string{"hostfork-guardian", GuardianMode}, files: files, setsid: s.Setsid, cgroupFD: -1}
 	if s.GuardianCgroup != "" {
 		fd, err := unix.Open(s.GuardianCgroup, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -129,20 +129,17 @@ func Start(s StartSpec) (*Guardian, error) {
 			return nil, &os.PathError{Op: "open", Path: s.GuardianCgroup, Err: err}
 		}
 		defer unix.Close(fd)
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = fd
+		sp.cgroupFD = fd
 	}
-	if err := cmd.Start(); err != nil {
+	c, err := spawn(sp)
+	if err != nil {
 		g.closeAll()
 		return nil, fmt.Errorf("starting guardian: %w", err)
 	}
-	g.cmd = cmd
-	// Our unreaped child: its PID can't be reused, so this identity and
-	// pidfd are the guardian's.
-	id, err := linux.IdentityOf(cmd.Process.Pid)
-	if err == nil {
-		g.pidfd, err = linux.OpenVerified(id)
-	}
+	g.proc = c
+	// Our unreaped child: its PID can't be reused, so this identity is
+	// the guardian's.
+	id, err := linux.IdentityOf(c.pid)
 	if err != nil {
 		g.Abort()
 		return nil, fmt.Errorf("reading guardian identity: %w", err)
@@ -157,7 +154,6 @@ func (g *Guardian) closeAll() {
 			f.Close()
 		}
 	}
-	g.pidfd.Close()
 }
 
 // Release opens the gate: the guardian starts the workload with cfg. The
@@ -180,8 +176,8 @@ func (g *Guardian) Release(cfg *Config) error {
 // anything, and is reaped.
 func (g *Guardian) Abort() {
 	g.control.Close()
-	if g.cmd != nil {
-		_ = g.cmd.Wait()
+	if g.proc != nil {
+		g.proc.wait()
 	}
 	g.closeAll()
 }
@@ -224,12 +220,12 @@ func (g *Guardian) Events() <-chan Event {
 	return ch
 }
 
-// Reap waits for the guardian process itself (it is our child).
-func (g *Guardian) Reap() error {
-	err := g.cmd.Wait()
+// Reap waits for the guardian process itself (it is our child) and
+// returns its wait status.
+func (g *Guardian) Reap() syscall.WaitStatus {
+	ws := g.proc.wait()
 	g.events.Close()
-	g.pidfd.Close()
-	return err
+	return ws
 }
 
 // ReadReceipt reads and verifies a receipt file through one open

@@ -3,7 +3,6 @@ package supervise
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -96,10 +95,8 @@ func TestBadReleaseExits125(t *testing.T) {
 			t.Fatal(err)
 		}
 		g.Detach()
-		err = g.Reap()
-		var ee *exec.ExitError
-		if !asExit(err, &ee) || ee.ExitCode() != 125 {
-			t.Fatalf("release %q: guardian exit %v, want 125", msg, err)
+		if ws := g.Reap(); !ws.Exited() || ws.ExitStatus() != 125 {
+			t.Fatalf("release %q: guardian wait status %#x, want exit 125", msg, uint32(ws))
 		}
 	}
 	if st, _ := rf.Stat(); st.Size() != 0 {
@@ -108,12 +105,6 @@ func TestBadReleaseExits125(t *testing.T) {
 	if b, _ := os.ReadFile(dir + "/log"); !bytes.Contains(b, []byte("bad release message")) {
 		t.Fatalf("guardian log %q", b)
 	}
-}
-
-func asExit(err error, ee **exec.ExitError) bool {
-	e, ok := err.(*exec.ExitError)
-	*ee = e
-	return ok
 }
 
 // A guardian started with its command directory's parent (decision 56)
@@ -152,9 +143,8 @@ func TestLateDirectoryGetsTheLog(t *testing.T) {
 			t.Fatal(err)
 		}
 		g.Detach()
-		var ee *exec.ExitError
-		if err := g.Reap(); !asExit(err, &ee) || ee.ExitCode() != 125 {
-			t.Fatalf("id %q: guardian exit %v, want 125", tc.id, err)
+		if ws := g.Reap(); !ws.Exited() || ws.ExitStatus() != 125 {
+			t.Fatalf("id %q: guardian wait status %#x, want exit 125", tc.id, uint32(ws))
 		}
 		b, _ := os.ReadFile(filepath.Join(dir, "c", "guardian.log"))
 		stderr, _ := os.ReadFile(filepath.Join(dir, "stderr"))
