@@ -105,9 +105,23 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 		mergeLeader(&n, r, ev)
 	}
 	if n.Guardian == nil {
-		// Never registered: the launch did not get past its reservation.
 		if n.State == api.CommandReserved && ev.Launcher == Gone {
-			neverReleased(&n, "never released", now)
+			if n.Launcher != nil && n.Launcher.BootID != ev.BootID {
+				// The host restarted. A registration is committed
+				// without an fsync (decision 62), so a power loss may
+				// have taken back one whose guardian was released:
+				// whether anything ran is not known.
+				n.TreeState = api.PhaseExited
+				n.TreeEvidence = "boot id changed before the launch's registration was durable: whether it was released is unknown"
+				n.TreeExitedAt = &now
+				n.LeaderState = api.PhaseUnknown
+				n.State = api.CommandExited
+			} else {
+				// Never registered: the launch did not get past its
+				// reservation (a committed registration survives any
+				// crash short of the host's).
+				neverReleased(&n, "never released", now)
+			}
 		}
 		return n, !same(c, n)
 	}

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -136,6 +137,22 @@ func TestCommand(t *testing.T) {
 		{"guardian unverified", running, Evidence{BootID: "b1", Guardian: Unverified}, api.CommandRunning, api.PhaseUnverified, nil},
 		{"reserved, launcher alive", api.Command{State: api.CommandReserved}, Evidence{Launcher: Alive}, api.CommandReserved, "", nil},
 		{"reserved, launcher gone", api.Command{State: api.CommandReserved}, Evidence{Launcher: Gone}, api.CommandFailed, api.PhaseExited, nil},
+		{"reserved, launcher gone in this boot: never released", api.Command{State: api.CommandReserved, Launcher: &api.Identity{BootID: "b1", PID: 7, StartTime: 1}},
+			Evidence{BootID: "b1", Launcher: Gone}, api.CommandFailed, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.Error != "launch interrupted before release" || n.TreeEvidence != "never released" {
+					t.Fatalf("error %q, evidence %q", n.Error, n.TreeEvidence)
+				}
+			}},
+		{"reserved, launcher of another boot: may have run", api.Command{State: api.CommandReserved, Launcher: &api.Identity{BootID: "b0", PID: 7, StartTime: 1}},
+			Evidence{BootID: "b1", Launcher: Gone}, api.CommandExited, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				// A power loss may have taken back a registration committed
+				// without an fsync: "failed, never ran" would be a guess.
+				if n.Error != "" || n.LeaderState != api.PhaseUnknown || n.ExitCode != nil || !strings.Contains(n.TreeEvidence, "whether it was released is unknown") {
+					t.Fatalf("error %q, leader %s, exit %v, evidence %q", n.Error, n.LeaderState, n.ExitCode, n.TreeEvidence)
+				}
+			}},
 		{"unverified again alive", api.Command{State: api.CommandUnverified, Guardian: g, TreeState: api.PhaseUnverified}, Evidence{BootID: "b1", Guardian: Alive}, api.CommandRunning, api.PhaseLive, nil},
 	}
 	for _, c := range cases {

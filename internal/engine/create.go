@@ -368,6 +368,11 @@ func (c *creation) activate(ctx context.Context, l *launch) error {
 	settleAll(&b, c.intents, override)
 	if l != nil {
 		l.register(&b, &next)
+		// The first command's result commit follows and syncs; until
+		// then a power loss may take this one back, which the records
+		// read as "may have run" (decision 62). Without a command this
+		// commit is the creation's result, and syncs.
+		b.NoSync = true
 	}
 	if err := c.e.reg.Commit(ctx, &b); err != nil {
 		return err

@@ -759,6 +759,7 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 	}
 	var b2 registry.Batch
 	l.register(&b2, env)
+	b2.NoSync = true // the registration: decision 62
 	if err := e.reg.Commit(ctx, &b2); err != nil {
 		// Not durably registered: revoke the gate; nothing ran.
 		if errors.Is(err, api.ErrEnvNotActive) {

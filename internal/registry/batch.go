@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,6 +20,14 @@ type Batch struct {
 	// Now is the time recorded for the batch's events and intents (the
 	// commit's wall clock when zero).
 	Now time.Time
+	// NoSync commits without waiting for the disk (SQLite's
+	// synchronous=NORMAL for this one commit). The changes are visible
+	// to every process when Commit returns and survive any crash of a
+	// process; a power loss can take them back, with every later commit
+	// that had not synced yet (the WAL is durable in order, so the next
+	// synced commit makes them durable too). Only for a commit that the
+	// records can't misread when a power loss takes it back: decision 62.
+	NoSync bool
 }
 
 // txn is one write transaction in progress.
@@ -64,7 +73,17 @@ func (d *DB) Commit(ctx context.Context, b *Batch) error {
 		return err
 	}
 	defer unlock()
-	tx, err := d.db.BeginTx(ctx, nil)
+	var tx *sql.Tx
+	if b.NoSync {
+		var conn *sql.Conn
+		if conn, err = d.unsyncedConn(ctx); err != nil {
+			return err
+		}
+		defer d.resync(conn)
+		tx, err = conn.BeginTx(ctx, nil)
+	} else {
+		tx, err = d.db.BeginTx(ctx, nil)
+	}
 	if err != nil {
 		return fmt.Errorf("registry: %w", classify(err))
 	}
@@ -83,6 +102,31 @@ func (d *DB) Commit(ctx context.Context, b *Batch) error {
 		return fmt.Errorf("registry commit: %w", classify(err))
 	}
 	return nil
+}
+
+// unsyncedConn takes a connection from the pool and sets it to commit
+// without an fsync (Batch.NoSync); resync sets it back before it returns
+// to the pool.
+func (d *DB) unsyncedConn(ctx context.Context) (*sql.Conn, error) {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", classify(err))
+	}
+	if _, err := conn.ExecContext(ctx, "PRAGMA synchronous=NORMAL"); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("registry: %w", classify(err))
+	}
+	return conn, nil
+}
+
+// resync restores synchronous=FULL on a connection unsyncedConn gave out
+// and returns it to the pool; a connection that can't be restored is
+// closed instead, so no later commit would skip its fsync.
+func (d *DB) resync(conn *sql.Conn) {
+	if _, err := conn.ExecContext(context.Background(), "PRAGMA synchronous=FULL"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	conn.Close()
 }
 
 // InsertEnv adds a new environment at revision 1 (e.Rev is set), with its

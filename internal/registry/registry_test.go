@@ -719,3 +719,53 @@ func TestDurationsInEvidence(t *testing.T) {
 		t.Fatalf("unreadable evidence changed: %s", out)
 	}
 }
+
+// A NoSync commit (decision 62) is visible at once, also to another
+// connection, and leaves every pooled connection syncing again: a later
+// commit on the connection it used must not skip its fsync.
+func TestNoSyncCommitRestoresSync(t *testing.T) {
+	d := open(t)
+	ctx := context.Background()
+	for i := range 3 {
+		var b Batch
+		b.NoSync = true
+		b.InsertEnv(newEnv(fmt.Sprintf("e%d", i)))
+		if i == 1 {
+			// A failed precondition rolls back and restores too.
+			b.RequireEnv("nosuch", []api.EnvState{api.EnvActive}, "", 0)
+		}
+		err := d.Commit(ctx, &b)
+		if (i == 1) != (err != nil) {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	other, err := Open(ctx, filepath.Dir(d.path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for _, id := range []string{"e0", "e2"} {
+		if _, err := other.Env(ctx, id); err != nil {
+			t.Fatalf("another connection reads %s: %v", id, err)
+		}
+	}
+	// Hold every connection the pool may have at once and ask each.
+	var conns []*sql.Conn
+	for range 4 {
+		c, err := d.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	for i, c := range conns {
+		var mode int
+		if err := c.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		if mode != 2 {
+			t.Errorf("connection %d: synchronous=%d after a NoSync commit, want 2 (FULL)", i, mode)
+		}
+	}
+}
