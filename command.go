@@ -152,8 +152,10 @@ func (c *Command) closeStdin() {
 
 // Start registers the command, starts its guardian at the gate, records
 // the guardian's identity, then releases it. Nothing of the workload runs
-// before its identity is durably registered; a failure before release
-// leaves no process and a settled ledger. Cancelling ctx later stops the
+// before its identity is registered (committed: every process sees it and
+// no process crash loses it; the result's commit syncs it to disk, see
+// docs/decisions.md, entry 62); a failure before release leaves no
+// process and a settled ledger. Cancelling ctx later stops the
 // whole tree (reason "cancelled", grace WaitDelay), as
 // exec.CommandContext kills its process; a ctx that is never done (e.g.
 // context.Background()) leaves the tree to its own bounds.

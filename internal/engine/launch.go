@@ -703,10 +703,10 @@ func fileOr(w io.Writer, def *os.File) *os.File {
 // command and registers the guardian, the command's directory, files and
 // cgroups made, the release (decision 56). Where the store can't make
 // unnamed files it is a reservation commit, the guardian started, a
-// registration commit and the release. Nothing of the workload runs before
-// its identity is durably registered; a failure before release leaves no
-// process and a settled ledger. The result is recorded by the returned
-// Running (the second commit, or the third).
+// registration commit (not synced: decision 62) and the release. Nothing
+// of the workload runs before its identity is registered; a failure
+// before release leaves no process and a settled ledger. The result is
+// recorded by the returned Running (the second commit, or the third).
 func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Running, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
@@ -761,7 +761,7 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 	l.register(&b2, env)
 	b2.NoSync = true // the registration: decision 62
 	if err := e.reg.Commit(ctx, &b2); err != nil {
-		// Not durably registered: revoke the gate; nothing ran.
+		// Not registered: revoke the gate; nothing ran.
 		if errors.Is(err, api.ErrEnvNotActive) {
 			return nil, l.abort(fmt.Errorf("the launch gate is revoked, nothing of the command ran: %w", err))
 		}
