@@ -868,6 +868,63 @@ func TestReapDuringLiveExec(t *testing.T) {
 	}
 }
 
+// TestReapAfterLostRegistration: a run's registration (its environment's
+// activation) is committed without an fsync (decision 62), so a power loss
+// can take it back after the workload was released. On disk that is the
+// state a crash at guardian-started leaves; reaped in another boot, it
+// must not be read as "never released": the command's outcome is unknown
+// (exited, leader unknown) and the environment's failure says the host
+// restarted. In the same boot the same state is "never released".
+func TestReapAfterLostRegistration(t *testing.T) {
+	for _, otherBoot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("other-boot=%v", otherBoot), func(t *testing.T) {
+			c := newCLI(t)
+			cleanupV1(t, c)
+			res := c.runFaulted(fault.GuardianStarted, "run", "--", "/bin/true")
+			if !res.killed {
+				t.Fatalf("run with %s=%s did not die by SIGKILL: %v", fault.Env, fault.GuardianStarted, res)
+			}
+			eventually(t, "the crashed run's guardian ends at its gate", func() string {
+				if pids := c.procs(); len(pids) > 0 {
+					return fmt.Sprintf("processes left: %v", pids)
+				}
+				return ""
+			})
+			var env []string
+			if otherBoot {
+				env = append(env, linux.BootIDEnv+"="+"00000000-0000-4000-8000-"+strconv.FormatInt(time.Now().UnixNano()%1e12, 10))
+			}
+			rep := c.reap(env...)
+			t.Logf("reap: %+v", rep)
+			recs := c.records()
+			if len(recs.envs) != 1 || len(recs.cmds) != 1 {
+				t.Fatalf("records: %d environments, %d commands; want one of each", len(recs.envs), len(recs.cmds))
+			}
+			for _, e := range recs.envs {
+				wantErr := "its creator exited before the environment was active"
+				if otherBoot {
+					wantErr = "the host restarted before the environment's activation was durable"
+				}
+				if e.State != api.EnvFailed || !strings.Contains(e.Error, wantErr) {
+					t.Errorf("environment %s: %s, error %q; want failed with %q", e.ID, e.State, e.Error, wantErr)
+				}
+			}
+			for _, cm := range recs.cmds {
+				switch {
+				case !otherBoot && (cm.State != api.CommandFailed || cm.TreeEvidence != "never released"):
+					t.Errorf("command %s in the same boot: %s (%s), want failed, never released", cm.ID, cm.State, cm.TreeEvidence)
+				case otherBoot && (cm.State != api.CommandExited || cm.LeaderState != api.PhaseUnknown || cm.Error != "" ||
+					!strings.Contains(cm.TreeEvidence, "whether it was released is unknown")):
+					t.Errorf("command %s in another boot: %s, leader %s, error %q (%s); want exited, leader unknown, no error", cm.ID, cm.State, cm.LeaderState, cm.Error, cm.TreeEvidence)
+				}
+			}
+			if again := c.reap(env...); len(again.Actions) > 0 {
+				t.Errorf("a second reap still acted: %+v", again.Actions)
+			}
+		})
+	}
+}
+
 // TestReapAfterSimulatedReboot: with another boot id, every record of the
 // "previous boot" is released without signalling anything: the processes
 // (still running, since the boot did not really change) stay alive, the

@@ -59,6 +59,9 @@ func Env(e api.Env, f EnvFacts) EnvAction {
 		if !otherBoot && f.Owner == Unverified {
 			return EnvAction{Pending: "its creator's liveness is unverified"}
 		}
+		if otherBoot {
+			return EnvAction{AbandonCreation: true, Due: "abandon: the host restarted before its activation was durable"}
+		}
 		return EnvAction{AbandonCreation: true, Due: "abandon: its creator exited before it was active"}
 	case api.EnvStopping:
 		r := e.StopReason

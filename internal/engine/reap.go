@@ -239,7 +239,14 @@ func (e *Engine) abandonInterrupted(ctx context.Context, env *api.Env, rep *api.
 			}
 		}
 	}
-	c.abandon(errors.New("creation interrupted: its creator exited before the environment was active"), l)
+	why := "creation interrupted: its creator exited before the environment was active"
+	if boot, err := linux.BootID(); err == nil && env.BootID != "" && env.BootID != boot {
+		// The activation commit is not synced when a first command is
+		// released after it (decision 62): a power loss may have taken
+		// it back, so "never active" would be a guess.
+		why = "creation interrupted: the host restarted before the environment's activation was durable (its first command may have run)"
+	}
+	c.abandon(errors.New(why), l)
 	rep.Actions = append(rep.Actions, api.ReapAction{Env: env.ID, Action: "abandoned-creation"})
 }
 
