@@ -17,7 +17,7 @@
 //
 // Host.Run does Create, Start and the environment's stop in one: the
 // environment ends when the command's tree does (what `hostfork run` does,
-// in three durable commits).
+// in three commits, two of them synced to disk).
 //
 // Where it differs from os/exec: Wait returns when the leader exits, not
 // when its descendants do (WaitTree does); output goes to owned files by

@@ -34,9 +34,12 @@ func (h *Host) Create(ctx context.Context, p *Plan) (*Env, error) {
 // Run creates the environment p describes with c as its first command and
 // starts c: the environment stops when c's tree has exited (and, like any
 // environment, at its deadline). It is Create + Start + Env.Stop in three
-// durable commits: the reservation of both, the registration of c's
-// guardian with the environment's activation, and c's result with the
-// environment's stop. c must not be started.
+// commits: the reservation of both, the registration of c's guardian with
+// the environment's activation, and c's result with the environment's
+// stop. The reservation and the result are synced to disk; the
+// registration is too when c is detached (owner-exit detach) or the
+// environment has trees, and otherwise becomes durable with the result
+// (docs/decisions.md, entry 62). c must not be started.
 func (h *Host) Run(ctx context.Context, p *Plan, c *Command) (*Env, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -36,10 +36,35 @@ func TestExecFsyncBudget(t *testing.T) {
 	checkSyncBudget(t, c, 2, "exec", env, "--", "/bin/true")
 }
 
+// A detached run's start is the last word its caller gets, so its
+// registration syncs (decision 62): the reservation and the registration,
+// two fsyncs, where a run that waits for its result syncs the
+// registration with the result.
+func TestDetachedRunSyncsItsRegistration(t *testing.T) {
+	c := newCLI(t)
+	c.mustRun("run", "--", "/bin/true")
+	// A command that outlives the call: its result is not recorded by it.
+	t.Cleanup(func() {
+		for _, r := range c.ps(true) {
+			c.run("stop", "--grace", "0s", r.ID)
+		}
+	})
+	// Only hostfork's own syncs: strace lets go of the guardian at its
+	// exec, so it doesn't wait for the detached command either.
+	syncTraceOpts = []string{"--detach-on=execve"}
+	defer func() { syncTraceOpts = nil }()
+	if n := checkSyncBudget(t, c, 2, "run", "--detach", "--ttl", "1m", "--", "sleep", "60"); n != 2 {
+		t.Errorf("run --detach made %d syncs, want 2 (the reservation and the registration)", n)
+	}
+}
+
+// syncTraceOpts are extra strace options for checkSyncBudget.
+var syncTraceOpts []string
+
 // checkSyncBudget runs hostfork with args under strace and fails if it
 // makes more than max syncs, any sync of something other than the
-// registry's WAL, or none.
-func checkSyncBudget(t *testing.T, c *hostforkCLI, max int, args ...string) {
+// registry's WAL, or none. It returns the number of syncs.
+func checkSyncBudget(t *testing.T, c *hostforkCLI, max int, args ...string) int {
 	t.Helper()
 	strace, err := exec.LookPath("strace")
 	if err != nil {
@@ -53,7 +78,8 @@ func checkSyncBudget(t *testing.T, c *hostforkCLI, max int, args ...string) {
 		t.Fatal(err)
 	}
 	cmd := c.command(args...)
-	cmd.Args = append([]string{"strace", "-f", "-y", "-qq", "-e", "trace=fsync,fdatasync,sync_file_range,syncfs,sync", "-o", trace}, append([]string{exe}, cmd.Args[1:]...)...)
+	sargs := append([]string{"strace", "-f", "-y", "-qq", "-e", "trace=fsync,fdatasync,sync_file_range,syncfs,sync", "-o", trace}, syncTraceOpts...)
+	cmd.Args = append(sargs, append([]string{exe}, cmd.Args[1:]...)...)
 	cmd.Path = strace
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("strace hostfork %s: %v: %s", args[0], err, out)
@@ -84,4 +110,5 @@ func checkSyncBudget(t *testing.T, c *hostforkCLI, max int, args ...string) {
 	if len(wal) == 0 {
 		t.Errorf("no commit reached the disk (the records must be durable before %s returns)", args[0])
 	}
+	return len(syncs)
 }

@@ -223,10 +223,20 @@ func TestEnv(t *testing.T) {
 	if a := Env(api.Env{State: api.EnvCreating, BootID: "b"}, EnvFacts{BootID: "b", Owner: Gone}); !a.AbandonCreation || !strings.Contains(a.Due, "creator exited") {
 		t.Errorf("creating, owner gone: %+v", a)
 	}
-	// Another boot: the activation may have been committed and lost with
-	// the page cache (decision 62), so the creator's exit proves nothing.
-	if a := Env(api.Env{State: api.EnvCreating, BootID: "b0"}, EnvFacts{BootID: "b", Owner: Gone}); !a.AbandonCreation || !strings.Contains(a.Due, "host restarted") {
-		t.Errorf("creating, another boot: %+v", a)
+	// Another boot with a command whose registration is missing: the
+	// activation may have been committed and lost with the page cache
+	// (decision 62), so the creator's exit proves nothing.
+	lost := []api.Command{{State: api.CommandExited, LeaderState: api.PhaseUnknown}}
+	if a := Env(api.Env{State: api.EnvCreating, BootID: "b0"}, EnvFacts{BootID: "b", Owner: Gone, Commands: lost}); !a.AbandonCreation || !strings.Contains(a.Due, "host restarted") {
+		t.Errorf("creating, another boot, registration lost: %+v", a)
+	}
+	// Without such a command (an environment created alone, whose
+	// activation syncs) it was never active.
+	never := []api.Command{{State: api.CommandFailed}}
+	for _, cmds := range [][]api.Command{nil, never} {
+		if a := Env(api.Env{State: api.EnvCreating, BootID: "b0"}, EnvFacts{BootID: "b", Owner: Gone, Commands: cmds}); !a.AbandonCreation || !strings.Contains(a.Due, "creator exited") {
+			t.Errorf("creating, another boot, commands %+v: %+v", cmds, a)
+		}
 	}
 }
 

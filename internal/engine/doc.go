@@ -9,9 +9,13 @@
 // ledger and followed by the resulting identity; the registry is written
 // in short batches built from facts gathered first, never across an OS
 // operation; a kill never waits for a record; the first stop reason wins.
-// A launch costs three durable commits: its reservation, its guardian's
+// A launch costs three commits: its reservation, its guardian's
 // registration (with the environment's activation for a run), and its
-// result (with the environment's stop for a run).
+// result (with the environment's stop for a run); an exec folds the first
+// two (decision 56). A registration whose launcher stays for the result
+// is committed without an fsync (decision 62): it is visible to every
+// process and survives any process crash, and the result's fsync makes
+// it durable.
 //
 // The public API (package hostfork) is its only importer, besides tests.
 package engine

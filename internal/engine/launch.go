@@ -150,6 +150,21 @@ func (l *launch) reserved() {
 	fault.Point(fault.CommandReserved)
 }
 
+// ownerStays reports whether the command's launcher stays until its
+// result is recorded: with owner-exit stop the command can't outlive it.
+// Its registration may then commit without an fsync (decision 62): the
+// result's commit, which follows, syncs it, and no caller is told of the
+// start before that but the launcher itself, whose process a power loss
+// ends too. A detached command's start is the last word its caller gets,
+// so it syncs.
+func (l *launch) ownerStays(env *api.Env) bool {
+	oe := env.OwnerExit
+	if l.cs.OwnerExit != "" {
+		oe = l.cs.OwnerExit
+	}
+	return oe == api.OwnerExitStop
+}
+
 // reserve adds the command's reservation (record and intents) to b.
 func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 	cs := l.cs
@@ -759,7 +774,7 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 	}
 	var b2 registry.Batch
 	l.register(&b2, env)
-	b2.NoSync = true // the registration: decision 62
+	b2.NoSync = l.ownerStays(env) // decision 62
 	if err := e.reg.Commit(ctx, &b2); err != nil {
 		// Not registered: revoke the gate; nothing ran.
 		if errors.Is(err, api.ErrEnvNotActive) {

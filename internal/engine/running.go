@@ -213,7 +213,7 @@ func (r *Running) watch() {
 			break
 		}
 	}
-	r.g.Reap()
+	_, _ = r.g.Reap()
 	r.observe(decide.Gone, "")
 	r.end(startClosed, leaderClosed)
 }

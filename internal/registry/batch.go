@@ -73,8 +73,20 @@ func (d *DB) Commit(ctx context.Context, b *Batch) error {
 		return err
 	}
 	defer unlock()
+	// The first commit of a process checks that the event sequence has
+	// moved past the numbers a power loss may have taken back (see
+	// eventsBoot); that commit syncs.
+	newBoot, boot := false, ""
+	if !d.bootChecked {
+		if newBoot, boot, err = d.eventsBootChanged(ctx); err != nil {
+			return err
+		}
+		if !newBoot {
+			d.bootChecked = true
+		}
+	}
 	var tx *sql.Tx
-	if b.NoSync {
+	if b.NoSync && !newBoot {
 		var conn *sql.Conn
 		if conn, err = d.unsyncedConn(ctx); err != nil {
 			return err
@@ -92,6 +104,12 @@ func (d *DB) Commit(ctx context.Context, b *Batch) error {
 		now = time.Now().UTC()
 	}
 	t := &txn{ctx: ctx, tx: tx, now: now}
+	if newBoot {
+		if err := t.skipLostEvents(boot); err != nil {
+			tx.Rollback()
+			return classify(err)
+		}
+	}
 	for _, op := range b.ops {
 		if err := op(t); err != nil {
 			tx.Rollback()
@@ -101,7 +119,50 @@ func (d *DB) Commit(ctx context.Context, b *Batch) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("registry commit: %w", classify(err))
 	}
+	if newBoot {
+		d.bootChecked = true
+	}
 	return nil
+}
+
+// eventsBootKey is the setting that names the boot in which the event
+// sequence last gave out numbers.
+const eventsBootKey = "events_boot"
+
+// lostEventsGap is how far the event sequence jumps at the first commit
+// of a boot. A NoSync commit's events are visible (to `events --follow`,
+// to a server's stream) before they are durable, so a power loss can take
+// back the last few numbers a follower has seen. Without the jump the
+// next boot would give those numbers to other events, and a follower
+// resuming after its cursor would miss them. The events a power loss can
+// take back are those of the commits since the last fsync: a handful,
+// far fewer than the gap.
+const lostEventsGap = 1 << 20
+
+// eventsBootChanged reports whether the event sequence was last used in
+// another boot than this one (or never marked), with this boot's id. The
+// caller holds the writers' lock, so no other hostfork writer can change
+// the answer before its transaction.
+func (d *DB) eventsBootChanged(ctx context.Context) (bool, string, error) {
+	boot, err := d.bootID()
+	if err != nil {
+		return false, "", fmt.Errorf("registry: %w", err)
+	}
+	v, ok, err := d.Setting(ctx, eventsBootKey)
+	if err != nil {
+		return false, "", fmt.Errorf("registry: reading %s: %w", eventsBootKey, classify(err))
+	}
+	return !ok || v != boot, boot, nil
+}
+
+// skipLostEvents moves the event sequence lostEventsGap past its last
+// number, if it has one, and marks it as this boot's.
+func (t *txn) skipLostEvents(boot string) error {
+	if _, err := t.tx.ExecContext(t.ctx, "UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'events'", lostEventsGap); err != nil {
+		return fmt.Errorf("registry: moving the event sequence on: %w", err)
+	}
+	_, err := t.tx.ExecContext(t.ctx, "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", eventsBootKey, boot)
+	return err
 }
 
 // unsyncedConn takes a connection from the pool and sets it to commit

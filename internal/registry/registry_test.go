@@ -769,3 +769,60 @@ func TestNoSyncCommitRestoresSync(t *testing.T) {
 		}
 	}
 }
+
+// The first commit in a new boot moves the event sequence past what a
+// power loss may have taken back (decision 62): a NoSync commit's events
+// are visible before they are durable, and their numbers must never be
+// given to other events. Within one boot the sequence stays dense.
+func TestEventSequenceSkipsAtANewBoot(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	openIn := func(boot string) *DB {
+		d, err := Open(ctx, root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.bootID = func() (string, error) { return boot, nil }
+		return d
+	}
+	event := func(d *DB, noSync bool) int64 {
+		t.Helper()
+		b := Batch{NoSync: noSync}
+		b.Event(api.Event{Kind: api.EventEnvCreated, Env: "e"})
+		if err := d.Commit(ctx, &b); err != nil {
+			t.Fatal(err)
+		}
+		last, err := d.LastEvent(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return last
+	}
+	a := openIn("boot-a")
+	first := event(a, false)
+	second := event(a, true)
+	a.Close()
+	if second != first+1 {
+		t.Fatalf("within a boot: seq %d then %d, want consecutive", first, second)
+	}
+	// Another process in the same boot: no jump.
+	a2 := openIn("boot-a")
+	third := event(a2, true)
+	a2.Close()
+	if third != second+1 {
+		t.Fatalf("a second process of the same boot: seq %d after %d, want %d", third, second, second+1)
+	}
+	// A new boot: its first commit (even a NoSync one) jumps, and syncs.
+	b := openIn("boot-b")
+	defer b.Close()
+	next := event(b, true)
+	if next <= third+lostEventsGap-1 {
+		t.Fatalf("first event of a new boot: seq %d after %d, want more than %d", next, third, third+lostEventsGap-1)
+	}
+	if after := event(b, true); after != next+1 {
+		t.Fatalf("the same boot goes on densely: %d after %d", after, next)
+	}
+	if v, ok, err := b.Setting(ctx, eventsBootKey); err != nil || !ok || v != "boot-b" {
+		t.Fatalf("%s = %q, %v, %v; want boot-b", eventsBootKey, v, ok, err)
+	}
+}

@@ -115,7 +115,7 @@ func launch(t *testing.T, o launchOpts) *harness {
 	// test cgroup, then reap the guardian.
 	t.Cleanup(func() {
 		_ = cgroup.Open(parent).Kill()
-		g.Reap()
+		_, _ = g.Reap()
 		if t.Failed() {
 			if b, _ := os.ReadFile(h.log); len(b) > 0 {
 				t.Logf("guardian.log:\n%s", b)
@@ -197,8 +197,8 @@ func (h *harness) finish() {
 	case <-time.After(10 * time.Second):
 		h.t.Fatal("event stream did not end")
 	}
-	if ws := h.g.Reap(); !ws.Exited() || ws.ExitStatus() != 0 {
-		h.t.Fatalf("guardian wait status %#x, want exit 0", uint32(ws))
+	if ws, err := h.g.Reap(); err != nil || !ws.Exited() || ws.ExitStatus() != 0 {
+		h.t.Fatalf("guardian wait status %#x (%v), want exit 0", uint32(ws), err)
 	}
 }
 
@@ -827,8 +827,8 @@ func TestSIGTERMAtGateStartsNothing(t *testing.T) {
 	if err := linux.SignalVerified(h.g.ID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if ws := h.g.Reap(); !ws.Exited() || ws.ExitStatus() != 0 {
-		t.Fatalf("guardian stopped at its gate: wait status %#x, want exit status 0", uint32(ws))
+	if ws, err := h.g.Reap(); err != nil || !ws.Exited() || ws.ExitStatus() != 0 {
+		t.Fatalf("guardian stopped at its gate: wait status %#x (%v), want exit status 0", uint32(ws), err)
 	}
 	if err := h.g.Release(h.config("sh", "-c", "touch "+filepath.Join(h.dir, "ran"))); err == nil {
 		t.Fatal("a release reached a guardian that ended at its gate")

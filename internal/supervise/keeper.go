@@ -254,7 +254,7 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 	line = strings.TrimSuffix(line, "\n")
 	if rerr != nil || line != "ok" {
 		ownW.Close()
-		c.wait()
+		_, _ = c.wait()
 		if m, ok := strings.CutPrefix(line, "error "); ok {
 			return nil, fmt.Errorf("building the view: %s", m)
 		}
@@ -265,11 +265,11 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 	}
 	// The keeper is not waited for beyond this point: it outlives a
 	// detached creator. Reap it in the background while we live.
-	go c.wait()
+	go func() { _, _ = c.wait() }()
 	return k, nil
 }
 
-// Commit tells the keeper that its identity is durably recorded; until
+// Commit tells the keeper that its identity is recorded (committed); until
 // then, losing the owner channel makes it exit at once. The groups, when
 // not empty, name the environment's commands and guardians groups if they
 // were not known when the keeper started.

@@ -58,7 +58,7 @@ type Guardian struct {
 }
 
 // Start starts a guardian and leaves it blocked at the gate. The caller
-// records g.ID durably, then calls Release, or Abort on failure.
+// commits g.ID to the registry, then calls Release, or Abort on failure.
 func Start(s StartSpec) (*Guardian, error) {
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
@@ -77,15 +77,20 @@ func Start(s StartSpec) (*Guardian, error) {
 			f.Close()
 		}
 	}()
+	// g holds the launcher's ends from here on: every failure below
+	// closes them through g.closeAll.
+	g := &Guardian{control: ctlW, events: evR}
 	// The guardian's own descriptors 0 and 1 are /dev/null, 2 is Log (or
 	// /dev/null); the workload's stdin is /dev/null when none is given.
 	nullR, err := os.Open(os.DevNull)
 	if err != nil {
+		g.closeAll()
 		return nil, err
 	}
 	closeAfter = append(closeAfter, nullR)
 	nullW, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	if err != nil {
+		g.closeAll()
 		return nil, err
 	}
 	closeAfter = append(closeAfter, nullW)
@@ -97,23 +102,24 @@ func Start(s StartSpec) (*Guardian, error) {
 	if logf == nil {
 		logf = nullW
 	}
-	g := &Guardian{control: ctlW, events: evR}
 	files := []*os.File{nullR, nullW, logf, ctlR, evW, s.Receipt, stdin, s.Stdout, s.Stderr, nil, nil}
 	if s.Forward {
 		outR, outW, err := os.Pipe()
 		if err != nil {
+			g.closeAll()
 			return nil, err
 		}
+		g.ForwardOut = outR
+		closeAfter = append(closeAfter, outW)
 		errR, errW, err := os.Pipe()
 		if err != nil {
-			outR.Close()
-			outW.Close()
+			g.closeAll()
 			return nil, err
 		}
-		closeAfter = append(closeAfter, outW, errW)
+		g.ForwardErr = errR
+		closeAfter = append(closeAfter, errW)
 		growPipe(outR)
 		growPipe(errR)
-		g.ForwardOut, g.ForwardErr = outR, errR
 		files[fdFwdOut], files[fdFwdErr] = outW, errW
 	}
 	if s.Dir != nil {
@@ -177,7 +183,7 @@ func (g *Guardian) Release(cfg *Config) error {
 func (g *Guardian) Abort() {
 	g.control.Close()
 	if g.proc != nil {
-		g.proc.wait()
+		_, _ = g.proc.wait()
 	}
 	g.closeAll()
 }
@@ -221,11 +227,11 @@ func (g *Guardian) Events() <-chan Event {
 }
 
 // Reap waits for the guardian process itself (it is our child) and
-// returns its wait status.
-func (g *Guardian) Reap() syscall.WaitStatus {
-	ws := g.proc.wait()
+// returns its wait status; an error means the status was not observed.
+func (g *Guardian) Reap() (syscall.WaitStatus, error) {
+	ws, err := g.proc.wait()
 	g.events.Close()
-	return ws
+	return ws, err
 }
 
 // ReadReceipt reads and verifies a receipt file through one open

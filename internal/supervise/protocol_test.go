@@ -95,8 +95,8 @@ func TestBadReleaseExits125(t *testing.T) {
 			t.Fatal(err)
 		}
 		g.Detach()
-		if ws := g.Reap(); !ws.Exited() || ws.ExitStatus() != 125 {
-			t.Fatalf("release %q: guardian wait status %#x, want exit 125", msg, uint32(ws))
+		if ws, err := g.Reap(); err != nil || !ws.Exited() || ws.ExitStatus() != 125 {
+			t.Fatalf("release %q: guardian wait status %#x (%v), want exit 125", msg, uint32(ws), err)
 		}
 	}
 	if st, _ := rf.Stat(); st.Size() != 0 {
@@ -143,8 +143,8 @@ func TestLateDirectoryGetsTheLog(t *testing.T) {
 			t.Fatal(err)
 		}
 		g.Detach()
-		if ws := g.Reap(); !ws.Exited() || ws.ExitStatus() != 125 {
-			t.Fatalf("id %q: guardian wait status %#x, want exit 125", tc.id, uint32(ws))
+		if ws, err := g.Reap(); err != nil || !ws.Exited() || ws.ExitStatus() != 125 {
+			t.Fatalf("id %q: guardian wait status %#x (%v), want exit 125", tc.id, uint32(ws), err)
 		}
 		b, _ := os.ReadFile(filepath.Join(dir, "c", "guardian.log"))
 		stderr, _ := os.ReadFile(filepath.Join(dir, "stderr"))

@@ -26,6 +26,7 @@ type child struct {
 	pidfd  int  // -1 once closed
 	reaped bool // the child is being or was waited for
 	status syscall.WaitStatus
+	err    error // of wait4: the status is not known then
 	done   chan struct{}
 }
 
@@ -60,8 +61,11 @@ func spawn(s spawnSpec) (*child, error) {
 		return nil, &os.PathError{Op: "fork/exec", Path: s.path, Err: err}
 	}
 	if pidfd < 0 {
-		// A kernel that ignored CLONE_PIDFD: the child runs, so reap it
-		// rather than leave a zombie, and refuse (a pidfd is required).
+		// A kernel that ignored CLONE_PIDFD: the child runs (blocked on
+		// descriptors we still hold), so kill and reap it rather than
+		// leave a zombie, and refuse: a pidfd is required. Our unreaped
+		// child's PID can't have been reused.
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 		_, _ = wait4(pid)
 		return nil, &os.PathError{Op: "fork/exec", Path: s.path, Err: errors.New("the kernel returned no pidfd for the child (Linux 5.3 or later is required)")}
 	}
@@ -70,23 +74,25 @@ func spawn(s spawnSpec) (*child, error) {
 
 // wait reaps the child once and returns its status; every caller
 // (concurrent ones too) returns after the reap. The pidfd is closed then.
-func (c *child) wait() syscall.WaitStatus {
+// An error (ECHILD where SIGCHLD is ignored and the kernel reaped it)
+// means the status was not observed.
+func (c *child) wait() (syscall.WaitStatus, error) {
 	c.mu.Lock()
 	if c.reaped {
 		c.mu.Unlock()
 		<-c.done
-		return c.status
+		return c.status, c.err
 	}
 	c.reaped = true
 	c.mu.Unlock()
-	ws, _ := wait4(c.pid)
+	ws, err := wait4(c.pid)
 	c.mu.Lock()
-	c.status = ws
+	c.status, c.err = ws, err
 	unix.Close(c.pidfd)
 	c.pidfd = -1
 	c.mu.Unlock()
 	close(c.done)
-	return ws
+	return ws, err
 }
 
 // kill sends SIGKILL through the pidfd while the child is not yet reaped:
