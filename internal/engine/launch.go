@@ -718,10 +718,11 @@ func fileOr(w io.Writer, def *os.File) *os.File {
 // command and registers the guardian, the command's directory, files and
 // cgroups made, the release (decision 56). Where the store can't make
 // unnamed files it is a reservation commit, the guardian started, a
-// registration commit (not synced: decision 62) and the release. Nothing
-// of the workload runs before its identity is registered; a failure
-// before release leaves no process and a settled ledger. The result is
-// recorded by the returned Running (the second commit, or the third).
+// registration commit (synced only for a detached command: decision 62)
+// and the release. Nothing of the workload runs before its identity is
+// registered; a failure before release leaves no process and a settled
+// ledger. The result is recorded by the returned Running (the second
+// commit, or the third).
 func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Running, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err

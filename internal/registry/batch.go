@@ -75,7 +75,7 @@ func (d *DB) Commit(ctx context.Context, b *Batch) error {
 	defer unlock()
 	// The first commit of a process checks that the event sequence has
 	// moved past the numbers a power loss may have taken back (see
-	// eventsBoot); that commit syncs.
+	// lostEventsGap); that commit syncs.
 	newBoot, boot := false, ""
 	if !d.bootChecked {
 		if newBoot, boot, err = d.eventsBootChanged(ctx); err != nil {
