@@ -925,6 +925,73 @@ func TestReapAfterLostRegistration(t *testing.T) {
 	}
 }
 
+// TestEventsAfterSimulatedReboot: the first command of a new boot takes
+// event numbers past a gap (decision 62), so numbers a follower saw before
+// a power loss took them back are never reused; a follower resuming with
+// --since its last number gets every new event, and within a boot the
+// numbers stay dense.
+func TestEventsAfterSimulatedReboot(t *testing.T) {
+	c := newCLI(t)
+	seqs := func(since int64, env ...string) []int64 {
+		t.Helper()
+		cmd := c.command("events", "--json", "--since", strconv.FormatInt(since, 10))
+		cmd.Env = append(cmd.Env, env...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("events --since %d: %v", since, err)
+		}
+		var got []int64
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if l == "" {
+				continue
+			}
+			var ev struct {
+				Seq int64 `json:"seq"`
+			}
+			if err := json.Unmarshal([]byte(l), &ev); err != nil {
+				t.Fatalf("events --json line %q: %v", l, err)
+			}
+			got = append(got, ev.Seq)
+		}
+		return got
+	}
+	dense := func(what string, s []int64) {
+		t.Helper()
+		for i := 1; i < len(s); i++ {
+			if s[i] != s[i-1]+1 {
+				t.Errorf("%s: seq %d after %d, want consecutive numbers within a boot", what, s[i], s[i-1])
+			}
+		}
+	}
+	c.mustRun("run", "--", "/bin/true")
+	before := seqs(0)
+	if len(before) == 0 {
+		t.Fatal("a run recorded no event")
+	}
+	dense("the first boot", before)
+	last := before[len(before)-1]
+
+	other := linux.BootIDEnv + "=" + "00000000-0000-4000-8000-" + strconv.FormatInt(time.Now().UnixNano()%1e12, 10)
+	for range 2 {
+		cmd := c.command("run", "--", "/bin/true")
+		cmd.Env = append(cmd.Env, other)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("run in the simulated boot: %v: %s", err, out)
+		}
+	}
+	after := seqs(last, other)
+	if len(after) == 0 {
+		t.Fatalf("events --since %d shows none of the new boot's events", last)
+	}
+	if after[0] <= last+1 {
+		t.Errorf("the new boot's first event is seq %d right after %d: a number a power loss took back could be given out again", after[0], last)
+	}
+	dense("the simulated boot", after)
+	if again := seqs(0, other); len(again) != len(before)+len(after) {
+		t.Errorf("events from 0: %d, want %d (no event lost or repeated)", len(again), len(before)+len(after))
+	}
+}
+
 // TestReapAfterSimulatedReboot: with another boot id, every record of the
 // "previous boot" is released without signalling anything: the processes
 // (still running, since the boot did not really change) stay alive, the
