@@ -202,17 +202,12 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 			f.Close()
 		}
 	}
-	nullR, err := os.Open(os.DevNull)
+	nullR, nullW, err := devNulls()
 	if err != nil {
 		closeAll()
 		return nil, err
 	}
 	defer nullR.Close()
-	nullW, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
 	defer nullW.Close()
 	logf := s.Log
 	if logf == nil {

@@ -82,18 +82,12 @@ func Start(s StartSpec) (*Guardian, error) {
 	g := &Guardian{control: ctlW, events: evR}
 	// The guardian's own descriptors 0 and 1 are /dev/null, 2 is Log (or
 	// /dev/null); the workload's stdin is /dev/null when none is given.
-	nullR, err := os.Open(os.DevNull)
+	nullR, nullW, err := devNulls()
 	if err != nil {
 		g.closeAll()
 		return nil, err
 	}
-	closeAfter = append(closeAfter, nullR)
-	nullW, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		g.closeAll()
-		return nil, err
-	}
-	closeAfter = append(closeAfter, nullW)
+	closeAfter = append(closeAfter, nullR, nullW)
 	stdin := s.Stdin
 	if stdin == nil {
 		stdin = nullR

@@ -40,6 +40,20 @@ type spawnSpec struct {
 	cgroupFD int // cloned into this cgroup2 directory when >= 0
 }
 
+// devNulls opens /dev/null for reading and for writing: a helper's own
+// descriptors 0 and 1 (and 2 without a log). The caller closes both once
+// the helper is started.
+func devNulls() (r, w *os.File, err error) {
+	if r, err = os.Open(os.DevNull); err != nil {
+		return nil, nil, err
+	}
+	if w, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0); err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	return r, w, nil
+}
+
 func spawn(s spawnSpec) (*child, error) {
 	fds := make([]uintptr, len(s.files))
 	for i, f := range s.files {
