@@ -355,7 +355,7 @@ func envDoc(e *api.Env) (string, error) {
 	d := *e
 	d.Rev, d.State = 0, ""
 	d.OwnerAlive, d.Expired, d.Due, d.Commands, d.LimitsNow = "", false, "", nil, nil
-	b, err := json.Marshal(&d)
+	b, err := d.MarshalJSON() // the record's own codec, without Marshal's second pass
 	if err != nil {
 		return "", err
 	}
@@ -371,7 +371,7 @@ func scanEnv(r rowScanner) (*api.Env, error) {
 		return nil, err
 	}
 	var e api.Env
-	if err := json.Unmarshal([]byte(data), &e); err != nil {
+	if err := e.UnmarshalJSON([]byte(data)); err != nil {
 		return nil, fmt.Errorf("environment %s: its record is corrupt: %w", id, err)
 	}
 	e.ID, e.Rev, e.State = id, rev, api.EnvState(state)
