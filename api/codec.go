@@ -18,11 +18,10 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"slices"
-	"strconv"
-	"strings"
+	"reflect"
 	"time"
-	"unicode/utf8"
+
+	"github.com/habemus-papadum/hostfork/internal/jsonfast"
 )
 
 // envNoCodec and commandNoCodec have the records' fields and none of their
@@ -35,9 +34,9 @@ type (
 
 // MarshalJSON encodes the record as encoding/json does.
 func (e Env) MarshalJSON() ([]byte, error) {
-	var w jsonWriter
-	w.env(&e)
-	return w.result()
+	var w jsonfast.Writer
+	writeEnv(&w, &e)
+	return w.Result()
 }
 
 // UnmarshalJSON decodes a record as encoding/json does.
@@ -58,697 +57,215 @@ func (e *Env) UnmarshalJSON(data []byte) error {
 
 // MarshalJSON encodes the record as encoding/json does.
 func (c Command) MarshalJSON() ([]byte, error) {
-	var w jsonWriter
-	w.command(&c)
-	return w.result()
+	var w jsonfast.Writer
+	writeCommand(&w, &c)
+	return w.Result()
 }
 
 // isZeroEnv reports whether e holds nothing a decode could merge into.
-func isZeroEnv(e *Env) bool {
-	return e.ID == "" && e.Rev == 0 && e.State == "" && e.CreatedAt.IsZero() && e.BootID == "" &&
-		e.Purpose == "" && e.Labels == nil && e.Tier == "" && e.CgroupPath == "" && e.CgroupInode == 0 &&
-		e.RunDir == "" && e.OwnerExit == "" && e.Owner == nil && !e.UntilStopped && !e.AutoStop &&
-		e.TTL == 0 && e.Grace == 0 && e.IdleTimeout == 0 && e.ActivatedAt == nil && e.DeadlineAt == nil &&
-		e.Spec == nil && e.Trees == nil && e.Keeper == nil && e.View == nil && e.Limits == nil &&
-		e.LimitEvidence == nil && e.Unit == "" && e.ScopeMembership == "" && e.ManagerResult == "" &&
-		e.StopReason == "" && e.StopRequestedAt == nil && e.StoppedAt == nil && e.Abandoned == nil &&
-		e.CleanupErrors == nil && e.Error == "" && e.OwnerAlive == "" && !e.Expired && e.Due == "" &&
-		e.LimitsNow == nil && e.Commands == nil && e.ActivatedMono == 0 && e.DeadlineMono == 0
-}
+func isZeroEnv(e *Env) bool { return reflect.ValueOf(e).Elem().IsZero() }
 
-// jsonWriter appends one JSON value. Members and elements are separated by
-// what the buffer ends with: a ',' goes before each one unless the
-// enclosing '{' or '[' (or a member's ':') was the last byte written.
-type jsonWriter struct {
-	b   []byte
-	err error
-}
-
-func (w *jsonWriter) result() ([]byte, error) {
-	if w.err != nil {
-		return nil, w.err
-	}
-	return w.b, nil
-}
-
-func (w *jsonWriter) sep() {
-	if n := len(w.b); n > 0 {
-		switch w.b[n-1] {
-		case '{', '[', ':':
-			return
-		}
-		w.b = append(w.b, ',')
-	}
-}
-
-// key starts a member.
-func (w *jsonWriter) key(k string) {
-	w.sep()
-	w.b = appendJSONString(w.b, k)
-	w.b = append(w.b, ':')
-}
-
-func (w *jsonWriter) str(k, v string) { w.key(k); w.b = appendJSONString(w.b, v) }
-
-func (w *jsonWriter) strOmit(k, v string) {
-	if v != "" {
-		w.str(k, v)
-	}
-}
-
-func (w *jsonWriter) int(k string, v int64) { w.key(k); w.b = strconv.AppendInt(w.b, v, 10) }
-
-func (w *jsonWriter) uintOmit(k string, v uint64) {
-	if v != 0 {
-		w.key(k)
-		w.b = strconv.AppendUint(w.b, v, 10)
-	}
-}
-
-func (w *jsonWriter) bool(k string, v bool) { w.key(k); w.b = strconv.AppendBool(w.b, v) }
-
-func (w *jsonWriter) intPtr(k string, v *int) {
-	w.key(k)
-	if v == nil {
-		w.b = append(w.b, "null"...)
-		return
-	}
-	w.b = strconv.AppendInt(w.b, int64(*v), 10)
-}
-
-func (w *jsonWriter) boolPtr(k string, v *bool) {
-	w.key(k)
-	if v == nil {
-		w.b = append(w.b, "null"...)
-		return
-	}
-	w.b = strconv.AppendBool(w.b, *v)
-}
-
-func (w *jsonWriter) time(k string, t time.Time) {
-	w.key(k)
-	w.timeValue(t)
-}
-
-func (w *jsonWriter) timeValue(t time.Time) {
-	b, err := t.MarshalJSON()
-	if err != nil {
-		w.fail(err)
-		return
-	}
-	w.b = append(w.b, b...)
-}
-
-func (w *jsonWriter) timePtr(k string, t *time.Time) {
-	w.key(k)
-	if t == nil {
-		w.b = append(w.b, "null"...)
-		return
-	}
-	w.timeValue(*t)
-}
-
-func (w *jsonWriter) duration(k string, d Duration) {
-	w.key(k)
-	w.b = appendJSONString(w.b, time.Duration(d).String())
-}
-
-// rawOmit writes a RawMessage member unless it is empty: compacted, as
-// encoding/json writes what a Marshaler returns.
-func (w *jsonWriter) rawOmit(k string, m json.RawMessage) {
-	if len(m) == 0 {
-		return
-	}
-	w.key(k)
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, m); err != nil {
-		w.fail(err)
-		return
-	}
-	w.b = append(w.b, buf.Bytes()...)
-}
-
-func (w *jsonWriter) fail(err error) {
-	if w.err == nil {
-		w.err = err
-	}
-}
-
-func (w *jsonWriter) strings(k string, l []string) {
-	w.key(k)
-	if l == nil {
-		w.b = append(w.b, "null"...)
-		return
-	}
-	w.b = append(w.b, '[')
-	for _, s := range l {
-		w.sep()
-		w.b = appendJSONString(w.b, s)
-	}
-	w.b = append(w.b, ']')
-}
-
-func (w *jsonWriter) stringsOmit(k string, l []string) {
-	if len(l) > 0 {
-		w.strings(k, l)
-	}
-}
-
-func (w *jsonWriter) labels(k string, m map[string]string) {
-	w.key(k)
-	if m == nil {
-		w.b = append(w.b, "null"...)
-		return
-	}
-	w.b = append(w.b, '{')
-	for _, name := range sortedKeys(m) {
-		w.str(name, m[name])
-	}
-	w.b = append(w.b, '}')
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-func (w *jsonWriter) identity(k string, id *Identity) {
-	w.key(k)
+func writeIdentity(w *jsonfast.Writer, k string, id *Identity) {
+	w.Key(k)
 	if id == nil {
-		w.b = append(w.b, "null"...)
+		w.Null()
 		return
 	}
-	w.identityValue(id)
+	writeIdentityValue(w, id)
 }
 
-func (w *jsonWriter) identityValue(id *Identity) {
-	w.b = append(w.b, '{')
-	w.str("boot_id", id.BootID)
-	w.int("pid", int64(id.PID))
-	w.key("start_time")
-	w.b = strconv.AppendUint(w.b, id.StartTime, 10)
-	w.b = append(w.b, '}')
+func writeIdentityValue(w *jsonfast.Writer, id *Identity) {
+	w.Begin('{')
+	w.Str("boot_id", id.BootID)
+	w.Int("pid", int64(id.PID))
+	w.Uint("start_time", id.StartTime)
+	w.End('}')
 }
 
-func (w *jsonWriter) tree(t *Tree) {
-	w.b = append(w.b, '{')
-	w.str("name", t.Name)
-	w.str("kind", t.Kind)
-	w.strOmit("baseline", t.Baseline)
-	w.str("source", t.Source)
-	w.str("host_path", t.HostPath)
-	w.str("workload_path", t.WorkloadPath)
-	w.rawOmit("storage", t.Storage)
-	w.str("state", t.State)
-	w.strOmit("note", t.Note)
-	w.b = append(w.b, '}')
+func writeTree(w *jsonfast.Writer, t *Tree) {
+	w.Begin('{')
+	w.Str("name", t.Name)
+	w.Str("kind", t.Kind)
+	w.StrOmit("baseline", t.Baseline)
+	w.Str("source", t.Source)
+	w.Str("host_path", t.HostPath)
+	w.Str("workload_path", t.WorkloadPath)
+	w.RawOmit("storage", t.Storage)
+	w.Str("state", t.State)
+	w.StrOmit("note", t.Note)
+	w.End('}')
 }
 
-func (w *jsonWriter) env(e *Env) {
-	w.b = append(w.b, '{')
-	w.str("id", e.ID)
-	w.int("rev", e.Rev)
-	w.str("state", string(e.State))
-	w.time("created_at", e.CreatedAt)
-	w.str("boot_id", e.BootID)
-	w.str("purpose", e.Purpose)
-	w.labels("labels", e.Labels)
-	w.str("tier", string(e.Tier))
-	w.strOmit("cgroup_path", e.CgroupPath)
-	w.uintOmit("cgroup_inode", e.CgroupInode)
-	w.str("run_dir", e.RunDir)
-	w.str("owner_exit", e.OwnerExit)
-	w.identity("owner", e.Owner)
-	w.bool("until_stopped", e.UntilStopped)
-	w.bool("auto_stop", e.AutoStop)
-	w.duration("ttl", e.TTL)
-	w.duration("grace", e.Grace)
-	w.duration("idle_timeout", e.IdleTimeout)
-	w.timePtr("activated_at", e.ActivatedAt)
-	w.timePtr("deadline_at", e.DeadlineAt)
-	w.rawOmit("spec", e.Spec)
-	w.key("trees")
+func writeEnv(w *jsonfast.Writer, e *Env) {
+	w.Begin('{')
+	w.Str("id", e.ID)
+	w.Int("rev", e.Rev)
+	w.Str("state", string(e.State))
+	w.Time("created_at", e.CreatedAt)
+	w.Str("boot_id", e.BootID)
+	w.Str("purpose", e.Purpose)
+	w.StringMap("labels", e.Labels)
+	w.Str("tier", string(e.Tier))
+	w.StrOmit("cgroup_path", e.CgroupPath)
+	w.UintOmit("cgroup_inode", e.CgroupInode)
+	w.Str("run_dir", e.RunDir)
+	w.Str("owner_exit", e.OwnerExit)
+	writeIdentity(w, "owner", e.Owner)
+	w.Bool("until_stopped", e.UntilStopped)
+	w.Bool("auto_stop", e.AutoStop)
+	w.Duration("ttl", time.Duration(e.TTL))
+	w.Duration("grace", time.Duration(e.Grace))
+	w.Duration("idle_timeout", time.Duration(e.IdleTimeout))
+	w.TimePtr("activated_at", e.ActivatedAt)
+	w.TimePtr("deadline_at", e.DeadlineAt)
+	w.RawOmit("spec", e.Spec)
+	w.Key("trees")
 	if e.Trees == nil {
-		w.b = append(w.b, "null"...)
+		w.Null()
 	} else {
-		w.b = append(w.b, '[')
+		w.Begin('[')
 		for i := range e.Trees {
-			w.sep()
-			w.tree(&e.Trees[i])
+			w.Sep()
+			writeTree(w, &e.Trees[i])
 		}
-		w.b = append(w.b, ']')
+		w.End(']')
 	}
-	w.identity("keeper", e.Keeper)
-	w.rawOmit("view", e.View)
-	w.rawOmit("limits", e.Limits)
-	w.rawOmit("limit_evidence", e.LimitEvidence)
-	w.strOmit("unit", e.Unit)
-	w.strOmit("scope_membership", e.ScopeMembership)
-	w.strOmit("manager_result", e.ManagerResult)
-	w.str("stop_reason", string(e.StopReason))
-	w.timePtr("stop_requested_at", e.StopRequestedAt)
-	w.timePtr("stopped_at", e.StoppedAt)
-	w.stringsOmit("abandoned", e.Abandoned)
-	w.strings("cleanup_errors", e.CleanupErrors)
-	w.str("error", e.Error)
-	w.str("owner_alive", e.OwnerAlive)
-	w.bool("expired", e.Expired)
-	w.str("due", e.Due)
-	w.rawOmit("limits_now", e.LimitsNow)
-	w.key("commands")
+	writeIdentity(w, "keeper", e.Keeper)
+	w.RawOmit("view", e.View)
+	w.RawOmit("limits", e.Limits)
+	w.RawOmit("limit_evidence", e.LimitEvidence)
+	w.StrOmit("unit", e.Unit)
+	w.StrOmit("scope_membership", e.ScopeMembership)
+	w.StrOmit("manager_result", e.ManagerResult)
+	w.Str("stop_reason", string(e.StopReason))
+	w.TimePtr("stop_requested_at", e.StopRequestedAt)
+	w.TimePtr("stopped_at", e.StoppedAt)
+	w.StringsOmit("abandoned", e.Abandoned)
+	w.Strings("cleanup_errors", e.CleanupErrors)
+	w.Str("error", e.Error)
+	w.Str("owner_alive", e.OwnerAlive)
+	w.Bool("expired", e.Expired)
+	w.Str("due", e.Due)
+	w.RawOmit("limits_now", e.LimitsNow)
+	w.Key("commands")
 	if e.Commands == nil {
-		w.b = append(w.b, "null"...)
+		w.Null()
 	} else {
-		w.b = append(w.b, '[')
+		w.Begin('[')
 		for i := range e.Commands {
-			w.sep()
-			w.command(&e.Commands[i])
+			w.Sep()
+			writeCommand(w, &e.Commands[i])
 		}
-		w.b = append(w.b, ']')
+		w.End(']')
 	}
-	w.b = append(w.b, '}')
+	w.End('}')
 }
 
-func (w *jsonWriter) command(c *Command) {
-	w.b = append(w.b, '{')
-	w.str("id", c.ID)
-	w.str("env", c.Env)
-	w.int("rev", c.Rev)
-	w.str("record_state", string(c.State))
-	w.time("created_at", c.CreatedAt)
-	w.str("purpose", c.Purpose)
-	w.labels("labels", c.Labels)
-	w.strings("argv", c.Argv)
-	w.str("cwd", c.Cwd)
-	w.str("output", string(c.Output))
-	w.str("dir", c.Dir)
-	w.str("stdout_path", c.StdoutPath)
-	w.str("stderr_path", c.StderrPath)
-	w.str("env_policy", c.EnvPolicy)
-	w.strOmit("env_policy_note", c.EnvPolicyNote)
-	w.strings("env_keys", c.EnvKeys)
-	w.str("tier", string(c.Tier))
-	w.identity("launcher", c.Launcher)
-	w.strOmit("cgroup_path", c.CgroupPath)
-	w.uintOmit("cgroup_inode", c.CgroupInode)
-	w.identity("guardian", c.Guardian)
-	w.uintOmit("proof_dev", c.ProofDev)
-	w.uintOmit("proof_ino", c.ProofIno)
-	w.identity("workload", c.Workload)
-	w.timePtr("started_at", c.StartedAt)
-	w.duration("timeout", c.Timeout)
-	w.intPtr("exit_code", c.ExitCode)
-	w.intPtr("signal", c.Signal)
-	w.str("leader_state", string(c.LeaderState))
-	w.timePtr("leader_exited_at", c.LeaderExitedAt)
-	w.str("tree_state", string(c.TreeState))
-	w.timePtr("tree_exited_at", c.TreeExitedAt)
-	w.str("tree_evidence", c.TreeEvidence)
-	w.str("stop_reason", string(c.StopReason))
-	w.bool("stopped_by_hostfork", c.StoppedByHostfork)
-	w.boolPtr("oom", c.OOM)
-	w.str("oom_evidence", c.OOMEvidence)
+func writeCommand(w *jsonfast.Writer, c *Command) {
+	w.Begin('{')
+	w.Str("id", c.ID)
+	w.Str("env", c.Env)
+	w.Int("rev", c.Rev)
+	w.Str("record_state", string(c.State))
+	w.Time("created_at", c.CreatedAt)
+	w.Str("purpose", c.Purpose)
+	w.StringMap("labels", c.Labels)
+	w.Strings("argv", c.Argv)
+	w.Str("cwd", c.Cwd)
+	w.Str("output", string(c.Output))
+	w.Str("dir", c.Dir)
+	w.Str("stdout_path", c.StdoutPath)
+	w.Str("stderr_path", c.StderrPath)
+	w.Str("env_policy", c.EnvPolicy)
+	w.StrOmit("env_policy_note", c.EnvPolicyNote)
+	w.Strings("env_keys", c.EnvKeys)
+	w.Str("tier", string(c.Tier))
+	writeIdentity(w, "launcher", c.Launcher)
+	w.StrOmit("cgroup_path", c.CgroupPath)
+	w.UintOmit("cgroup_inode", c.CgroupInode)
+	writeIdentity(w, "guardian", c.Guardian)
+	w.UintOmit("proof_dev", c.ProofDev)
+	w.UintOmit("proof_ino", c.ProofIno)
+	writeIdentity(w, "workload", c.Workload)
+	w.TimePtr("started_at", c.StartedAt)
+	w.Duration("timeout", time.Duration(c.Timeout))
+	w.IntPtr("exit_code", c.ExitCode)
+	w.IntPtr("signal", c.Signal)
+	w.Str("leader_state", string(c.LeaderState))
+	w.TimePtr("leader_exited_at", c.LeaderExitedAt)
+	w.Str("tree_state", string(c.TreeState))
+	w.TimePtr("tree_exited_at", c.TreeExitedAt)
+	w.Str("tree_evidence", c.TreeEvidence)
+	w.Str("stop_reason", string(c.StopReason))
+	w.Bool("stopped_by_hostfork", c.StoppedByHostfork)
+	w.BoolPtr("oom", c.OOM)
+	w.Str("oom_evidence", c.OOMEvidence)
 	if len(c.Survivors) > 0 {
-		w.key("survivors")
-		w.b = append(w.b, '[')
+		w.Key("survivors")
+		w.Begin('[')
 		for i := range c.Survivors {
-			w.sep()
-			w.identityValue(&c.Survivors[i])
+			w.Sep()
+			writeIdentityValue(w, &c.Survivors[i])
 		}
-		w.b = append(w.b, ']')
+		w.End(']')
 	}
 	if c.OutputTruncated {
-		w.bool("output_truncated", true)
+		w.Bool("output_truncated", true)
 	}
-	w.strOmit("limits_note", c.LimitsNote)
-	w.strOmit("workload_kind", c.WorkloadKind)
-	w.strOmit("admission", c.Admission)
-	w.key("capture")
+	w.StrOmit("limits_note", c.LimitsNote)
+	w.StrOmit("workload_kind", c.WorkloadKind)
+	w.StrOmit("admission", c.Admission)
+	w.Key("capture")
 	if c.Capture == nil {
-		w.b = append(w.b, "null"...)
+		w.Null()
 	} else {
-		w.b = append(w.b, '{')
-		for _, name := range sortedKeys(c.Capture) {
+		w.Begin('{')
+		for _, name := range jsonfast.SortedKeys(c.Capture) {
 			s := c.Capture[name]
-			w.key(name)
-			w.b = append(w.b, '{')
-			w.str("state", s.State)
-			w.int("bytes", s.Bytes)
-			w.strOmit("error", s.Error)
-			w.b = append(w.b, '}')
+			w.Key(name)
+			w.Begin('{')
+			w.Str("state", s.State)
+			w.Int("bytes", s.Bytes)
+			w.StrOmit("error", s.Error)
+			w.End('}')
 		}
-		w.b = append(w.b, '}')
+		w.End('}')
 	}
-	w.strings("cleanup_errors", c.CleanupErrors)
-	w.str("error", c.Error)
-	w.str("state", string(c.Liveness))
-	w.bool("stoppable", c.Stoppable)
-	w.intPtr("pid", c.PID)
-	w.timePtr("deadline_at", c.DeadlineAt)
-	w.b = append(w.b, '}')
-}
-
-// appendJSONString is encoding/json's string encoding without HTML
-// escaping: '"', '\\' and control bytes escaped (\b \f \n \r \t by name),
-// invalid UTF-8 as \ufffd, U+2028 and U+2029 escaped.
-func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRuneInString(s[i:])
-		if c == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if c == '\u2028' || c == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
-
-// The decoder walks a document json.Valid has accepted, so it only needs
-// to find where each value ends. Each decode function reports false for
-// anything it does not take as encoding/json would, and the caller then
-// decodes the whole document with encoding/json.
-
-// skipSpace returns the index of the first non-space byte at or after i.
-func skipSpace(d []byte, i int) int {
-	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// valueEnd returns the index just past the value that starts at i.
-func valueEnd(d []byte, i int) int {
-	switch d[i] {
-	case '"':
-		return stringEnd(d, i)
-	case '{', '[':
-		depth := 0
-		for i < len(d) {
-			switch d[i] {
-			case '"':
-				i = stringEnd(d, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	}
-	for i < len(d) {
-		switch d[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-		i++
-	}
-	return i
-}
-
-// stringEnd returns the index just past the string that starts at i.
-func stringEnd(d []byte, i int) int {
-	for i++; i < len(d); i++ {
-		switch d[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return i
-}
-
-// eachMember calls fn with each member of the object d, its key unquoted,
-// and reports false if d is not an object or fn returned false.
-func eachMember(d []byte, fn func(key string, val []byte) bool) bool {
-	i := skipSpace(d, 0)
-	if i >= len(d) || d[i] != '{' {
-		return false
-	}
-	i = skipSpace(d, i+1)
-	if i < len(d) && d[i] == '}' {
-		return true
-	}
-	for i < len(d) {
-		end := stringEnd(d, i)
-		var key string
-		if !decodeString(d[i:end], &key) {
-			return false
-		}
-		i = skipSpace(d, end)
-		i = skipSpace(d, i+1) // past ':'
-		vend := valueEnd(d, i)
-		if !fn(key, d[i:vend]) {
-			return false
-		}
-		i = skipSpace(d, vend)
-		if i >= len(d) || d[i] == '}' {
-			return true
-		}
-		i = skipSpace(d, i+1) // past ','
-	}
-	return true
-}
-
-// eachElement calls fn with each element of the array d.
-func eachElement(d []byte, fn func(val []byte) bool) bool {
-	if len(d) == 0 || d[0] != '[' {
-		return false
-	}
-	i := skipSpace(d, 1)
-	if i < len(d) && d[i] == ']' {
-		return true
-	}
-	for i < len(d) {
-		vend := valueEnd(d, i)
-		if !fn(d[i:vend]) {
-			return false
-		}
-		i = skipSpace(d, vend)
-		if i >= len(d) || d[i] == ']' {
-			return true
-		}
-		i = skipSpace(d, i+1)
-	}
-	return true
-}
-
-// memberSet tracks the keys a struct decode has seen: a repeated key (which
-// encoding/json merges) sends the document to encoding/json, and so does a
-// key that matches a field only without regard to case.
-type memberSet struct {
-	names []string
-	seen  uint64
-}
-
-// field returns the index of key among the names, or -1 for a key
-// encoding/json would ignore; ok is false when the decoder must give up.
-func (m *memberSet) field(key string) (int, bool) {
-	for i, n := range m.names {
-		if n == key {
-			if m.seen&(1<<i) != 0 {
-				return i, false
-			}
-			m.seen |= 1 << i
-			return i, true
-		}
-	}
-	for _, c := range []byte(key) {
-		if c >= utf8.RuneSelf {
-			return -1, false
-		}
-	}
-	for _, n := range m.names {
-		if strings.EqualFold(n, key) {
-			return -1, false
-		}
-	}
-	return -1, true
-}
-
-func isNull(v []byte) bool { return string(v) == "null" }
-
-// decodeString decodes a JSON string; null leaves s as it is.
-func decodeString(v []byte, s *string) bool {
-	if isNull(v) {
-		return true
-	}
-	if len(v) < 2 || v[0] != '"' {
-		return false
-	}
-	in := v[1 : len(v)-1]
-	if bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
-		*s = string(in)
-		return true
-	}
-	return json.Unmarshal(v, s) == nil
-}
-
-func decodeInt(v []byte, n *int64) bool {
-	if isNull(v) {
-		return true
-	}
-	x, err := strconv.ParseInt(string(v), 10, 64)
-	*n = x
-	return err == nil
-}
-
-func decodeUint(v []byte, n *uint64) bool {
-	if isNull(v) {
-		return true
-	}
-	x, err := strconv.ParseUint(string(v), 10, 64)
-	*n = x
-	return err == nil
-}
-
-func decodeBool(v []byte, b *bool) bool {
-	switch string(v) {
-	case "null":
-	case "true":
-		*b = true
-	case "false":
-		*b = false
-	default:
-		return false
-	}
-	return true
-}
-
-func decodeTime(v []byte, t *time.Time) bool { return t.UnmarshalJSON(v) == nil }
-
-func decodeTimePtr(v []byte, t **time.Time) bool {
-	if isNull(v) {
-		*t = nil
-		return true
-	}
-	*t = new(time.Time)
-	return decodeTime(v, *t)
+	w.Strings("cleanup_errors", c.CleanupErrors)
+	w.Str("error", c.Error)
+	w.Str("state", string(c.Liveness))
+	w.Bool("stoppable", c.Stoppable)
+	w.IntPtr("pid", c.PID)
+	w.TimePtr("deadline_at", c.DeadlineAt)
+	w.End('}')
 }
 
 func decodeDuration(v []byte, d *Duration) bool { return d.UnmarshalJSON(v) == nil }
 
-// decodeRaw keeps the value's bytes, null included, as RawMessage does.
-func decodeRaw(v []byte, m *json.RawMessage) bool {
-	*m = append(json.RawMessage(nil), v...)
-	return true
-}
-
-func decodeStrings(v []byte, l *[]string) bool {
-	if isNull(v) {
-		*l = nil
-		return true
-	}
-	out := []string{}
-	ok := eachElement(v, func(e []byte) bool {
-		if isNull(e) {
-			return false
-		}
-		var s string
-		if !decodeString(e, &s) {
-			return false
-		}
-		out = append(out, s)
-		return true
-	})
-	*l = out
-	return ok
-}
-
-func decodeLabels(v []byte, m *map[string]string) bool {
-	if isNull(v) {
-		*m = nil
-		return true
-	}
-	out := map[string]string{}
-	ok := eachMember(v, func(k string, e []byte) bool {
-		if isNull(e) {
-			return false
-		}
-		var s string
-		if !decodeString(e, &s) {
-			return false
-		}
-		out[k] = s
-		return true
-	})
-	*m = out
-	return ok
-}
-
 var identityNames = []string{"boot_id", "pid", "start_time"}
 
 func decodeIdentity(v []byte, p **Identity) bool {
-	if isNull(v) {
+	if jsonfast.IsNull(v) {
 		*p = nil
 		return true
 	}
 	var id Identity
-	set := memberSet{names: identityNames}
-	ok := eachMember(v, func(k string, e []byte) bool {
-		i, ok := set.field(k)
+	set := jsonfast.Fields{Names: identityNames}
+	ok := jsonfast.EachMember(v, func(k string, e []byte) bool {
+		i, ok := set.Field(k)
 		if !ok {
 			return false
 		}
 		switch i {
 		case 0:
-			return decodeString(e, &id.BootID)
+			return jsonfast.DecodeString(e, &id.BootID)
 		case 1:
 			var n int64
-			ok := decodeInt(e, &n)
+			ok := jsonfast.DecodeInt(e, &n)
 			id.PID = int(n)
 			return ok
 		case 2:
-			return decodeUint(e, &id.StartTime)
+			return jsonfast.DecodeUint(e, &id.StartTime)
 		}
 		return true
 	})
@@ -759,41 +276,41 @@ func decodeIdentity(v []byte, p **Identity) bool {
 var treeNames = []string{"name", "kind", "baseline", "source", "host_path", "workload_path", "storage", "state", "note"}
 
 func decodeTrees(v []byte, l *[]Tree) bool {
-	if isNull(v) {
+	if jsonfast.IsNull(v) {
 		*l = nil
 		return true
 	}
 	out := []Tree{}
-	ok := eachElement(v, func(e []byte) bool {
-		if isNull(e) {
+	ok := jsonfast.EachElement(v, func(e []byte) bool {
+		if jsonfast.IsNull(e) {
 			return false
 		}
 		var t Tree
-		set := memberSet{names: treeNames}
-		ok := eachMember(e, func(k string, f []byte) bool {
-			i, ok := set.field(k)
+		set := jsonfast.Fields{Names: treeNames}
+		ok := jsonfast.EachMember(e, func(k string, f []byte) bool {
+			i, ok := set.Field(k)
 			if !ok {
 				return false
 			}
 			switch i {
 			case 0:
-				return decodeString(f, &t.Name)
+				return jsonfast.DecodeString(f, &t.Name)
 			case 1:
-				return decodeString(f, &t.Kind)
+				return jsonfast.DecodeString(f, &t.Kind)
 			case 2:
-				return decodeString(f, &t.Baseline)
+				return jsonfast.DecodeString(f, &t.Baseline)
 			case 3:
-				return decodeString(f, &t.Source)
+				return jsonfast.DecodeString(f, &t.Source)
 			case 4:
-				return decodeString(f, &t.HostPath)
+				return jsonfast.DecodeString(f, &t.HostPath)
 			case 5:
-				return decodeString(f, &t.WorkloadPath)
+				return jsonfast.DecodeString(f, &t.WorkloadPath)
 			case 6:
-				return decodeRaw(f, &t.Storage)
+				return jsonfast.DecodeRaw(f, &t.Storage)
 			case 7:
-				return decodeString(f, &t.State)
+				return jsonfast.DecodeString(f, &t.State)
 			case 8:
-				return decodeString(f, &t.Note)
+				return jsonfast.DecodeString(f, &t.Note)
 			}
 			return true
 		})
@@ -813,10 +330,10 @@ var envNames = []string{
 
 // decodeEnv decodes a canonical environment document into the empty e.
 func decodeEnv(d []byte, e *Env) bool {
-	set := memberSet{names: envNames}
-	str := func(v []byte, s *string) bool { return decodeString(v, s) }
-	return eachMember(d, func(k string, v []byte) bool {
-		i, ok := set.field(k)
+	set := jsonfast.Fields{Names: envNames}
+	str := func(v []byte, s *string) bool { return jsonfast.DecodeString(v, s) }
+	return jsonfast.EachMember(d, func(k string, v []byte) bool {
+		i, ok := set.Field(k)
 		if !ok {
 			return false
 		}
@@ -824,23 +341,23 @@ func decodeEnv(d []byte, e *Env) bool {
 		case 0:
 			return str(v, &e.ID)
 		case 1:
-			return decodeInt(v, &e.Rev)
+			return jsonfast.DecodeInt(v, &e.Rev)
 		case 2:
 			return str(v, (*string)(&e.State))
 		case 3:
-			return decodeTime(v, &e.CreatedAt)
+			return jsonfast.DecodeTime(v, &e.CreatedAt)
 		case 4:
 			return str(v, &e.BootID)
 		case 5:
 			return str(v, &e.Purpose)
 		case 6:
-			return decodeLabels(v, &e.Labels)
+			return jsonfast.DecodeStringMap(v, &e.Labels)
 		case 7:
 			return str(v, (*string)(&e.Tier))
 		case 8:
 			return str(v, &e.CgroupPath)
 		case 9:
-			return decodeUint(v, &e.CgroupInode)
+			return jsonfast.DecodeUint(v, &e.CgroupInode)
 		case 10:
 			return str(v, &e.RunDir)
 		case 11:
@@ -848,9 +365,9 @@ func decodeEnv(d []byte, e *Env) bool {
 		case 12:
 			return decodeIdentity(v, &e.Owner)
 		case 13:
-			return decodeBool(v, &e.UntilStopped)
+			return jsonfast.DecodeBool(v, &e.UntilStopped)
 		case 14:
-			return decodeBool(v, &e.AutoStop)
+			return jsonfast.DecodeBool(v, &e.AutoStop)
 		case 15:
 			return decodeDuration(v, &e.TTL)
 		case 16:
@@ -858,21 +375,21 @@ func decodeEnv(d []byte, e *Env) bool {
 		case 17:
 			return decodeDuration(v, &e.IdleTimeout)
 		case 18:
-			return decodeTimePtr(v, &e.ActivatedAt)
+			return jsonfast.DecodeTimePtr(v, &e.ActivatedAt)
 		case 19:
-			return decodeTimePtr(v, &e.DeadlineAt)
+			return jsonfast.DecodeTimePtr(v, &e.DeadlineAt)
 		case 20:
-			return decodeRaw(v, &e.Spec)
+			return jsonfast.DecodeRaw(v, &e.Spec)
 		case 21:
 			return decodeTrees(v, &e.Trees)
 		case 22:
 			return decodeIdentity(v, &e.Keeper)
 		case 23:
-			return decodeRaw(v, &e.View)
+			return jsonfast.DecodeRaw(v, &e.View)
 		case 24:
-			return decodeRaw(v, &e.Limits)
+			return jsonfast.DecodeRaw(v, &e.Limits)
 		case 25:
-			return decodeRaw(v, &e.LimitEvidence)
+			return jsonfast.DecodeRaw(v, &e.LimitEvidence)
 		case 26:
 			return str(v, &e.Unit)
 		case 27:
@@ -882,26 +399,26 @@ func decodeEnv(d []byte, e *Env) bool {
 		case 29:
 			return str(v, (*string)(&e.StopReason))
 		case 30:
-			return decodeTimePtr(v, &e.StopRequestedAt)
+			return jsonfast.DecodeTimePtr(v, &e.StopRequestedAt)
 		case 31:
-			return decodeTimePtr(v, &e.StoppedAt)
+			return jsonfast.DecodeTimePtr(v, &e.StoppedAt)
 		case 32:
-			return decodeStrings(v, &e.Abandoned)
+			return jsonfast.DecodeStrings(v, &e.Abandoned)
 		case 33:
-			return decodeStrings(v, &e.CleanupErrors)
+			return jsonfast.DecodeStrings(v, &e.CleanupErrors)
 		case 34:
 			return str(v, &e.Error)
 		case 35:
 			return str(v, &e.OwnerAlive)
 		case 36:
-			return decodeBool(v, &e.Expired)
+			return jsonfast.DecodeBool(v, &e.Expired)
 		case 37:
 			return str(v, &e.Due)
 		case 38:
-			return decodeRaw(v, &e.LimitsNow)
+			return jsonfast.DecodeRaw(v, &e.LimitsNow)
 		case 39:
 			// Commands: encoding/json's own decoder (not on any hot path).
-			if isNull(v) {
+			if jsonfast.IsNull(v) {
 				return true
 			}
 			var l []Command

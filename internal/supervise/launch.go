@@ -3,7 +3,6 @@ package supervise
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -257,7 +256,7 @@ func ReadReceipt(path string, commandID string, dev, ino uint64) (*Receipt, erro
 			return nil, ErrNoReceipt
 		}
 		var r Receipt
-		if err := json.Unmarshal(b, &r); err != nil {
+		if err := decodeReceipt(b, &r); err != nil {
 			last = err // the guardian may be mid-write; read again
 			continue
 		}

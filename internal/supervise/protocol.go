@@ -2,7 +2,6 @@ package supervise
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -350,11 +349,4 @@ func StopValue(reason api.StopReason, notice bool, grace time.Duration) int32 {
 // encodeSignal frames a signal for the leader.
 func encodeSignal(sig int) []byte {
 	return []byte(string(msgSignal) + strconv.Itoa(sig) + "\n")
-}
-
-// decodeEvent parses one event line.
-func decodeEvent(line []byte) (Event, error) {
-	var ev Event
-	err := json.Unmarshal(line, &ev)
-	return ev, err
 }
