@@ -3,124 +3,16 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"math/rand/v2"
 	"reflect"
-	"strings"
 	"testing"
-	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/jsonfast/jsonfasttest"
 )
 
-// filler makes random records that reach every branch of the codecs: nil,
-// empty and full slices, maps and pointers; strings with escapes, HTML
-// characters, line separators and invalid UTF-8; raw JSON with spaces;
-// times in other zones and out of JSON's range.
-type filler struct{ r *rand.Rand }
-
-var stringPieces = []string{
-	"", "a", "hello world", `"`, `\`, "<b>&amp;</b>", "\u2028", "\u2029", "\x00", "\x1f", "\x7f",
-	"\b\f\n\r\t", "é", "日本", "\xff", "\xe2\x80", "😀", "/", "\u00a0", "ﬀ",
-}
-
-var rawPieces = []string{
-	`{}`, `[]`, `null`, `1`, `"x"`, `{"a": [1, 2, {"b": "<&>"}]}`, ` { "k" : "v\u2028" } `, `[true,false,null]`,
-	`{"memory":"1G","cpus":1.5,"allow_weaker":true}`,
-}
-
-func (f *filler) string() string {
-	var b strings.Builder
-	for n := f.r.IntN(4); n > 0; n-- {
-		b.WriteString(stringPieces[f.r.IntN(len(stringPieces))])
-	}
-	return b.String()
-}
-
-func (f *filler) time() time.Time {
-	switch f.r.IntN(8) {
-	case 0:
-		return time.Time{}
-	case 1:
-		return time.Date(10000+f.r.IntN(10), 1, 1, 0, 0, 0, 0, time.UTC) // Marshal refuses it
-	case 2:
-		return time.Unix(f.r.Int64N(1<<33), f.r.Int64N(1e9)).In(time.FixedZone("X", 3600*(f.r.IntN(25)-12)))
-	}
-	return time.Unix(f.r.Int64N(1<<33), f.r.Int64N(1e9)).UTC()
-}
-
-func (f *filler) fill(v reflect.Value) {
-	switch v.Type() {
-	case reflect.TypeFor[time.Time]():
-		v.Set(reflect.ValueOf(f.time()))
-		return
-	case reflect.TypeFor[json.RawMessage]():
-		if f.r.IntN(3) > 0 {
-			v.Set(reflect.ValueOf(json.RawMessage(rawPieces[f.r.IntN(len(rawPieces))])))
-		}
-		return
-	case reflect.TypeFor[time.Duration](), reflect.TypeFor[Duration]():
-		v.SetInt(f.r.Int64N(int64(100 * time.Hour)))
-		return
-	}
-	switch v.Kind() {
-	case reflect.String:
-		v.SetString(f.string())
-	case reflect.Bool:
-		v.SetBool(f.r.IntN(2) == 0)
-	case reflect.Int, reflect.Int64:
-		if f.r.IntN(3) > 0 {
-			v.SetInt(f.r.Int64() - f.r.Int64())
-		}
-	case reflect.Uint64:
-		if f.r.IntN(3) > 0 {
-			v.SetUint(f.r.Uint64())
-		}
-	case reflect.Pointer:
-		if f.r.IntN(2) == 0 {
-			p := reflect.New(v.Type().Elem())
-			f.fill(p.Elem())
-			v.Set(p)
-		}
-	case reflect.Slice:
-		switch f.r.IntN(3) {
-		case 0: // nil
-		case 1:
-			v.Set(reflect.MakeSlice(v.Type(), 0, 0))
-		default:
-			n := 1 + f.r.IntN(3)
-			s := reflect.MakeSlice(v.Type(), n, n)
-			for i := range n {
-				f.fill(s.Index(i))
-			}
-			v.Set(s)
-		}
-	case reflect.Map:
-		switch f.r.IntN(3) {
-		case 0:
-		case 1:
-			v.Set(reflect.MakeMap(v.Type()))
-		default:
-			m := reflect.MakeMap(v.Type())
-			for n := 1 + f.r.IntN(4); n > 0; n-- {
-				k := reflect.New(v.Type().Key()).Elem()
-				f.fill(k)
-				e := reflect.New(v.Type().Elem()).Elem()
-				f.fill(e)
-				m.SetMapIndex(k, e)
-			}
-			v.Set(m)
-		}
-	case reflect.Struct:
-		for i := 0; i < v.NumField(); i++ {
-			if v.Type().Field(i).IsExported() {
-				f.fill(v.Field(i))
-			}
-		}
-	}
-}
-
-func randomEnv(f *filler) Env {
+func randomEnv(f *jsonfasttest.Filler) Env {
 	var e Env
-	f.fill(reflect.ValueOf(&e).Elem())
-	if f.r.IntN(3) > 0 {
+	f.Fill(reflect.ValueOf(&e).Elem())
+	if f.IntN(3) > 0 {
 		e.Commands = nil // most records have none; keep the decoder's fast path busy
 	}
 	return e
@@ -147,13 +39,13 @@ func sameEncoding(t *testing.T, i int, v, plain any) {
 }
 
 func TestEnvAndCommandEncodeAsEncodingJSON(t *testing.T) {
-	f := &filler{rand.New(rand.NewPCG(1, 2))}
+	f := jsonfasttest.New(1, 2)
 	for i := range 3000 {
 		e := randomEnv(f)
 		sameEncoding(t, i, &e, (*envNoCodec)(&e))
 		sameEncoding(t, i, e, envNoCodec(e))
 		var c Command
-		f.fill(reflect.ValueOf(&c).Elem())
+		f.Fill(reflect.ValueOf(&c).Elem())
 		sameEncoding(t, i, &c, (*commandNoCodec)(&c))
 		// MarshalJSON itself writes the unescaped form.
 		direct, derr := e.MarshalJSON()
@@ -183,7 +75,7 @@ func decodeBoth(t *testing.T, doc []byte) (fast Env, err error) {
 }
 
 func TestEnvDecodesAsEncodingJSON(t *testing.T) {
-	f := &filler{rand.New(rand.NewPCG(3, 4))}
+	f := jsonfasttest.New(3, 4)
 	fast, encoded := 0, 0
 	for range 3000 {
 		e := randomEnv(f)
@@ -241,7 +133,7 @@ func FuzzEnvUnmarshal(f *testing.F) {
 	for _, doc := range envOddities {
 		f.Add([]byte(doc))
 	}
-	fl := &filler{rand.New(rand.NewPCG(5, 6))}
+	fl := jsonfasttest.New(5, 6)
 	for range 20 {
 		e := randomEnv(fl)
 		if doc, err := json.Marshal((*envNoCodec)(&e)); err == nil {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,10 +31,7 @@ func (e *Engine) RecaptureHostShell(ctx context.Context) error {
 // capture failed and the environment was left unchanged). keys names the
 // variables set explicitly.
 func (e *Engine) commandEnv(ctx context.Context, envRec *api.Env, cs *CommandSpec) (env []string, policy, note string, keys []string, err error) {
-	var launch struct{ spec.Launch }
-	if len(envRec.Spec) > 0 {
-		_ = json.Unmarshal(envRec.Spec, &launch)
-	}
+	launch := launchOf(envRec.Spec)
 	explicit := append(launchenv.ExplicitFromMap(launch.Env), cs.EnvSet...)
 	for _, kv := range explicit {
 		k, _, _ := cutEq(kv)

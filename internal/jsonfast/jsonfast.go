@@ -13,6 +13,8 @@ package jsonfast
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -559,4 +561,42 @@ func DecodeBoolPtr(v []byte, p **bool) bool {
 	}
 	*p = &b
 	return true
+}
+
+// Float writes a number member as encoding/json writes a float64: the
+// shortest form, in exponent form below 1e-6 or from 1e21; NaN and the
+// infinities are an error.
+func (w *Writer) Float(k string, f float64) {
+	w.Key(k)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		w.Fail(&json.UnsupportedValueError{Str: strconv.FormatFloat(f, 'g', -1, 64)})
+		return
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	w.b = strconv.AppendFloat(w.b, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 as e-9, as encoding/json writes it.
+		if n := len(w.b); n >= 4 && w.b[n-4] == 'e' && w.b[n-3] == '-' && w.b[n-2] == '0' {
+			w.b[n-2] = w.b[n-1]
+			w.b = w.b[:n-1]
+		}
+	}
+}
+
+// Value writes v through its own MarshalJSON (an element, or after Key):
+// null for a nil pointer, as encoding/json writes it.
+func (w *Writer) Value(v json.Marshaler) {
+	if rv := reflect.ValueOf(v); v == nil || rv.Kind() == reflect.Pointer && rv.IsNil() {
+		w.Null()
+		return
+	}
+	b, err := v.MarshalJSON()
+	if err != nil {
+		w.Fail(err)
+		return
+	}
+	w.b = append(w.b, b...)
 }
