@@ -1,10 +1,11 @@
 package api
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/jsonfast"
 )
 
 // Duration is a time.Duration written as a Go duration string ("20m",
@@ -34,7 +35,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // message that says how to write one.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
+	if !jsonfast.DecodeString(b, &s) {
 		return fmt.Errorf("a duration is a string such as \"20m\" or \"2s\", not %s: %w", string(b), ErrInvalid)
 	}
 	return d.UnmarshalText([]byte(s))

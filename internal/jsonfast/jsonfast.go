@@ -414,12 +414,22 @@ func DecodeString(v []byte, s *string) bool {
 	if len(v) < 2 || v[0] != '"' {
 		return false
 	}
-	in := v[1 : len(v)-1]
-	if bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
+	if in := v[1 : len(v)-1]; v[len(v)-1] == '"' && plainString(in) {
 		*s = string(in)
 		return true
 	}
 	return json.Unmarshal(v, s) == nil
+}
+
+// plainString reports whether in is the inside of a JSON string that
+// needs no unquoting: no escape, quote or control byte, valid UTF-8.
+func plainString(in []byte) bool {
+	for _, c := range in {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return utf8.Valid(in)
 }
 
 // DecodeInt decodes an integer; null leaves n as it is.
