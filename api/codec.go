@@ -260,10 +260,7 @@ func decodeIdentity(v []byte, p **Identity) bool {
 		case 0:
 			return jsonfast.DecodeString(e, &id.BootID)
 		case 1:
-			var n int64
-			ok := jsonfast.DecodeInt(e, &n)
-			id.PID = int(n)
-			return ok
+			return jsonfast.DecodeIntValue(e, &id.PID)
 		case 2:
 			return jsonfast.DecodeUint(e, &id.StartTime)
 		}

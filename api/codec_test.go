@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -18,35 +19,15 @@ func randomEnv(f *jsonfasttest.Filler) Env {
 	return e
 }
 
-// sameEncoding checks that v (with its MarshalJSON) and plain (the same
-// value without it) encode alike through Marshal and through an Encoder
-// that does not escape HTML.
-func sameEncoding(t *testing.T, i int, v, plain any) {
-	t.Helper()
-	want, werr := json.Marshal(plain)
-	got, gerr := json.Marshal(v)
-	if (werr == nil) != (gerr == nil) || !bytes.Equal(got, want) {
-		t.Fatalf("value %d: Marshal differs\n got %s (%v)\nwant %s (%v)", i, got, gerr, want, werr)
-	}
-	var wb, gb bytes.Buffer
-	we, ge := json.NewEncoder(&wb), json.NewEncoder(&gb)
-	we.SetEscapeHTML(false)
-	ge.SetEscapeHTML(false)
-	werr, gerr = we.Encode(plain), ge.Encode(v)
-	if (werr == nil) != (gerr == nil) || !bytes.Equal(gb.Bytes(), wb.Bytes()) {
-		t.Fatalf("value %d: Encoder without HTML escaping differs\n got %s (%v)\nwant %s (%v)", i, gb.Bytes(), gerr, wb.Bytes(), werr)
-	}
-}
-
 func TestEnvAndCommandEncodeAsEncodingJSON(t *testing.T) {
 	f := jsonfasttest.New(1, 2)
 	for i := range 3000 {
 		e := randomEnv(f)
-		sameEncoding(t, i, &e, (*envNoCodec)(&e))
-		sameEncoding(t, i, e, envNoCodec(e))
+		jsonfasttest.SameEncoding(t, fmt.Sprintf("env %d", i), &e, (*envNoCodec)(&e))
+		jsonfasttest.SameEncoding(t, fmt.Sprintf("env %d by value", i), e, envNoCodec(e))
 		var c Command
 		f.Fill(reflect.ValueOf(&c).Elem())
-		sameEncoding(t, i, &c, (*commandNoCodec)(&c))
+		jsonfasttest.SameEncoding(t, fmt.Sprintf("command %d", i), &c, (*commandNoCodec)(&c))
 		// MarshalJSON itself writes the unescaped form.
 		direct, derr := e.MarshalJSON()
 		var wb bytes.Buffer

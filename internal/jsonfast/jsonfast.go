@@ -161,12 +161,19 @@ func (w *Writer) Strings(k string, l []string) {
 		w.b = append(w.b, "null"...)
 		return
 	}
-	w.b = append(w.b, '[')
-	for _, s := range l {
-		w.Sep()
-		w.b = AppendString(w.b, s)
+	w.b = AppendStrings(w.b, l)
+}
+
+// AppendStrings appends l as a JSON array of strings ([] for nil).
+func AppendStrings(dst []byte, l []string) []byte {
+	dst = append(dst, '[')
+	for i, s := range l {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = AppendString(dst, s)
 	}
-	w.b = append(w.b, ']')
+	return append(dst, ']')
 }
 
 // StringsOmit writes a string-array member unless it is empty (omitempty).
@@ -440,6 +447,14 @@ func DecodeInt(v []byte, n *int64) bool {
 	x, err := strconv.ParseInt(string(v), 10, 64)
 	*n = x
 	return err == nil
+}
+
+// DecodeIntValue decodes an integer into an int; null leaves n as it is.
+func DecodeIntValue(v []byte, n *int) bool {
+	x := int64(*n)
+	ok := DecodeInt(v, &x)
+	*n = int(x)
+	return ok
 }
 
 // DecodeUint decodes an unsigned integer; null leaves n as it is.

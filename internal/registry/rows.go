@@ -108,19 +108,6 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// stringsJSON is l as a JSON array, written without encoding/json's
-// reflection (decision 63).
-func stringsJSON(l []string) []byte {
-	b := []byte{'['}
-	for i, s := range l {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = jsonfast.AppendString(b, s)
-	}
-	return append(b, ']')
-}
-
 // jsonText encodes v for a TEXT column; empty values are "".
 func jsonText(v any) string {
 	switch x := v.(type) {
@@ -128,7 +115,7 @@ func jsonText(v any) string {
 		if len(x) == 0 {
 			return ""
 		}
-		return string(stringsJSON(x))
+		return string(jsonfast.AppendStrings(nil, x))
 	case []api.Identity:
 		if len(x) == 0 {
 			return ""
@@ -248,7 +235,7 @@ func commandTail(c *api.Command) []any {
 	if argv == nil {
 		argv = []string{}
 	}
-	argvJSON := stringsJSON(argv)
+	argvJSON := jsonfast.AppendStrings(nil, argv)
 	var oomBase any
 	if c.OOMBaseline != nil {
 		oomBase = int64(*c.OOMBaseline)

@@ -51,13 +51,13 @@ func fastReceipt(b []byte, r *Receipt) bool {
 		case 2:
 			return jsonfast.DecodeString(v, &r.BootID)
 		case 3:
-			return decodeInt(v, &r.Guardian)
+			return jsonfast.DecodeIntValue(v, &r.Guardian)
 		case 4:
 			return jsonfast.DecodeUint(v, &r.ProofDev)
 		case 5:
 			return jsonfast.DecodeUint(v, &r.ProofIno)
 		case 6:
-			return decodeInt(v, &r.WorkloadPID)
+			return jsonfast.DecodeIntValue(v, &r.WorkloadPID)
 		case 7:
 			return jsonfast.DecodeUint(v, &r.WorkloadStart)
 		case 8:
@@ -73,7 +73,7 @@ func fastReceipt(b []byte, r *Receipt) bool {
 		case 13:
 			return jsonfast.DecodeBool(v, &r.StoppedByHostfork)
 		case 14:
-			return decodeInt(v, &r.OutsideCgroup)
+			return jsonfast.DecodeIntValue(v, &r.OutsideCgroup)
 		case 15:
 			return jsonfast.DecodeBool(v, &r.MembershipUnstable)
 		case 16:
@@ -115,7 +115,7 @@ func fastEvent(b []byte, ev *Event) bool {
 		case 0:
 			return jsonfast.DecodeString(v, &ev.Kind)
 		case 1:
-			return decodeInt(v, &ev.PID)
+			return jsonfast.DecodeIntValue(v, &ev.PID)
 		case 2:
 			return jsonfast.DecodeUint(v, &ev.StartTime)
 		case 3:
@@ -131,13 +131,4 @@ func fastEvent(b []byte, ev *Event) bool {
 		}
 		return true
 	})
-}
-
-func decodeInt(v []byte, n *int) bool {
-	var x int64
-	ok := jsonfast.DecodeInt(v, &x)
-	if ok && !jsonfast.IsNull(v) {
-		*n = int(x)
-	}
-	return ok
 }

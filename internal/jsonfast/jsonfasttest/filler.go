@@ -3,11 +3,13 @@
 package jsonfasttest
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"reflect"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -132,5 +134,25 @@ func (f *Filler) Fill(v reflect.Value) {
 				f.Fill(v.Field(i))
 			}
 		}
+	}
+}
+
+// SameEncoding fails t unless v (through its own MarshalJSON) and plain
+// (the same value as a type without it) encode alike, both through
+// json.Marshal and through an Encoder that does not escape HTML.
+func SameEncoding(t testing.TB, label string, v, plain any) {
+	t.Helper()
+	want, werr := json.Marshal(plain)
+	got, gerr := json.Marshal(v)
+	if (werr == nil) != (gerr == nil) || !bytes.Equal(got, want) {
+		t.Fatalf("%s: Marshal differs\n got %s (%v)\nwant %s (%v)", label, got, gerr, want, werr)
+	}
+	var wb, gb bytes.Buffer
+	we, ge := json.NewEncoder(&wb), json.NewEncoder(&gb)
+	we.SetEscapeHTML(false)
+	ge.SetEscapeHTML(false)
+	werr, gerr = we.Encode(plain), ge.Encode(v)
+	if (werr == nil) != (gerr == nil) || !bytes.Equal(gb.Bytes(), wb.Bytes()) {
+		t.Fatalf("%s: Encoder without HTML escaping differs\n got %s (%v)\nwant %s (%v)", label, gb.Bytes(), gerr, wb.Bytes(), werr)
 	}
 }
