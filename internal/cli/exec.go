@@ -81,10 +81,10 @@ the environment's expiry either.`,
 			if err := lf.recapture(ctx, g, h); err != nil {
 				return err
 			}
-			lr := &launchReq{argv: args[1:], output: hostfork.OutputMode(output), cwd: cwd, purpose: purpose, labels: lm,
-				timeout: timeout, envPolicy: launch.EnvPolicy, envSet: lf.envVars, ownerExit: hostfork.OwnerExitStop, stdin: stdin}
+			lr := &LaunchRequest{Argv: args[1:], Output: hostfork.OutputMode(output), Cwd: cwd, Purpose: purpose, Labels: lm,
+				Timeout: timeout, EnvPolicy: launch.EnvPolicy, EnvSet: lf.envVars, OwnerExit: hostfork.OwnerExitStop, Stdin: stdin}
 			if detach {
-				lr.ownerExit = hostfork.OwnerExitDetach
+				lr.OwnerExit = hostfork.OwnerExitDetach
 			}
 			if err := af.apply(lr, g); err != nil {
 				return err
@@ -106,7 +106,7 @@ the environment's expiry either.`,
 				fmt.Fprintln(g.out, cmd.ID())
 				return nil
 			}
-			return foreground(ctx, g, h, cmd, sigs, lr.output, hostfork.ReasonOwnerExit)
+			return foreground(ctx, g, h, cmd, sigs, lr.Output, hostfork.ReasonOwnerExit)
 		},
 	}
 	af.add(c)

@@ -24,7 +24,14 @@ func TestVerbTableMatchesTheCommands(t *testing.T) {
 		if !slices.Equal(c.Aliases, v.aliases) {
 			t.Errorf("verb %q: aliases %q in the table, %q on the command", v.name, v.aliases, c.Aliases)
 		}
-		if got := c.Annotations[remoteKey]; (v.local == "" && got != remoteOK) || (v.local != "" && got != v.local) {
+		want := v.local
+		switch {
+		case v.here:
+			want = remoteHere
+		case v.local == "":
+			want = remoteOK
+		}
+		if got := c.Annotations[remoteKey]; got != want {
 			t.Errorf("verb %q: remote annotation %q", v.name, got)
 		}
 		for _, n := range append([]string{v.name}, v.aliases...) {

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"sync"
 
 	"github.com/spf13/cobra"
 )
@@ -21,8 +22,12 @@ type BuildInfo struct {
 	Kind string `json:"kind"`
 }
 
-var releaseVersion = regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`)
-var pseudoVersion = regexp.MustCompile(`\d{14}-[0-9a-f]{12}$`)
+// The version patterns are compiled on first use, not at every start of
+// the binary.
+var (
+	releaseVersion = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`) })
+	pseudoVersion  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\d{14}-[0-9a-f]{12}$`) })
+)
 
 // ReadBuildInfo reads the provenance embedded by the Go toolchain.
 func ReadBuildInfo() BuildInfo {
@@ -50,7 +55,7 @@ func ReadBuildInfo() BuildInfo {
 	// A version the toolchain took from a tag on the built commit is a
 	// plain semver; untagged or dirty builds get pseudo-versions or
 	// "+dirty", and local builds without VCS data "(devel)".
-	if releaseVersion.MatchString(b.Version) && !pseudoVersion.MatchString(b.Version) && (b.Dirty == nil || !*b.Dirty) {
+	if releaseVersion().MatchString(b.Version) && !pseudoVersion().MatchString(b.Version) && (b.Dirty == nil || !*b.Dirty) {
 		b.Kind = "release"
 	}
 	return b
