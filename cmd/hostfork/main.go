@@ -6,17 +6,13 @@ package main
 
 import (
 	"os"
-	"runtime"
+
+	// One P from the first package initialiser on (decisions 54 and 65).
+	_ "github.com/habemus-papadum/hostfork/cmd/hostfork/internal/oneproc"
 
 	"github.com/habemus-papadum/hostfork/internal/cli"
 )
 
 func main() {
-	// One CLI call is one short, mostly waiting goroutine tree: a second P
-	// only adds a spinning thread, which a hundred concurrent calls pay on
-	// every core (decision 54). GOMAXPROCS in the environment still wins.
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
-	}
 	os.Exit(cli.Main(os.Args[1:]))
 }

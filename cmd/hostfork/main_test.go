@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +32,11 @@ import (
 // dispatched first, exactly as main does; a guardian that starts from a C
 // constructor never reaches this code at all.
 func TestMain(m *testing.M) {
+	// As hostfork, this binary runs with one P (package oneproc, decision
+	// 65); the tests themselves keep the runtime's default.
+	if _, set := os.LookupEnv("GOMAXPROCS"); !set && filepath.Base(os.Args[0]) != "hostfork" {
+		runtime.SetDefaultGOMAXPROCS()
+	}
 	testscript.Main(m, map[string]func(){"hostfork": main})
 }
 
