@@ -23,7 +23,7 @@ import (
 
 // HostEnv is the environment variable that names the server when New is
 // given "".
-const HostEnv = api.HostEnv
+const HostEnv = "HOSTFORK_HOST"
 
 // UnixHost is the Host header the client sends over a unix socket (the
 // server accepts "", "localhost" and "unix").

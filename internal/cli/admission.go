@@ -19,7 +19,7 @@ func (f *admitFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.admit, "admit", "", "when the host is full or paused: wait (default for agents), fail, or skip admission")
 }
 
-func (f *admitFlags) apply(cmd *LaunchRequest, g *globals) error {
+func (f *admitFlags) apply(cmd *launchReq, g *globals) error {
 	if f.admit != "" && f.workload == "" {
 		f.workload = hostfork.WorkloadAgent
 	}
@@ -33,9 +33,9 @@ func (f *admitFlags) apply(cmd *LaunchRequest, g *globals) error {
 	default:
 		return usageErr("--admit %q: use wait, fail or skip", f.admit)
 	}
-	cmd.Workload = f.workload
-	cmd.Admit = f.admit
-	cmd.OnAdmissionWait = func(reason string) {
+	cmd.workload = f.workload
+	cmd.admit = f.admit
+	cmd.onAdmissionWait = func(reason string) {
 		fmt.Fprintf(g.err, "hostfork: waiting for admission: %s\n", reason)
 	}
 	return nil
@@ -47,7 +47,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 		Use:   "capacity",
 		Short: "Logical cores, available memory, the admission share, live agent workloads and free slots",
 		Args:  exactArgs(0, "no arguments"),
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			r, err := h.Capacity(c.Context())
 			if err != nil {
 				return err
@@ -97,7 +97,7 @@ func newPauseCmd(g *globals, pause bool) *cobra.Command {
 		Use:   use,
 		Short: short,
 		Args:  exactArgs(0, "no arguments"),
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			if err := h.SetPaused(c.Context(), pause); err != nil {
 				return err
 			}

@@ -14,14 +14,13 @@ import (
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
-// Backend is what the verbs call: the library in this process (local, a
-// *hostfork.Host) or a running 'hostfork serve' (with --host or
-// $HOSTFORK_HOST: package remotecli, through package client, linked only
-// into the companion binary; Verbs.Remote). Both speak the api types, so
+// backend is what the verbs call: the library in this process (local, a
+// *hostfork.Host) or a running 'hostfork serve' (remote, with --host or
+// $HOSTFORK_HOST, through package client). Both speak the api types, so
 // each verb's code, its output and its exit codes exist once. Most
 // methods are *hostfork.Host's own; the others (Logs, Create, Run, Start)
 // are what a verb needs from a handle, without one.
-type Backend interface {
+type backend interface {
 	Close() error
 	// Where names the store or the server, for messages.
 	Where() string
@@ -40,8 +39,8 @@ type Backend interface {
 	// Run makes the planned environment with l as its first command (the
 	// environment stops when its tree has exited); Start starts l in an
 	// existing environment.
-	Run(ctx context.Context, p *hostfork.Plan, l *LaunchRequest) (Launched, error)
-	Start(ctx context.Context, envPrefix string, l *LaunchRequest) (Launched, error)
+	Run(ctx context.Context, p *hostfork.Plan, l *launchReq) (launched, error)
+	Start(ctx context.Context, envPrefix string, l *launchReq) (launched, error)
 	StopEnv(ctx context.Context, idPrefix string, o hostfork.StopOptions) (*hostfork.EnvRecord, error)
 	StopCommand(ctx context.Context, idPrefix string, o hostfork.StopOptions) (*hostfork.CommandRecord, error)
 	Export(ctx context.Context, envPrefix, tree, dest string, o hostfork.ExportOptions) (*hostfork.ExportResult, error)
@@ -58,10 +57,10 @@ type Backend interface {
 	RecaptureHostShell(ctx context.Context) error
 }
 
-// Launched is a started command as run and exec follow it in the
+// launched is a started command as run and exec follow it in the
 // foreground: *hostfork.Command in this process, a command of the server
 // through the API.
-type Launched interface {
+type launched interface {
 	ID() string
 	Record() hostfork.CommandRecord
 	Signal(sig syscall.Signal) error
@@ -70,32 +69,29 @@ type Launched interface {
 	WaitTree(ctx context.Context) (hostfork.CommandRecord, error)
 }
 
-// LaunchRequest is one command to launch, as the flags of run and exec say.
-// It is exported for the backend of a server (Verbs.Remote).
-type LaunchRequest struct {
-	Argv      []string
-	Cwd       string
-	Purpose   string
-	Labels    map[string]string
-	Timeout   time.Duration
-	Output    hostfork.OutputMode
-	EnvPolicy string
-	EnvSet    []string
-	// OwnerExit is the command's own owner-exit policy ("": the
+// launchReq is one command to launch, as the flags of run and exec say.
+type launchReq struct {
+	argv      []string
+	cwd       string
+	purpose   string
+	labels    map[string]string
+	timeout   time.Duration
+	output    hostfork.OutputMode
+	envPolicy string
+	envSet    []string
+	// ownerExit is the command's own owner-exit policy ("": the
 	// environment's).
-	OwnerExit string
-	// Stdin is passed through (nil: /dev/null); only in this process.
-	Stdin           *os.File
-	Workload, Admit string
-	// OnAdmissionWait is called once when the command waits for
-	// admission, with the reason.
-	OnAdmissionWait func(reason string)
+	ownerExit string
+	// stdin is passed through (nil: /dev/null); only in this process.
+	stdin           *os.File
+	workload, admit string
+	onAdmissionWait func(reason string)
 }
 
 // local is the library in this process.
 type local struct{ *hostfork.Host }
 
-var _ Launched = (*hostfork.Command)(nil)
+var _ launched = (*hostfork.Command)(nil)
 
 func (l local) Where() string { return l.Root() }
 
@@ -119,35 +115,35 @@ func (l local) Create(ctx context.Context, p *hostfork.Plan) (*hostfork.EnvRecor
 // command fills a library command from a launch request: stdin passes
 // through (a terminal makes the command the foreground job), and in pipe
 // mode the output streams to this process's stdout and stderr.
-func (lr *LaunchRequest) command(cmd *hostfork.Command) *hostfork.Command {
-	cmd.Cwd, cmd.Purpose, cmd.Labels, cmd.Timeout = lr.Cwd, lr.Purpose, lr.Labels, lr.Timeout
-	cmd.Output, cmd.OwnerExit = lr.Output, lr.OwnerExit
-	cmd.EnvPolicy, cmd.EnvSet = lr.EnvPolicy, lr.EnvSet
-	cmd.Workload, cmd.Admit, cmd.OnAdmissionWait = lr.Workload, lr.Admit, lr.OnAdmissionWait
-	if lr.Stdin != nil {
-		cmd.Stdin = lr.Stdin
-		cmd.Foreground = term.IsTerminal(int(lr.Stdin.Fd()))
+func (lr *launchReq) command(cmd *hostfork.Command) *hostfork.Command {
+	cmd.Cwd, cmd.Purpose, cmd.Labels, cmd.Timeout = lr.cwd, lr.purpose, lr.labels, lr.timeout
+	cmd.Output, cmd.OwnerExit = lr.output, lr.ownerExit
+	cmd.EnvPolicy, cmd.EnvSet = lr.envPolicy, lr.envSet
+	cmd.Workload, cmd.Admit, cmd.OnAdmissionWait = lr.workload, lr.admit, lr.onAdmissionWait
+	if lr.stdin != nil {
+		cmd.Stdin = lr.stdin
+		cmd.Foreground = term.IsTerminal(int(lr.stdin.Fd()))
 	}
-	if lr.Output == hostfork.OutputPipe {
+	if lr.output == hostfork.OutputPipe {
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	}
 	return cmd
 }
 
-func (l local) Run(ctx context.Context, p *hostfork.Plan, lr *LaunchRequest) (Launched, error) {
-	cmd := lr.command(l.Command(lr.Argv...))
+func (l local) Run(ctx context.Context, p *hostfork.Plan, lr *launchReq) (launched, error) {
+	cmd := lr.command(l.Command(lr.argv...))
 	if _, err := l.Host.Run(ctx, p, cmd); err != nil {
 		return nil, err
 	}
 	return cmd, nil
 }
 
-func (l local) Start(ctx context.Context, envPrefix string, lr *LaunchRequest) (Launched, error) {
+func (l local) Start(ctx context.Context, envPrefix string, lr *launchReq) (launched, error) {
 	env, err := l.OpenEnv(ctx, envPrefix)
 	if err != nil {
 		return nil, err
 	}
-	cmd := lr.command(env.Command(lr.Argv...))
+	cmd := lr.command(env.Command(lr.argv...))
 	if err := cmd.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -156,7 +152,7 @@ func (l local) Start(ctx context.Context, envPrefix string, lr *LaunchRequest) (
 
 // foregroundJob reports whether a started command owns this terminal (its
 // stdin is the terminal): only a command of this process can.
-func foregroundJob(cmd Launched) bool {
+func foregroundJob(cmd launched) bool {
 	c, ok := cmd.(*hostfork.Command)
 	return ok && c.Foreground
 }

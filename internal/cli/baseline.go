@@ -20,7 +20,7 @@ or deletes a baseline.`,
 		Use:   "add NAME PATH",
 		Short: "Register PATH as baseline NAME and say which tree kinds it offers",
 		Args:  exactArgs(2, "a name and a path"),
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			b, err := h.AddBaseline(c.Context(), args[0], args[1])
 			if err != nil {
 				return err
@@ -42,7 +42,7 @@ or deletes a baseline.`,
 		Aliases: []string{"list"},
 		Short:   "List registered baselines",
 		Args:    exactArgs(0, "no arguments"),
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			bs, err := h.Baselines(c.Context())
 			if err != nil {
 				return err
@@ -66,7 +66,7 @@ or deletes a baseline.`,
 		Use:   "rm NAME",
 		Short: "Unregister a baseline (its files are not touched)",
 		Args:  exactArgs(1, "a baseline name"),
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			if err := h.RemoveBaseline(c.Context(), args[0]); err != nil {
 				return err
 			}

@@ -46,13 +46,6 @@ func (g *Globals) Err() io.Writer { return g.err }
 type Verbs struct {
 	Serve func(c *cobra.Command, g *Globals, f *ServeFlags) error
 	MCP   func(c *cobra.Command, g *Globals) error
-	// Remote is the backend of a running server (--host, $HOSTFORK_HOST),
-	// given its address; notices go to the second argument. Nil executes
-	// the companion for every verb run through a server.
-	Remote func(server string, notices io.Writer) (Backend, error)
-	// AnswerCode is the exit code an error answer of a server carries,
-	// or ok=false when the error is not one (with Remote).
-	AnswerCode func(err error) (code int, ok bool)
 }
 
 // ServeFlags are the flags of 'hostfork serve'.
@@ -60,10 +53,6 @@ type ServeFlags struct {
 	Socket        string
 	MetricsListen string
 }
-
-// Clean is s with control characters and invalid UTF-8 escaped, for
-// a message that quotes what a server or a command said.
-func Clean(s string) string { return clean(s) }
 
 // UsageError is a usage error (exit 122) with a message that names the
 // fix.

@@ -67,37 +67,6 @@ func TestCompanionMissing(t *testing.T) {
 	if r := runBin(t, bin, nil, "serve", "--no-such-flag"); r.code != 122 {
 		t.Errorf("serve --no-such-flag: exit %d, stderr %q", r.code, r.stderr)
 	}
-	// A verb through a server runs in the companion too (entry 64), with
-	// --host or $HOSTFORK_HOST.
-	sock := "unix://" + filepath.Join(t.TempDir(), "api.sock")
-	for _, c := range []struct {
-		env  []string
-		args []string
-	}{{nil, []string{"--host", sock, "ps"}}, {[]string{"HOSTFORK_HOST=" + sock}, []string{"status", "abc"}}} {
-		r := runBin(t, bin, c.env, c.args...)
-		want := "go build -o " + filepath.Dir(bin) + "/ ./cmd/hostfork-serve"
-		if r.code != 121 || !strings.Contains(r.stderr, "'hostfork --host' runs the companion binary hostfork-serve") || !strings.Contains(r.stderr, want) {
-			t.Errorf("%v %v without the companion: exit %d, stderr %q (want 121 and %q)", c.env, c.args, r.code, r.stderr, want)
-		}
-	}
-	// What needs no server doesn't need the companion either: help, the
-	// refusal of a verb that can't run through a server, the local
-	// version.
-	for _, c := range []struct {
-		args []string
-		code int
-		want string
-	}{
-		{[]string{"--host", sock, "ps", "--help"}, 0, "Usage:"},
-		{[]string{"--host", sock, "shell"}, 122, "can't run through a server"},
-		{[]string{"--host", sock, "version"}, 0, "hostfork "},
-		{[]string{"--host", sock, "ps", "--no-such-flag"}, 122, "unknown flag"},
-	} {
-		r := runBin(t, bin, nil, c.args...)
-		if r.code != c.code || !strings.Contains(r.stdout+r.stderr, c.want) || strings.Contains(r.stderr, "companion") {
-			t.Errorf("%v without the companion: exit %d, stdout %q, stderr %q (want %d and %q)", c.args, r.code, r.stdout, r.stderr, c.code, c.want)
-		}
-	}
 }
 
 // TestCompanionRuns: beside hostfork, the companion runs the verb in the
@@ -130,14 +99,6 @@ func TestCompanionRuns(t *testing.T) {
 	out, _ := sh.CombinedOutput()
 	if !strings.Contains(string(out), "systemd passed 2 sockets (LISTEN_FDS)") {
 		t.Errorf("serve with LISTEN_PID of the hostfork process: the companion did not take the passed socket as its own (not the same process?): %s", out)
-	}
-	// A verb through a server: the companion runs it in the same process.
-	// Nothing listens on the socket, so it fails as a client does (125,
-	// with the hint), without a warning about the build.
-	sock := "unix://" + filepath.Join(t.TempDir(), "api.sock")
-	r = runBin(t, bin, nil, "--host", sock, "ps")
-	if r.code != 125 || !strings.Contains(r.stderr, "is 'hostfork serve' running there?") || strings.Contains(r.stderr, "warning") {
-		t.Errorf("ps --host through the companion: exit %d, stderr %q", r.code, r.stderr)
 	}
 	// Run directly by a hostfork of another build: a warning, then the
 	// verb.

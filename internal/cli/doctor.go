@@ -105,19 +105,14 @@ func remoteDoctor(ctx context.Context, g *globals) (*doctor.Report, error) {
 		return nil, err
 	}
 	defer b.Close()
-	src, ok := b.(interface {
-		Doctor(ctx context.Context) (json.RawMessage, error)
-	})
-	if !ok {
-		return nil, fmt.Errorf("%s gives no doctor report", b.Where())
-	}
-	raw, err := src.Doctor(ctx)
+	r := b.(*remote)
+	raw, err := r.c.Doctor(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var rep doctor.Report
 	if err := json.Unmarshal(raw, &rep); err != nil {
-		return nil, fmt.Errorf("the doctor report of %s: %w", b.Where(), err)
+		return nil, fmt.Errorf("the doctor report of %s: %w", r.Where(), err)
 	}
 	return &rep, nil
 }

@@ -26,7 +26,7 @@ remembers the last number it saw resumes without missing or repeating any.
 --follow keeps printing new events until interrupted. --json prints one JSON
 object per line.`,
 		Args: exactArgs(0, "no arguments"),
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			if since < 0 {
 				return usageErr("--since %d: give a sequence number, 0 for all", since)
 			}

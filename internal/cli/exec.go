@@ -81,10 +81,10 @@ the environment's expiry either.`,
 			if err := lf.recapture(ctx, g, h); err != nil {
 				return err
 			}
-			lr := &LaunchRequest{Argv: args[1:], Output: hostfork.OutputMode(output), Cwd: cwd, Purpose: purpose, Labels: lm,
-				Timeout: timeout, EnvPolicy: launch.EnvPolicy, EnvSet: lf.envVars, OwnerExit: hostfork.OwnerExitStop, Stdin: stdin}
+			lr := &launchReq{argv: args[1:], output: hostfork.OutputMode(output), cwd: cwd, purpose: purpose, labels: lm,
+				timeout: timeout, envPolicy: launch.EnvPolicy, envSet: lf.envVars, ownerExit: hostfork.OwnerExitStop, stdin: stdin}
 			if detach {
-				lr.OwnerExit = hostfork.OwnerExitDetach
+				lr.ownerExit = hostfork.OwnerExitDetach
 			}
 			if err := af.apply(lr, g); err != nil {
 				return err
@@ -106,7 +106,7 @@ the environment's expiry either.`,
 				fmt.Fprintln(g.out, cmd.ID())
 				return nil
 			}
-			return foreground(ctx, g, h, cmd, sigs, lr.Output, hostfork.ReasonOwnerExit)
+			return foreground(ctx, g, h, cmd, sigs, lr.output, hostfork.ReasonOwnerExit)
 		},
 	}
 	af.add(c)

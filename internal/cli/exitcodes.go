@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/client"
 )
 
 // Exit codes of hostfork's own failures (docs/exit-codes.md). run and exec
@@ -86,19 +87,6 @@ func usageErr(format string, args ...any) error {
 	return withCode(ExitUsage, fmt.Errorf(format, args...))
 }
 
-// answerCode is Verbs.AnswerCode of this process's CLI: the exit code an
-// error answer of a server carries (nil in the hostfork binary, which
-// talks to no server).
-var answerCode func(error) (int, bool)
-
-// answerOf is the exit code of err if it is an error answer of a server.
-func answerOf(err error) (int, bool) {
-	if answerCode == nil {
-		return 0, false
-	}
-	return answerCode(err)
-}
-
 // codeFor maps an error to its exit code.
 func codeFor(err error) int {
 	var ee *exitError
@@ -106,7 +94,7 @@ func codeFor(err error) int {
 		return ee.code
 	}
 	// A server's answer carries the code it maps the failure to.
-	if code, ok := answerOf(err); ok && code != 0 {
+	if code, ok := client.ExitCode(err); ok && code != 0 {
 		return code
 	}
 	for _, t := range exitTable {
@@ -129,7 +117,7 @@ func report(w io.Writer, err error) int {
 		hint = " (free space on the store's filesystem, or run 'hostfork gc'; stop and deadlines keep working meanwhile)"
 	}
 	var oe *net.OpError
-	if _, isAnswer := answerOf(err); !isAnswer && errors.As(err, &oe) && oe.Op == "dial" {
+	if _, isAnswer := client.ExitCode(err); !isAnswer && errors.As(err, &oe) && oe.Op == "dial" {
 		hint = " (is 'hostfork serve' running there? --host or $HOSTFORK_HOST names the server)"
 	}
 	if code == ExitNoSuchID {

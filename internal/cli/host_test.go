@@ -499,8 +499,7 @@ func TestHostForbidden(t *testing.T) {
 	e := servertest.New(t)
 	name := testutil.NewUser(t, "hfcli", testutil.UserOptions{}).Name
 	// A directory the other user can reach, with the socket and a copy of
-	// the binary and its companion, which runs the verbs through a server
-	// (the test's directories are private).
+	// the binary (the test's directories are private).
 	dir, err := os.MkdirTemp("", "hostfork-cli-")
 	if err != nil {
 		t.Fatal(err)
@@ -510,10 +509,8 @@ func TestHostForbidden(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "hostfork")
-	for _, n := range []string{"hostfork", "hostfork-serve"} {
-		if err := copyFile(filepath.Join(filepath.Dir(e.Bin), n), filepath.Join(dir, n)); err != nil {
-			t.Fatal(err)
-		}
+	if err := copyFile(e.Bin, bin); err != nil {
+		t.Fatal(err)
 	}
 	s := e.Serve("--socket", filepath.Join(dir, "api.sock"))
 	if err := os.Chmod(s.Socket, 0o666); err != nil {

@@ -52,7 +52,7 @@ func (f *launchEnvFlags) apply(l *spec.Launch) error {
 // recapture refreshes the cached login-shell capture when asked. A failure
 // is a warning: the launch goes on and reports how it resolved. Through a
 // server (--host) it is refused: the server captures its own user's shell.
-func (f *launchEnvFlags) recapture(ctx context.Context, g *globals, h Backend) error {
+func (f *launchEnvFlags) recapture(ctx context.Context, g *globals, h backend) error {
 	if !f.recaptureEnv {
 		return nil
 	}
@@ -67,7 +67,7 @@ func (f *launchEnvFlags) recapture(ctx context.Context, g *globals, h Backend) e
 
 // warnEnvNote prints a started command's launch-environment note (a failed
 // login-shell capture) as a warning; it is also in the command's record.
-func warnEnvNote(g *globals, cmd Launched) {
+func warnEnvNote(g *globals, cmd launched) {
 	if n := cmd.Record().EnvPolicyNote; n != "" {
 		fmt.Fprintf(g.err, "hostfork: warning: %s\n", n)
 	}

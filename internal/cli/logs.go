@@ -24,7 +24,7 @@ stream (--stream, printed to stdout) from a byte offset (--offset: output is
 addressed by byte, so a reader resumes exactly where it stopped). With -f it
 follows the output until the command's tree has exited.`,
 		Args: exactArgs(1, "one command or environment id"),
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			if stream != "" && stream != "stdout" && stream != "stderr" {
 				return usageErr("--stream %q: use stdout or stderr", stream)
 			}

@@ -38,7 +38,7 @@ func newPsCmd(g *globals) *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "What is running on this node, why, where its output is, whether it is alive and stoppable",
 		Args:    exactArgs(0, "no arguments"),
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			sel, err := sf.selector()
 			if err != nil {
 				return err
@@ -127,7 +127,7 @@ func newEnvsCmd(g *globals) *cobra.Command {
 		Use:   "envs",
 		Short: "Environments: their state, deadline, trees, commands, why they exist",
 		Args:  exactArgs(0, "no arguments"),
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			sel, err := sf.selector()
 			if err != nil {
 				return err

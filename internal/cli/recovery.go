@@ -73,7 +73,7 @@ run the reaper under your own supervisor where there is no systemd timer
 
 // reapWatch reaps every interval until ctx ends or SIGINT/SIGTERM arrives.
 // A failed pass is reported and the next one runs.
-func reapWatch(ctx context.Context, g *globals, h Backend, every time.Duration, asJSON bool) error {
+func reapWatch(ctx context.Context, g *globals, h backend, every time.Duration, asJSON bool) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if !asJSON {
@@ -201,7 +201,7 @@ func newUsageCmd(g *globals) *cobra.Command {
 		Use:   "usage",
 		Short: "Active and retained runs, bytes, pools, cleanup backlog, failures",
 		Args:  exactArgs(0, "no arguments"),
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			u, err := h.Usage(c.Context())
 			if err != nil {
 				return err

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/habemus-papadum/hostfork"
-	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/client"
 )
 
 type globals struct {
@@ -22,9 +22,6 @@ type globals struct {
 	out  io.Writer
 	err  io.Writer
 	args []string // this call's arguments, for the companion
-	// dial is Verbs.Remote: nil in the hostfork binary, which executes
-	// the companion for a call through a server.
-	dial func(server string, notices io.Writer) (Backend, error)
 }
 
 func (g *globals) open(ctx context.Context) (*hostfork.Host, error) {
@@ -37,22 +34,19 @@ func (g *globals) server() string {
 	if g.host != "" {
 		return g.host
 	}
-	return os.Getenv(api.HostEnv)
+	return os.Getenv(client.HostEnv)
 }
 
 func (g *globals) remote() bool { return g.server() != "" }
 
 // backend opens the store in this process, or a client of the server.
-func (g *globals) backend(ctx context.Context) (Backend, error) {
+func (g *globals) backend(ctx context.Context) (backend, error) {
 	if u := g.server(); u != "" {
-		if g.dial == nil {
-			return nil, g.execCompanion("--host")
-		}
-		b, err := g.dial(u, g.err)
+		c, err := client.New(u)
 		if err != nil {
 			return nil, withCode(ExitUsage, fmt.Errorf("--host: %w", err))
 		}
-		return b, nil
+		return &remote{c: c, err: g.err}, nil
 	}
 	h, err := g.open(ctx)
 	if err != nil {
@@ -63,7 +57,7 @@ func (g *globals) backend(ctx context.Context) (Backend, error) {
 
 // withBackend wraps a verb that needs the store: it opens it (or a client
 // of the server), runs fn, and closes it.
-func (g *globals) withBackend(fn func(c *cobra.Command, args []string, b Backend) error) func(*cobra.Command, []string) error {
+func (g *globals) withBackend(fn func(c *cobra.Command, args []string, b backend) error) func(*cobra.Command, []string) error {
 	return func(c *cobra.Command, args []string) error {
 		b, err := g.backend(c.Context())
 		if err != nil {
@@ -80,23 +74,22 @@ const remoteKey = "hostfork/remote"
 
 const remoteOK = "ok"
 
-// remoteHere annotates a verb that asks the server nothing (version): it
-// runs in this process, with or without --host.
-const remoteHere = "here"
-
 // remoteVerb marks c as one that runs through a server with --host.
-func remoteVerb(c *cobra.Command) *cobra.Command { return annotate(c, remoteOK) }
-
-// localVerb marks c (and its subcommands) as one that can't run through
-// a server, and why.
-func localVerb(c *cobra.Command, why string) *cobra.Command { return annotate(c, why) }
-
-// annotate sets c's remoteKey annotation to what.
-func annotate(c *cobra.Command, what string) *cobra.Command {
+func remoteVerb(c *cobra.Command) *cobra.Command {
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
-	c.Annotations[remoteKey] = what
+	c.Annotations[remoteKey] = remoteOK
+	return c
+}
+
+// localVerb marks c (and its subcommands) as one that can't run through
+// a server, and why.
+func localVerb(c *cobra.Command, why string) *cobra.Command {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[remoteKey] = why
 	return c
 }
 
@@ -123,7 +116,7 @@ func (g *globals) checkRemote(c *cobra.Command) error {
 	why := "the server's API has no endpoint for it"
 	for p := c; p != nil; p = p.Parent() {
 		if w, ok := p.Annotations[remoteKey]; ok {
-			if w == remoteOK || w == remoteHere {
+			if w == remoteOK {
 				return nil
 			}
 			why = w
@@ -131,22 +124,6 @@ func (g *globals) checkRemote(c *cobra.Command) error {
 		}
 	}
 	return usageErr("'%s' can't run through a server (%s): %s; run it without --host (unset HOSTFORK_HOST)", c.CommandPath(), via, why)
-}
-
-// throughCompanion replaces this process with the companion when c is
-// to run through a server and this binary has no client of one (the
-// hostfork binary: Verbs.Remote is nil). It returns nil when c runs here.
-func (g *globals) throughCompanion(c *cobra.Command) error {
-	if g.dial != nil || g.server() == "" || !c.Runnable() || c.HasSubCommands() || c.Annotations[remoteKey] == remoteHere {
-		return nil
-	}
-	for p := c; p != nil; p = p.Parent() {
-		switch p.Name() {
-		case "help", cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd, "completion":
-			return nil
-		}
-	}
-	return g.execCompanion("--host")
 }
 
 // NewRoot builds the hostfork command tree; serve and mcp execute the
@@ -162,14 +139,12 @@ func NewRootWith(stdout, stderr io.Writer, v Verbs) (*cobra.Command, *globals) {
 }
 
 // verb is one of the root's commands: its name and aliases, how to build
-// it, and why it can't run through a server ("" if it can); here marks a
-// verb that asks the server nothing and runs in this process either way.
+// it, and why it can't run through a server ("" if it can).
 type verb struct {
 	name    string
 	aliases []string
 	build   func(g *globals, v Verbs) *cobra.Command
 	local   string
-	here    bool
 }
 
 // verbs are the root's commands, in the order help lists them. The
@@ -183,7 +158,7 @@ var verbs = []verb{
 	{name: "logs", build: plain(newLogsCmd)},
 	{name: "stop", build: plain(newStopCmd)},
 	{name: "events", build: plain(newEventsCmd)},
-	{name: "version", build: plain(newVersionCmd), here: true},
+	{name: "version", build: plain(newVersionCmd)},
 	{name: "plan", build: plain(newPlanCmd)},
 	{name: "create", build: plain(newCreateCmd)},
 	{name: "exec", build: plain(newExecCmd)},
@@ -257,13 +232,7 @@ hostfork's own failures use 116-127 (see docs/exit-codes.md).`,
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.root, "root", "", "store directory (default $HOSTFORK_ROOT, /var/lib/hostfork for root, else ~/.local/state/hostfork)")
 	root.PersistentFlags().StringVar(&g.host, "host", "", "run the verb through a running 'hostfork serve': unix:///path/api.sock (default $HOSTFORK_HOST; unset: in this process)")
-	g.dial = v.Remote
-	root.PersistentPreRunE = func(c *cobra.Command, args []string) error {
-		if err := g.checkRemote(c); err != nil {
-			return err
-		}
-		return g.throughCompanion(c)
-	}
+	root.PersistentPreRunE = func(c *cobra.Command, args []string) error { return g.checkRemote(c) }
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see '%s --help')", err, c.CommandPath())
 	})
@@ -272,12 +241,9 @@ hostfork's own failures use 116-127 (see docs/exit-codes.md).`,
 			continue
 		}
 		c := d.build(g, v)
-		switch {
-		case d.here:
-			root.AddCommand(annotate(c, remoteHere))
-		case d.local == "":
+		if d.local == "" {
 			root.AddCommand(remoteVerb(c))
-		default:
+		} else {
 			root.AddCommand(localVerb(c, d.local))
 		}
 	}
@@ -294,7 +260,6 @@ func run(args []string, v Verbs) int {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
-	answerCode = v.AnswerCode
 	root, g := newRoot(os.Stdout, os.Stderr, v, verbOf(args))
 	g.args = args
 	root.SetArgs(args)

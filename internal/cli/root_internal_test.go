@@ -24,14 +24,7 @@ func TestVerbTableMatchesTheCommands(t *testing.T) {
 		if !slices.Equal(c.Aliases, v.aliases) {
 			t.Errorf("verb %q: aliases %q in the table, %q on the command", v.name, v.aliases, c.Aliases)
 		}
-		want := v.local
-		switch {
-		case v.here:
-			want = remoteHere
-		case v.local == "":
-			want = remoteOK
-		}
-		if got := c.Annotations[remoteKey]; got != want {
+		if got := c.Annotations[remoteKey]; (v.local == "" && got != remoteOK) || (v.local != "" && got != v.local) {
 			t.Errorf("verb %q: remote annotation %q", v.name, got)
 		}
 		for _, n := range append([]string{v.name}, v.aliases...) {

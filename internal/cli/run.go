@@ -170,7 +170,7 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 		return err
 	}
 	warnUnenforced(g, plan)
-	lr := &LaunchRequest{Argv: argv, Output: output, Cwd: f.cwd, Purpose: f.purpose, Timeout: timeout, Stdin: stdin}
+	lr := &launchReq{argv: argv, output: output, cwd: f.cwd, purpose: f.purpose, timeout: timeout, stdin: stdin}
 	if err := f.admitFlags.apply(lr, g); err != nil {
 		return err
 	}
@@ -293,7 +293,7 @@ func (c *signalCatch) release() {
 // output pipe, its stdout and stderr are followed from offset 0 to this
 // process's until its tree has exited, and written out before the exit
 // status.
-func foreground(ctx context.Context, g *globals, h Backend, cmd Launched, sigs chan os.Signal, output hostfork.OutputMode, leftovers hostfork.StopReason) error {
+func foreground(ctx context.Context, g *globals, h backend, cmd launched, sigs chan os.Signal, output hostfork.OutputMode, leftovers hostfork.StopReason) error {
 	drain := func() {}
 	if _, ours := cmd.(*hostfork.Command); !ours && output == hostfork.OutputPipe {
 		drain = follow(ctx, g, h, cmd.ID())
@@ -373,7 +373,7 @@ func foreground(ctx context.Context, g *globals, h Backend, cmd Launched, sigs c
 // itself, as nearly every tree does right after its leader (the
 // guardian's tree event follows its leader event): only what is still
 // there then is stopped as leftovers.
-func treeEndsSoon(ctx context.Context, cmd Launched) bool {
+func treeEndsSoon(ctx context.Context, cmd launched) bool {
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	rec, err := cmd.WaitTree(wctx)
@@ -435,8 +435,8 @@ func reclaimTerminal() {
 // JSON object. Output that is not valid UTF-8 is given as base64
 // (stdout_base64, stderr_base64), so bytes are exact. An incomplete
 // capture exits 120.
-func runCapture(ctx context.Context, g *globals, h *hostfork.Host, plan *hostfork.Plan, lr *LaunchRequest) error {
-	cmd := lr.command(h.Command(lr.Argv...))
+func runCapture(ctx context.Context, g *globals, h *hostfork.Host, plan *hostfork.Plan, lr *launchReq) error {
+	cmd := lr.command(h.Command(lr.argv...))
 	cmd.Stdout, cmd.Stderr = nil, nil // taken back, not streamed
 	cmd.Stdin = nil                   // a captured run takes no terminal
 	cmd.Foreground = false

@@ -18,7 +18,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Use:   "status ID",
 		Short: "Everything recorded about an environment or a command",
 		Args:  exactArgs(1, "one environment or command id (a unique prefix is enough)"),
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			env, cmd, err := h.Status(c.Context(), args[0])
 			if err != nil {
 				return err

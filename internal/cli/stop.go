@@ -24,7 +24,7 @@ the whole tree, waits the grace, then kills what is left and confirms it is
 gone; files stay. It prints what it stopped. A stop that can't confirm a tree's
 exit exits 1 and says why; --abandon releases a tree whose exit can never be
 verified (its guardian was lost), recording what that gives up.`,
-		RunE: g.withBackend(func(c *cobra.Command, args []string, h Backend) error {
+		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			sel, err := sf.selector()
 			if err != nil {
 				return err

@@ -77,7 +77,7 @@ func isLibrary(module, path string) bool {
 	case rel == "/internal/cli" || strings.HasPrefix(rel, "/internal/cli/"),
 		rel == "/internal/server" || strings.HasPrefix(rel, "/internal/server/"),
 		rel == "/internal/mcp" || strings.HasPrefix(rel, "/internal/mcp/"),
-		rel == "/internal/servecli", rel == "/internal/remotecli":
+		rel == "/internal/servecli":
 		return false
 	case strings.HasPrefix(rel, "/internal/"):
 		return true
@@ -149,12 +149,10 @@ func TestLibraryDependencies(t *testing.T) {
 }
 
 // serverOnly reports whether path is a dependency that only the companion
-// binary may link: the HTTP server, the MCP server, the HTTP client of
-// --host (entry 64) and their libraries.
+// binary may link: the HTTP server, the MCP server and their libraries.
 func serverOnly(module string) func(string) bool {
 	return func(path string) bool {
 		for _, p := range []string{module + "/internal/server", module + "/internal/mcp", module + "/internal/servecli",
-			module + "/internal/remotecli", module + "/client", "net/http", "crypto/tls", "crypto/x509",
 			"github.com/prometheus/", "github.com/modelcontextprotocol/", "google.golang.org/protobuf", "expvar", "encoding/gob"} {
 			if path == p || strings.HasPrefix(path, strings.TrimSuffix(p, "/")+"/") || (strings.HasSuffix(p, "/") && strings.HasPrefix(path, p)) {
 				return true
@@ -165,10 +163,10 @@ func serverOnly(module string) func(string) bool {
 }
 
 // TestHostforkBinaryLinksNoServer fails when cmd/hostfork starts to link
-// what only 'serve', 'mcp' and the verbs through a server (--host) need:
-// their libraries initialise at every start of a binary that links them,
-// so every CLI call would pay for them (docs/decisions.md, entries 50 and
-// 64). The companion, cmd/hostfork-serve, must link them.
+// what only 'serve' and 'mcp' need: their libraries initialise at every
+// start of a binary that links them, so every CLI call would pay for them
+// (docs/decisions.md, entry 50). The companion, cmd/hostfork-serve, must
+// link them.
 func TestHostforkBinaryLinksNoServer(t *testing.T) {
 	module := strings.TrimSpace(string(goCmd(t, "list", "-m")))
 	graph := map[string][]string{}
@@ -176,13 +174,11 @@ func TestHostforkBinaryLinksNoServer(t *testing.T) {
 		graph[p.ImportPath] = p.Imports
 	}
 	bad := serverOnly(module)
-	for _, must := range []string{"github.com/prometheus/client_golang/prometheus", module + "/internal/remotecli"} {
-		if c := chain(graph, module+"/cmd/hostfork-serve", func(p string) bool { return p == must }); c == nil {
-			t.Fatalf("cmd/hostfork-serve does not reach %s; the dependency graph from go list is incomplete", must)
-		}
+	if c := chain(graph, module+"/cmd/hostfork-serve", func(p string) bool { return p == "github.com/prometheus/client_golang/prometheus" }); c == nil {
+		t.Fatalf("cmd/hostfork-serve does not reach the Prometheus client; the dependency graph from go list is incomplete")
 	}
 	if c := chain(graph, module+"/cmd/hostfork", bad); c != nil {
-		t.Errorf("cmd/hostfork links %s: %s\n(only the companion cmd/hostfork-serve may: keep the dependency behind internal/servecli or internal/remotecli)",
+		t.Errorf("cmd/hostfork links %s: %s\n(only the companion cmd/hostfork-serve may: keep the dependency behind internal/servecli)",
 			c[len(c)-1], strings.Join(c, " -> "))
 	}
 }

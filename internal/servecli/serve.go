@@ -16,7 +16,6 @@ import (
 
 	"github.com/habemus-papadum/hostfork/internal/cli"
 	"github.com/habemus-papadum/hostfork/internal/doctor"
-	"github.com/habemus-papadum/hostfork/internal/remotecli"
 	"github.com/habemus-papadum/hostfork/internal/server"
 )
 
@@ -25,9 +24,8 @@ func Main(args []string) int {
 	return cli.MainWith(args, Verbs)
 }
 
-// Verbs are the companion's verbs: serve and mcp, and every verb through
-// a server (--host), which the hostfork binary hands to the companion.
-var Verbs = remotecli.Verbs(cli.Verbs{Serve: serve, MCP: mcpVerb})
+// Verbs are the companion's verbs.
+var Verbs = cli.Verbs{Serve: serve, MCP: mcpVerb}
 
 func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 	socket, metricsListen := f.Socket, f.MetricsListen

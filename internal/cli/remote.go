@@ -1,11 +1,4 @@
-// Package remotecli is the CLI's backend for a running 'hostfork serve'
-// (--host or $HOSTFORK_HOST): the verbs of package cli, through package
-// client. It is linked only into the companion binary (cmd/hostfork-serve):
-// the HTTP client's packages (net/http, crypto/tls) took about 1.9 ms of
-// every start of a binary that links them, so the hostfork binary links
-// none of them and executes the companion for a call with --host
-// (docs/decisions.md, entry 64).
-package remotecli
+package cli
 
 import (
 	"context"
@@ -25,7 +18,6 @@ import (
 	"github.com/habemus-papadum/hostfork"
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/client"
-	"github.com/habemus-papadum/hostfork/internal/cli"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -38,27 +30,6 @@ const reconnectFor = time.Minute
 // admissionPoll is how often a command waiting for admission through a
 // server asks again (the API answers 429 instead of waiting).
 const admissionPoll = time.Second
-
-// New is the backend of the server that server names (unix:///path or a
-// socket path, as client.New takes it); notices (a lost server,
-// reconnecting) go to notices. It is cli.Verbs.Remote.
-func New(server string, notices io.Writer) (cli.Backend, error) {
-	c, err := client.New(server)
-	if err != nil {
-		return nil, err
-	}
-	return &remote{c: c, err: notices}, nil
-}
-
-// ExitCode is the exit code an error answer of the server carries
-// (cli.Verbs.AnswerCode).
-func ExitCode(err error) (code int, ok bool) { return client.ExitCode(err) }
-
-// Verbs are the CLI's verbs through a server, for cli.Verbs.
-func Verbs(v cli.Verbs) cli.Verbs {
-	v.Remote, v.AnswerCode = New, ExitCode
-	return v
-}
 
 // remote is a running 'hostfork serve' (--host).
 type remote struct {
@@ -138,7 +109,7 @@ func (r *remote) Events(ctx context.Context, since int64, follow bool) iter.Seq2
 			}
 			if cut.IsZero() {
 				cut = time.Now()
-				r.notice("hostfork: following events: lost %s (%s); reconnecting for up to %v\n", r.Where(), cli.Clean(last.Error()), reconnectFor)
+				r.notice("hostfork: following events: lost %s (%s); reconnecting for up to %v\n", r.Where(), clean(last.Error()), reconnectFor)
 			} else if time.Since(cut) > reconnectFor {
 				yield(hostfork.Event{}, last)
 				return
@@ -171,25 +142,25 @@ func (r *remote) Create(ctx context.Context, p *hostfork.Plan) (*hostfork.EnvRec
 
 // request is a launch request as the API takes it. The command's working
 // directory defaults to this process's, as in-process.
-func (r *remote) request(lr *cli.LaunchRequest) (client.CommandRequest, error) {
-	cwd := lr.Cwd
+func (r *remote) request(lr *launchReq) (client.CommandRequest, error) {
+	cwd := lr.cwd
 	if cwd == "" {
 		wd, err := os.Getwd()
 		if err != nil {
-			return client.CommandRequest{}, cli.UsageError("the working directory: %v (give --cwd)", err)
+			return client.CommandRequest{}, usageErr("the working directory: %v (give --cwd)", err)
 		}
 		cwd = wd
 	}
-	return client.CommandRequest{Argv: lr.Argv, Cwd: cwd, Env: lr.EnvSet, EnvPolicy: lr.EnvPolicy,
-		Labels: lr.Labels, Purpose: lr.Purpose, Timeout: api.Duration(lr.Timeout),
-		Workload: lr.Workload, Admit: lr.Admit}, nil
+	return client.CommandRequest{Argv: lr.argv, Cwd: cwd, Env: lr.envSet, EnvPolicy: lr.envPolicy,
+		Labels: lr.labels, Purpose: lr.purpose, Timeout: api.Duration(lr.timeout),
+		Workload: lr.workload, Admit: lr.admit}, nil
 }
 
 // admitted launches through fn, waiting for admission as the library does
 // for an agent workload with admit wait (the default): the API refuses at
 // once (429), so the request is repeated every admissionPoll until it is
 // admitted.
-func (r *remote) admitted(ctx context.Context, lr *cli.LaunchRequest, req *client.CommandRequest, fn func() error) error {
+func (r *remote) admitted(ctx context.Context, lr *launchReq, req *client.CommandRequest, fn func() error) error {
 	wait := req.Workload == hostfork.WorkloadAgent && (req.Admit == "" || req.Admit == hostfork.AdmitWait)
 	if wait {
 		req.Admit = hostfork.AdmitFail
@@ -200,8 +171,8 @@ func (r *remote) admitted(ctx context.Context, lr *cli.LaunchRequest, req *clien
 		if !wait || !errors.Is(err, api.ErrAdmissionRefused) {
 			return err
 		}
-		if !told && lr.OnAdmissionWait != nil {
-			lr.OnAdmissionWait(cli.Clean(err.Error()))
+		if !told && lr.onAdmissionWait != nil {
+			lr.onAdmissionWait(clean(err.Error()))
 			told = true
 		}
 		select {
@@ -212,7 +183,7 @@ func (r *remote) admitted(ctx context.Context, lr *cli.LaunchRequest, req *clien
 	}
 }
 
-func (r *remote) Run(ctx context.Context, p *hostfork.Plan, lr *cli.LaunchRequest) (cli.Launched, error) {
+func (r *remote) Run(ctx context.Context, p *hostfork.Plan, lr *launchReq) (launched, error) {
 	req, err := r.request(lr)
 	if err != nil {
 		return nil, err
@@ -231,7 +202,7 @@ func (r *remote) Run(ctx context.Context, p *hostfork.Plan, lr *cli.LaunchReques
 	return &remoteCmd{r: r, rec: env.Commands[0]}, nil
 }
 
-func (r *remote) Start(ctx context.Context, envPrefix string, lr *cli.LaunchRequest) (cli.Launched, error) {
+func (r *remote) Start(ctx context.Context, envPrefix string, lr *launchReq) (launched, error) {
 	req, err := r.request(lr)
 	if err != nil {
 		return nil, err
@@ -273,7 +244,7 @@ func (r *remote) StopCommand(ctx context.Context, idPrefix string, o hostfork.St
 func (r *remote) Export(ctx context.Context, envPrefix, tree, dest string, _ hostfork.ExportOptions) (*hostfork.ExportResult, error) {
 	abs, err := filepath.Abs(dest)
 	if err != nil {
-		return nil, cli.UsageError("--to %s: %v", dest, err)
+		return nil, usageErr("--to %s: %v", dest, err)
 	}
 	return r.c.Export(ctx, envPrefix, tree, abs)
 }
@@ -315,7 +286,7 @@ func (r *remote) GC(ctx context.Context, o hostfork.GCOptions) (*hostfork.GCRepo
 func (r *remote) AddBaseline(ctx context.Context, name, path string) (*hostfork.Baseline, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, cli.UsageError("%s: %v", path, err)
+		return nil, usageErr("%s: %v", path, err)
 	}
 	return r.c.AddBaseline(ctx, name, abs)
 }
@@ -328,11 +299,8 @@ func (r *remote) RemoveBaseline(ctx context.Context, name string) error {
 	return r.c.RemoveBaseline(ctx, name)
 }
 
-// Doctor is the server host's doctor report, as JSON.
-func (r *remote) Doctor(ctx context.Context) (json.RawMessage, error) { return r.c.Doctor(ctx) }
-
 func (r *remote) RecaptureHostShell(context.Context) error {
-	return cli.UsageError("--recapture-env can't go with --host: the server captures its own user's login shell (run 'hostfork run --recapture-env' on the server's host without --host)")
+	return usageErr("--recapture-env can't go with --host: the server captures its own user's login shell (run 'hostfork run --recapture-env' on the server's host without --host)")
 }
 
 // transient reports whether err may pass when the request is repeated:
@@ -363,7 +331,7 @@ func (r *remote) retry(ctx context.Context, what string, fn func() error) error 
 		}
 		if since.IsZero() {
 			since = time.Now()
-			r.notice("hostfork: %s: lost %s (%s); reconnecting for up to %v\n", what, r.Where(), cli.Clean(err.Error()), reconnectFor)
+			r.notice("hostfork: %s: lost %s (%s); reconnecting for up to %v\n", what, r.Where(), clean(err.Error()), reconnectFor)
 		}
 		if time.Since(since) > reconnectFor {
 			return err
@@ -532,4 +500,29 @@ func (c *remoteCmd) Wait(ctx context.Context) (hostfork.CommandRecord, error) {
 
 func (c *remoteCmd) WaitTree(ctx context.Context) (hostfork.CommandRecord, error) {
 	return c.wait(ctx, client.WaitTree)
+}
+
+// follow streams a command's stdout and stderr from offset 0 to this
+// process's, until its tree has exited; the returned function waits until
+// both are written out.
+func follow(ctx context.Context, g *globals, b backend, id string) func() {
+	var wg sync.WaitGroup
+	for _, s := range []struct {
+		stream string
+		w      io.Writer
+	}{{"stdout", g.out}, {"stderr", g.err}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rd, err := b.Logs(ctx, id, hostfork.LogOptions{Stream: s.stream, Follow: true})
+			if err == nil {
+				_, err = io.Copy(s.w, rd)
+				rd.Close()
+			}
+			if err != nil && ctx.Err() == nil {
+				fmt.Fprintf(g.err, "hostfork: warning: following the %s of command %s: %s (see 'hostfork logs %s')\n", s.stream, id, clean(err.Error()), id)
+			}
+		}()
+	}
+	return wg.Wait
 }
