@@ -34,7 +34,7 @@ import (
 func TestMain(m *testing.M) {
 	// As hostfork, this binary runs with one P (package oneproc, decision
 	// 65); the tests themselves keep the runtime's default.
-	if _, set := os.LookupEnv("GOMAXPROCS"); !set && filepath.Base(os.Args[0]) != "hostfork" {
+	if os.Getenv("GOMAXPROCS") == "" && filepath.Base(os.Args[0]) != "hostfork" {
 		runtime.SetDefaultGOMAXPROCS()
 	}
 	testscript.Main(m, map[string]func(){"hostfork": main})

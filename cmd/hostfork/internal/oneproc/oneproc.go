@@ -1,6 +1,6 @@
 // Package oneproc gives the hostfork CLI one P (GOMAXPROCS=1) from its
-// first package initialiser on, unless GOMAXPROCS is set in the
-// environment (docs/decisions.md, entries 54 and 65).
+// first package initialiser on, unless GOMAXPROCS is set (and not empty)
+// in the environment (docs/decisions.md, entries 54 and 65).
 //
 // One CLI call is a short, mostly waiting goroutine tree: a second P only
 // adds threads and a spinning scheduler, which a hundred concurrent calls
@@ -25,7 +25,7 @@ import (
 )
 
 func init() {
-	if _, set := syscall.Getenv("GOMAXPROCS"); !set {
+	if v, _ := syscall.Getenv("GOMAXPROCS"); v == "" {
 		runtime.GOMAXPROCS(1)
 	}
 }
