@@ -10,7 +10,7 @@ import (
 // TestOneP: the hostfork binary runs with one P from its first package
 // initialiser on, before the initialisers of hostfork's packages and of
 // its heavier dependencies, and GOMAXPROCS in the environment still wins
-// (decisions 54 and 65). The runtime reports both: GODEBUG=inittrace=1
+// (decisions 54 and 65); an empty one counts as unset. The runtime reports both: GODEBUG=inittrace=1
 // prints each initialiser as it runs, schedtrace=1 the number of Ps every
 // millisecond.
 func TestOneP(t *testing.T) {
@@ -71,6 +71,9 @@ func TestOneP(t *testing.T) {
 	}
 	if got := last(); got != "1" {
 		t.Errorf("hostfork runs with %s Ps, want 1", got)
+	}
+	if got := last("GOMAXPROCS="); got != "1" {
+		t.Errorf("with GOMAXPROCS empty in the environment hostfork runs with %s Ps, want 1", got)
 	}
 	if got := last("GOMAXPROCS=2"); got != "2" {
 		t.Errorf("with GOMAXPROCS=2 in the environment hostfork runs with %s Ps, want 2", got)
