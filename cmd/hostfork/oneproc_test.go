@@ -10,9 +10,9 @@ import (
 // TestOneP: the hostfork binary runs with one P from its first package
 // initialiser on, before the initialisers of hostfork's packages and of
 // its heavier dependencies, and GOMAXPROCS in the environment still wins
-// (decisions 54 and 65); an empty one counts as unset. The runtime reports both: GODEBUG=inittrace=1
-// prints each initialiser as it runs, schedtrace=1 the number of Ps every
-// millisecond.
+// (decisions 54 and 65); an empty one counts as unset. The runtime
+// reports both: GODEBUG=inittrace=1 prints each initialiser as it runs,
+// schedtrace=1 the number of Ps every millisecond.
 func TestOneP(t *testing.T) {
 	c := newCLI(t)
 	run := func(env []string, args ...string) string {
