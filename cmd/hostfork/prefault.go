@@ -1,0 +1,80 @@
+package main
+
+// The hostfork CLI maps its code and read-only data in one call when it
+// starts, instead of one page fault at a time (docs/decisions.md, entry
+// 66). A CLI call is a short process that runs a fresh copy of the Go
+// runtime, the package initialisers, SQLite's parser and the engine: it
+// touches a few hundred pages of the binary once each, and in a virtual
+// machine every fault is a trip through the hypervisor's page tables.
+// MADV_POPULATE_READ (Linux 5.14) maps a whole range from the page cache
+// in one system call; older kernels refuse it (EINVAL) and nothing
+// changes.
+//
+// Only pages already in the page cache are worth mapping ahead: on a cold
+// cache the call would read the whole binary from disk, where demand
+// paging reads only what runs. So a segment is populated only when
+// mincore says nearly all of it is resident (the common case: the binary
+// ran a moment ago).
+//
+// It is a constructor of this binary alone, not of the library: a program
+// that imports hostfork decides for itself how it maps its binary. It
+// does nothing in the helper modes (the guardian and the keeper, argv[1]
+// "__hostfork_…"), which run a few pages of C and must stay small.
+
+/*
+#define _GNU_SOURCE
+#include <link.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+// hf_resident_share is the share, in percent, of [a, a+len) that is in
+// the page cache (0 when mincore fails).
+static int hf_resident_share(uintptr_t a, size_t len, long pg)
+{
+	unsigned char vec[4096];
+	size_t pages = (len + (size_t)pg - 1) / (size_t)pg, in = 0;
+	for (size_t done = 0; done < pages;) {
+		size_t n = pages - done < sizeof vec ? pages - done : sizeof vec;
+		if (mincore((void *)(a + done * (size_t)pg), n * (size_t)pg, vec) < 0)
+			return 0;
+		for (size_t i = 0; i < n; i++)
+			in += vec[i] & 1;
+		done += n;
+	}
+	return pages ? (int)(in * 100 / pages) : 0;
+}
+
+static int hf_prefault_segments(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	(void)data;
+	if (info->dlpi_name && info->dlpi_name[0])
+		return 0; // a shared library: the executable comes first
+	long pg = sysconf(_SC_PAGESIZE);
+	if (pg <= 0)
+		return 1;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W) || ph->p_memsz == 0)
+			continue;
+		uintptr_t a = (uintptr_t)(info->dlpi_addr + ph->p_vaddr) & ~(uintptr_t)(pg - 1);
+		uintptr_t e = (uintptr_t)(info->dlpi_addr + ph->p_vaddr + ph->p_memsz);
+		if (hf_resident_share(a, e - a, pg) >= 90)
+			madvise((void *)a, e - a, MADV_POPULATE_READ);
+	}
+	return 1;
+}
+
+__attribute__((constructor)) static void hf_cli_prefault(int argc, char **argv)
+{
+	if (argc >= 2 && argv && argv[1] && argv[1][0] == '_' && argv[1][1] == '_')
+		return; // a helper mode (internal/supervise dispatches it)
+	dl_iterate_phdr(hf_prefault_segments, NULL);
+}
+*/
+import "C"

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// readOnlyOf sums the sizes and the resident sizes, in KiB, of the
+// read-only mappings of file exe larger than 1 MiB (its code and its
+// read-only data) in process pid, from /proc/PID/smaps.
+func readOnlyOf(pid int, exe string) (size, rss int, err error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	var msize, mrss int
+	in := false
+	flush := func() {
+		if in && msize > 1024 {
+			size, rss = size+msize, rss+mrss
+		}
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":"):
+			flush()
+			in = len(fields) >= 6 && fields[5] == exe && !strings.Contains(fields[1], "w")
+			msize, mrss = 0, 0
+		case in && len(fields) >= 2 && fields[0] == "Size:":
+			msize, _ = strconv.Atoi(fields[1])
+		case in && len(fields) >= 2 && fields[0] == "Rss:":
+			mrss, _ = strconv.Atoi(fields[1])
+		}
+	}
+	flush()
+	return size, rss, sc.Err()
+}
+
+// printMaps is the command hostfork-maps of this test binary: it prints
+// the size and the resident size, in KiB, of the binary's own code and
+// read-only data as the process finds them after its constructors and
+// package initialisers, and exits.
+func printMaps() {
+	exe, err := os.Executable()
+	if err == nil {
+		var size, rss int
+		if size, rss, err = readOnlyOf(os.Getpid(), exe); err == nil {
+			fmt.Println(size, rss)
+			os.Exit(0)
+		}
+	}
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
+}
+
+// TestPrefault: the CLI maps its code and read-only data before its
+// package initialisers run (decision 66), unless its binary is not in the
+// page cache, and the guardian (a helper mode of the same binary) does
+// not map them.
+func TestPrefault(t *testing.T) {
+	c := newCLI(t)
+	// atStart runs exe as hostfork-maps: the share of its code and
+	// read-only data mapped when main starts, in percent.
+	atStart := func(exe string) int {
+		t.Helper()
+		out, err := (&exec.Cmd{Path: exe, Args: []string{"hostfork-maps"}}).Output()
+		if err != nil {
+			t.Fatalf("%s as hostfork-maps: %v", exe, err)
+		}
+		var size, rss int
+		if _, err := fmt.Sscan(string(out), &size, &rss); err != nil || size == 0 {
+			t.Fatalf("%s as hostfork-maps printed %q (%v)", exe, out, err)
+		}
+		return rss * 100 / size
+	}
+	if got := atStart(c.exe); got < 99 {
+		t.Errorf("the CLI starts with %d %% of its code and read-only data mapped; want all", got)
+	}
+
+	// A copy out of the page cache: demand paging, not a read of the
+	// whole binary.
+	cold := filepath.Join(t.TempDir(), "hostfork")
+	b, err := os.ReadFile(c.exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(cold, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = f.Write(b); err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := atStart(cold); got >= 99 {
+		t.Errorf("a CLI whose binary was not in the page cache starts with %d %% of its code and read-only data mapped; want only what it ran", got)
+	}
+
+	// The guardian, once its workload runs (its constructors are done).
+	cmd := c.command("run", "--", "sleep", "3")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	children := func(pid int) []int {
+		var out []int
+		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+		for _, task := range tasks {
+			b, _ := os.ReadFile(task)
+			for _, f := range strings.Fields(string(b)) {
+				if n, err := strconv.Atoi(f); err == nil {
+					out = append(out, n)
+				}
+			}
+		}
+		return out
+	}
+	end := time.Now().Add(20 * time.Second)
+	for {
+		for _, g := range children(cmd.Process.Pid) {
+			if len(children(g)) == 0 {
+				continue
+			}
+			size, rss, err := readOnlyOf(g, c.exe)
+			if err != nil || size == 0 {
+				t.Fatalf("the guardian's mappings of %s: %d KiB, %v", c.exe, size, err)
+			}
+			if rss*100 >= size*90 {
+				t.Errorf("the guardian has %d of %d KiB of its code and read-only data mapped; want only what it ran", rss, size)
+			}
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no guardian with a workload under hostfork (pid %d)", cmd.Process.Pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
