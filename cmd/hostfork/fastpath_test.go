@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -111,4 +112,67 @@ func checkSyncBudget(t *testing.T, c *hostforkCLI, max int, args ...string) int 
 		t.Errorf("no commit reached the disk (the records must be durable before %s returns)", args[0])
 	}
 	return len(syncs)
+}
+
+// The guardian clones the workload the way posix_spawn does (decision 67):
+// CLONE_VM | CLONE_VFORK on x86-64, into the command's cgroup in the same
+// call, so no page table is copied and the child faults in nothing before
+// its execve. Counted from the clone3 call strace sees, not timed.
+func TestGuardianClonesWorkloadLikeSpawn(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		testutil.Skip(t, "the shared-memory clone is x86-64 only; "+runtime.GOARCH+" forks")
+	}
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		testutil.Skip(t, "strace is not installed (apt-get install strace)")
+	}
+	c := newCLI(t)
+	c.mustRun("run", "--", "/bin/true")
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace")
+	exe := filepath.Join(dir, "hostfork")
+	if err := os.Symlink(c.exe, exe); err != nil {
+		t.Fatal(err)
+	}
+	cmd := c.command("run", "--", "/bin/true")
+	cmd.Args = append([]string{"strace", "-f", "-qq", "-e", "trace=clone,clone3,fork,vfork,execve", "-o", trace, exe}, cmd.Args[1:]...)
+	cmd.Path = strace
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("strace hostfork run: %v: %s", err, out)
+	}
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The guardian is the process that exec'd hostfork-guardian; its one
+	// clone is the workload's.
+	lines := strings.Split(string(b), "\n")
+	guardian := ""
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 1 && strings.Contains(l, "execve(") && strings.Contains(l, "hostfork-guardian") {
+			guardian = f[0]
+		}
+	}
+	if guardian == "" {
+		t.Fatalf("no guardian exec in the trace:\n%s", b)
+	}
+	var clones []string
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == guardian && regexp.MustCompile(`^(clone3?|v?fork)\(`).MatchString(f[1]) {
+			clones = append(clones, l)
+		}
+	}
+	if len(clones) != 1 {
+		t.Fatalf("the guardian made %d clones, want 1 (the workload's): %q", len(clones), clones)
+	}
+	for _, flag := range []string{"clone3(", "CLONE_VM", "CLONE_VFORK"} {
+		if !strings.Contains(clones[0], flag) {
+			t.Errorf("the workload's clone lacks %s: %s", flag, clones[0])
+		}
+	}
+	// Where hostfork cloned the guardian into a cgroup (the cgroup2
+	// tier), the workload goes into its own the same way.
+	if strings.Contains(string(b), "CLONE_INTO_CGROUP") && !strings.Contains(clones[0], "CLONE_INTO_CGROUP") {
+		t.Errorf("the workload is not cloned into its cgroup: %s", clones[0])
+	}
 }
