@@ -57,6 +57,11 @@ static int hf_resident_share(uintptr_t a, size_t len, long pg)
 	return pages ? (int)(in * 100 / pages) : 0;
 }
 
+// What the constructor found and did, for TestPrefault: the smallest
+// resident share of a read-only segment (-1: none looked at), how many
+// segments it looked at and how many it populated.
+static int hf_prefault_share = -1, hf_prefault_seen = 0, hf_prefault_done = 0;
+
 static int hf_prefault_segments(struct dl_phdr_info *info, size_t size, void *data)
 {
 	(void)size;
@@ -72,8 +77,12 @@ static int hf_prefault_segments(struct dl_phdr_info *info, size_t size, void *da
 			continue;
 		uintptr_t a = (uintptr_t)(info->dlpi_addr + ph->p_vaddr) & ~(uintptr_t)(pg - 1);
 		uintptr_t e = (uintptr_t)(info->dlpi_addr + ph->p_vaddr + ph->p_memsz);
-		if (hf_resident_share(a, e - a, pg) >= 90)
-			madvise((void *)a, e - a, MADV_POPULATE_READ);
+		int share = hf_resident_share(a, e - a, pg);
+		if (hf_prefault_share < 0 || share < hf_prefault_share)
+			hf_prefault_share = share;
+		hf_prefault_seen++;
+		if (share >= 90 && madvise((void *)a, e - a, MADV_POPULATE_READ) == 0)
+			hf_prefault_done++;
 	}
 	return 1;
 }
@@ -93,6 +102,14 @@ static void hf_one_arena(void)
 	if ((m && m[0]) || (t && strstr(t, "malloc.arena_max")))
 		return;
 	mallopt(M_ARENA_MAX, 1);
+}
+
+// hf_prefaulted reports the record above: the smallest share, and 1 if
+// every segment looked at was populated.
+static int hf_prefaulted(int *share)
+{
+	*share = hf_prefault_share;
+	return hf_prefault_seen > 0 && hf_prefault_done == hf_prefault_seen;
 }
 
 // hf_malloc_arenas counts the arenas malloc_info reports (-1: unknown).
@@ -123,6 +140,16 @@ __attribute__((constructor)) static void hf_cli_start(int argc, char **argv)
 }
 */
 import "C"
+
+// prefaulted reports what the constructor found when this process
+// started: the smallest share, in percent, of a read-only segment of the
+// executable that was in the page cache (-1: it did not look, as in a
+// helper mode), and whether it populated every such segment.
+func prefaulted() (share int, all bool) {
+	var s C.int
+	all = C.hf_prefaulted(&s) != 0
+	return int(s), all
+}
 
 // mallocArenas is the number of malloc arenas of this process (-1:
 // unknown), for TestOneArena.

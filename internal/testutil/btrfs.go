@@ -22,18 +22,36 @@ import (
 // not root or when mkfs.btrfs, losetup, loop devices or btrfs are missing.
 func LoopBtrfs(t testing.TB, options string) string {
 	t.Helper()
+	mnt, _ := loopFS(t, "btrfs", 1<<30, []string{"mkfs.btrfs", "-q"}, options)
+	return mnt
+}
+
+// LoopExt4 makes a fresh 256 MiB ext4 filesystem for one test, as
+// LoopBtrfs does, and returns its mount point and its loop device
+// (/dev/loopN), whose queue settings the test may change: the device is
+// its own until cleanup detaches it.
+func LoopExt4(t testing.TB) (mnt, dev string) {
+	t.Helper()
+	return loopFS(t, "ext4", 256<<20, []string{"mkfs.ext4", "-q", "-F"}, "")
+}
+
+// loopFS makes a filesystem of type fstype with mkfs (the command and its
+// flags; the image path is appended) on a sparse image of size bytes,
+// attaches it to a loop device and mounts it with options.
+func loopFS(t testing.TB, fstype string, size int64, mkfs []string, options string) (string, string) {
+	t.Helper()
 	RequireRoot(t)
-	for _, tool := range []string{"mkfs.btrfs", "losetup"} {
+	for _, tool := range []string{mkfs[0], "losetup"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			Skip(t, tool+" not found (install btrfs-progs and util-linux)")
+			Skip(t, tool+" not found (install btrfs-progs, e2fsprogs and util-linux)")
 		}
 	}
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
 		Skip(t, "no loop devices: "+err.Error())
 	}
-	dir, err := os.MkdirTemp("", "hostfork-btrfs-")
+	dir, err := os.MkdirTemp("", "hostfork-"+fstype+"-")
 	if err != nil {
-		t.Fatalf("loop btrfs: %v", err)
+		t.Fatalf("loop %s: %v", fstype, err)
 	}
 	mnt := filepath.Join(dir, "mnt")
 	img := filepath.Join(dir, "img")
@@ -43,35 +61,35 @@ func LoopBtrfs(t testing.TB, options string) string {
 		if mounted {
 			if err := unmountRetrying(mnt); err != nil {
 				// Don't remove a directory with a filesystem still on it.
-				t.Errorf("loop btrfs cleanup: unmounting %s: %v (left %s in place)", mnt, err, dir)
+				t.Errorf("loop %s cleanup: unmounting %s: %v (left %s in place)", fstype, mnt, err, dir)
 				return
 			}
 		}
 		if dev != "" {
 			if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-				t.Errorf("loop btrfs cleanup: losetup -d %s: %v: %s", dev, err, out)
+				t.Errorf("loop %s cleanup: losetup -d %s: %v: %s", fstype, dev, err, out)
 			}
 		}
 		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("loop btrfs cleanup: %v", err)
+			t.Errorf("loop %s cleanup: %v", fstype, err)
 		}
 	})
 	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatalf("loop btrfs: %v", err)
+		t.Fatalf("loop %s: %v", fstype, err)
 	}
 	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		t.Fatalf("loop btrfs: %v", err)
+		t.Fatalf("loop %s: %v", fstype, err)
 	}
-	err = f.Truncate(1 << 30)
+	err = f.Truncate(size)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		t.Fatalf("loop btrfs: sizing the image: %v", err)
+		t.Fatalf("loop %s: sizing the image: %v", fstype, err)
 	}
-	if out, err := exec.Command("mkfs.btrfs", "-q", img).CombinedOutput(); err != nil {
-		t.Fatalf("loop btrfs: mkfs.btrfs: %v: %s", err, out)
+	if out, err := exec.Command(mkfs[0], append(mkfs[1:], img)...).CombinedOutput(); err != nil {
+		t.Fatalf("loop %s: %s: %v: %s", fstype, mkfs[0], err, out)
 	}
 	out, err := exec.Command("losetup", "-f", "--show", img).Output()
 	if err != nil {
@@ -82,14 +100,14 @@ func LoopBtrfs(t testing.TB, options string) string {
 		Skip(t, "losetup -f --show: "+err.Error()+": "+string(bytes.TrimSpace(out)))
 	}
 	dev = strings.TrimSpace(string(out))
-	if err := unix.Mount(dev, mnt, "btrfs", 0, options); err != nil {
+	if err := unix.Mount(dev, mnt, fstype, 0, options); err != nil {
 		if errors.Is(err, unix.ENODEV) {
-			Skip(t, "the kernel has no btrfs")
+			Skip(t, "the kernel has no "+fstype)
 		}
-		t.Fatalf("loop btrfs: mounting %s on %s: %v", dev, mnt, err)
+		t.Fatalf("loop %s: mounting %s on %s: %v", fstype, dev, mnt, err)
 	}
 	mounted = true
-	return mnt
+	return mnt, dev
 }
 
 // unmountRetrying unmounts mnt, retrying briefly while it is busy (a
