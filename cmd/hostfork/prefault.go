@@ -12,9 +12,11 @@ package main
 //
 // Only pages already in the page cache are worth mapping ahead: on a cold
 // cache the call would read the whole binary from disk, where demand
-// paging reads only what runs. So a segment is populated only when
-// mincore says nearly all of it is resident (the common case: the binary
-// ran a moment ago).
+// paging reads only what runs (and the device's readahead around each
+// fault: on a disk that reads megabytes ahead, most of the binary is in
+// the page cache after the loader's first faults, and then it is
+// populated too). So a segment is populated only when mincore says nearly
+// all of it is resident (the common case: the binary ran a moment ago).
 //
 // The same constructor keeps glibc's malloc to one arena (entry 68,
 // hf_one_arena below).
