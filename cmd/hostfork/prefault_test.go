@@ -57,20 +57,21 @@ func readOnlyOf(pid int, exe string) (size, rss int, err error) {
 // printMaps is the command hostfork-maps of this test binary: it prints
 // the size and the resident size, in KiB, of the binary's own code and
 // read-only data as the process finds them after its constructors and
-// package initialisers, then what the constructor found in the page cache
-// (the smallest share of a segment, in percent) and whether it populated
-// every segment (1 or 0), and exits.
+// package initialisers, then what the constructor found (the smallest
+// share of a segment in the page cache, in percent, -1 if it did not
+// look; what a page fault cost, in ns, 0 if untimed) and whether it
+// populated every segment (1 or 0), and exits.
 func printMaps() {
 	exe, err := os.Executable()
 	if err == nil {
 		var size, rss int
 		if size, rss, err = readOnlyOf(os.Getpid(), exe); err == nil {
-			share, all := prefaulted()
+			share, fault, all := prefaulted()
 			populated := 0
 			if all {
 				populated = 1
 			}
-			fmt.Println(size, rss, share, populated)
+			fmt.Println(size, rss, share, fault.Nanoseconds(), populated)
 			os.Exit(0)
 		}
 	}
@@ -81,9 +82,14 @@ func printMaps() {
 // startMaps is what a run of the CLI as hostfork-maps found at the start
 // of main.
 type startMaps struct {
-	mapped    int  // share of the code and read-only data mapped, in percent
-	cached    int  // smallest share of a segment in the page cache when the constructor ran
-	populated bool // the constructor populated every segment
+	mapped    int           // share of the code and read-only data mapped, in percent
+	cached    int           // smallest share of a segment in the page cache when the constructor looked (-1: it did not)
+	fault     time.Duration // what a page fault cost the constructor (0: untimed)
+	populated bool          // the constructor populated every segment
+}
+
+func (m startMaps) String() string {
+	return fmt.Sprintf("%d %% mapped at main; constructor: %d %% in the page cache, a fault %v, populated %v", m.mapped, m.cached, m.fault, m.populated)
 }
 
 // pageCacheShare is the share, in percent, of file path's pages that are
@@ -116,35 +122,67 @@ func pageCacheShare(t *testing.T, path string) int {
 	return in * 100 / len(vec)
 }
 
+// dearFault is the constructor's HF_DEAR_FAULT_NS.
+const dearFault = 4 * time.Microsecond
+
 // TestPrefault: the CLI maps its code and read-only data before its
-// package initialisers run (decision 66), unless its binary is not in the
-// page cache, and the guardian (a helper mode of the same binary) does
-// not map them.
+// package initialisers run (decision 66) where a page fault is dear
+// (decision 69) or HOSTFORK_PREFAULT=1 says so, never with
+// HOSTFORK_PREFAULT=0, never when its binary is not in the page cache,
+// and the guardian (a helper mode of the same binary) does not map them.
 func TestPrefault(t *testing.T) {
 	c := newCLI(t)
-	atStart := func(exe string) startMaps {
+	atStartArgs := func(exe string, args []string, env ...string) startMaps {
 		t.Helper()
-		out, err := (&exec.Cmd{Path: exe, Args: []string{"hostfork-maps"}}).Output()
+		cmd := &exec.Cmd{Path: exe, Args: append([]string{"hostfork-maps"}, args...), Env: append(os.Environ(), env...)}
+		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("%s as hostfork-maps: %v", exe, err)
+			t.Fatalf("%s as hostfork-maps %q: %v", exe, env, err)
 		}
 		var size, rss, cached, populated int
-		if _, err := fmt.Sscan(string(out), &size, &rss, &cached, &populated); err != nil || size == 0 {
-			t.Fatalf("%s as hostfork-maps printed %q (%v)", exe, out, err)
+		var fault int64
+		if _, err := fmt.Sscan(string(out), &size, &rss, &cached, &fault, &populated); err != nil || size == 0 {
+			t.Fatalf("%s as hostfork-maps %q printed %q (%v)", exe, env, out, err)
 		}
-		return startMaps{mapped: rss * 100 / size, cached: cached, populated: populated == 1}
+		return startMaps{mapped: rss * 100 / size, cached: cached, fault: time.Duration(fault), populated: populated == 1}
 	}
-	if got := atStart(c.exe); got.mapped < 99 || !got.populated {
-		t.Errorf("the CLI starts with %d %% of its code and read-only data mapped (populated %v, %d %% in the page cache); want all",
-			got.mapped, got.populated, got.cached)
+	atStart := func(exe string, env ...string) startMaps {
+		t.Helper()
+		return atStartArgs(exe, nil, env...)
+	}
+
+	// A binary in the page cache (it ran a moment ago).
+	if got := atStart(c.exe, "HOSTFORK_PREFAULT=1"); got.mapped < 99 || !got.populated || got.fault != 0 {
+		t.Errorf("HOSTFORK_PREFAULT=1: %v; want all mapped and no fault timed", got)
+	}
+	if got := atStart(c.exe, "HOSTFORK_PREFAULT=0"); got.populated || got.cached != -1 || got.fault != 0 || got.mapped >= 99 {
+		t.Errorf("HOSTFORK_PREFAULT=0: %v; want nothing looked at, timed or populated", got)
+	}
+	got := atStart(c.exe, "HOSTFORK_PREFAULT=")
+	t.Logf("by default: %v", got)
+	switch {
+	case got.fault <= 0:
+		t.Errorf("by default: %v; want a page fault timed", got)
+	case got.fault >= dearFault && (!got.populated || got.mapped < 99):
+		t.Errorf("by default, where a fault costs %v: %v; want all mapped", got.fault, got)
+	case got.fault < dearFault && (got.populated || got.cached != -1 || got.mapped >= 99):
+		t.Errorf("by default, where a fault costs %v: %v; want demand paging", got.fault, got)
+	}
+
+	// A helper mode (argv[1] "__…"; the guardian and the keeper run in
+	// an empty environment, so this one is told to populate): the
+	// constructor leaves it alone.
+	if got := atStartArgs(c.exe, []string{"__hostfork_none"}, "HOSTFORK_PREFAULT=1"); got.populated || got.cached != -1 || got.fault != 0 {
+		t.Errorf("a helper mode with HOSTFORK_PREFAULT=1: %v; want nothing looked at, timed or populated", got)
 	}
 
 	// A copy out of the page cache: demand paging, not a read of the
-	// whole binary. The copy lives on a filesystem of the test's own
-	// whose device reads no more ahead than the page a fault asks for:
-	// with the host disk's readahead (8 MiB on this kind of VM) the first
-	// faults of a cold start read most of the binary anyway, and whether
-	// that crosses the constructor's 90 % depends on the binary's layout.
+	// whole binary, even where faults are dear. The copy lives on a
+	// filesystem of the test's own whose device reads no more ahead than
+	// the page a fault asks for: with the host disk's readahead (8 MiB on
+	// this kind of VM) the first faults of a cold start read most of the
+	// binary anyway, and whether that crosses the constructor's 90 %
+	// depends on the binary's layout.
 	mnt, dev := testutil.LoopExt4(t)
 	ra := "/sys/block/" + filepath.Base(dev) + "/queue/read_ahead_kb"
 	oldRA, err := os.ReadFile(ra)
@@ -183,11 +221,10 @@ func TestPrefault(t *testing.T) {
 	if share := pageCacheShare(t, cold); share > 5 {
 		t.Fatalf("the copy %s still has %d %% of its pages in the page cache after fsync and FADV_DONTNEED", cold, share)
 	}
-	got := atStart(cold)
-	t.Logf("cold start: %d %% mapped at main, %d %% in the page cache at the constructor, populated %v", got.mapped, got.cached, got.populated)
-	if got.populated || got.mapped >= 90 {
-		t.Errorf("a CLI whose binary was not in the page cache starts with %d %% of its code and read-only data mapped (populated %v, %d %% in the page cache); want only what it ran",
-			got.mapped, got.populated, got.cached)
+	got = atStart(cold, "HOSTFORK_PREFAULT=1")
+	t.Logf("cold start: %v", got)
+	if got.populated || got.cached >= 90 || got.mapped >= 90 {
+		t.Errorf("a CLI whose binary was not in the page cache: %v; want only what it ran mapped", got)
 	}
 	if share := pageCacheShare(t, cold); share >= 90 {
 		t.Errorf("a cold start read %d %% of the binary into the page cache; want only what it ran", share)
