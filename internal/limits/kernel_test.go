@@ -214,10 +214,20 @@ func show(p *uint64) string {
 func TestDetectHost(t *testing.T) {
 	testutil.RequireRoot(t)
 	parent := testutil.CgroupParent(t)
-	h, err := limits.Detect(limits.Config{V2Parent: parent, V1Parent: "hostfork"})
+	// A parent of the test's own in the v1 hierarchies: Detect makes it
+	// (to prove it can), and the product's default name ("hostfork") is
+	// not the test's to leave behind or to remove.
+	h, err := limits.Detect(limits.Config{V2Parent: parent, V1Parent: testutil.UniqueName("hostfork-test")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		for _, d := range h.V1ParentDirs() {
+			if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("removing test parent: %v", err)
+			}
+		}
+	})
 	for _, s := range h.Support {
 		t.Logf("%-6s %-7s dir=%s usage=%q reason=%q", s.Resource, s.Mechanism, s.Dir, s.Usage, s.Reason)
 	}
