@@ -57,6 +57,9 @@ func exampleCgroupParent() func() {
 		if err := g.Remove(); err != nil && !os.IsNotExist(err) {
 			fmt.Fprintf(os.Stderr, "TestMain: removing %s: %v\n", p, err)
 		}
+		if err := testutil.RemoveV1Mirrors(p); err != nil {
+			fmt.Fprintf(os.Stderr, "TestMain: %v\n", err)
+		}
 	}
 }
 

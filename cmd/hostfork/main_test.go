@@ -112,6 +112,9 @@ func removeCgroupTree(p string) error {
 	if err := g.Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("cleanup: %w", err)
 	}
+	if err := testutil.RemoveV1Mirrors(p); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
 	return nil
 }
 

@@ -23,8 +23,26 @@ import (
 )
 
 // V1LimitParent is the group under each cgroup v1 hierarchy that holds
-// hostfork's per-environment limit groups.
+// hostfork's per-environment limit groups when there is no cgroup2
+// parent to mirror (see v1LimitParent).
 const V1LimitParent = "hostfork"
+
+// v1LimitParent is where, under each cgroup v1 hierarchy, the limit
+// groups of environments under the cgroup2 parent v2 are made: v2's path
+// below the cgroup2 mount (root's default parent <mount>/hostfork gives
+// "hostfork"), so that a store given a cgroup parent of its own
+// (HOSTFORK_CGROUP_PARENT) gets v1 groups of its own too; V1LimitParent
+// when v2 is empty or not below the mount.
+func v1LimitParent(mount, v2 string) string {
+	if mount == "" || v2 == "" {
+		return V1LimitParent
+	}
+	rel, err := filepath.Rel(mount, v2)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+		return V1LimitParent
+	}
+	return rel
+}
 
 // Plan validates s against this host and resolves it. Errors are for
 // malformed requests; what the host can't do is listed in Unsupported.
@@ -233,7 +251,8 @@ func (e *Engine) planTree(ctx context.Context, p *spec.Plan, t *spec.PlannedTree
 }
 
 func (e *Engine) limitHost(p *spec.Plan) (*limits.Host, error) {
-	return limits.Detect(limits.Config{V2Parent: p.CgroupParent, V1Parent: V1LimitParent, EnableV2: p.CgroupParent != ""})
+	v1 := v1LimitParent(e.Capabilities().CgroupMount, p.CgroupParent)
+	return limits.Detect(limits.Config{V2Parent: p.CgroupParent, V1Parent: v1, EnableV2: p.CgroupParent != ""})
 }
 
 // planLimits resolves the requested budget against the host's controllers.

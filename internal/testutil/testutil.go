@@ -75,4 +75,7 @@ func RemoveCgroupTree(t testing.TB, p string) {
 	if err := g.Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("cleanup: %v", err)
 	}
+	if err := RemoveV1Mirrors(p); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
 }
