@@ -1,13 +1,12 @@
 package testutil
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 )
@@ -28,49 +27,15 @@ func RemoveV1Mirrors(v2 string) error {
 	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
 		return nil
 	}
-	mounts, err := v1Mounts()
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup"))
 	if err != nil {
-		return err
+		return fmt.Errorf("listing the cgroup v1 hierarchies: %w", err)
 	}
 	var errs []error
 	for _, mp := range mounts {
-		var dirs []string
-		_ = filepath.WalkDir(filepath.Join(mp, rel), func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, fmt.Errorf("removing cgroup v1 group %s: %w", dirs[i], err))
-			}
+		if err := cgroup.Open(filepath.Join(mp.Mountpoint, rel)).Remove(); err != nil {
+			errs = append(errs, fmt.Errorf("removing the cgroup v1 mirror of %s: %w", v2, err))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// v1Mounts lists the mount points of the cgroup v1 hierarchies, from
-// /proc/self/mountinfo (none on a host with cgroup2 alone).
-func v1Mounts() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ID parent major:minor root mountpoint options [optional...] - fstype source super
-		fields := strings.Fields(sc.Text())
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && len(fields) > 4 {
-				if fields[i+1] == "cgroup" {
-					out = append(out, fields[4])
-				}
-				break
-			}
-		}
-	}
-	return out, sc.Err()
 }
