@@ -135,6 +135,21 @@ type Group struct {
 	Path string
 }
 
+// Below is p's path relative to the cgroup2 mount mount ("a/b"), and
+// false when either is empty, p is the mount itself, or p is not below it.
+// The engine mirrors its cgroup2 parent by this path in each cgroup v1
+// hierarchy (docs/decisions.md, entry 70).
+func Below(mount, p string) (string, bool) {
+	if mount == "" || p == "" {
+		return "", false
+	}
+	rel, err := filepath.Rel(mount, p)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return rel, true
+}
+
 // Open names an existing group; it does not touch the filesystem.
 func Open(path string) *Group { return &Group{Path: path} }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/plan"
 	"github.com/habemus-papadum/hostfork/internal/registry"
@@ -34,14 +35,10 @@ const V1LimitParent = "hostfork"
 // (HOSTFORK_CGROUP_PARENT) gets v1 groups of its own too; V1LimitParent
 // when v2 is empty or not below the mount.
 func v1LimitParent(mount, v2 string) string {
-	if mount == "" || v2 == "" {
-		return V1LimitParent
+	if rel, ok := cgroup.Below(mount, v2); ok {
+		return rel
 	}
-	rel, err := filepath.Rel(mount, v2)
-	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
-		return V1LimitParent
-	}
-	return rel
+	return V1LimitParent
 }
 
 // Plan validates s against this host and resolves it. Errors are for

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"github.com/moby/sys/mountinfo"
 
@@ -23,8 +22,8 @@ func RemoveV1Mirrors(v2 string) error {
 	if err != nil {
 		return nil // no cgroup2: the engine mirrored nothing
 	}
-	rel, err := filepath.Rel(m.Path, v2)
-	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+	rel, ok := cgroup.Below(m.Path, v2)
+	if !ok {
 		return nil
 	}
 	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup"))
