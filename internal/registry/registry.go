@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -105,6 +106,7 @@ func Open(ctx context.Context, root string) (*DB, error) {
 		q.Set("vfs", vfsName)
 	}
 	q.Set("_foreign_keys", "1")
+	q.Set("_stmt_cache_size", strconv.Itoa(stmtCacheSize))
 	sdb, err := sql.Open(driverName, "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("opening registry %s: %w", path, err)
