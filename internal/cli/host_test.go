@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -605,4 +608,75 @@ func TestHostEventsFollow(t *testing.T) {
 	if !strings.Contains(stderr.String(), "reconnecting") {
 		t.Errorf("no notice of the lost server:\n%s", stderr)
 	}
+}
+
+// TestHostRunPlansOnlyForLimits: through a server, a run whose spec asks
+// for no limit goes straight to POST /v1/runs (the server plans it), and
+// one with limits asks for the plan first, for the unenforced-limits
+// warning. The requests are seen by a recording reverse proxy on a real
+// unix socket between the CLI and the server.
+func TestHostRunPlansOnlyForLimits(t *testing.T) {
+	e := servertest.New(t)
+	s := e.Serve()
+	var mu sync.Mutex
+	var seen []string
+	requests := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := seen
+		seen = nil
+		return out
+	}
+	sock := filepath.Join(t.TempDir(), "proxy.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "hostfork"
+		},
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", s.Socket)
+		}},
+		FlushInterval: -1,
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		rp.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	host := "unix://" + sock
+	has := func(reqs []string, want string) bool {
+		for _, r := range reqs {
+			if r == want {
+				return true
+			}
+		}
+		return false
+	}
+
+	r := hf(t, e, nil, "--host", host, "run", "--ttl", "1m", "--", "sh", "-c", "echo through the proxy")
+	reqs := requests()
+	if r.code != 0 || r.out != "through the proxy\n" {
+		t.Fatalf("run through the proxy: %s\nrequests: %q", r, reqs)
+	}
+	if has(reqs, "POST /v1/plan") || !has(reqs, "POST /v1/runs") {
+		t.Errorf("a run without limits: requests %q, want POST /v1/runs and no POST /v1/plan", reqs)
+	}
+
+	r = hf(t, e, nil, "--host", host, "run", "--ttl", "1m", "--pids", "64", "--allow-weaker", "--", "true")
+	reqs = requests()
+	if r.code != 0 {
+		t.Fatalf("run --pids through the proxy: %s\nrequests: %q", r, reqs)
+	}
+	if !has(reqs, "POST /v1/plan") || !has(reqs, "POST /v1/runs") {
+		t.Errorf("a run with a limit: requests %q, want POST /v1/plan, then POST /v1/runs", reqs)
+	}
+	// The same run in-process prints the same (the warning, if any).
+	same(t, "run --pids 64 --allow-weaker", hf(t, e, nil, "run", "--ttl", "1m", "--pids", "64", "--allow-weaker", "--", "true"), r)
 }
