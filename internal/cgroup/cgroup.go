@@ -27,7 +27,6 @@ var ErrExists = errors.New("cgroup already exists")
 type Mount struct {
 	Path   string // mount point, e.g. /sys/fs/cgroup or /sys/fs/cgroup/unified
 	Hybrid bool   // v1 controllers are mounted beside it
-	Self   string // this process's cgroup2 path relative to the mount
 }
 
 // FindMount locates the cgroup2 mount (by statfs in the usual layouts, else
@@ -42,9 +41,7 @@ func FindMount() (Mount, error) {
 	if found.ok {
 		var st unix.Statfs_t
 		if unix.Statfs(found.m.Path, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-			m := found.m
-			m.Self = selfPath()
-			return m, nil
+			return found.m, nil
 		}
 		found.ok = false
 	}
@@ -64,7 +61,6 @@ var found struct {
 
 func findMount() (Mount, error) {
 	if m, ok := statMount(); ok {
-		m.Self = selfPath()
 		return m, nil
 	}
 	return scanMount()
@@ -113,11 +109,15 @@ func scanMount() (Mount, error) {
 		return Mount{}, fmt.Errorf("%w: no cgroup2 filesystem is mounted (mount one with 'mount -t cgroup2 none /sys/fs/cgroup/unified')", ErrNoCgroup2)
 	}
 	m.Hybrid = v1
-	m.Self = selfPath()
 	return m, nil
 }
 
-func selfPath() string {
+// SelfPath is this process's cgroup2 path relative to the mount ("/" when
+// /proc/self/cgroup can't say). It is read anew on every call (a process
+// can be moved); FindMount does not read it: only the capability check of
+// an unprivileged user needs it, not each of a run's several FindMount
+// calls.
+func SelfPath() string {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return "/"

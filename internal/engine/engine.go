@@ -195,9 +195,10 @@ func probeCapabilities(parent string) Capabilities {
 	}
 	if parent == "" {
 		if os.Geteuid() != 0 {
-			d, ok := cgroup.DelegatedSubtree(m.Path, m.Self, os.Geteuid())
+			self := cgroup.SelfPath()
+			d, ok := cgroup.DelegatedSubtree(m.Path, self, os.Geteuid())
 			if !ok {
-				c.Cgroup2Reason = "no delegated cgroup2 subtree for this user: this process's cgroup " + m.Self + " is not inside a directory this user owns (ask the administrator to delegate one — chown it to you, or use a systemd user session with Delegate=yes — and run from inside it, or set HOSTFORK_CGROUP_PARENT)"
+				c.Cgroup2Reason = "no delegated cgroup2 subtree for this user: this process's cgroup " + self + " is not inside a directory this user owns (ask the administrator to delegate one — chown it to you, or use a systemd user session with Delegate=yes — and run from inside it, or set HOSTFORK_CGROUP_PARENT)"
 				return c
 			}
 			parent = filepath.Join(d, "hostfork")

@@ -169,7 +169,7 @@ func BootSystemd(t testing.TB, opts NspawnOptions) *Nspawn {
 	}
 	upper, work := filepath.Join(n.Dir, "upper"), filepath.Join(n.Dir, "work")
 	n.Root = filepath.Join(n.Dir, "root")
-	n.Cgroup = filepath.Join(unified.Path, unified.Self, "hostfork-nspawn-"+n.Name)
+	n.Cgroup = filepath.Join(unified.Path, cgroup.SelfPath(), "hostfork-nspawn-"+n.Name)
 	v1, err := v1Hierarchies()
 	if err != nil {
 		t.Fatalf("nspawn: %v", err)
