@@ -11,8 +11,14 @@ import (
 	_ "github.com/habemus-papadum/hostfork/cmd/hostfork/internal/oneproc"
 
 	"github.com/habemus-papadum/hostfork/internal/cli"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
 
 func main() {
+	// The constructor raised this process's timer slack (prefault.go):
+	// its helpers get the original back.
+	if orig, raised := startTimerSlack(); raised {
+		supervise.SetHelperTimerSlack(orig)
+	}
 	os.Exit(cli.Main(os.Args[1:]))
 }

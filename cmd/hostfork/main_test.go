@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GOMAXPROCS") == "" && filepath.Base(os.Args[0]) != "hostfork" {
 		runtime.SetDefaultGOMAXPROCS()
 	}
-	testscript.Main(m, map[string]func(){"hostfork": main, "hostfork-maps": printMaps, "hostfork-arenas": printArenas})
+	testscript.Main(m, map[string]func(){"hostfork": main, "hostfork-maps": printMaps, "hostfork-arenas": printArenas, "hostfork-slack": slackExec})
 }
 
 // TestScripts runs the CLI end-to-end scripts in testdata/script. Each

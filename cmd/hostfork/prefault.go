@@ -28,7 +28,8 @@ package main
 // page-cache rule holds either way.
 //
 // The same constructor keeps glibc's malloc to one arena (entry 68,
-// hf_one_arena below).
+// hf_one_arena below) and raises the process's timer slack (entry 72,
+// hf_raise_timerslack below).
 //
 // It is a constructor of this binary alone, not of the library: a program
 // that imports hostfork decides for itself how it maps its binary and
@@ -45,6 +46,7 @@ package main
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -159,6 +161,43 @@ static void hf_one_arena(void)
 	mallopt(M_ARENA_MAX, 1);
 }
 
+// HF_CLI_TIMERSLACK_NS is the timer slack of the CLI's threads (entry
+// 72). The Go runtime's sysmon thread sleeps 20 µs at a time while any
+// system or cgo call of the one P lasts longer than that, which a CLI
+// call's fsyncs, SQLite calls, clones and mkdirs all do: 40-100 wake-ups
+// a run, 0.5-1.3 ms of CPU in a VM, where each arms a timer and switches
+// context through the hypervisor. The slack lets the kernel end such a
+// sleep up to 1 ms late: about 11 wake-ups a run. Every thread the
+// runtime makes inherits it from this one; event-driven waits (pidfds,
+// pipes, inotify) are not delayed, timed ones by at most the slack.
+// Children inherit it too, so the helpers are given the original back
+// (internal/supervise.SetHelperTimerSlack): the guardian and the workload
+// it starts run with the slack the caller had. A slack already at least
+// as large, or 0 (a real-time thread), is left alone.
+#define HF_CLI_TIMERSLACK_NS 1000000UL
+
+static unsigned long hf_slack_orig; // the slack before the raise
+static int hf_slack_raised;
+
+static void hf_raise_timerslack(void)
+{
+	int cur = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+	if (cur <= 0 || (unsigned long)cur >= HF_CLI_TIMERSLACK_NS)
+		return;
+	if (prctl(PR_SET_TIMERSLACK, HF_CLI_TIMERSLACK_NS, 0, 0, 0) == 0) {
+		hf_slack_orig = (unsigned long)cur;
+		hf_slack_raised = 1;
+	}
+}
+
+// hf_timerslack reports the slack before the raise, and whether the
+// constructor raised it.
+static int hf_timerslack(unsigned long *orig)
+{
+	*orig = hf_slack_orig;
+	return hf_slack_raised;
+}
+
 // hf_prefaulted reports the record above: the smallest share, the cost
 // of a fault, and 1 if every segment looked at was populated.
 static int hf_prefaulted(int *share, long *fault_ns)
@@ -193,6 +232,7 @@ __attribute__((constructor)) static void hf_cli_start(int argc, char **argv)
 		return; // a helper mode (internal/supervise dispatches it)
 	dl_iterate_phdr(hf_prefault_segments, NULL);
 	hf_one_arena();
+	hf_raise_timerslack();
 }
 */
 import "C"
@@ -209,6 +249,14 @@ func prefaulted() (share int, fault time.Duration, all bool) {
 	var ns C.long
 	all = C.hf_prefaulted(&s, &ns) != 0
 	return int(s), time.Duration(ns), all
+}
+
+// startTimerSlack is the timer slack this process started with, and
+// whether its constructor raised it (entry 72).
+func startTimerSlack() (orig uint64, raised bool) {
+	var ns C.ulong
+	raised = C.hf_timerslack(&ns) != 0
+	return uint64(ns), raised
 }
 
 // mallocArenas is the number of malloc arenas of this process (-1:

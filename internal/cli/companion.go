@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork"
 	"github.com/habemus-papadum/hostfork/internal/doctor"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
 
 // CompanionName is the binary that carries 'hostfork serve' and 'hostfork
@@ -167,6 +169,14 @@ func (g *globals) execCompanion(verb string) error {
 		args = os.Args[1:]
 	}
 	env := append(os.Environ(), companionBuildEnv+"="+buildLine(ReadBuildInfo()))
+	if ns := supervise.HelperTimerSlack(); ns > 0 {
+		// This CLI raised its timer slack (docs/decisions.md, entry 72):
+		// the exec keeps the calling thread's, so that thread gets the
+		// original back for the companion, a long-lived server whose
+		// helpers would pass the raised one on to every command.
+		runtime.LockOSThread()
+		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(ns), 0, 0, 0)
+	}
 	// Through the descriptor: the file checked is the file run, whatever
 	// happens to the path meanwhile.
 	err = unix.Exec("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), append([]string{path}, args...), env)

@@ -8,7 +8,9 @@
  * the cost of one string comparison. So a program that imports hostfork
  * needs no dispatch of its own in main.
  */
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "hf.h"
@@ -27,9 +29,26 @@ static int cmdline_arg1(char *out, size_t cap)
 	return hf_copy_bounded(out, cap, b + l0 + 1);
 }
 
+/* restore_timerslack sets the timer slack the spawner passed in
+ * HOSTFORK_TIMERSLACK_NS (supervise.SetHelperTimerSlack): the hostfork CLI
+ * raises its own, and a thread inherits its slack, so the helper and the
+ * commands it starts get the caller's back. */
+static void restore_timerslack(char **envp)
+{
+	static const char key[] = "HOSTFORK_TIMERSLACK_NS=";
+	for (char **e = envp; e && *e; e++) {
+		if (strncmp(*e, key, sizeof key - 1))
+			continue;
+		char *end;
+		unsigned long ns = strtoul(*e + sizeof key - 1, &end, 10);
+		if (*end == '\0' && ns > 0)
+			prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0);
+		return;
+	}
+}
+
 __attribute__((constructor)) static void hf_ctor(int argc, char **argv, char **envp)
 {
-	(void)envp;
 	char buf[64];
 	const char *mode = NULL;
 	if (argc > 0 && argv) {
@@ -39,6 +58,8 @@ __attribute__((constructor)) static void hf_ctor(int argc, char **argv, char **e
 	}
 	if (!mode || mode[0] != '_')
 		return;
+	if (!strcmp(mode, HF_GUARDIAN_MODE) || !strcmp(mode, HF_KEEPER_MODE))
+		restore_timerslack(envp);
 	if (!strcmp(mode, HF_GUARDIAN_MODE))
 		_exit(hf_guardian_main());
 	if (!strcmp(mode, HF_KEEPER_MODE))

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -31,7 +33,8 @@ type child struct {
 }
 
 // spawnSpec says how to start a child. files are its descriptors 0, 1,
-// 2, …; a nil entry is closed in the child. The environment is empty.
+// 2, …; a nil entry is closed in the child. The environment is empty but
+// for the timer slack to restore (SetHelperTimerSlack).
 type spawnSpec struct {
 	path     string
 	args     []string
@@ -54,6 +57,32 @@ func devNulls() (r, w *os.File, err error) {
 	return r, w, nil
 }
 
+// TimerSlackEnv names the environment variable that gives a helper the
+// timer slack to set before anything else (hf_ctor.c): the slack the
+// process that spawned it started with.
+const TimerSlackEnv = "HOSTFORK_TIMERSLACK_NS"
+
+// helperSlack is the timer slack helpers are given (0: none).
+var helperSlack atomic.Uint64
+
+// SetHelperTimerSlack is for a program that raised its own timer slack
+// (the hostfork CLI does, for its runtime's sake: docs/decisions.md, entry
+// 72): the helpers it starts from then on, and through the guardian every
+// command, set their slack back to ns, the program's original. A thread
+// inherits its slack from the thread that made it, so without this the
+// raise would reach every command. ns must be positive.
+func SetHelperTimerSlack(ns uint64) { helperSlack.Store(ns) }
+
+// HelperTimerSlack is the slack SetHelperTimerSlack recorded, 0 if none.
+func HelperTimerSlack() uint64 { return helperSlack.Load() }
+
+func helperEnv() []string {
+	if ns := helperSlack.Load(); ns > 0 {
+		return []string{TimerSlackEnv + "=" + strconv.FormatUint(ns, 10)}
+	}
+	return []string{}
+}
+
 func spawn(s spawnSpec) (*child, error) {
 	fds := make([]uintptr, len(s.files))
 	for i, f := range s.files {
@@ -69,7 +98,7 @@ func spawn(s spawnSpec) (*child, error) {
 		sys.UseCgroupFD = true
 		sys.CgroupFD = s.cgroupFD
 	}
-	pid, _, err := syscall.StartProcess(s.path, s.args, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: sys})
+	pid, _, err := syscall.StartProcess(s.path, s.args, &syscall.ProcAttr{Env: helperEnv(), Files: fds, Sys: sys})
 	runtime.KeepAlive(s.files)
 	if err != nil {
 		return nil, &os.PathError{Op: "fork/exec", Path: s.path, Err: err}
