@@ -11,14 +11,14 @@ import (
 	_ "github.com/habemus-papadum/hostfork/cmd/hostfork/internal/oneproc"
 
 	"github.com/habemus-papadum/hostfork/internal/cli"
-	"github.com/habemus-papadum/hostfork/internal/supervise"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 func main() {
 	// The constructor raised this process's timer slack (prefault.go):
-	// its helpers get the original back.
+	// what it starts that lives on gets the original back.
 	if orig, raised := startTimerSlack(); raised {
-		supervise.SetHelperTimerSlack(orig)
+		linux.SetCallerTimerSlack(orig)
 	}
 	os.Exit(cli.Main(os.Args[1:]))
 }

@@ -39,6 +39,7 @@ package main
 
 /*
 #define _GNU_SOURCE
+#include <errno.h>
 #include <link.h>
 #include <malloc.h>
 #include <stdint.h>
@@ -177,7 +178,10 @@ static void hf_one_arena(void)
 // (internal/supervise.SetHelperTimerSlack): the guardian and the workload
 // it starts run with the slack the caller had. A slack already at least
 // as large, or 0 (a real-time thread), is left alone;
-// HOSTFORK_CLI_TIMERSLACK_NS=N sets another (0: leave it).
+// HOSTFORK_CLI_TIMERSLACK_NS=N raises it to N instead (0: leave it). The
+// package's own test binary (argv[1] "-test.…") keeps its slack, so that
+// the CLI processes its tests start find a caller's slack, as from a
+// shell.
 #define HF_CLI_TIMERSLACK_NS 500000UL
 
 static unsigned long hf_slack_orig; // the slack before the raise
@@ -187,11 +191,14 @@ static void hf_raise_timerslack(void)
 {
 	unsigned long want = HF_CLI_TIMERSLACK_NS;
 	const char *e = getenv("HOSTFORK_CLI_TIMERSLACK_NS");
-	if (e && e[0]) {
+	if (e && *e >= '0' && *e <= '9') {
+		// A plain decimal number of at most 100 ms; anything else keeps
+		// the default.
 		char *end;
-		want = strtoul(e, &end, 10);
-		if (*end != '\0')
-			want = HF_CLI_TIMERSLACK_NS;
+		errno = 0;
+		unsigned long v = strtoul(e, &end, 10);
+		if (errno == 0 && *end == '\0' && v <= 100000000UL)
+			want = v;
 	}
 	int cur = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 	if (want == 0 || cur <= 0 || (unsigned long)cur >= want)
@@ -244,7 +251,8 @@ __attribute__((constructor)) static void hf_cli_start(int argc, char **argv)
 		return; // a helper mode (internal/supervise dispatches it)
 	dl_iterate_phdr(hf_prefault_segments, NULL);
 	hf_one_arena();
-	hf_raise_timerslack();
+	if (!(argc >= 2 && argv && argv[1] && !strncmp(argv[1], "-test.", 6)))
+		hf_raise_timerslack();
 }
 */
 import "C"

@@ -17,7 +17,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork"
 	"github.com/habemus-papadum/hostfork/internal/doctor"
-	"github.com/habemus-papadum/hostfork/internal/supervise"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // CompanionName is the binary that carries 'hostfork serve' and 'hostfork
@@ -169,7 +169,7 @@ func (g *globals) execCompanion(verb string) error {
 		args = os.Args[1:]
 	}
 	env := append(os.Environ(), companionBuildEnv+"="+buildLine(ReadBuildInfo()))
-	if ns := supervise.HelperTimerSlack(); ns > 0 {
+	if ns := linux.CallerTimerSlack(); ns > 0 {
 		// This CLI raised its timer slack (docs/decisions.md, entry 72):
 		// the exec keeps the calling thread's, so that thread gets the
 		// original back for the companion, a long-lived server whose

@@ -636,14 +636,15 @@ func TestHostRunPlansOnlyForLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", s.Socket)
+	}}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "hostfork"
 		},
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", s.Socket)
-		}},
+		Transport:     tr,
 		FlushInterval: -1,
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -653,7 +654,10 @@ func TestHostRunPlansOnlyForLimits(t *testing.T) {
 		rp.ServeHTTP(w, r)
 	})}
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() {
+		srv.Close()
+		tr.CloseIdleConnections()
+	})
 	host := "unix://" + sock
 	has := func(reqs []string, want string) bool {
 		for _, r := range reqs {
@@ -692,9 +696,10 @@ func TestHostRunPlansOnlyForLimits(t *testing.T) {
 func TestHostTimerSlack(t *testing.T) {
 	e := servertest.New(t)
 	const caller = 77777
-	// The server inherits the slack of the thread that starts it.
+	// The server inherits the slack of the thread that starts it. The
+	// thread stays locked: it ends with the test's goroutine, slack and
+	// all, instead of going back to the runtime.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, caller, 0, 0, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -224,7 +224,7 @@ func (f *runFlags) remoteOnly() error {
 // here is that warning, which a spec without limits can't have; it was a
 // round trip of 0.9 ms before every such run (decision 71).
 func runPlan(ctx context.Context, g *globals, h backend, s spec.Environment) (*hostfork.Plan, error) {
-	if _, ok := h.(*remote); ok && s.Limits.Empty() {
+	if g.remote() && s.Limits.Empty() {
 		return &hostfork.Plan{Spec: s}, nil
 	}
 	p, err := h.Plan(ctx, s)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // LoginShellEnv names a variable that overrides the login shell to capture
@@ -175,7 +177,10 @@ func Capture(ctx context.Context, shell string, acct Account, inherited []string
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
 	start := time.Now()
-	err := cmd.Start()
+	// With the caller's timer slack, not the CLI's raised one: what the
+	// login scripts start may outlive the capture (an agent in a session
+	// of its own).
+	err := linux.WithCallerTimerSlack(cmd.Start)
 	if err != nil {
 		return nil, fmt.Errorf("starting login shell %s: %v: %w", shell, err, ErrCapture)
 	}

@@ -8,6 +8,7 @@
  * the cost of one string comparison. So a program that imports hostfork
  * needs no dispatch of its own in main.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -30,25 +31,26 @@ static int cmdline_arg1(char *out, size_t cap)
 }
 
 /* restore_timerslack sets the timer slack the spawner passed in
- * HOSTFORK_TIMERSLACK_NS (supervise.SetHelperTimerSlack): the hostfork CLI
- * raises its own, and a thread inherits its slack, so the helper and the
- * commands it starts get the caller's back. */
-static void restore_timerslack(char **envp)
+ * HOSTFORK_TIMERSLACK_NS (linux.CallerTimerSlack): the hostfork CLI raises
+ * its own, and a thread inherits its slack, so the helper and the commands
+ * it starts get the caller's back. Only a plain decimal number of at most
+ * 100 ms is taken. Read with getenv, which glibc has set up before
+ * constructors run (envp is not passed to them by every libc). */
+static void restore_timerslack(void)
 {
-	static const char key[] = "HOSTFORK_TIMERSLACK_NS=";
-	for (char **e = envp; e && *e; e++) {
-		if (strncmp(*e, key, sizeof key - 1))
-			continue;
-		char *end;
-		unsigned long ns = strtoul(*e + sizeof key - 1, &end, 10);
-		if (*end == '\0' && ns > 0)
-			prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0);
+	const char *v = getenv("HOSTFORK_TIMERSLACK_NS");
+	if (!v || *v < '0' || *v > '9')
 		return;
-	}
+	errno = 0;
+	char *end;
+	unsigned long ns = strtoul(v, &end, 10);
+	if (errno == 0 && *end == '\0' && ns > 0 && ns <= 100000000UL)
+		prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0);
 }
 
 __attribute__((constructor)) static void hf_ctor(int argc, char **argv, char **envp)
 {
+	(void)envp;
 	char buf[64];
 	const char *mode = NULL;
 	if (argc > 0 && argv) {
@@ -59,7 +61,7 @@ __attribute__((constructor)) static void hf_ctor(int argc, char **argv, char **e
 	if (!mode || mode[0] != '_')
 		return;
 	if (!strcmp(mode, HF_GUARDIAN_MODE) || !strcmp(mode, HF_KEEPER_MODE))
-		restore_timerslack(envp);
+		restore_timerslack();
 	if (!strcmp(mode, HF_GUARDIAN_MODE))
 		_exit(hf_guardian_main());
 	if (!strcmp(mode, HF_KEEPER_MODE))

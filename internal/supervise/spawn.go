@@ -6,10 +6,11 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // child is a helper process (guardian or keeper) started by spawn: our
@@ -34,7 +35,7 @@ type child struct {
 
 // spawnSpec says how to start a child. files are its descriptors 0, 1,
 // 2, …; a nil entry is closed in the child. The environment is empty but
-// for the timer slack to restore (SetHelperTimerSlack).
+// for the timer slack to restore (helperEnv).
 type spawnSpec struct {
 	path     string
 	args     []string
@@ -62,22 +63,12 @@ func devNulls() (r, w *os.File, err error) {
 // process that spawned it started with.
 const TimerSlackEnv = "HOSTFORK_TIMERSLACK_NS"
 
-// helperSlack is the timer slack helpers are given (0: none).
-var helperSlack atomic.Uint64
-
-// SetHelperTimerSlack is for a program that raised its own timer slack
-// (the hostfork CLI does, for its runtime's sake: docs/decisions.md, entry
-// 72): the helpers it starts from then on, and through the guardian every
-// command, set their slack back to ns, the program's original. A thread
-// inherits its slack from the thread that made it, so without this the
-// raise would reach every command. ns must be positive.
-func SetHelperTimerSlack(ns uint64) { helperSlack.Store(ns) }
-
-// HelperTimerSlack is the slack SetHelperTimerSlack recorded, 0 if none.
-func HelperTimerSlack() uint64 { return helperSlack.Load() }
-
+// helperEnv is a helper's environment: empty, but for the caller's timer
+// slack when this program raised its own (linux.CallerTimerSlack). The
+// helper sets it before anything else, and the commands a guardian starts
+// inherit it.
 func helperEnv() []string {
-	if ns := helperSlack.Load(); ns > 0 {
+	if ns := linux.CallerTimerSlack(); ns > 0 {
 		return []string{TimerSlackEnv + "=" + strconv.FormatUint(ns, 10)}
 	}
 	return []string{}
