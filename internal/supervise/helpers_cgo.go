@@ -44,6 +44,10 @@ const (
 func cGuardianMode() string { return C.GoString(C.hf_guardian_mode()) }
 func cKeeperMode() string   { return C.GoString(C.hf_keeper_mode()) }
 
+// cTimerSlackEnv is the timer slack variable's name compiled into the C
+// dispatch (HF_TIMERSLACK_ENV), for the consistency test.
+func cTimerSlackEnv() string { return C.GoString(C.hf_timerslack_env()) }
+
 // cReasonName is the C side's name of a reason code.
 func cReasonName(code int) string { return C.GoString(C.hf_reason_name(C.int(code))) }
 

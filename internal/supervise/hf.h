@@ -15,6 +15,10 @@
 #define HF_GUARDIAN_MODE "__hostfork_guardian"
 #define HF_KEEPER_MODE "__hostfork_keeper"
 
+/* The variable that gives a helper the timer slack to set
+ * (supervise.TimerSlackEnv). */
+#define HF_TIMERSLACK_ENV "HOSTFORK_TIMERSLACK_NS"
+
 /* Descriptor numbers in the guardian (protocol.go, fd*). */
 #define HF_FD_CONTROL 3
 #define HF_FD_EVENTS 4
@@ -73,6 +77,7 @@ int hf_reason_code(const char *name);
 /* Exposed for the Go-side consistency test. */
 const char *hf_guardian_mode(void);
 const char *hf_keeper_mode(void);
+const char *hf_timerslack_env(void);
 
 /* ---- common helpers (hf_common.c) ---- */
 #define NS_PER_MS 1000000LL

@@ -38,7 +38,7 @@ static int cmdline_arg1(char *out, size_t cap)
  * constructors run (envp is not passed to them by every libc). */
 static void restore_timerslack(void)
 {
-	const char *v = getenv("HOSTFORK_TIMERSLACK_NS");
+	const char *v = getenv(HF_TIMERSLACK_ENV);
 	if (!v || *v < '0' || *v > '9')
 		return;
 	errno = 0;

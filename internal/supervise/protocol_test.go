@@ -17,6 +17,12 @@ func TestCGuardianModeMatches(t *testing.T) {
 	}
 }
 
+func TestCTimerSlackEnvMatches(t *testing.T) {
+	if got := cTimerSlackEnv(); got != TimerSlackEnv {
+		t.Fatalf("C timer slack variable %q, Go %q", got, TimerSlackEnv)
+	}
+}
+
 func TestEncodeRelease(t *testing.T) {
 	cfg := &Config{
 		CommandID:      "c1",
