@@ -175,7 +175,7 @@ static void hf_one_arena(void)
 // makes inherits it from this one; event-driven waits (pidfds, pipes,
 // inotify) are not delayed, timed ones by at most the slack. Children
 // inherit it too, so the helpers are given the original back
-// (internal/supervise.SetHelperTimerSlack): the guardian and the workload
+// (internal/linux.SetCallerTimerSlack): the guardian and the workload
 // it starts run with the slack the caller had. A slack already at least
 // as large, or 0 (a real-time thread), is left alone;
 // HOSTFORK_CLI_TIMERSLACK_NS=N raises it to N instead (0: leave it). The

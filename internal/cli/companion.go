@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -169,17 +168,14 @@ func (g *globals) execCompanion(verb string) error {
 		args = os.Args[1:]
 	}
 	env := append(os.Environ(), companionBuildEnv+"="+buildLine(ReadBuildInfo()))
-	if ns := linux.CallerTimerSlack(); ns > 0 {
-		// This CLI raised its timer slack (docs/decisions.md, entry 72):
-		// the exec keeps the calling thread's, so that thread gets the
-		// original back for the companion, a long-lived server whose
-		// helpers would pass the raised one on to every command.
-		runtime.LockOSThread()
-		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(ns), 0, 0, 0)
-	}
 	// Through the descriptor: the file checked is the file run, whatever
-	// happens to the path meanwhile.
-	err = unix.Exec("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), append([]string{path}, args...), env)
+	// happens to the path meanwhile. With the caller's timer slack, not
+	// this CLI's raised one (docs/decisions.md, entry 72): the exec keeps
+	// the calling thread's, and the companion is a long-lived server whose
+	// helpers would pass the raise on to every command.
+	err = linux.WithCallerTimerSlack(func() error {
+		return unix.Exec("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), append([]string{path}, args...), env)
+	})
 	return withCode(ExitCapability, fmt.Errorf("'hostfork %s': executing %s: %w", verb, path, err))
 }
 

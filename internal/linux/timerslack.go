@@ -24,9 +24,9 @@ func SetCallerTimerSlack(ns uint64) { callerSlack.Store(ns) }
 // the program did not raise its own.
 func CallerTimerSlack() uint64 { return callerSlack.Load() }
 
-// WithCallerTimerSlack runs fn, which starts a process, on a thread whose
-// timer slack is the caller's (when one was recorded), and puts the
-// thread's own back afterwards.
+// WithCallerTimerSlack runs fn, which starts a process (or executes one
+// in place of this one), on a thread whose timer slack is the caller's
+// (when one was recorded), and puts the thread's own back afterwards.
 func WithCallerTimerSlack(fn func() error) error {
 	ns := callerSlack.Load()
 	if ns == 0 {
