@@ -191,14 +191,16 @@ static void hf_raise_timerslack(void)
 {
 	unsigned long want = HF_CLI_TIMERSLACK_NS;
 	const char *e = getenv("HOSTFORK_CLI_TIMERSLACK_NS");
-	if (e && *e >= '0' && *e <= '9') {
+	if (e && e[0]) {
 		// A plain decimal number of at most 100 ms; anything else keeps
-		// the default.
-		char *end;
+		// the default, and says so.
+		char *end = NULL;
 		errno = 0;
-		unsigned long v = strtoul(e, &end, 10);
-		if (errno == 0 && *end == '\0' && v <= 100000000UL)
+		unsigned long v = *e >= '0' && *e <= '9' ? strtoul(e, &end, 10) : 0;
+		if (end && errno == 0 && *end == '\0' && v <= 100000000UL)
 			want = v;
+		else
+			dprintf(2, "hostfork: warning: HOSTFORK_CLI_TIMERSLACK_NS=%.40s ignored: give nanoseconds, 0 to 100000000 (0 leaves the timer slack as it is)\n", e);
 	}
 	int cur = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 	if (want == 0 || cur <= 0 || (unsigned long)cur >= want)
