@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mattn/go-sqlite3"
@@ -99,5 +100,171 @@ func TestStatementCache(t *testing.T) {
 	}
 	if live > stmtCacheSize {
 		t.Fatalf("%d prepared statements kept, over the cache's %d", live, stmtCacheSize)
+	}
+}
+
+// A durable commit syncs the WAL with fdatasync through the VFS shim's own
+// read-only descriptor of it (decision 73), which Close releases. The
+// first sync of a WAL this process created is the unix VFS's own (it also
+// syncs the directory); every later one is an fdatasync.
+func TestWALSyncIsFdatasync(t *testing.T) {
+	if vfsName == "" {
+		t.Fatal("the hostfork VFS is not registered")
+	}
+	dir := t.TempDir()
+	d, err := Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wal := filepath.Join(dir, FileName+"-wal")
+	if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv("e0")) }); err != nil {
+		t.Fatal(err)
+	}
+	before := walDataSyncs()
+	for i := 1; i <= 3; i++ {
+		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("e%d", i))) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := walDataSyncs() - before; n < 3 {
+		t.Errorf("3 synced commits made %d fdatasyncs of the WAL, want 3", n)
+	}
+	ro := walDescriptors(t, wal, true)
+	if len(ro) == 0 {
+		t.Errorf("no read-only descriptor of %s is open: the shim syncs through none", wal)
+	}
+	d.Close()
+	if fds := walDescriptors(t, wal, false); len(fds) != 0 {
+		t.Errorf("descriptors of the WAL left open after Close: %v", fds)
+	}
+
+	// A new connection to the WAL that exists syncs it with fdatasync from
+	// its first commit.
+	d, err = Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	before = walDataSyncs()
+	if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv("e4")) }); err != nil {
+		t.Fatal(err)
+	}
+	if n := walDataSyncs() - before; n != 1 {
+		t.Errorf("the first commit on an existing WAL made %d fdatasyncs, want 1", n)
+	}
+	if _, err := d.Env(context.Background(), "e3"); err != nil {
+		t.Errorf("a record committed before the reopen: %v", err)
+	}
+}
+
+// walDescriptors lists this process's descriptors open on path (only the
+// read-only ones with readOnly).
+func walDescriptors(t *testing.T, path string, readOnly bool) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []string
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || target != path {
+			continue
+		}
+		if readOnly {
+			info, err := os.ReadFile(filepath.Join("/proc/self/fdinfo", e.Name()))
+			if err != nil {
+				continue
+			}
+			var flags int
+			for _, l := range strings.Split(string(info), "\n") {
+				if v, ok := strings.CutPrefix(l, "flags:"); ok {
+					fmt.Sscanf(strings.TrimSpace(v), "%o", &flags)
+				}
+			}
+			if flags&3 != os.O_RDONLY {
+				continue
+			}
+		}
+		fds = append(fds, e.Name())
+	}
+	return fds
+}
+
+// A checkpoint keeps the WAL file and its size: the commits after it
+// overwrite the file from its start, so their syncs change no size (on a
+// journaled filesystem, no journal commit). A WAL that a reader let grow
+// past walTruncateBytes is truncated instead.
+func TestCheckpointKeepsWALInPlace(t *testing.T) {
+	d := open(t)
+	ctx := context.Background()
+	wal := d.path + "-wal"
+	size := func() int64 {
+		t.Helper()
+		st, err := os.Stat(wal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size()
+	}
+	for i := 0; i < 20; i++ {
+		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("a%02d", i))) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grown := size()
+	if err := d.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := size(); s != grown {
+		t.Fatalf("WAL of %d bytes is %d after a checkpoint, want it kept", grown, s)
+	}
+	for i := 0; i < 5; i++ {
+		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("b%02d", i))) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := size(); s != grown {
+		t.Errorf("WAL grew from %d to %d bytes: commits after the checkpoint did not restart it from its start", grown, s)
+	}
+	if _, err := d.Env(ctx, "a07"); err != nil {
+		t.Errorf("a record checkpointed into the database: %v", err)
+	}
+
+	// A reader holds its snapshot: no automatic checkpoint can restart
+	// the WAL, which grows past walTruncateBytes.
+	// (A deferred transaction on a connection of its own: the registry's
+	// transactions begin IMMEDIATE, as writers.)
+	reader, err := d.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if _, err := reader.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := reader.QueryRowContext(ctx, "SELECT count(*) FROM envs").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; size() <= walTruncateBytes; i++ {
+		if i > 20000 {
+			t.Fatalf("WAL still %d bytes after %d commits", size(), i)
+		}
+		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("c%05d", i))) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := reader.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := size(); s != 0 {
+		t.Errorf("WAL of more than %d bytes is %d after a checkpoint, want it truncated", walTruncateBytes, s)
+	}
+	if _, err := d.Env(ctx, "c00010"); err != nil {
+		t.Errorf("a record checkpointed into the database: %v", err)
 	}
 }

@@ -28,17 +28,63 @@ static int hf_live_stmts(void *db) {
 	return n;
 }
 
-// A VFS that is the default one ("unix") except that it opens an existing
-// WAL file without SQLITE_OPEN_CREATE. SQLite fsyncs the directory on the
-// first sync of every journal it opened with CREATE, i.e. once in every
-// process; the WAL of a hostfork store is created once and kept (no
-// checkpoint on close), so that directory fsync is one per CLI call for
-// nothing. A WAL that is missing, or gone in between, is opened (and its
-// directory synced) as before. The declarations are SQLite's public,
+// A VFS that is the default one ("unix") with two changes to its WAL
+// files (decisions 48 and 73). The declarations are SQLite's public,
 // versioned ABI (sqlite3.h).
+//
+//   - An existing WAL file is opened without SQLITE_OPEN_CREATE. SQLite
+//     fsyncs the directory on the first sync of every journal it opened
+//     with CREATE, i.e. once in every process; the WAL of a hostfork store
+//     is created once and kept (no checkpoint on close), so that directory
+//     fsync is one per CLI call for nothing. A WAL that is missing, or gone
+//     in between, is opened (and its directory synced) as before.
+//   - A WAL's sync is fdatasync(2), not fsync(2). The build of SQLite the
+//     driver bundles has no HAVE_FDATASYNC, so it syncs every file with
+//     fsync, which also writes the inode when only its times changed: on
+//     a journaled ext4 that is a journal commit (two writes and cache
+//     flushes more) on every durable commit of the registry, although the
+//     WAL is rewritten in place after each checkpoint and keeps its size.
+//     SQLite's own rule (os_unix.c, full_fsync) is that fdatasync is always
+//     adequate for it: it makes the data and the size durable, and SQLite
+//     needs nothing else of the inode. The sync goes through a descriptor
+//     of the shim's own, opened read-only on the same path: syncs act on
+//     the file, not on the descriptor, and the unix VFS's descriptor is
+//     private to it. A WAL takes no POSIX lock (those are on the database
+//     and its -shm), so closing that second descriptor releases nothing.
+//     The first sync of a WAL this process created stays the unix VFS's,
+//     which also syncs the directory. The main database and every other
+//     file keep the unix VFS's methods unchanged.
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
+typedef long long sqlite3_int64;
 typedef struct sqlite3_file sqlite3_file;
+typedef struct sqlite3_io_methods sqlite3_io_methods;
+struct sqlite3_file {
+	const sqlite3_io_methods *pMethods;
+};
+struct sqlite3_io_methods {
+	int iVersion;
+	int (*xClose)(sqlite3_file *);
+	int (*xRead)(sqlite3_file *, void *, int, sqlite3_int64);
+	int (*xWrite)(sqlite3_file *, const void *, int, sqlite3_int64);
+	int (*xTruncate)(sqlite3_file *, sqlite3_int64);
+	int (*xSync)(sqlite3_file *, int);
+	int (*xFileSize)(sqlite3_file *, sqlite3_int64 *);
+	int (*xLock)(sqlite3_file *, int);
+	int (*xUnlock)(sqlite3_file *, int);
+	int (*xCheckReservedLock)(sqlite3_file *, int *);
+	int (*xFileControl)(sqlite3_file *, int, void *);
+	int (*xSectorSize)(sqlite3_file *);
+	int (*xDeviceCharacteristics)(sqlite3_file *);
+	int (*xShmMap)(sqlite3_file *, int, int, int, void volatile **);
+	int (*xShmLock)(sqlite3_file *, int, int, int);
+	void (*xShmBarrier)(sqlite3_file *);
+	int (*xShmUnmap)(sqlite3_file *, int);
+	int (*xFetch)(sqlite3_file *, sqlite3_int64, int, void **);
+	int (*xUnfetch)(sqlite3_file *, sqlite3_int64, void *);
+};
 typedef struct sqlite3_vfs sqlite3_vfs;
 typedef void (*sqlite3_syscall_ptr)(void);
 struct sqlite3_vfs {
@@ -70,18 +116,124 @@ extern int sqlite3_vfs_register(sqlite3_vfs *, int);
 
 #define HF_OPEN_CREATE 0x00000004
 #define HF_OPEN_WAL 0x00080000
+#define HF_IOERR_FSYNC (10 | (4 << 8))
 
 static sqlite3_vfs hf_vfs;
 static sqlite3_vfs *hf_base;
 
+// hf_wal is a WAL file of the shim: its own header, then the unix VFS's
+// file (real) in the rest of the szOsFile bytes SQLite allocated.
+typedef struct hf_wal {
+	sqlite3_file file;  // pMethods: hf_wal_methods
+	sqlite3_file *real; // the unix VFS's file, after this header
+	int fd;             // the shim's descriptor for fdatasync; -1: none
+	int created;        // opened with CREATE and not synced yet
+} hf_wal;
+
+// hf_wal_datasyncs counts the syncs made with fdatasync (tests).
+static long hf_wal_datasyncs;
+
+#define HF_REAL(f) (((hf_wal *)(f))->real)
+#define HF_RM(f) (HF_REAL(f)->pMethods)
+
+static int hf_wal_close(sqlite3_file *f)
+{
+	hf_wal *w = (hf_wal *)f;
+	if (w->fd >= 0) {
+		close(w->fd);
+		w->fd = -1;
+	}
+	return HF_RM(f)->xClose(w->real);
+}
+static int hf_wal_read(sqlite3_file *f, void *b, int n, sqlite3_int64 o) { return HF_RM(f)->xRead(HF_REAL(f), b, n, o); }
+static int hf_wal_write(sqlite3_file *f, const void *b, int n, sqlite3_int64 o) { return HF_RM(f)->xWrite(HF_REAL(f), b, n, o); }
+static int hf_wal_truncate(sqlite3_file *f, sqlite3_int64 n) { return HF_RM(f)->xTruncate(HF_REAL(f), n); }
+static int hf_wal_sync(sqlite3_file *f, int flags)
+{
+	hf_wal *w = (hf_wal *)f;
+	if (w->fd < 0 || w->created) {
+		int rc = HF_RM(f)->xSync(w->real, flags);
+		if (rc == 0)
+			w->created = 0;
+		return rc;
+	}
+	int rc;
+	do
+		rc = fdatasync(w->fd);
+	while (rc != 0 && errno == EINTR);
+	if (rc != 0)
+		return HF_IOERR_FSYNC;
+	__atomic_add_fetch(&hf_wal_datasyncs, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+static int hf_wal_size(sqlite3_file *f, sqlite3_int64 *n) { return HF_RM(f)->xFileSize(HF_REAL(f), n); }
+static int hf_wal_lock(sqlite3_file *f, int l) { return HF_RM(f)->xLock(HF_REAL(f), l); }
+static int hf_wal_unlock(sqlite3_file *f, int l) { return HF_RM(f)->xUnlock(HF_REAL(f), l); }
+static int hf_wal_reserved(sqlite3_file *f, int *r) { return HF_RM(f)->xCheckReservedLock(HF_REAL(f), r); }
+static int hf_wal_fcntl(sqlite3_file *f, int op, void *a) { return HF_RM(f)->xFileControl(HF_REAL(f), op, a); }
+static int hf_wal_sector(sqlite3_file *f) { return HF_RM(f)->xSectorSize(HF_REAL(f)); }
+static int hf_wal_devchar(sqlite3_file *f) { return HF_RM(f)->xDeviceCharacteristics(HF_REAL(f)); }
+static int hf_wal_shmmap(sqlite3_file *f, int p, int s, int e, void volatile **pp) { return HF_RM(f)->xShmMap(HF_REAL(f), p, s, e, pp); }
+static int hf_wal_shmlock(sqlite3_file *f, int o, int n, int fl) { return HF_RM(f)->xShmLock(HF_REAL(f), o, n, fl); }
+static void hf_wal_shmbarrier(sqlite3_file *f) { HF_RM(f)->xShmBarrier(HF_REAL(f)); }
+static int hf_wal_shmunmap(sqlite3_file *f, int d) { return HF_RM(f)->xShmUnmap(HF_REAL(f), d); }
+static int hf_wal_fetch(sqlite3_file *f, sqlite3_int64 o, int n, void **pp)
+{
+	if (HF_RM(f)->iVersion < 3) {
+		*pp = 0;
+		return 0;
+	}
+	return HF_RM(f)->xFetch(HF_REAL(f), o, n, pp);
+}
+static int hf_wal_unfetch(sqlite3_file *f, sqlite3_int64 o, void *p)
+{
+	if (HF_RM(f)->iVersion < 3)
+		return 0;
+	return HF_RM(f)->xUnfetch(HF_REAL(f), o, p);
+}
+
+// One table per version of the unix VFS's methods: SQLite reads a method
+// only where the table's iVersion says it is there.
+static sqlite3_io_methods hf_wal_methods[3];
+
 static int hf_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out)
 {
-	if (name && (flags & HF_OPEN_WAL) && (flags & HF_OPEN_CREATE) && access(name, F_OK) == 0) {
-		int rc = hf_base->xOpen(hf_base, name, f, flags & ~HF_OPEN_CREATE, out);
-		if (rc == 0)
-			return 0;
+	(void)vfs;
+	if (!name || !(flags & HF_OPEN_WAL))
+		return hf_base->xOpen(hf_base, name, f, flags, out);
+	hf_wal *w = (hf_wal *)f;
+	sqlite3_file *real = (sqlite3_file *)((char *)f + ((sizeof(hf_wal) + 15) & ~(size_t)15));
+	memset(real, 0, (size_t)hf_base->szOsFile);
+	w->file.pMethods = 0;
+	w->real = real;
+	w->fd = -1;
+	w->created = 0;
+	int rc = -1;
+	if ((flags & HF_OPEN_CREATE) && access(name, F_OK) == 0)
+		rc = hf_base->xOpen(hf_base, name, real, flags & ~HF_OPEN_CREATE, out);
+	if (rc != 0) {
+		if (real->pMethods) {
+			real->pMethods->xClose(real);
+			memset(real, 0, (size_t)hf_base->szOsFile);
+		}
+		rc = hf_base->xOpen(hf_base, name, real, flags, out);
+		w->created = (flags & HF_OPEN_CREATE) != 0;
 	}
-	return hf_base->xOpen(hf_base, name, f, flags, out);
+	if (rc != 0) {
+		if (real->pMethods)
+			real->pMethods->xClose(real);
+		return rc;
+	}
+	int v = real->pMethods->iVersion;
+	if (v < 1 || v > 3) {
+		// A version this shim doesn't know: the unix VFS's file as it is.
+		real->pMethods->xClose(real);
+		memset(real, 0, (size_t)hf_base->szOsFile);
+		return hf_base->xOpen(hf_base, name, f, flags, out);
+	}
+	w->fd = open(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	w->file.pMethods = &hf_wal_methods[v - 1];
+	return 0;
 }
 
 static int hf_register_vfs(void)
@@ -96,9 +248,38 @@ static int hf_register_vfs(void)
 	memcpy(&hf_vfs, hf_base, n);
 	hf_vfs.pNext = 0;
 	hf_vfs.zName = "hostfork";
+	hf_vfs.szOsFile = (int)((sizeof(hf_wal) + 15) & ~(size_t)15) + hf_base->szOsFile;
 	hf_vfs.xOpen = hf_open;
+	for (int i = 0; i < 3; i++) {
+		sqlite3_io_methods *m = &hf_wal_methods[i];
+		m->iVersion = i + 1;
+		m->xClose = hf_wal_close;
+		m->xRead = hf_wal_read;
+		m->xWrite = hf_wal_write;
+		m->xTruncate = hf_wal_truncate;
+		m->xSync = hf_wal_sync;
+		m->xFileSize = hf_wal_size;
+		m->xLock = hf_wal_lock;
+		m->xUnlock = hf_wal_unlock;
+		m->xCheckReservedLock = hf_wal_reserved;
+		m->xFileControl = hf_wal_fcntl;
+		m->xSectorSize = hf_wal_sector;
+		m->xDeviceCharacteristics = hf_wal_devchar;
+		if (i >= 1) {
+			m->xShmMap = hf_wal_shmmap;
+			m->xShmLock = hf_wal_shmlock;
+			m->xShmBarrier = hf_wal_shmbarrier;
+			m->xShmUnmap = hf_wal_shmunmap;
+		}
+		if (i >= 2) {
+			m->xFetch = hf_wal_fetch;
+			m->xUnfetch = hf_wal_unfetch;
+		}
+	}
 	return sqlite3_vfs_register(&hf_vfs, 0);
 }
+
+static long hf_datasyncs(void) { return __atomic_load_n(&hf_wal_datasyncs, __ATOMIC_RELAXED); }
 */
 import "C"
 
@@ -165,6 +346,10 @@ func liveStatements(c *sqlite3.SQLiteConn) int {
 	}
 	return int(C.hf_live_stmts(p))
 }
+
+// walDataSyncs counts the syncs of a WAL this process made with
+// fdatasync (the VFS shim's; decision 73).
+func walDataSyncs() int64 { return int64(C.hf_datasyncs()) }
 
 // connHandle is the connection's sqlite3 handle, for the settings the
 // driver has no option for:
