@@ -49,8 +49,11 @@ static int hf_live_stmts(void *db) {
 //     needs nothing else of the inode. The sync goes through a descriptor
 //     of the shim's own, opened read-only on the same path: syncs act on
 //     the file, not on the descriptor, and the unix VFS's descriptor is
-//     private to it. A WAL takes no POSIX lock (those are on the database
-//     and its -shm), so closing that second descriptor releases nothing.
+//     private to it. The path names the same file: SQLite opens a WAL
+//     while it holds a shared lock on the database, and a connection
+//     deletes a WAL only when it is the last one, under an exclusive lock.
+//     A WAL takes no POSIX lock (those are on the database and its -shm),
+//     so closing that second descriptor releases nothing.
 //     The first sync of a WAL this process created stays the unix VFS's,
 //     which also syncs the directory. The main database and every other
 //     file keep the unix VFS's methods unchanged.
