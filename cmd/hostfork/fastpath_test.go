@@ -37,6 +37,35 @@ func TestExecFsyncBudget(t *testing.T) {
 	checkSyncBudget(t, c, 2, "exec", env, "--", "/bin/true")
 }
 
+// After reap (or gc) checkpoints the WAL, the runs of the next processes
+// keep to the budget and write the WAL in place (decision 73): each
+// process rebuilds the WAL's index from the file, so a restart noted only
+// in the index would be lost, and they would append to the checkpointed
+// frames, grow the file and copy them into the database a second time
+// (one sync of the database more).
+func TestSyncBudgetAfterReap(t *testing.T) {
+	c := newCLI(t)
+	for i := 0; i < 3; i++ {
+		c.mustRun("run", "--", "/bin/true")
+	}
+	c.mustRun("reap")
+	wal := filepath.Join(c.root, "registry.sqlite-wal")
+	st, err := os.Stat(wal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		checkSyncBudget(t, c, 2, "run", "--", "/bin/true")
+	}
+	after, err := os.Stat(wal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Size() != st.Size() {
+		t.Errorf("the WAL grew from %d to %d bytes over three runs after reap: they appended instead of writing it from its start", st.Size(), after.Size())
+	}
+}
+
 // A detached run's start is the last word its caller gets, so its
 // registration syncs (decision 62): the reservation and the registration,
 // two fsyncs, where a run that waits for its result syncs the

@@ -112,6 +112,7 @@ func TestWALSyncIsFdatasync(t *testing.T) {
 		t.Fatal("the hostfork VFS is not registered")
 	}
 	dir := t.TempDir()
+	base, data := walBaseSyncs(), walDataSyncs()
 	d, err := Open(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
@@ -120,17 +121,22 @@ func TestWALSyncIsFdatasync(t *testing.T) {
 	if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv("e0")) }); err != nil {
 		t.Fatal(err)
 	}
-	before := walDataSyncs()
+	if n := walBaseSyncs() - base; n != 1 {
+		t.Errorf("a new WAL's syncs left to the unix VFS: %d, want 1 (the first, with its directory)", n)
+	}
+	if walDataSyncs() == data {
+		t.Errorf("no commit on the new WAL was synced with fdatasync")
+	}
+	base, data = walBaseSyncs(), walDataSyncs()
 	for i := 1; i <= 3; i++ {
 		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("e%d", i))) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := walDataSyncs() - before; n < 3 {
-		t.Errorf("3 synced commits made %d fdatasyncs of the WAL, want 3", n)
+	if n, m := walDataSyncs()-data, walBaseSyncs()-base; n != 3 || m != 0 {
+		t.Errorf("3 synced commits made %d fdatasyncs and %d other syncs of the WAL, want 3 and 0", n, m)
 	}
-	ro := walDescriptors(t, wal, true)
-	if len(ro) == 0 {
+	if len(walDescriptors(t, wal, true)) == 0 {
 		t.Errorf("no read-only descriptor of %s is open: the shim syncs through none", wal)
 	}
 	d.Close()
@@ -145,30 +151,34 @@ func TestWALSyncIsFdatasync(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	before = walDataSyncs()
+	base, data = walBaseSyncs(), walDataSyncs()
 	if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv("e4")) }); err != nil {
 		t.Fatal(err)
 	}
-	if n := walDataSyncs() - before; n != 1 {
-		t.Errorf("the first commit on an existing WAL made %d fdatasyncs, want 1", n)
+	if n, m := walDataSyncs()-data, walBaseSyncs()-base; n != 1 || m != 0 {
+		t.Errorf("the first commit on an existing WAL made %d fdatasyncs and %d other syncs, want 1 and 0", n, m)
 	}
 	if _, err := d.Env(context.Background(), "e3"); err != nil {
 		t.Errorf("a record committed before the reopen: %v", err)
 	}
 }
 
-// walDescriptors lists this process's descriptors open on path (only the
-// read-only ones with readOnly).
+// walDescriptors lists this process's descriptors open on the file at path
+// (only the read-only ones with readOnly).
 func walDescriptors(t *testing.T, path string, readOnly bool) []string {
 	t.Helper()
+	want, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var fds []string
 	for _, e := range ents {
-		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
-		if err != nil || target != path {
+		st, err := os.Stat(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || !os.SameFile(st, want) {
 			continue
 		}
 		if readOnly {
@@ -191,13 +201,20 @@ func walDescriptors(t *testing.T, path string, readOnly bool) []string {
 	return fds
 }
 
-// A checkpoint keeps the WAL file and its size: the commits after it
-// overwrite the file from its start, so their syncs change no size (on a
-// journaled filesystem, no journal commit). A WAL that a reader let grow
-// past walTruncateBytes is truncated instead.
+// A checkpoint keeps the WAL file and its size, and starts it again from
+// its beginning in the file itself: the commits after it, also those of
+// the next process (which rebuilds the WAL's index from the file), overwrite
+// the file, so their syncs change no size (on a journaled filesystem, no
+// journal commit). A WAL that a reader let grow past walTruncateBytes is
+// truncated instead.
 func TestCheckpointKeepsWALInPlace(t *testing.T) {
-	d := open(t)
+	dir := t.TempDir()
 	ctx := context.Background()
+	d, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
 	wal := d.path + "-wal"
 	size := func() int64 {
 		t.Helper()
@@ -219,16 +236,24 @@ func TestCheckpointKeepsWALInPlace(t *testing.T) {
 	if s := size(); s != grown {
 		t.Fatalf("WAL of %d bytes is %d after a checkpoint, want it kept", grown, s)
 	}
+	// The next process: every connection closed, so the next open
+	// rebuilds the index from the file.
+	d.Close()
+	if d, err = Open(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 5; i++ {
 		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("b%02d", i))) }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if s := size(); s != grown {
-		t.Errorf("WAL grew from %d to %d bytes: commits after the checkpoint did not restart it from its start", grown, s)
+		t.Errorf("WAL grew from %d to %d bytes: the commits of the next process did not overwrite it from its start", grown, s)
 	}
-	if _, err := d.Env(ctx, "a07"); err != nil {
-		t.Errorf("a record checkpointed into the database: %v", err)
+	for _, id := range []string{"a07", "b03"} {
+		if _, err := d.Env(ctx, id); err != nil {
+			t.Errorf("a record committed before the checkpoint or after it: %v", err)
+		}
 	}
 
 	// A reader holds its snapshot: no automatic checkpoint can restart

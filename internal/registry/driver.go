@@ -129,12 +129,14 @@ static sqlite3_vfs *hf_base;
 typedef struct hf_wal {
 	sqlite3_file file;  // pMethods: hf_wal_methods
 	sqlite3_file *real; // the unix VFS's file, after this header
+	const char *name;   // SQLite's, valid until xClose
 	int fd;             // the shim's descriptor for fdatasync; -1: none
 	int created;        // opened with CREATE and not synced yet
 } hf_wal;
 
-// hf_wal_datasyncs counts the syncs made with fdatasync (tests).
-static long hf_wal_datasyncs;
+// The syncs made with fdatasync and those left to the unix VFS (tests).
+static long hf_wal_datasyncs, hf_wal_basesyncs;
+extern void sqlite3_log(int, const char *, ...);
 
 #define HF_REAL(f) (((hf_wal *)(f))->real)
 #define HF_RM(f) (HF_REAL(f)->pMethods)
@@ -158,14 +160,19 @@ static int hf_wal_sync(sqlite3_file *f, int flags)
 		int rc = HF_RM(f)->xSync(w->real, flags);
 		if (rc == 0)
 			w->created = 0;
+		__atomic_add_fetch(&hf_wal_basesyncs, 1, __ATOMIC_RELAXED);
 		return rc;
 	}
 	int rc;
 	do
 		rc = fdatasync(w->fd);
 	while (rc != 0 && errno == EINTR);
-	if (rc != 0)
+	if (rc != 0) {
+		int e = errno;
+		sqlite3_log(HF_IOERR_FSYNC, "fdatasync of %s: errno %d", w->name, e);
+		errno = e; // for sqlite3_system_errno
 		return HF_IOERR_FSYNC;
+	}
 	__atomic_add_fetch(&hf_wal_datasyncs, 1, __ATOMIC_RELAXED);
 	return 0;
 }
@@ -180,24 +187,14 @@ static int hf_wal_shmmap(sqlite3_file *f, int p, int s, int e, void volatile **p
 static int hf_wal_shmlock(sqlite3_file *f, int o, int n, int fl) { return HF_RM(f)->xShmLock(HF_REAL(f), o, n, fl); }
 static void hf_wal_shmbarrier(sqlite3_file *f) { HF_RM(f)->xShmBarrier(HF_REAL(f)); }
 static int hf_wal_shmunmap(sqlite3_file *f, int d) { return HF_RM(f)->xShmUnmap(HF_REAL(f), d); }
-static int hf_wal_fetch(sqlite3_file *f, sqlite3_int64 o, int n, void **pp)
-{
-	if (HF_RM(f)->iVersion < 3) {
-		*pp = 0;
-		return 0;
-	}
-	return HF_RM(f)->xFetch(HF_REAL(f), o, n, pp);
-}
-static int hf_wal_unfetch(sqlite3_file *f, sqlite3_int64 o, void *p)
-{
-	if (HF_RM(f)->iVersion < 3)
-		return 0;
-	return HF_RM(f)->xUnfetch(HF_REAL(f), o, p);
-}
+static int hf_wal_fetch(sqlite3_file *f, sqlite3_int64 o, int n, void **pp) { return HF_RM(f)->xFetch(HF_REAL(f), o, n, pp); }
+static int hf_wal_unfetch(sqlite3_file *f, sqlite3_int64 o, void *p) { return HF_RM(f)->xUnfetch(HF_REAL(f), o, p); }
 
-// One table per version of the unix VFS's methods: SQLite reads a method
-// only where the table's iVersion says it is there.
-static sqlite3_io_methods hf_wal_methods[3];
+// One table per version of the unix VFS's methods (SQLite reads a method
+// only where the table's iVersion says it is there), with the shared-
+// memory methods or without them (NULL, as in the unix VFS's WAL files:
+// SQLite maps shared memory on the database's file only).
+static sqlite3_io_methods hf_wal_methods[3][2];
 
 static int hf_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out)
 {
@@ -234,8 +231,16 @@ static int hf_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flag
 		memset(real, 0, (size_t)hf_base->szOsFile);
 		return hf_base->xOpen(hf_base, name, f, flags, out);
 	}
+	w->name = name;
 	w->fd = open(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	w->file.pMethods = &hf_wal_methods[v - 1];
+	if (w->fd >= 0 && w->fd < 3) {
+		// Never 0-2 (SQLite's robust_open rule): a write meant for a
+		// standard stream must not reach the WAL's descriptor.
+		int fd = fcntl(w->fd, F_DUPFD_CLOEXEC, 3);
+		close(w->fd);
+		w->fd = fd;
+	}
+	w->file.pMethods = &hf_wal_methods[v - 1][v >= 2 && real->pMethods->xShmMap != 0];
 	return 0;
 }
 
@@ -254,35 +259,38 @@ static int hf_register_vfs(void)
 	hf_vfs.szOsFile = (int)((sizeof(hf_wal) + 15) & ~(size_t)15) + hf_base->szOsFile;
 	hf_vfs.xOpen = hf_open;
 	for (int i = 0; i < 3; i++) {
-		sqlite3_io_methods *m = &hf_wal_methods[i];
-		m->iVersion = i + 1;
-		m->xClose = hf_wal_close;
-		m->xRead = hf_wal_read;
-		m->xWrite = hf_wal_write;
-		m->xTruncate = hf_wal_truncate;
-		m->xSync = hf_wal_sync;
-		m->xFileSize = hf_wal_size;
-		m->xLock = hf_wal_lock;
-		m->xUnlock = hf_wal_unlock;
-		m->xCheckReservedLock = hf_wal_reserved;
-		m->xFileControl = hf_wal_fcntl;
-		m->xSectorSize = hf_wal_sector;
-		m->xDeviceCharacteristics = hf_wal_devchar;
-		if (i >= 1) {
-			m->xShmMap = hf_wal_shmmap;
-			m->xShmLock = hf_wal_shmlock;
-			m->xShmBarrier = hf_wal_shmbarrier;
-			m->xShmUnmap = hf_wal_shmunmap;
-		}
-		if (i >= 2) {
-			m->xFetch = hf_wal_fetch;
-			m->xUnfetch = hf_wal_unfetch;
+		for (int shm = 0; shm < 2; shm++) {
+			sqlite3_io_methods *m = &hf_wal_methods[i][shm];
+			m->iVersion = i + 1;
+			m->xClose = hf_wal_close;
+			m->xRead = hf_wal_read;
+			m->xWrite = hf_wal_write;
+			m->xTruncate = hf_wal_truncate;
+			m->xSync = hf_wal_sync;
+			m->xFileSize = hf_wal_size;
+			m->xLock = hf_wal_lock;
+			m->xUnlock = hf_wal_unlock;
+			m->xCheckReservedLock = hf_wal_reserved;
+			m->xFileControl = hf_wal_fcntl;
+			m->xSectorSize = hf_wal_sector;
+			m->xDeviceCharacteristics = hf_wal_devchar;
+			if (i >= 1 && shm) {
+				m->xShmMap = hf_wal_shmmap;
+				m->xShmLock = hf_wal_shmlock;
+				m->xShmBarrier = hf_wal_shmbarrier;
+				m->xShmUnmap = hf_wal_shmunmap;
+			}
+			if (i >= 2) {
+				m->xFetch = hf_wal_fetch;
+				m->xUnfetch = hf_wal_unfetch;
+			}
 		}
 	}
 	return sqlite3_vfs_register(&hf_vfs, 0);
 }
 
 static long hf_datasyncs(void) { return __atomic_load_n(&hf_wal_datasyncs, __ATOMIC_RELAXED); }
+static long hf_basesyncs(void) { return __atomic_load_n(&hf_wal_basesyncs, __ATOMIC_RELAXED); }
 */
 import "C"
 
@@ -353,6 +361,10 @@ func liveStatements(c *sqlite3.SQLiteConn) int {
 // walDataSyncs counts the syncs of a WAL this process made with
 // fdatasync (the VFS shim's; decision 73).
 func walDataSyncs() int64 { return int64(C.hf_datasyncs()) }
+
+// walBaseSyncs counts the syncs of a WAL the shim left to the unix VFS:
+// the first of a WAL opened with CREATE, which also syncs its directory.
+func walBaseSyncs() int64 { return int64(C.hf_basesyncs()) }
 
 // connHandle is the connection's sqlite3 handle, for the settings the
 // driver has no option for:

@@ -269,14 +269,14 @@ func (d *DB) lockWriters(ctx context.Context) (func(), error) {
 	}
 }
 
-// Checkpoint folds the WAL into the database file and has the next
-// commit start the WAL again from its beginning (PRAGMA
-// wal_checkpoint(RESTART)). Reap and gc call it; ordinary launches leave
-// it to SQLite's automatic checkpoints. The WAL file keeps its size, so
-// the commits that follow overwrite it in place, and a commit's sync (an
-// fdatasync, decision 73) writes no inode: on a journaled filesystem, no
-// journal commit. A WAL grown past walTruncateBytes (a reader held back
-// the automatic checkpoints) is truncated to nothing instead.
+// Checkpoint folds the WAL into the database file and starts the WAL
+// again from its beginning, in place (PRAGMA wal_checkpoint(RESTART), then
+// restartWAL). Reap and gc call it; ordinary launches leave it to SQLite's
+// automatic checkpoints. The WAL file keeps its size, so the commits that
+// follow overwrite it, and a commit's sync (an fdatasync, decision 73)
+// writes no inode: on a journaled filesystem, no journal commit. A WAL
+// grown past walTruncateBytes (a reader held back the automatic
+// checkpoints) is truncated to nothing instead (TRUNCATE).
 func (d *DB) Checkpoint(ctx context.Context) error {
 	if d.full {
 		return nil
@@ -285,8 +285,51 @@ func (d *DB) Checkpoint(ctx context.Context) error {
 	if st, err := os.Stat(d.path + "-wal"); err == nil && st.Size() > walTruncateBytes {
 		mode = "TRUNCATE"
 	}
-	_, err := d.db.ExecContext(ctx, "PRAGMA wal_checkpoint("+mode+")")
-	return classify(err)
+	var busy, frames, backfilled int
+	if err := d.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames, &backfilled); err != nil {
+		return classify(err)
+	}
+	if mode == "TRUNCATE" || busy != 0 || frames <= 0 || backfilled != frames {
+		return nil
+	}
+	return d.restartWAL(ctx)
+}
+
+// restartWAL makes the WAL file itself start again after a complete
+// checkpoint, with one write: SQLite notes a restart only in the shared
+// index (-shm), and the next writer rewrites the file's header with new
+// salts. The next hostfork process would otherwise find the index gone
+// (the first connection of a process rebuilds it from the file), read
+// every frame of the checkpointed WAL as valid again, append after them,
+// and copy them into the database a second time at its next automatic
+// checkpoint. The write stores the schema version it read
+// (user_version), in one transaction with the read: page 1 again, one
+// frame. Like a commit, it queues on the writers' lock.
+func (d *DB) restartWAL(ctx context.Context) error {
+	select {
+	case d.writing <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("registry: %w", ctx.Err())
+	}
+	defer func() { <-d.writing }()
+	unlock, err := d.lockWriters(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	tx, err := d.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE: no migration in between
+	if err != nil {
+		return classify(err)
+	}
+	defer tx.Rollback()
+	var v int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return classify(err)
+	}
+	if _, err := tx.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(v)); err != nil {
+		return classify(err)
+	}
+	return classify(tx.Commit())
 }
 
 // walTruncateBytes is the WAL size past which Checkpoint truncates it,
