@@ -293,3 +293,52 @@ func TestCheckpointKeepsWALInPlace(t *testing.T) {
 		t.Errorf("a record checkpointed into the database: %v", err)
 	}
 }
+
+// The automatic checkpoint's restart reaches the WAL file (hf_wal_hook,
+// decision 73): after the commit that checkpointed, the next process
+// (every connection closed, the index rebuilt from the file) writes the
+// WAL from its start instead of appending to the checkpointed frames.
+func TestAutoCheckpointRestartsWALFile(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	d, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
+	restarts := walRestarts()
+	i := 0
+	for ; walRestarts() == restarts; i++ {
+		if i > 10*autocheckpointPages {
+			t.Fatalf("no restart write after %d commits", i)
+		}
+		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("a%04d", i))) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := os.Stat(d.path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if d, err = Open(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	for j := 0; j < 5; j++ {
+		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("b%d", j))) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := os.Stat(d.path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Size() != st.Size() {
+		t.Errorf("WAL grew from %d to %d bytes after the checkpoint: the next process appended to the checkpointed frames", st.Size(), after.Size())
+	}
+	for _, id := range []string{"a0000", fmt.Sprintf("a%04d", i-1), "b4"} {
+		if _, err := d.Env(ctx, id); err != nil {
+			t.Errorf("%s: %v", id, err)
+		}
+	}
+}

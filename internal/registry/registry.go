@@ -99,7 +99,7 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	}
 	q := url.Values{}
 	q.Set("_journal_mode", "WAL")
-	q.Set("_busy_timeout", "30000")
+	q.Set("_busy_timeout", strconv.Itoa(int(busyTimeout/time.Millisecond)))
 	q.Set("_txlock", "immediate")
 	q.Set("_synchronous", "FULL")
 	if vfsName != "" {
@@ -205,6 +205,10 @@ func (d *DB) Close() error {
 // lock instead, whose busy timeout turns it into an error.
 const writerWait = 30 * time.Second
 
+// busyTimeout is how long SQLite waits for a lock another connection
+// holds (_busy_timeout) before it answers "database is locked".
+const busyTimeout = 30 * time.Second
+
 // ofdLock sets or clears the writers' lock through fd (F_OFD_SETLK or
 // F_OFD_SETLKW).
 func ofdLock(fd uintptr, cmd int, typ int16) error {
@@ -302,9 +306,11 @@ func (d *DB) Checkpoint(ctx context.Context) error {
 // (the first connection of a process rebuilds it from the file), read
 // every frame of the checkpointed WAL as valid again, append after them,
 // and copy them into the database a second time at its next automatic
-// checkpoint. The write stores the schema version it read
-// (user_version), in one transaction with the read: page 1 again, one
-// frame. Like a commit, it queues on the writers' lock.
+// checkpoint. The write is the one the automatic checkpoint makes
+// (restartWALFile: the schema version written back, one frame, unsynced:
+// the checkpointed content is durable in the database). It queues on the
+// writers' lock like a commit, and is left to the next writer if another
+// connection holds SQLite's.
 func (d *DB) restartWAL(ctx context.Context) error {
 	select {
 	case d.writing <- struct{}{}:
@@ -317,19 +323,17 @@ func (d *DB) restartWAL(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	tx, err := d.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE: no migration in between
+	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return classify(err)
 	}
-	defer tx.Rollback()
-	var v int
-	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-		return classify(err)
-	}
-	if _, err := tx.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(v)); err != nil {
-		return classify(err)
-	}
-	return classify(tx.Commit())
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		if c, ok := dc.(*sqlite3.SQLiteConn); ok {
+			restartWALFile(c)
+		}
+		return nil
+	})
 }
 
 // walTruncateBytes is the WAL size past which Checkpoint truncates it,
