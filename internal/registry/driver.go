@@ -482,13 +482,16 @@ func walBaseSyncs() int64 { return int64(C.hf_basesyncs()) }
 //     (SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE): a short-lived hostfork process
 //     would otherwise fold the WAL into the database, fsync it and delete
 //     the WAL on every exit, and the next one would create it again.
-//     Checkpoints are left to SQLite's automatic checkpoint (at
+//     Checkpoints are left to the automatic checkpoint (at
 //     autocheckpointPages) and to reap and gc (DB.Checkpoint);
-//   - the automatic checkpoint's threshold (sqlite3_wal_autocheckpoint).
+//   - the automatic checkpoint itself: hf_wal_hook, at
+//     autocheckpointPages, which also restarts the WAL file;
+//   - the restart write of DB.Checkpoint (restartWALFile).
 //
 // The driver does not expose the handle, so it is read from the
 // connection's unexported field; if that ever fails (nil), SQLite's
-// defaults remain: a checkpoint on close and at 1000 pages.
+// defaults remain: a checkpoint on close and at 1000 pages, and no
+// restart write.
 func connHandle(c *sqlite3.SQLiteConn) unsafe.Pointer {
 	f := reflect.ValueOf(c).Elem().FieldByName("db")
 	if !f.IsValid() || f.Kind() != reflect.Pointer {
