@@ -24,14 +24,14 @@ static int hf_no_ckpt_on_close(void *db) {
 // new salts from the next write. When that commit is a process's last
 // (a run's result), the next process, which rebuilds the index from the
 // file, reads the checkpointed frames as valid again, appends after them
-// and checkpoints them a second time: in a store in steady use one run in
-// six made five syncs. This hook checkpoints the same way and, when the
-// checkpoint folded in the whole WAL, writes the schema version back
-// (one frame, synchronous=NORMAL: the checkpointed content is already
-// durable in the database), which restarts the file itself. It never
-// waits: a busy writer lock or reader leaves the restart to the next
-// writer, as before. SQLite lets a WAL hook read, write and checkpoint
-// the database (sqlite3_wal_hook).
+// and checkpoints them a second time: in a store in steady use a run of
+// four syncs was followed by one of five, two checkpoints in three. This
+// hook checkpoints the same way and, when the checkpoint folded in the
+// whole WAL, writes the schema version back in a transaction of its own
+// (one frame), which restarts the file itself. It never waits: with the
+// busy handler off, a lock another connection holds leaves the restart
+// to that writer, as before. SQLite lets a WAL hook read, write and
+// checkpoint the database (sqlite3_wal_hook).
 typedef struct sqlite3_stmt sqlite3_stmt;
 extern void *sqlite3_wal_hook(sqlite3 *, int (*)(void *, sqlite3 *, const char *, int), void *);
 extern int sqlite3_wal_checkpoint_v2(sqlite3 *, const char *, int, int *, int *);
@@ -43,9 +43,9 @@ extern int sqlite3_step(sqlite3_stmt *);
 extern int sqlite3_column_int(sqlite3_stmt *, int);
 extern int sqlite3_finalize(sqlite3_stmt *);
 
-static int hf_ckpt_pages, hf_busy_ms;
 static _Thread_local int hf_in_restart;
 static long hf_wal_restarts; // restart writes made (tests)
+extern int sqlite3_get_autocommit(sqlite3 *);
 
 static int hf_read_int(sqlite3 *db, const char *q, int *v)
 {
@@ -62,14 +62,11 @@ static int hf_read_int(sqlite3 *db, const char *q, int *v)
 
 static int hf_restart_file(sqlite3 *db)
 {
-	// The safety level can't change inside a transaction: it is set
-	// around it, and given back whatever happens.
-	int sync = 2, v = 0, done = -1;
+	int busy = 0, v = 0, done = -1;
 	char q[64];
-	if (hf_read_int(db, "PRAGMA synchronous", &sync) != 0)
+	if (hf_read_int(db, "PRAGMA busy_timeout", &busy) != 0)
 		return -1;
 	sqlite3_busy_handler(db, 0, 0);
-	sqlite3_exec(db, "PRAGMA synchronous=NORMAL", 0, 0, 0);
 	if (sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0) == 0) {
 		int rc = hf_read_int(db, "PRAGMA user_version", &v);
 		if (rc == 0) {
@@ -79,13 +76,13 @@ static int hf_restart_file(sqlite3 *db)
 		if (rc == 0 && sqlite3_exec(db, "COMMIT", 0, 0, 0) == 0) {
 			__atomic_add_fetch(&hf_wal_restarts, 1, __ATOMIC_RELAXED);
 			done = 0;
-		} else {
-			sqlite3_exec(db, "ROLLBACK", 0, 0, 0);
 		}
 	}
-	snprintf(q, sizeof q, "PRAGMA synchronous=%d", sync);
-	sqlite3_exec(db, q, 0, 0, 0);
-	sqlite3_busy_timeout(db, hf_busy_ms);
+	// Whatever failed, the connection goes back as it came: no
+	// transaction open, its own busy timeout.
+	for (int i = 0; i < 3 && !sqlite3_get_autocommit(db); i++)
+		sqlite3_exec(db, "ROLLBACK", 0, 0, 0);
+	sqlite3_busy_timeout(db, busy);
 	return done;
 }
 static int hf_restart_wal(void *db)
@@ -96,24 +93,21 @@ static int hf_restart_wal(void *db)
 	return rc;
 }
 
+// arg is the threshold, in frames, as for SQLite's own hook.
 static int hf_wal_hook(void *arg, sqlite3 *db, const char *zdb, int frames)
 {
-	(void)arg;
-	if (hf_in_restart || frames < hf_ckpt_pages)
+	if (hf_in_restart || frames < (int)(intptr_t)arg)
 		return 0;
 	int log = 0, done = 0;
 	// SQLITE_CHECKPOINT_PASSIVE, as sqlite3_wal_autocheckpoint's.
-	if (sqlite3_wal_checkpoint_v2(db, zdb, 0, &log, &done) == 0 && log > 0 && done == log) {
+	if (sqlite3_wal_checkpoint_v2(db, zdb, 0, &log, &done) == 0 && log > 0 && done == log)
 		hf_restart_wal(db);
-	}
-	return 0;
+	return 0; // anything else would make the COMMIT report an error
 }
 
-static void hf_install_wal_hook(void *db, int pages, int busy_ms)
+static void hf_install_wal_hook(void *db, int pages)
 {
-	hf_ckpt_pages = pages;
-	hf_busy_ms = busy_ms;
-	sqlite3_wal_hook((sqlite3 *)db, hf_wal_hook, 0);
+	sqlite3_wal_hook((sqlite3 *)db, hf_wal_hook, (void *)(intptr_t)pages);
 }
 static long hf_restarts(void) { return __atomic_load_n(&hf_wal_restarts, __ATOMIC_RELAXED); }
 extern sqlite3_stmt *sqlite3_next_stmt(sqlite3 *, sqlite3_stmt *);
@@ -393,7 +387,6 @@ import "C"
 import (
 	"database/sql"
 	"reflect"
-	"time"
 	"unsafe"
 
 	"github.com/mattn/go-sqlite3"
@@ -413,7 +406,7 @@ func init() {
 	sql.Register(driverName, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
 		if p := connHandle(c); p != nil {
 			C.hf_no_ckpt_on_close(p)
-			C.hf_install_wal_hook(p, C.int(autocheckpointPages), C.int(busyTimeout/time.Millisecond))
+			C.hf_install_wal_hook(p, C.int(autocheckpointPages))
 		}
 		return nil
 	}})
@@ -462,7 +455,8 @@ func walDataSyncs() int64 { return int64(C.hf_datasyncs()) }
 // restartWALFile writes the schema version back, as the automatic
 // checkpoint does after it folded in the whole WAL (hf_wal_hook), so that
 // the WAL's restart reaches the file. It reports whether the write
-// committed; it does not wait for a lock another connection holds.
+// committed; it does not wait for a lock another connection holds, and
+// leaves the connection with no transaction and its busy timeout.
 func restartWALFile(c *sqlite3.SQLiteConn) bool {
 	p := connHandle(c)
 	return p != nil && C.hf_restart_wal(p) == 0

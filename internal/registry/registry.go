@@ -99,7 +99,7 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	}
 	q := url.Values{}
 	q.Set("_journal_mode", "WAL")
-	q.Set("_busy_timeout", strconv.Itoa(int(busyTimeout/time.Millisecond)))
+	q.Set("_busy_timeout", "30000")
 	q.Set("_txlock", "immediate")
 	q.Set("_synchronous", "FULL")
 	if vfsName != "" {
@@ -205,10 +205,6 @@ func (d *DB) Close() error {
 // lock instead, whose busy timeout turns it into an error.
 const writerWait = 30 * time.Second
 
-// busyTimeout is how long SQLite waits for a lock another connection
-// holds (_busy_timeout) before it answers "database is locked".
-const busyTimeout = 30 * time.Second
-
 // ofdLock sets or clears the writers' lock through fd (F_OFD_SETLK or
 // F_OFD_SETLKW).
 func ofdLock(fd uintptr, cmd int, typ int16) error {
@@ -307,10 +303,9 @@ func (d *DB) Checkpoint(ctx context.Context) error {
 // every frame of the checkpointed WAL as valid again, append after them,
 // and copy them into the database a second time at its next automatic
 // checkpoint. The write is the one the automatic checkpoint makes
-// (restartWALFile: the schema version written back, one frame, unsynced:
-// the checkpointed content is durable in the database). It queues on the
-// writers' lock like a commit, and is left to the next writer if another
-// connection holds SQLite's.
+// (restartWALFile: the schema version written back, one frame). It
+// queues on the writers' lock like a commit, and is left to the next
+// writer if another connection holds SQLite's.
 func (d *DB) restartWAL(ctx context.Context) error {
 	select {
 	case d.writing <- struct{}{}:
