@@ -62,13 +62,7 @@ func (d *DB) Commit(ctx context.Context, b *Batch) error {
 	// don't take it (a migration, a checkpoint, an older hostfork) still
 	// meet SQLite's own lock; none of them waits for this one while
 	// holding SQLite's, so the order can't deadlock.
-	select {
-	case d.writing <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("registry: %w", ctx.Err())
-	}
-	defer func() { <-d.writing }()
-	unlock, err := d.lockWriters(ctx)
+	unlock, err := d.queueWriter(ctx)
 	if err != nil {
 		return err
 	}

@@ -216,14 +216,7 @@ func TestCheckpointKeepsWALInPlace(t *testing.T) {
 	}
 	defer func() { d.Close() }()
 	wal := d.path + "-wal"
-	size := func() int64 {
-		t.Helper()
-		st, err := os.Stat(wal)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Size()
-	}
+	size := func() int64 { return fileSize(t, wal) }
 	for i := 0; i < 20; i++ {
 		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("a%02d", i))) }); err != nil {
 			t.Fatal(err)
@@ -309,14 +302,7 @@ func TestAutoCheckpointRestartsWALFile(t *testing.T) {
 	// Commit until the automatic checkpoint copies pages into the
 	// database file (it grows), and stop right there: that commit is the
 	// "process's" last.
-	dbSize := func() int64 {
-		t.Helper()
-		st, err := os.Stat(d.path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Size()
-	}
+	dbSize := func() int64 { return fileSize(t, d.path) }
 	restarts, initial := walRestarts(), dbSize()
 	i := 0
 	for ; dbSize() == initial; i++ {
@@ -330,10 +316,7 @@ func TestAutoCheckpointRestartsWALFile(t *testing.T) {
 	if walRestarts() == restarts {
 		t.Errorf("the checkpoint after commit %d made no restart write", i)
 	}
-	st, err := os.Stat(d.path + "-wal")
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := fileSize(t, d.path+"-wal")
 	d.Close()
 	if d, err = Open(ctx, dir); err != nil {
 		t.Fatal(err)
@@ -343,16 +326,22 @@ func TestAutoCheckpointRestartsWALFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	after, err := os.Stat(d.path + "-wal")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.Size() != st.Size() {
-		t.Errorf("WAL grew from %d to %d bytes after the checkpoint: the next process appended to the checkpointed frames", st.Size(), after.Size())
+	if after := fileSize(t, d.path+"-wal"); after != before {
+		t.Errorf("WAL grew from %d to %d bytes after the checkpoint: the next process appended to the checkpointed frames", before, after)
 	}
 	for _, id := range []string{"a0000", fmt.Sprintf("a%04d", i-1), "b4"} {
 		if _, err := d.Env(ctx, id); err != nil {
 			t.Errorf("%s: %v", id, err)
 		}
 	}
+}
+
+// fileSize is the size of the file at path.
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }

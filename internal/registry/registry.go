@@ -217,6 +217,23 @@ func ofdLock(fd uintptr, cmd int, typ int16) error {
 	}
 }
 
+// queueWriter waits for this process's turn to write (d.writing) and then
+// for the writers' lock every process queues on (lockWriters); the
+// function it returns lets go of both.
+func (d *DB) queueWriter(ctx context.Context) (func(), error) {
+	select {
+	case d.writing <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("registry: %w", ctx.Err())
+	}
+	unlock, err := d.lockWriters(ctx)
+	if err != nil {
+		<-d.writing
+		return nil, err
+	}
+	return func() { unlock(); <-d.writing }, nil
+}
+
 // lockWriters takes the writers' lock of registry.lock, waiting in the
 // kernel (woken the moment the holder lets go) until ctx ends or
 // writerWait passes. Where the kernel or the filesystem has no OFD locks,
@@ -307,13 +324,7 @@ func (d *DB) Checkpoint(ctx context.Context) error {
 // queues on the writers' lock like a commit, and is left to the next
 // writer if another connection holds SQLite's.
 func (d *DB) restartWAL(ctx context.Context) error {
-	select {
-	case d.writing <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("registry: %w", ctx.Err())
-	}
-	defer func() { <-d.writing }()
-	unlock, err := d.lockWriters(ctx)
+	unlock, err := d.queueWriter(ctx)
 	if err != nil {
 		return err
 	}
