@@ -210,10 +210,7 @@ func walDescriptors(t *testing.T, path string, readOnly bool) []string {
 func TestCheckpointKeepsWALInPlace(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	d, err := Open(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := openIn(t, dir)
 	defer func() { d.Close() }()
 	wal := d.path + "-wal"
 	size := func() int64 { return fileSize(t, wal) }
@@ -232,9 +229,7 @@ func TestCheckpointKeepsWALInPlace(t *testing.T) {
 	// The next process: every connection closed, so the next open
 	// rebuilds the index from the file.
 	d.Close()
-	if d, err = Open(ctx, dir); err != nil {
-		t.Fatal(err)
-	}
+	d = openIn(t, dir)
 	for i := 0; i < 5; i++ {
 		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("b%02d", i))) }); err != nil {
 			t.Fatal(err)
@@ -294,10 +289,7 @@ func TestCheckpointKeepsWALInPlace(t *testing.T) {
 func TestAutoCheckpointRestartsWALFile(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	d, err := Open(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := openIn(t, dir)
 	defer func() { d.Close() }()
 	// Commit until the automatic checkpoint copies pages into the
 	// database file (it grows), and stop right there: that commit is the
@@ -318,9 +310,7 @@ func TestAutoCheckpointRestartsWALFile(t *testing.T) {
 	}
 	before := fileSize(t, d.path+"-wal")
 	d.Close()
-	if d, err = Open(ctx, dir); err != nil {
-		t.Fatal(err)
-	}
+	d = openIn(t, dir)
 	for j := 0; j < 5; j++ {
 		if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv(fmt.Sprintf("b%d", j))) }); err != nil {
 			t.Fatal(err)
@@ -344,4 +334,14 @@ func fileSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Size()
+}
+
+// openIn opens the registry of the store at dir; the caller closes it.
+func openIn(t *testing.T, dir string) *DB {
+	t.Helper()
+	d, err := Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
