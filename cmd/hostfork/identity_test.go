@@ -5,7 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // A record edited so that its guardian and workload PIDs name another live
@@ -43,14 +46,29 @@ func TestIdentityMismatchIsNeverSignalled(t *testing.T) {
 				return ""
 			})
 
-			// A process hostfork knows nothing about.
-			stranger := exec.Command("sleep", "300")
-			if err := stranger.Start(); err != nil {
-				t.Fatal(err)
+			// A process hostfork knows nothing about, started in a later
+			// clock tick than the command's guardian: a start time counts
+			// ticks (10 ms), and a run and a ps can fit in one, which would
+			// make the edited identity below a true one.
+			recorded := c.query("select guardian_start || ' ' || workload_start from commands where id = '" + id + "'")
+			var stranger *exec.Cmd
+			var pid int
+			var st uint64
+			for try := 0; ; try++ {
+				stranger = exec.Command("sleep", "300")
+				if err := stranger.Start(); err != nil {
+					t.Fatal(err)
+				}
+				pid = stranger.Process.Pid
+				st = startTime(pid)
+				if !slices.Contains(strings.Fields(recorded), fmt.Sprint(st)) || try == 10 {
+					break
+				}
+				_ = stranger.Process.Kill()
+				_ = stranger.Wait()
+				time.Sleep(10 * time.Millisecond)
 			}
 			t.Cleanup(func() { _ = stranger.Process.Kill(); _ = stranger.Wait() })
-			pid := stranger.Process.Pid
-			st := startTime(pid)
 
 			if tc.replaceReceipt {
 				dir := c.query("select dir from commands where id = '" + id + "'")

@@ -34,10 +34,10 @@ import (
 func TestMain(m *testing.M) {
 	// As hostfork, this binary runs with one P (package oneproc, decision
 	// 65); the tests themselves keep the runtime's default.
-	if os.Getenv("GOMAXPROCS") == "" && filepath.Base(os.Args[0]) != "hostfork" {
+	if name := filepath.Base(os.Args[0]); os.Getenv("GOMAXPROCS") == "" && name != "hostfork" && name != "hostfork-affinity" {
 		runtime.SetDefaultGOMAXPROCS()
 	}
-	testscript.Main(m, map[string]func(){"hostfork": main, "hostfork-maps": printMaps, "hostfork-arenas": printArenas, "hostfork-slack": slackExec})
+	testscript.Main(m, map[string]func(){"hostfork": main, "hostfork-maps": printMaps, "hostfork-arenas": printArenas, "hostfork-slack": slackExec, "hostfork-affinity": printAffinity})
 }
 
 // TestScripts runs the CLI end-to-end scripts in testdata/script. Each

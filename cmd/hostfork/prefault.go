@@ -28,8 +28,10 @@ package main
 // page-cache rule holds either way.
 //
 // The same constructor keeps glibc's malloc to one arena (entry 68,
-// hf_one_arena below) and raises the process's timer slack (entry 72,
-// hf_raise_timerslack below).
+// hf_one_arena below), raises the process's timer slack (entry 72,
+// hf_raise_timerslack below) and narrows the main thread's CPU affinity
+// to one CPU until the package initialisers are done, so that the Go
+// runtime starts with one P (entry 74, hf_narrow_affinity below).
 //
 // It is a constructor of this binary alone, not of the library: a program
 // that imports hostfork decides for itself how it maps its binary and
@@ -39,8 +41,10 @@ package main
 
 /*
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <link.h>
+#include <sched.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -247,19 +251,135 @@ static int hf_malloc_arenas(void)
 	return n;
 }
 
+// The Go runtime sizes GOMAXPROCS from the CPUs its main thread may run
+// on (sched_getaffinity) before any Go code runs; the CLI wants one P
+// (entries 54 and 65), and package oneproc's runtime.GOMAXPROCS(1), the
+// earliest Go can ask, stops the world to take the second P back. That
+// waits for the thread the runtime is starting for it: 0.19 ms median,
+// 0.28 ms mean, 0.5 ms at p90 of 'hostfork version' (GODEBUG=inittrace=1,
+// 100 calls), and the thread itself is made for nothing. So, unless
+// GOMAXPROCS is set (not empty), the constructor narrows the main
+// thread's affinity to the CPU it runs on: the runtime counts one CPU and
+// starts with one P, and oneproc's call changes nothing. The package
+// initialisers then run on that CPU (about 1 ms); main's first
+// initialiser (restoreAffinity, below) gives every thread of the process
+// the original mask back before anything is started, so the threads the
+// runtime makes later, the helpers and the commands inherit the caller's
+// affinity. runtime.NumCPU keeps the count it started with (one): the CLI
+// counts CPUs through linux.AllowedCPUs. A caller's mask of one CPU, a
+// /proc without task directories, or a mask larger than cpu_set_t leaves
+// the affinity alone.
+static cpu_set_t hf_aff_orig;  // the caller's mask, while narrowed
+static int hf_aff_narrowed;    // 1 from the narrowing to the restore
+static int hf_aff_was_narrowed; // 1 if the constructor narrowed (tests)
+
+static void hf_narrow_affinity(void)
+{
+	const char *g = getenv("GOMAXPROCS");
+	if (g && g[0])
+		return; // the runtime takes the user's choice as it is
+	cpu_set_t cur;
+	CPU_ZERO(&cur);
+	if (sched_getaffinity(0, sizeof cur, &cur) != 0 || CPU_COUNT(&cur) < 2)
+		return;
+	if (access("/proc/self/task", R_OK | X_OK) != 0)
+		return; // the restore could not find the threads
+	int cpu = sched_getcpu();
+	if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &cur))
+		return;
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	if (sched_setaffinity(0, sizeof one, &one) != 0)
+		return;
+	hf_aff_orig = cur;
+	hf_aff_narrowed = 1;
+	hf_aff_was_narrowed = 1;
+}
+
+// hf_restore_affinity gives every thread of the process the mask the
+// constructor narrowed, until a pass over /proc/self/task finds none to
+// change (a thread made during a pass inherited its maker's mask, which
+// the next pass sees). 0 when done or nothing was narrowed, -1 when some
+// thread kept the narrowed mask.
+static int hf_restore_affinity(void)
+{
+	if (!hf_aff_narrowed)
+		return 0;
+	for (int pass = 0; pass < 8; pass++) {
+		DIR *d = opendir("/proc/self/task");
+		if (!d)
+			return -1;
+		int changed = 0, failed = 0;
+		struct dirent *e;
+		while ((e = readdir(d)) != NULL) {
+			if (e->d_name[0] < '0' || e->d_name[0] > '9')
+				continue;
+			pid_t tid = (pid_t)strtol(e->d_name, NULL, 10);
+			cpu_set_t m;
+			CPU_ZERO(&m);
+			if (sched_getaffinity(tid, sizeof m, &m) == 0 && CPU_EQUAL(&m, &hf_aff_orig))
+				continue;
+			if (sched_setaffinity(tid, sizeof hf_aff_orig, &hf_aff_orig) == 0)
+				changed = 1;
+			else if (errno != ESRCH) // ESRCH: the thread ended meanwhile
+				failed = 1;
+		}
+		closedir(d);
+		if (failed)
+			return -1;
+		if (!changed) {
+			hf_aff_narrowed = 0;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+// hf_affinity_narrowed reports whether the constructor narrowed the
+// affinity, and whether it is still narrowed.
+static int hf_affinity_narrowed(int *still)
+{
+	*still = hf_aff_narrowed;
+	return hf_aff_was_narrowed;
+}
+
 __attribute__((constructor)) static void hf_cli_start(int argc, char **argv)
 {
 	if (argc >= 2 && argv && argv[1] && argv[1][0] == '_' && argv[1][1] == '_')
 		return; // a helper mode (internal/supervise dispatches it)
 	dl_iterate_phdr(hf_prefault_segments, NULL);
 	hf_one_arena();
-	if (!(argc >= 2 && argv && argv[1] && !strncmp(argv[1], "-test.", 6)))
+	if (!(argc >= 2 && argv && argv[1] && !strncmp(argv[1], "-test.", 6))) {
 		hf_raise_timerslack();
+		hf_narrow_affinity();
+	}
 }
 */
 import "C"
 
-import "time"
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// The constructor's narrowed affinity is given back before main and
+// before anything starts a process (entry 74): package main's
+// initialisers run after every imported package's.
+func init() {
+	if C.hf_restore_affinity() != 0 {
+		fmt.Fprintln(os.Stderr, "hostfork: warning: could not give every thread its CPU affinity back after the start; what this call starts may run on one CPU (set GOMAXPROCS=1 in the environment to avoid the narrowing)")
+	}
+}
+
+// affinityNarrowed reports whether the constructor narrowed this
+// process's CPU affinity at its start, and whether it still is.
+func affinityNarrowed() (narrowed, still bool) {
+	var s C.int
+	narrowed = C.hf_affinity_narrowed(&s) != 0
+	return narrowed, s != 0
+}
 
 // prefaulted reports what the constructor found when this process
 // started: the smallest share, in percent, of a read-only segment of the

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"time"
 
@@ -22,11 +21,7 @@ import (
 // on, from sched_getaffinity, else runtime.NumCPU) and MemAvailable (nil
 // when /proc/meminfo lacks it).
 func SampleHost() Host {
-	h := Host{Cores: runtime.NumCPU()}
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err == nil && set.Count() > 0 {
-		h.Cores = set.Count()
-	}
+	h := Host{Cores: linux.AllowedCPUs()}
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		h.MemAvailable = memAvailable(b)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/limits"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/plan"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/systemd"
@@ -258,7 +258,7 @@ func (e *Engine) planLimits(p *spec.Plan) error {
 	if l.Empty() {
 		return nil
 	}
-	if cores := runtime.NumCPU(); l.CPUs > float64(cores) {
+	if cores := linux.AllowedCPUs(); l.CPUs > float64(cores) {
 		return fmt.Errorf("cpus %g is more than this host's %d cores; give at most %d: %w", l.CPUs, cores, cores, api.ErrInvalid)
 	}
 	lh, err := e.limitHost(p)
