@@ -625,3 +625,77 @@ func (w *Writer) Value(v json.Marshaler) {
 	}
 	w.b = append(w.b, b...)
 }
+
+// AppendIndent appends src, a valid JSON document, indented as
+// json.MarshalIndent(json.RawMessage(src), "", "  ") indents it: a
+// member or element per line, two spaces a level, ": " after a key, {}
+// and [] for empty ones, and in strings '<', '>', '&', U+2028 and U+2029
+// escaped as encoding/json's Marshal escapes them. It does not validate
+// src (encoding/json scans it twice to compact and indent it): give it
+// what an encoder of this package made.
+func AppendIndent(dst, src []byte) []byte {
+	const hex = "0123456789abcdef"
+	depth := 0
+	needIndent := false // after '{' or '[': a value that follows starts a line
+	newline := func() {
+		dst = append(dst, '\n')
+		for range depth {
+			dst = append(dst, ' ', ' ')
+		}
+	}
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		if needIndent && c != '}' && c != ']' {
+			needIndent = false
+			depth++
+			newline()
+		}
+		switch c {
+		case '"':
+			dst = append(dst, c)
+			for i++; i < len(src); i++ {
+				c := src[i]
+				switch {
+				case c == '\\' && i+1 < len(src):
+					dst = append(dst, c, src[i+1])
+					i++
+					continue
+				case c == '<' || c == '>' || c == '&':
+					dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+					continue
+				case c == 0xE2 && i+2 < len(src) && src[i+1] == 0x80 && src[i+2]&^1 == 0xA8:
+					dst = append(dst, '\\', 'u', '2', '0', '2', hex[src[i+2]&0xF])
+					i += 2
+					continue
+				}
+				dst = append(dst, c)
+				if c == '"' {
+					break
+				}
+			}
+		case '{', '[':
+			needIndent = true
+			dst = append(dst, c)
+		case ',':
+			dst = append(dst, c)
+			newline()
+		case ':':
+			dst = append(dst, c, ' ')
+		case '}', ']':
+			if needIndent {
+				needIndent = false
+			} else {
+				depth--
+				newline()
+			}
+			dst = append(dst, c)
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}

@@ -154,3 +154,33 @@ func TestWriterMatchesEncodingJSON(t *testing.T) {
 		t.Fatal("a year past 9999 was written")
 	}
 }
+
+var indentSeeds = []string{
+	`{}`, `[]`, `{"a":{}}`, `{"a":[]}`, `[[],{},[{}]]`, `null`, `"x"`, `1.5e3`, `true`,
+	`{"a":1,"b":[1,2,{"c":"d"}],"e":{"f":null}}`,
+	`{"s":"<b>&</b> \"q\" \\ \u2028\u2029 \u003c"}`,
+	" { \"a\" : [ 1 , 2 ] ,\n\t\"b\" : { } } ",
+	`{"k\"e:y,":"v[a]{l}"}`,
+	"{\"raw\":\"\xe2\x80\xa8\xe2\x80\xa9\"}",
+}
+
+// FuzzAppendIndent: for any valid JSON document, AppendIndent gives what
+// json.MarshalIndent gives for it as a RawMessage (compacted, HTML
+// escaped, indented by two spaces).
+func FuzzAppendIndent(f *testing.F) {
+	for _, s := range indentSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		if !json.Valid(src) {
+			return
+		}
+		want, err := json.MarshalIndent(json.RawMessage(src), "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendIndent([]byte("pre"), src); !bytes.Equal(got[3:], want) || string(got[:3]) != "pre" {
+			t.Errorf("AppendIndent(%q) =\n%s\nwant\n%s", src, got, want)
+		}
+	})
+}
