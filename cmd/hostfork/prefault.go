@@ -256,22 +256,38 @@ static int hf_malloc_arenas(void)
 // (entries 54 and 65), and package oneproc's runtime.GOMAXPROCS(1), the
 // earliest Go can ask, stops the world to take the second P back. That
 // waits for the thread the runtime is starting for it: 0.19 ms median,
-// 0.28 ms mean, 0.5 ms at p90 of 'hostfork version' (GODEBUG=inittrace=1,
-// 100 calls), and the thread itself is made for nothing. So, unless
-// GOMAXPROCS is set (not empty), the constructor narrows the main
-// thread's affinity to the CPU it runs on: the runtime counts one CPU and
-// starts with one P, and oneproc's call changes nothing. The package
-// initialisers then run on that CPU (about 1 ms); main's first
-// initialiser (restoreAffinity, below) gives every thread of the process
-// the original mask back before anything is started, so the threads the
-// runtime makes later, the helpers and the commands inherit the caller's
-// affinity. runtime.NumCPU keeps the count it started with (one): the CLI
-// counts CPUs through linux.AllowedCPUs. A caller's mask of one CPU, a
-// /proc without task directories, or a mask larger than cpu_set_t leaves
-// the affinity alone.
-static cpu_set_t hf_aff_orig;  // the caller's mask, while narrowed
-static int hf_aff_narrowed;    // 1 from the narrowing to the restore
+// 0.28 ms mean, 0.53 ms at p90 of 'hostfork version' (GODEBUG=inittrace=1,
+// 100 calls), and the thread itself is made for nothing. So the
+// constructor narrows the main thread's affinity to the CPU it runs on:
+// the runtime counts one CPU and starts with one P, and oneproc's call
+// changes nothing. The package initialisers then run on that CPU (about
+// 1 ms); package main's initialiser (below) widens every thread that
+// still has the narrowed mask before anything is started, so the threads
+// the runtime makes later, the helpers and the commands inherit the wide
+// one (entry 74).
+//
+// It narrows only a caller that may run on every online CPU, and widens
+// to every CPU (all of cpu_set_t), not to the mask it saw. Since Linux
+// 6.2 a mask set with sched_setaffinity is kept as the task's requested
+// mask and inherited: each cpuset change gives the task the cpuset's
+// CPUs within it. A request of every CPU gives exactly the cpuset's, as
+// for a task that never set one; a request of the caller's CPUs of the
+// moment would keep hostfork's commands off CPUs a cpuset adds later. A
+// caller confined to fewer CPUs (a cpuset, taskset) is left alone: its
+// request, if it made one, can't be read back. So are GOMAXPROCS set
+// (not empty: the runtime takes it as it is), one CPU, a /proc without
+// task directories, and a mask larger than cpu_set_t. runtime.NumCPU
+// keeps the count it started with (one): the CLI counts CPUs through
+// linux.AllowedCPUs.
+static int hf_aff_cpu = -1;     // the CPU of the narrowed mask
+static int hf_aff_narrowed;     // 1 from the narrowing to the restore
 static int hf_aff_was_narrowed; // 1 if the constructor narrowed (tests)
+
+// hf_is_narrowed reports whether m is the narrowed mask.
+static int hf_is_narrowed(const cpu_set_t *m)
+{
+	return CPU_COUNT(m) == 1 && CPU_ISSET(hf_aff_cpu, m);
+}
 
 static void hf_narrow_affinity(void)
 {
@@ -282,6 +298,8 @@ static void hf_narrow_affinity(void)
 	CPU_ZERO(&cur);
 	if (sched_getaffinity(0, sizeof cur, &cur) != 0 || CPU_COUNT(&cur) < 2)
 		return;
+	if (CPU_COUNT(&cur) != sysconf(_SC_NPROCESSORS_ONLN))
+		return; // confined to fewer CPUs than are online
 	if (access("/proc/self/task", R_OK | X_OK) != 0)
 		return; // the restore could not find the threads
 	int cpu = sched_getcpu();
@@ -292,21 +310,25 @@ static void hf_narrow_affinity(void)
 	CPU_SET(cpu, &one);
 	if (sched_setaffinity(0, sizeof one, &one) != 0)
 		return;
-	hf_aff_orig = cur;
+	hf_aff_cpu = cpu;
 	hf_aff_narrowed = 1;
 	hf_aff_was_narrowed = 1;
 }
 
-// hf_restore_affinity gives every thread of the process the mask the
-// constructor narrowed, until a pass over /proc/self/task finds none to
-// change (a thread made during a pass inherited its maker's mask, which
-// the next pass sees). 0 when done or nothing was narrowed, -1 when some
-// thread kept the narrowed mask.
+// hf_restore_affinity widens every thread of the process that has the
+// narrowed mask to every CPU, until two passes over /proc/self/task in a
+// row find none (a thread made during a pass inherited its maker's mask,
+// which a later pass sees; the spawned helpers widen themselves if one
+// slipped through, hf_ctor). Threads with another mask are left as they
+// are. 0 when done or nothing was narrowed, -1 when some thread kept the
+// narrowed mask.
 static int hf_restore_affinity(void)
 {
 	if (!hf_aff_narrowed)
 		return 0;
-	for (int pass = 0; pass < 8; pass++) {
+	cpu_set_t all;
+	memset(&all, 0xff, sizeof all);
+	for (int pass = 0, quiet = 0; pass < 16; pass++) {
 		DIR *d = opendir("/proc/self/task");
 		if (!d)
 			return -1;
@@ -318,9 +340,9 @@ static int hf_restore_affinity(void)
 			pid_t tid = (pid_t)strtol(e->d_name, NULL, 10);
 			cpu_set_t m;
 			CPU_ZERO(&m);
-			if (sched_getaffinity(tid, sizeof m, &m) == 0 && CPU_EQUAL(&m, &hf_aff_orig))
-				continue;
-			if (sched_setaffinity(tid, sizeof hf_aff_orig, &hf_aff_orig) == 0)
+			if (sched_getaffinity(tid, sizeof m, &m) != 0 || !hf_is_narrowed(&m))
+				continue; // ended meanwhile, or not narrowed
+			if (sched_setaffinity(tid, sizeof all, &all) == 0)
 				changed = 1;
 			else if (errno != ESRCH) // ESRCH: the thread ended meanwhile
 				failed = 1;
@@ -328,12 +350,23 @@ static int hf_restore_affinity(void)
 		closedir(d);
 		if (failed)
 			return -1;
-		if (!changed) {
+		if (changed) {
+			quiet = 0;
+		} else if (++quiet == 2) {
 			hf_aff_narrowed = 0;
 			return 0;
+		} else {
+			sched_yield();
 		}
 	}
 	return -1;
+}
+
+// hf_affinity_cpu is the CPU the constructor narrowed the affinity to,
+// -1 if it did not.
+static int hf_affinity_cpu(void)
+{
+	return hf_aff_was_narrowed ? hf_aff_cpu : -1;
 }
 
 // hf_affinity_narrowed reports whether the constructor narrowed the
@@ -362,12 +395,19 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // The constructor's narrowed affinity is given back before main and
 // before anything starts a process (entry 74): package main's
 // initialisers run after every imported package's.
 func init() {
+	if cpu := int(C.hf_affinity_cpu()); cpu >= 0 {
+		// The helpers this process spawns widen themselves if they start
+		// with the narrowed mask (a thread made while the restore ran).
+		linux.SetStartCPU(cpu)
+	}
 	if C.hf_restore_affinity() != 0 {
 		fmt.Fprintln(os.Stderr, "hostfork: warning: could not give every thread its CPU affinity back after the start; what this call starts may run on one CPU (set GOMAXPROCS=1 in the environment to avoid the narrowing)")
 	}

@@ -26,14 +26,20 @@ func CallerTimerSlack() uint64 { return callerSlack.Load() }
 
 // WithCallerTimerSlack runs fn, which starts a process (or executes one
 // in place of this one), on a thread whose timer slack is the caller's
-// (when one was recorded), and puts the thread's own back afterwards.
+// (when one was recorded), and puts the thread's own back afterwards. The
+// thread is also widened if the program's start left it narrowed
+// (WidenNarrowedThread).
 func WithCallerTimerSlack(fn func() error) error {
 	ns := callerSlack.Load()
-	if ns == 0 {
+	if ns == 0 && StartCPU() < 0 {
 		return fn()
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	WidenNarrowedThread()
+	if ns == 0 {
+		return fn()
+	}
 	prev, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
 	if err != nil || prev <= 0 || unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(ns), 0, 0, 0) != nil {
 		return fn()

@@ -48,6 +48,10 @@ func cKeeperMode() string   { return C.GoString(C.hf_keeper_mode()) }
 // dispatch (HF_TIMERSLACK_ENV), for the consistency test.
 func cTimerSlackEnv() string { return C.GoString(C.hf_timerslack_env()) }
 
+// cNarrowedCPUEnv is the narrowed-CPU variable's name compiled into the C
+// dispatch (HF_NARROWED_CPU_ENV), for the consistency test.
+func cNarrowedCPUEnv() string { return C.GoString(C.hf_narrowed_cpu_env()) }
+
 // cReasonName is the C side's name of a reason code.
 func cReasonName(code int) string { return C.GoString(C.hf_reason_name(C.int(code))) }
 

@@ -8,7 +8,9 @@
  * the cost of one string comparison. So a program that imports hostfork
  * needs no dispatch of its own in main.
  */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -48,6 +50,31 @@ static void restore_timerslack(void)
 		prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0);
 }
 
+/* widen_affinity gives the helper every CPU (within its cpuset) when it
+ * starts with exactly the CPU named in HOSTFORK_NARROWED_CPU: the hostfork
+ * CLI narrows its own affinity to that CPU while the Go runtime starts and
+ * widens its threads again before it spawns anything
+ * (cmd/hostfork/prefault.go, docs/decisions.md entry 74), and a thread the
+ * runtime made while it widened could keep the narrow mask and pass it
+ * on. Any other mask is the caller's and stays. */
+static void widen_affinity(void)
+{
+	const char *v = getenv(HF_NARROWED_CPU_ENV);
+	if (!v || *v < '0' || *v > '9')
+		return;
+	errno = 0;
+	char *end;
+	unsigned long cpu = strtoul(v, &end, 10);
+	if (errno != 0 || *end != '\0' || cpu >= CPU_SETSIZE)
+		return;
+	cpu_set_t m;
+	CPU_ZERO(&m);
+	if (sched_getaffinity(0, sizeof m, &m) != 0 || CPU_COUNT(&m) != 1 || !CPU_ISSET((int)cpu, &m))
+		return;
+	memset(&m, 0xff, sizeof m);
+	sched_setaffinity(0, sizeof m, &m);
+}
+
 __attribute__((constructor)) static void hf_ctor(int argc, char **argv, char **envp)
 {
 	(void)envp;
@@ -60,8 +87,10 @@ __attribute__((constructor)) static void hf_ctor(int argc, char **argv, char **e
 	}
 	if (!mode || mode[0] != '_')
 		return;
-	if (!strcmp(mode, HF_GUARDIAN_MODE) || !strcmp(mode, HF_KEEPER_MODE))
+	if (!strcmp(mode, HF_GUARDIAN_MODE) || !strcmp(mode, HF_KEEPER_MODE)) {
 		restore_timerslack();
+		widen_affinity();
+	}
 	if (!strcmp(mode, HF_GUARDIAN_MODE))
 		_exit(hf_guardian_main());
 	if (!strcmp(mode, HF_KEEPER_MODE))

@@ -63,15 +63,25 @@ func devNulls() (r, w *os.File, err error) {
 // process that spawned it started with.
 const TimerSlackEnv = "HOSTFORK_TIMERSLACK_NS"
 
+// NarrowedCPUEnv names the environment variable that gives a helper the
+// CPU its spawner's start narrowed the affinity to (linux.StartCPU): a
+// helper that starts with that CPU alone widens itself (hf_ctor.c).
+const NarrowedCPUEnv = "HOSTFORK_NARROWED_CPU"
+
 // helperEnv is a helper's environment: empty, but for the caller's timer
-// slack when this program raised its own (linux.CallerTimerSlack). The
-// helper sets it before anything else, and the commands a guardian starts
-// inherit it.
+// slack when this program raised its own (linux.CallerTimerSlack), and
+// the CPU its start narrowed the affinity to (linux.StartCPU). The helper
+// sets both up before anything else, and the commands a guardian starts
+// inherit them.
 func helperEnv() []string {
+	env := []string{}
 	if ns := linux.CallerTimerSlack(); ns > 0 {
-		return []string{TimerSlackEnv + "=" + strconv.FormatUint(ns, 10)}
+		env = append(env, TimerSlackEnv+"="+strconv.FormatUint(ns, 10))
 	}
-	return []string{}
+	if cpu := linux.StartCPU(); cpu >= 0 {
+		env = append(env, NarrowedCPUEnv+"="+strconv.Itoa(cpu))
+	}
+	return env
 }
 
 func spawn(s spawnSpec) (*child, error) {
