@@ -10,6 +10,7 @@ mkdir -p "$BENCH_OUT"
 run() { echo; echo "######## $* (load $(cut -d' ' -f1-3 /proc/loadavg))"; "$@"; }
 {
 	run "$here/run-true.sh" 300
+	run "$here/starts.sh" 300
 	run "$here/exec.sh" 300
 	run "$here/env-cycle.sh" 150
 	run "$here/concurrent.sh" 12
