@@ -1754,7 +1754,10 @@ func TestTruthTerminalActivity(t *testing.T) {
 			t.Errorf("a silent command whose terminal is resized every 0.5 s under --idle-timeout 2s: exit %d, want 0; terminal: %q", code, p.text())
 		}
 	})
-	for _, mode := range []string{"no-terminal", "terminal-pipe", "terminal-inherit"} {
+	// no-terminal-blocked: hostfork starts with the signals blocked (as
+	// under a caller that blocks them), which only os/signal's own thread
+	// unblocks (decision 76).
+	for _, mode := range []string{"no-terminal", "no-terminal-blocked", "terminal-pipe", "terminal-inherit"} {
 		t.Run("signals/"+mode, func(t *testing.T) {
 			t.Parallel()
 			c := newCLI(t)
@@ -1767,6 +1770,19 @@ func TestTruthTerminalActivity(t *testing.T) {
 			script += "touch " + ready + "; while [ ! -e " + done + " ]; do sleep 0.05; done"
 			var cmd *exec.Cmd
 			switch mode {
+			case "no-terminal-blocked":
+				cmd = c.command("run", "--", "sh", "-c", script)
+				cmd.Args[0] = "hostfork-sigblock"
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = writeFile(done, ""); _ = cmd.Process.Kill() })
+				defer func() {
+					_ = writeFile(done, "")
+					if err := cmd.Wait(); err != nil {
+						t.Errorf("run: %v", err)
+					}
+				}()
 			case "no-terminal":
 				b := c.start("run", "--", "sh", "-c", script)
 				cmd = b.cmd

@@ -261,8 +261,10 @@ var forwarded = []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP
 // P) two thread hand-offs: the seven signals took 0.3 ms to catch on the
 // critical path of every foreground run even when caught in the
 // background while the store opened (decisions 55 and 76). os/signal
-// remains the way where the handler can't be installed: in the
-// background, awaited by ready.
+// remains the way where the handler can't serve: a signal the process
+// started with blocked (only os/signal's own thread unblocks it,
+// sigcatch.ErrBlocked), or no pipe. It catches in the background,
+// awaited by ready.
 type signalCatch struct {
 	ch   <-chan os.Signal
 	own  *sigcatch.Catch // nil: caught through os/signal

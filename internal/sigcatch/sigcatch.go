@@ -16,6 +16,12 @@
 // process's life: a handler that ran just before the Stop still finds its
 // descriptor, never another file that took its number.
 //
+// A signal blocked in the calling thread's mask is refused (ErrBlocked):
+// the Go runtime's threads keep the mask the process started with for
+// most asynchronous signals, and only os/signal's own signal-mask thread
+// unblocks them; a handler of ours would never run. The caller then uses
+// os/signal.
+//
 // While a catch is in place, os/signal can't catch the same signals (the
 // runtime believes its handler is installed and does not install it
 // again): one catch at a time, and no os/signal for those signals meanwhile.
@@ -23,6 +29,7 @@ package sigcatch
 
 /*
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,6 +47,20 @@ static void hf_catch_handler(int sig)
 	if (fd >= 0)
 		(void)!write(fd, &b, 1); // a full pipe drops it, as os/signal does
 	errno = e;
+}
+
+// hf_blocked reports the first of sigs that the calling thread blocks, 0
+// if none.
+static int hf_blocked(const int *sigs, int n)
+{
+	sigset_t cur;
+	sigemptyset(&cur);
+	if (pthread_sigmask(SIG_BLOCK, NULL, &cur) != 0)
+		return -1;
+	for (int i = 0; i < n; i++)
+		if (sigismember(&cur, sigs[i]) == 1)
+			return sigs[i];
+	return 0;
 }
 
 // hf_catch installs the handler for sigs, writing to fd; 0, or the errno
@@ -76,6 +97,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -101,6 +123,9 @@ type Catch struct {
 
 // ErrBusy is Start's error while another catch is in place.
 var ErrBusy = errors.New("sigcatch: another catch is in place")
+
+// ErrBlocked is Start's error for a signal the calling thread blocks.
+var ErrBlocked = errors.New("sigcatch: the signal is blocked in this thread's mask")
 
 // start makes the pipe and its reader, once per process.
 func start() {
@@ -135,8 +160,8 @@ func start() {
 }
 
 // Start catches sigs (asynchronous signals only: not SIGSEGV, SIGBUS,
-// SIGFPE, SIGILL, SIGTRAP, SIGPROF or the runtime's own) until Stop;
-// buffer is the channel's capacity.
+// SIGFPE, SIGILL, SIGTRAP, SIGPROF or the runtime's own), each once,
+// until Stop; buffer is the channel's capacity.
 func Start(buffer int, sigs ...syscall.Signal) (*Catch, error) {
 	once.Do(start)
 	if pipeErr != nil {
@@ -145,8 +170,15 @@ func Start(buffer int, sigs ...syscall.Signal) (*Catch, error) {
 	cs := make([]C.int, len(sigs))
 	for i, s := range sigs {
 		switch s {
-		case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGTRAP, syscall.SIGPROF, syscall.SIGURG, syscall.SIGCHLD:
+		case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGTRAP, syscall.SIGPROF,
+			syscall.SIGURG, syscall.SIGCHLD, syscall.SIGPIPE, syscall.SIGABRT, syscall.SIGSYS:
 			return nil, fmt.Errorf("sigcatch: %v is the Go runtime's to handle: %w", s, syscall.EINVAL)
+		}
+		for _, t := range sigs[:i] {
+			if t == s {
+				// Its saved action would be our own handler.
+				return nil, fmt.Errorf("sigcatch: %v given twice: %w", s, syscall.EINVAL)
+			}
 		}
 		cs[i] = C.int(s)
 	}
@@ -155,12 +187,21 @@ func Start(buffer int, sigs ...syscall.Signal) (*Catch, error) {
 	if current != nil {
 		return nil, ErrBusy
 	}
-	ch := make(chan os.Signal, buffer)
-	current = ch
 	var first *C.int
 	if len(cs) > 0 {
 		first = &cs[0]
 	}
+	runtime.LockOSThread()
+	blocked := C.hf_blocked(first, C.int(len(cs)))
+	runtime.UnlockOSThread()
+	switch {
+	case blocked < 0:
+		return nil, fmt.Errorf("sigcatch: reading the signal mask: %w", syscall.EINVAL)
+	case blocked > 0:
+		return nil, fmt.Errorf("sigcatch: %v: %w", syscall.Signal(blocked), ErrBlocked)
+	}
+	ch := make(chan os.Signal, buffer)
+	current = ch
 	if e := C.hf_catch(C.int(wfd), first, C.int(len(cs))); e != 0 {
 		current = nil
 		return nil, fmt.Errorf("sigcatch: installing a handler: %w", syscall.Errno(e))
@@ -168,8 +209,9 @@ func Start(buffer int, sigs ...syscall.Signal) (*Catch, error) {
 	return &Catch{C: ch, ch: ch, sigs: cs}, nil
 }
 
-// Stop puts back the handlers the catch replaced (the Go runtime's); the
-// channel receives nothing more. Calling it again does nothing.
+// Stop puts back the handlers the catch replaced (the Go runtime's). A
+// signal whose byte the reader took before the Stop may still reach the
+// channel; nothing caught after it does. Calling it again does nothing.
 func (c *Catch) Stop() {
 	mu.Lock()
 	defer mu.Unlock()

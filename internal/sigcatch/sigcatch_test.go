@@ -4,9 +4,12 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func receive(t *testing.T, ch <-chan os.Signal, want syscall.Signal) {
@@ -93,4 +96,38 @@ func TestCatch(t *testing.T) {
 	}
 	close(stop)
 	receive(t, c.C, syscall.SIGUSR2)
+}
+
+// TestRefused: a signal given twice (its saved action would be the
+// catch's own handler) and a signal the calling thread blocks (the
+// handler would never run: ErrBlocked, and the caller uses os/signal) are
+// refused, and nothing is caught then.
+func TestRefused(t *testing.T) {
+	if c, err := Start(1, syscall.SIGUSR1, syscall.SIGUSR1); err == nil {
+		c.Stop()
+		t.Fatal("a signal given twice was accepted")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var set, old unix.Sigset_t
+	set.Val[(syscall.SIGUSR2-1)/64] |= 1 << ((uint(syscall.SIGUSR2) - 1) % 64)
+	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &set, &old); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Start(1, syscall.SIGUSR1, syscall.SIGUSR2)
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, ErrBlocked) {
+		if c != nil {
+			c.Stop()
+		}
+		t.Fatalf("Start with SIGUSR2 blocked: %v, want ErrBlocked", err)
+	}
+	// Nothing is in place: a new catch can start.
+	c, err = Start(1, syscall.SIGUSR1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
 }
