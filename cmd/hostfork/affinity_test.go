@@ -160,13 +160,20 @@ func TestStartAffinity(t *testing.T) {
 		pid := cmd.Process.Pid
 		// The guardian and its workload: the CLI's child, and its child.
 		var procs []string
+		hasWorkload := func() bool {
+			for _, p := range procs {
+				if b, _ := os.ReadFile("/proc/" + p + "/comm"); strings.TrimSpace(string(b)) == "sleep" {
+					return true
+				}
+			}
+			return false
+		}
 		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-			procs = descendants(pid)
-			if len(procs) >= 2 {
+			if procs = descendants(pid); len(procs) >= 2 && hasWorkload() {
 				break
 			}
 		}
-		if len(procs) < 2 {
+		if len(procs) < 2 || !hasWorkload() {
 			t.Fatalf("the run's guardian and workload did not appear (found %v)", procs)
 		}
 		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
