@@ -1,6 +1,7 @@
 package supervise_test
 
 import (
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
 // TestHelperWidensNarrowedAffinity: a guardian spawned from a thread that
@@ -23,7 +25,7 @@ func TestHelperWidensNarrowedAffinity(t *testing.T) {
 		t.Fatal(err)
 	}
 	if all.Count() < 2 {
-		t.Skipf("this test needs two CPUs; it may run on %d", all.Count())
+		testutil.Skip(t, fmt.Sprintf("this test needs two CPUs; it may run on %d", all.Count()))
 	}
 	cpu := -1
 	for i := 0; i < 1024 && cpu < 0; i++ {

@@ -32,21 +32,33 @@ static int cmdline_arg1(char *out, size_t cap)
 	return hf_copy_bounded(out, cap, b + l0 + 1);
 }
 
+/* env_number reads the environment variable name as a plain decimal
+ * number of at most max into *out: 0, or -1 when it is unset or anything
+ * else. Read with getenv, which glibc has set up before constructors run
+ * (envp is not passed to them by every libc). */
+static int env_number(const char *name, unsigned long max, unsigned long *out)
+{
+	const char *v = getenv(name);
+	if (!v || *v < '0' || *v > '9')
+		return -1;
+	errno = 0;
+	char *end;
+	unsigned long n = strtoul(v, &end, 10);
+	if (errno != 0 || *end != '\0' || n > max)
+		return -1;
+	*out = n;
+	return 0;
+}
+
 /* restore_timerslack sets the timer slack the spawner passed in
  * HOSTFORK_TIMERSLACK_NS (linux.CallerTimerSlack): the hostfork CLI raises
  * its own, and a thread inherits its slack, so the helper and the commands
  * it starts get the caller's back. Only a plain decimal number of at most
- * 100 ms is taken. Read with getenv, which glibc has set up before
- * constructors run (envp is not passed to them by every libc). */
+ * 100 ms is taken. */
 static void restore_timerslack(void)
 {
-	const char *v = getenv(HF_TIMERSLACK_ENV);
-	if (!v || *v < '0' || *v > '9')
-		return;
-	errno = 0;
-	char *end;
-	unsigned long ns = strtoul(v, &end, 10);
-	if (errno == 0 && *end == '\0' && ns > 0 && ns <= 100000000UL)
+	unsigned long ns;
+	if (env_number(HF_TIMERSLACK_ENV, 100000000UL, &ns) == 0 && ns > 0)
 		prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0);
 }
 
@@ -59,13 +71,8 @@ static void restore_timerslack(void)
  * on. Any other mask is the caller's and stays. */
 static void widen_affinity(void)
 {
-	const char *v = getenv(HF_NARROWED_CPU_ENV);
-	if (!v || *v < '0' || *v > '9')
-		return;
-	errno = 0;
-	char *end;
-	unsigned long cpu = strtoul(v, &end, 10);
-	if (errno != 0 || *end != '\0' || cpu >= CPU_SETSIZE)
+	unsigned long cpu;
+	if (env_number(HF_NARROWED_CPU_ENV, CPU_SETSIZE - 1, &cpu) != 0)
 		return;
 	cpu_set_t m;
 	CPU_ZERO(&m);
