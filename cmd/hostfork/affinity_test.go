@@ -101,12 +101,7 @@ func TestStartAffinity(t *testing.T) {
 		t.Fatal(err)
 	}
 	var one unix.CPUSet
-	for cpu := 0; cpu < 1024; cpu++ {
-		if mine.IsSet(cpu) {
-			one.Set(cpu)
-			break
-		}
-	}
+	one.Set(firstCPU(&mine))
 	type start struct{ narrowed, still, numCPU, procs, allowed int }
 	atStart := func(cpus *unix.CPUSet, env ...string) start {
 		t.Helper()
@@ -159,10 +154,10 @@ func TestStartAffinity(t *testing.T) {
 		go func() { done <- cmd.Wait() }()
 		pid := cmd.Process.Pid
 		// The guardian and its workload: the CLI's child, and its child.
-		var procs []string
+		var procs []int
 		hasWorkload := func() bool {
 			for _, p := range procs {
-				if b, _ := os.ReadFile("/proc/" + p + "/comm"); strings.TrimSpace(string(b)) == "sleep" {
+				if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(b)) == "sleep" {
 					return true
 				}
 			}
@@ -181,7 +176,7 @@ func TestStartAffinity(t *testing.T) {
 			t.Fatalf("threads of the CLI: %v %v", tasks, err)
 		}
 		for _, p := range procs {
-			tasks = append(tasks, fmt.Sprintf("/proc/%s/status", p))
+			tasks = append(tasks, fmt.Sprintf("/proc/%d/status", p))
 		}
 		for _, st := range tasks {
 			got, err := allowedList(st)
@@ -218,21 +213,28 @@ func firstCPU(s *unix.CPUSet) int {
 	return -1
 }
 
-// descendants lists the PIDs of pid's children and their children.
-func descendants(pid int) []string {
-	var out []string
-	queue := []string{strconv.Itoa(pid)}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		kids, _ := filepath.Glob("/proc/" + p + "/task/*/children")
-		for _, k := range kids {
-			b, _ := os.ReadFile(k)
-			for _, c := range strings.Fields(string(b)) {
-				out = append(out, c)
-				queue = append(queue, c)
+// childrenOf lists the PIDs of pid's children (of all its threads).
+func childrenOf(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
 			}
 		}
+	}
+	return out
+}
+
+// descendants lists the PIDs of pid's children and their children.
+func descendants(pid int) []int {
+	var out []int
+	for queue := []int{pid}; len(queue) > 0; queue = queue[1:] {
+		kids := childrenOf(queue[0])
+		out = append(out, kids...)
+		queue = append(queue, kids...)
 	}
 	return out
 }

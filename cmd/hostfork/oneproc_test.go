@@ -18,13 +18,7 @@ func TestOneP(t *testing.T) {
 	run := func(env []string, args ...string) string {
 		t.Helper()
 		cmd := c.command(args...)
-		kept := cmd.Env[:0]
-		for _, kv := range cmd.Env {
-			if !strings.HasPrefix(kv, "GOMAXPROCS=") && !strings.HasPrefix(kv, "GODEBUG=") {
-				kept = append(kept, kv)
-			}
-		}
-		cmd.Env = append(kept, env...)
+		cmd.Env = append(withoutGoEnv(cmd.Env), env...)
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = nil, &stderr
 		if err := cmd.Run(); err != nil {

@@ -242,23 +242,10 @@ func TestPrefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Wait()
-	children := func(pid int) []int {
-		var out []int
-		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
-		for _, task := range tasks {
-			b, _ := os.ReadFile(task)
-			for _, f := range strings.Fields(string(b)) {
-				if n, err := strconv.Atoi(f); err == nil {
-					out = append(out, n)
-				}
-			}
-		}
-		return out
-	}
 	end := time.Now().Add(20 * time.Second)
 	for {
-		for _, g := range children(cmd.Process.Pid) {
-			if len(children(g)) == 0 {
+		for _, g := range childrenOf(cmd.Process.Pid) {
+			if len(childrenOf(g)) == 0 {
 				continue
 			}
 			size, rss, err := readOnlyOf(g, c.exe)
