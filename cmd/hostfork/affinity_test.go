@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
 // printAffinity is the command hostfork-affinity of this test binary: it
@@ -127,7 +129,11 @@ func TestStartAffinity(t *testing.T) {
 			t.Errorf("with GOMAXPROCS empty: %v, want %v (empty counts as unset)", got, want)
 		}
 	} else {
-		t.Logf("this test runs on %d CPU: the narrowing is not exercised", n)
+		msg := fmt.Sprintf("this test runs on %d CPU: the narrowing is not exercised", n)
+		if testutil.Strict() {
+			t.Fatalf("HOSTFORK_TEST_STRICT=1 and %s", msg)
+		}
+		t.Log(msg)
 	}
 	if got, want := atStart(nil, "GOMAXPROCS=2"), (start{0, 0, n, 2, n}); got != want {
 		t.Errorf("with GOMAXPROCS=2: %v, want %v (the user's choice, no narrowing)", got, want)

@@ -279,9 +279,8 @@ static int hf_malloc_arenas(void)
 // task directories, and a mask larger than cpu_set_t. runtime.NumCPU
 // keeps the count it started with (one): the CLI counts CPUs through
 // linux.AllowedCPUs.
-static int hf_aff_cpu = -1;     // the CPU of the narrowed mask
-static int hf_aff_narrowed;     // 1 from the narrowing to the restore
-static int hf_aff_was_narrowed; // 1 if the constructor narrowed (tests)
+static int hf_aff_cpu = -1; // the CPU of the narrowed mask, -1 if not narrowed
+static int hf_aff_narrowed; // 1 from the narrowing to the restore
 
 // hf_is_narrowed reports whether m is the narrowed mask.
 static int hf_is_narrowed(const cpu_set_t *m)
@@ -312,7 +311,6 @@ static void hf_narrow_affinity(void)
 		return;
 	hf_aff_cpu = cpu;
 	hf_aff_narrowed = 1;
-	hf_aff_was_narrowed = 1;
 }
 
 // hf_restore_affinity widens every thread of the process that has the
@@ -366,7 +364,7 @@ static int hf_restore_affinity(void)
 // -1 if it did not.
 static int hf_affinity_cpu(void)
 {
-	return hf_aff_was_narrowed ? hf_aff_cpu : -1;
+	return hf_aff_cpu;
 }
 
 // hf_affinity_narrowed reports whether the constructor narrowed the
@@ -374,7 +372,7 @@ static int hf_affinity_cpu(void)
 static int hf_affinity_narrowed(int *still)
 {
 	*still = hf_aff_narrowed;
-	return hf_aff_was_narrowed;
+	return hf_aff_cpu >= 0;
 }
 
 __attribute__((constructor)) static void hf_cli_start(int argc, char **argv)

@@ -97,7 +97,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"syscall"
 
@@ -191,9 +190,9 @@ func Start(buffer int, sigs ...syscall.Signal) (*Catch, error) {
 	if len(cs) > 0 {
 		first = &cs[0]
 	}
-	runtime.LockOSThread()
+	// Every thread of the runtime has the start's mask for these
+	// signals: the calling thread's tells.
 	blocked := C.hf_blocked(first, C.int(len(cs)))
-	runtime.UnlockOSThread()
 	switch {
 	case blocked < 0:
 		return nil, fmt.Errorf("sigcatch: reading the signal mask: %w", syscall.EINVAL)
