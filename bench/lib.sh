@@ -1,5 +1,5 @@
 # Shared setup for the bench/ scripts (sourced, not run). It builds hostfork
-# (or takes $HOSTFORK_BIN) and the bench driver hfbench into a fresh
+# with scripts/build.sh, as installed (or takes $HOSTFORK_BIN) and the bench driver hfbench into a fresh
 # temporary directory, makes a private store and cgroup parent for them,
 # and removes all of them on exit. See docs/benchmarks.md.
 
@@ -56,8 +56,9 @@ build_hostfork() {
 			cp "$(dirname "$HOSTFORK_BIN")/hostfork-serve" "$work/"
 		fi
 	else
-		# hostfork and its companion (serve, mcp) side by side.
-		(cd "$repo" && go build -o "$work/" ./cmd/hostfork ./cmd/hostfork-serve)
+		# hostfork and its companion (serve, mcp) side by side, built as
+		# installed (statically linked, decision 77).
+		bash "$repo/scripts/build.sh" "$work" >/dev/null
 	fi
 	(cd "$repo" && go build -o "$hfb" ./bench/hfbench)
 	# A cgroup parent of our own, as the tests use, so nothing lands in
@@ -73,7 +74,7 @@ build_hostfork() {
 		done
 	fi
 	export HOSTFORK_ROOT="$store"
-	echo "hostfork: $("$hf" version | head -1)${HOSTFORK_BIN:+ (copied from $HOSTFORK_BIN)}; tree $(cd "$repo" && git log -1 --format=%h) ($(cd "$repo" && git status --porcelain | grep -c . || true) files changed in the working tree)"
+	echo "hostfork: $("$hf" version | head -1), linked $("$hf" version --json | sed -n 's/.*"link": *"\([a-z]*\)".*/\1/p')${HOSTFORK_BIN:+ (copied from $HOSTFORK_BIN)}; tree $(cd "$repo" && git log -1 --format=%h) ($(cd "$repo" && git status --porcelain | grep -c . || true) files changed in the working tree)"
 	echo "store $store ($(df --output=fstype "$work" | tail -1)); cgroup parent ${cgparent:-none}"
 }
 

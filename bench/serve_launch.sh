@@ -57,7 +57,7 @@ if [ -n "${HOSTFORK_BIN:-}" ]; then
 	cp "$HOSTFORK_BIN" "$hf"
 	cp "$(dirname "$HOSTFORK_BIN")/hostfork-serve" "$work/"
 else
-	(cd "$repo" && go build -o "$work/" ./cmd/hostfork ./cmd/hostfork-serve)
+	bash "$repo/scripts/build.sh" "$work" >/dev/null
 fi
 for m in /sys/fs/cgroup/unified /sys/fs/cgroup; do
 	if [ -e "$m/cgroup.subtree_control" ]; then

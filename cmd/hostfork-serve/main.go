@@ -3,9 +3,12 @@
 // Context Protocol server) in this process. 'hostfork serve' and
 // 'hostfork mcp' execute it from beside the hostfork executable or from
 // PATH, so that the hostfork binary, started at every CLI call, links
-// none of the server's dependencies. Build both together:
+// none of the server's dependencies. Build both together, as installed
+// (statically linked, docs/decisions.md entry 77):
 //
-//	go build -o DIR/ ./cmd/hostfork ./cmd/hostfork-serve
+//	scripts/build.sh DIR
+//
+// or, for development, go build -o DIR/ ./cmd/hostfork ./cmd/hostfork-serve.
 package main
 
 import (

@@ -74,7 +74,7 @@ func MainWith(args []string, v Verbs) int {
 	if want := os.Getenv(companionBuildEnv); want != "" {
 		os.Unsetenv(companionBuildEnv)
 		if have := buildLine(ReadBuildInfo()); have != want {
-			fmt.Fprintf(os.Stderr, "hostfork: warning: %s was built from %s, the hostfork that ran it from %s: rebuild both from one tree ('go build -o DIR/ ./cmd/hostfork ./cmd/hostfork-serve')\n", CompanionName, have, want)
+			fmt.Fprintf(os.Stderr, "hostfork: warning: %s was built from %s, the hostfork that ran it from %s: rebuild both from one tree ('scripts/build.sh DIR')\n", CompanionName, have, want)
 		}
 	}
 	return run(args, v)

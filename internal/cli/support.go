@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/internal/launchenv"
 	"github.com/habemus-papadum/hostfork/internal/support"
 )
 
@@ -90,8 +90,8 @@ func buildSupportPlan(g *globals, f *supportFlags) (*support.Plan, error) {
 		return nil, usageErr("--root: %v", err)
 	}
 	name := ""
-	if u, err := user.Current(); err == nil {
-		name = u.Username
+	if a, err := launchenv.CurrentAccount(); err == nil {
+		name = a.Name
 	}
 	p, err := support.Build(support.Config{Mode: mode, Exe: exe, Root: root, Version: buildVersion(exe), UserName: name},
 		support.Detect(mode, name))

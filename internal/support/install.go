@@ -76,7 +76,7 @@ func checkStable(exe string) error {
 		return fmt.Errorf("%w: %v", ErrUnstableExecutable, err)
 	}
 	if strings.Contains(exe, "/go-build") {
-		return fmt.Errorf("%w: %s is in Go's build cache; install hostfork (e.g. go build -o /usr/local/bin/hostfork ./cmd/hostfork) and run support install from there", ErrUnstableExecutable, exe)
+		return fmt.Errorf("%w: %s is in Go's build cache; install hostfork (e.g. scripts/build.sh /usr/local/bin) and run support install from there", ErrUnstableExecutable, exe)
 	}
 	return nil
 }

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLinkModeOfThisProcess checks linkMode against the kernel's account:
+// a dynamically linked process has its loader (ld-linux…, ld64…, ld-musl…)
+// mapped, a static one has none. `go test` builds this binary dynamically;
+// CI's release pass (scripts/build.sh --goflags) builds it statically, so
+// both answers are checked on every CI run.
+func TestLinkModeOfThisProcess(t *testing.T) {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "static"
+	for _, line := range strings.Split(string(maps), "\n") {
+		if f := strings.Fields(line); len(f) >= 6 {
+			base := filepath.Base(f[5])
+			if strings.HasPrefix(base, "ld-linux") || strings.HasPrefix(base, "ld64.so") || strings.HasPrefix(base, "ld-musl") {
+				want = "dynamic"
+			}
+		}
+	}
+	t.Logf("this test binary is linked %s", want)
+	if got := linkMode("/proc/self/exe"); got != want {
+		t.Fatalf("linkMode(/proc/self/exe) = %q; the loader's mapping says %q", got, want)
+	}
+	if got := ReadBuildInfo().Link; got != want {
+		t.Fatalf("ReadBuildInfo().Link = %q, want %q", got, want)
+	}
+}
+
+// elf64 builds a little-endian ELF64 header followed by program headers
+// of the given types.
+func elf64(types ...uint32) []byte {
+	const ehsize, phsize = 64, 56
+	b := make([]byte, ehsize+phsize*len(types))
+	copy(b, "\x7fELF")
+	b[4], b[5], b[6] = 2, 1, 1 // ELFCLASS64, little endian, version 1
+	le := binary.LittleEndian
+	le.PutUint64(b[0x20:], ehsize) // e_phoff
+	le.PutUint16(b[0x36:], phsize) // e_phentsize
+	le.PutUint16(b[0x38:], uint16(len(types)))
+	for i, ty := range types {
+		le.PutUint32(b[ehsize+i*phsize:], ty)
+	}
+	return b
+}
+
+func TestLinkModeParsesProgramHeaders(t *testing.T) {
+	const load, interp, dynamic, tls = 1, 3, 2, 7
+	cases := []struct {
+		name string
+		file []byte
+		want string
+	}{
+		{"interpreter", elf64(6, interp, load, load, dynamic), "dynamic"},
+		{"no interpreter", elf64(load, load, tls), "static"},
+		{"static-pie (dynamic section, no interpreter)", elf64(load, dynamic, tls), "static"},
+		{"no program headers", elf64(), "unknown"},
+		{"truncated program headers", elf64(load, interp)[:64+56+10], "unknown"},
+		{"truncated header", elf64(load)[:40], "unknown"},
+		{"not ELF", []byte(strings.Repeat("#!/bin/sh\n", 20)), "unknown"},
+		{"empty", nil, "unknown"},
+	}
+	dir := t.TempDir()
+	for _, c := range cases {
+		p := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
+		if err := os.WriteFile(p, c.file, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := linkMode(p); got != c.want {
+			t.Errorf("%s: linkMode = %q, want %q", c.name, got, c.want)
+		}
+	}
+	if got := linkMode(filepath.Join(dir, "missing")); got != "unknown" {
+		t.Errorf("missing file: linkMode = %q, want unknown", got)
+	}
+}
