@@ -2,6 +2,7 @@ package cgroup_test
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -62,5 +63,76 @@ func TestCloneIntoKillFreezeRemove(t *testing.T) {
 	}
 	if g.Exists() {
 		t.Fatal("group still exists")
+	}
+}
+
+// TestRemoveKnownChildren removes a group whose children are named
+// (the fast way, no listing), one with a child not named (the listing
+// finds it), and one whose named child still holds a process (EBUSY,
+// nothing removed that shouldn't be).
+func TestRemoveKnownChildren(t *testing.T) {
+	parent := testutil.CgroupParent(t)
+	mk := func(p string) {
+		t.Helper()
+		if _, err := cgroup.Create(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Named children only; "keeper" was never made (absent is fine).
+	env := filepath.Join(parent, "env")
+	mk(env)
+	mk(filepath.Join(env, "commands"))
+	mk(filepath.Join(env, "guardians"))
+	if err := cgroup.Open(env).Remove("commands", "guardians", "keeper"); err != nil {
+		t.Fatal(err)
+	}
+	if cgroup.Open(env).Exists() {
+		t.Fatal("group still exists")
+	}
+	// A grandchild not named: the listing removes it, deepest first.
+	mk(env)
+	mk(filepath.Join(env, "commands"))
+	mk(filepath.Join(env, "commands", "c1"))
+	mk(filepath.Join(env, "guardians"))
+	if err := cgroup.Open(env).Remove("commands", "guardians"); err != nil {
+		t.Fatal(err)
+	}
+	if cgroup.Open(env).Exists() {
+		t.Fatal("group with an unnamed grandchild still exists")
+	}
+	// A missing group is not an error.
+	if err := cgroup.Open(env).Remove("commands"); err != nil {
+		t.Fatalf("removing a missing group: %v", err)
+	}
+	// A named child with a live process: EBUSY after the listing's
+	// retries; the busy child and the group stay, the empty sibling goes.
+	mk(env)
+	mk(filepath.Join(env, "commands"))
+	busy := filepath.Join(env, "guardians")
+	mk(busy)
+	fd, err := cgroup.Open(busy).OpenFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	cmd := exec.Command("sleep", "300")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = cgroup.Open(env).Remove("commands", "guardians")
+	}()
+	err = cgroup.Open(env).Remove("commands", "guardians")
+	if !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("removing a group with a live process: %v, want EBUSY", err)
+	}
+	if !cgroup.Open(busy).Exists() || !cgroup.Open(env).Exists() {
+		t.Fatal("a busy group (or its parent) was removed")
+	}
+	if cgroup.Open(filepath.Join(env, "commands")).Exists() {
+		t.Fatal("the empty sibling was left")
 	}
 }

@@ -36,6 +36,11 @@ type creation struct {
 	madeCg  bool
 }
 
+// envSubgroups are the child groups of an environment's cgroup: its
+// commands' groups, its guardians, and (with a view) its keeper. A
+// stop removes them by name (cgroup.Group.Remove).
+var envSubgroups = []string{"commands", "guardians", "keeper"}
+
 // Create makes the environment p describes: a reservation commit (the
 // record and every intent), the OS work (run directory, cgroups, limit
 // groups, trees, keeper), and an activation commit (the identities). With
@@ -216,9 +221,9 @@ func (c *creation) build(ctx context.Context) error {
 			return fmt.Errorf("creating the environment's cgroup: %w", err)
 		}
 		c.madeCg = true
-		subs := []string{"commands", "guardians"}
+		subs := envSubgroups[:2]
 		if p.View != nil {
-			subs = append(subs, "keeper")
+			subs = envSubgroups
 		}
 		for _, s := range subs {
 			if _, err := cgroup.Create(filepath.Join(rec.CgroupPath, s)); err != nil {

@@ -463,7 +463,7 @@ func (e *Engine) finishEnv(ctx context.Context, env *api.Env, reason api.StopRea
 		f.result = env.ManagerResult
 	}
 	if env.CgroupPath != "" {
-		if err := cgroup.Open(env.CgroupPath).Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := cgroup.Open(env.CgroupPath).Remove(envSubgroups...); err != nil && !errors.Is(err, os.ErrNotExist) {
 			f.cleanup = append(f.cleanup, err.Error())
 		}
 	}
