@@ -398,7 +398,9 @@ func goSleeper(b *testing.B) string {
 	out := filepath.Join(dir, "sleeper")
 	c := exec.Command(gobin, "build", "-o", out, ".")
 	c.Dir = dir
-	c.Env = append(os.Environ(), "CGO_ENABLED=0")
+	// A Go program without cgo, whatever GOFLAGS the suite runs with (the
+	// installed build's -linkmode=external needs cgo).
+	c.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
 	if o, err := c.CombinedOutput(); err != nil {
 		b.Fatalf("building the Go sleeper: %v: %s", err, o)
 	}

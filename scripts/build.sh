@@ -5,7 +5,7 @@
 #
 #   scripts/build.sh DIR       build both binaries into DIR (created if missing)
 #   scripts/build.sh --goflags print the flags, quoted for GOFLAGS, e.g.
-#                              GOFLAGS="$(scripts/build.sh --goflags)" go test ./...
+#       GOFLAGS="$(go env GOFLAGS) $(scripts/build.sh --goflags)" go test ./...
 #
 # A static binary starts about 0.3 ms sooner than the `go build` default
 # (no dynamic loader, no shared libc to map and relocate), and a run starts
@@ -19,8 +19,10 @@
 #   netgo     Go's own DNS resolver (only a remote API address is resolved);
 #   sqlite_omit_load_extension  no dlopen: hostfork loads no SQLite extension.
 # Without them the static link prints glibc's warnings and would need the
-# build host's glibc at run time. It needs the static C library (libc.a,
-# in Debian's libc6-dev, which gcc's cgo builds need anyway).
+# build host's glibc at run time. It needs gcc and the static C library
+# (libc.a: Debian's libc6-dev, which cgo builds need anyway; Fedora's
+# glibc-static). Flags already in GOFLAGS stay, except -tags and -ldflags,
+# which these replace.
 set -euo pipefail
 
 tags=osusergo,netgo,sqlite_omit_load_extension
@@ -37,25 +39,32 @@ case "$1" in
 	printf -- '-tags=%s "-ldflags=%s"\n' "$tags" "$ldflags"
 	exit 0
 	;;
--*) usage ;;
+-* | '') usage ;;
 esac
 
-out=$1
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+die() {
+	echo "build: $*" >&2
+	exit 1
+}
 
-command -v go >/dev/null || { echo "build: go not found on PATH" >&2; exit 1; }
+command -v go >/dev/null || die "go not found on PATH"
 cc=$(go env CC)
-command -v "$cc" >/dev/null || { echo "build: no C compiler ($cc): the SQLite driver needs cgo; install gcc" >&2; exit 1; }
+# CC may carry arguments ("ccache gcc"): the program is its first word.
+command -v "${cc%% *}" >/dev/null || die "no C compiler ($cc): the SQLite driver needs cgo; install gcc"
 
-(cd "$repo" && CGO_ENABLED=1 go build -tags "$tags" -ldflags "$ldflags" -o "$out/" ./cmd/hostfork ./cmd/hostfork-serve)
+# CDPATH would make cd print the directory, and the $(...) take it in.
+repo=$(CDPATH='' cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+mkdir -p -- "$1"
+out=$(CDPATH='' cd -- "$1" && pwd)
+
+if ! (cd "$repo" && CGO_ENABLED=1 go build -tags "$tags" -ldflags "$ldflags" -o "$out/" ./cmd/hostfork ./cmd/hostfork-serve); then
+	die "the static build failed; a static link needs the C library's static archive (libc.a: Debian's libc6-dev, Fedora's glibc-static)"
+fi
 
 # The static link is the point: check it took (hostfork reads its own
 # program headers) rather than install a dynamic binary unnoticed.
 link=$("$out/hostfork" version --json | sed -n 's/.*"link": *"\([a-z]*\)".*/\1/p')
 if [ "$link" != static ]; then
-	echo "build: $out/hostfork is linked '${link:-unknown}', not static" >&2
-	exit 1
+	die "$out/hostfork is linked '${link:-unknown}', not static"
 fi
 echo "built $out/hostfork and $out/hostfork-serve (static)"

@@ -83,8 +83,8 @@ func TestRemoveKnownChildren(t *testing.T) {
 	mk(env)
 	mk(filepath.Join(env, "commands"))
 	mk(filepath.Join(env, "guardians"))
-	if err := cgroup.Open(env).Remove("commands", "guardians", "keeper"); err != nil {
-		t.Fatal(err)
+	if !cgroup.RemoveKnown(cgroup.Open(env), "commands", "guardians", "keeper") {
+		t.Fatal("the named children and the group were not removed without a listing")
 	}
 	if cgroup.Open(env).Exists() {
 		t.Fatal("group still exists")
@@ -94,6 +94,12 @@ func TestRemoveKnownChildren(t *testing.T) {
 	mk(filepath.Join(env, "commands"))
 	mk(filepath.Join(env, "commands", "c1"))
 	mk(filepath.Join(env, "guardians"))
+	if cgroup.RemoveKnown(cgroup.Open(env), "commands", "guardians") {
+		t.Fatal("the fast path reported a group with an unnamed grandchild removed")
+	}
+	if !cgroup.Open(env).Exists() {
+		t.Fatal("the fast path removed a group that still had a child")
+	}
 	if err := cgroup.Open(env).Remove("commands", "guardians"); err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,9 @@ func linkMode(path string) string {
 	default:
 		return "unknown"
 	}
-	if size < 4 || num == 0 || num > 4096 {
+	// An entry is 32 bytes in ELF32, 56 in ELF64; anything else is not
+	// a file the kernel would run.
+	if (h[4] == 1 && size != 32) || (h[4] == 2 && size != 56) || num == 0 || num > 4096 {
 		return "unknown"
 	}
 	ph := make([]byte, size*num)

@@ -36,22 +36,36 @@ func TestLinkModeOfThisProcess(t *testing.T) {
 	}
 }
 
-// elf64 builds a little-endian ELF64 header followed by program headers
-// of the given types.
-func elf64(types ...uint32) []byte {
-	const ehsize, phsize = 64, 56
-	b := make([]byte, ehsize+phsize*len(types))
+// elfFile builds an ELF header of the given class (1: 32-bit, 2: 64-bit)
+// and byte order followed by program headers of the given types.
+func elfFile(class byte, bo binary.ByteOrder, types ...uint32) []byte {
+	phsize := 56
+	if class == 1 {
+		phsize = 32
+	}
+	b := make([]byte, 64+phsize*len(types)) // the reader takes 64 bytes of header
 	copy(b, "\x7fELF")
-	b[4], b[5], b[6] = 2, 1, 1 // ELFCLASS64, little endian, version 1
-	le := binary.LittleEndian
-	le.PutUint64(b[0x20:], ehsize) // e_phoff
-	le.PutUint16(b[0x36:], phsize) // e_phentsize
-	le.PutUint16(b[0x38:], uint16(len(types)))
+	b[4], b[6] = class, 1
+	b[5] = 1 // little endian
+	if bo == binary.ByteOrder(binary.BigEndian) {
+		b[5] = 2
+	}
+	if class == 1 {
+		bo.PutUint32(b[0x1c:], uint32(64)) // e_phoff, past the 64 bytes read
+		bo.PutUint16(b[0x2a:], uint16(phsize))
+		bo.PutUint16(b[0x2c:], uint16(len(types)))
+	} else {
+		bo.PutUint64(b[0x20:], uint64(64))
+		bo.PutUint16(b[0x36:], uint16(phsize))
+		bo.PutUint16(b[0x38:], uint16(len(types)))
+	}
 	for i, ty := range types {
-		le.PutUint32(b[ehsize+i*phsize:], ty)
+		bo.PutUint32(b[64+i*phsize:], ty)
 	}
 	return b
 }
+
+func elf64(types ...uint32) []byte { return elfFile(2, binary.LittleEndian, types...) }
 
 func TestLinkModeParsesProgramHeaders(t *testing.T) {
 	const load, interp, dynamic, tls = 1, 3, 2, 7
@@ -66,6 +80,12 @@ func TestLinkModeParsesProgramHeaders(t *testing.T) {
 		{"no program headers", elf64(), "unknown"},
 		{"truncated program headers", elf64(load, interp)[:64+56+10], "unknown"},
 		{"truncated header", elf64(load)[:40], "unknown"},
+		{"ELF32 with an interpreter", elfFile(1, binary.LittleEndian, load, interp), "dynamic"},
+		{"ELF32 without", elfFile(1, binary.LittleEndian, load, load), "static"},
+		{"big-endian ELF64 with an interpreter", elfFile(2, binary.BigEndian, load, interp), "dynamic"},
+		{"big-endian ELF32 without", elfFile(1, binary.BigEndian, load, dynamic), "static"},
+		{"entry size not ELF64's", func() []byte { b := elf64(load, interp); b[0x36] = 64; return b }(), "unknown"},
+		{"entry size not ELF32's", func() []byte { b := elfFile(1, binary.LittleEndian, load); b[0x2a] = 56; return b }(), "unknown"},
 		{"not ELF", []byte(strings.Repeat("#!/bin/sh\n", 20)), "unknown"},
 		{"empty", nil, "unknown"},
 	}

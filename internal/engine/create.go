@@ -221,7 +221,7 @@ func (c *creation) build(ctx context.Context) error {
 			return fmt.Errorf("creating the environment's cgroup: %w", err)
 		}
 		c.madeCg = true
-		subs := envSubgroups[:2]
+		subs := envSubgroups[:2:2]
 		if p.View != nil {
 			subs = envSubgroups
 		}
