@@ -1,7 +1,8 @@
 # Shared setup for the bench/ scripts (sourced, not run). It builds hostfork
-# with scripts/build.sh, as installed (or takes $HOSTFORK_BIN) and the bench driver hfbench into a fresh
-# temporary directory, makes a private store and cgroup parent for them,
-# and removes all of them on exit. See docs/benchmarks.md.
+# with scripts/build.sh, as installed (or takes $HOSTFORK_BIN), and the
+# bench driver hfbench into a fresh temporary directory, makes a private
+# store and cgroup parent for them, and removes all of them on exit. See
+# docs/benchmarks.md.
 
 set -euo pipefail
 
