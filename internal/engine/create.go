@@ -36,10 +36,16 @@ type creation struct {
 	madeCg  bool
 }
 
-// envSubgroups are the child groups of an environment's cgroup: its
-// commands' groups, its guardians, and (with a view) its keeper. A
-// stop removes them by name (cgroup.Group.Remove).
-var envSubgroups = []string{"commands", "guardians", "keeper"}
+// The child groups of an environment's cgroup: its commands' groups, its
+// guardians, and (with a view) its keeper. A stop removes them by name
+// (cgroup.Group.Remove), as does a failed creation.
+const (
+	cgCommands  = "commands"
+	cgGuardians = "guardians"
+	cgKeeper    = "keeper"
+)
+
+var envSubgroups = []string{cgCommands, cgGuardians, cgKeeper}
 
 // Create makes the environment p describes: a reservation commit (the
 // record and every intent), the OS work (run directory, cgroups, limit
@@ -98,7 +104,7 @@ func (e *Engine) Create(ctx context.Context, p *spec.Plan, cs *CommandSpec) (*ap
 	if c.keeper != nil {
 		commands, guardians := "", ""
 		if c.rec.CgroupPath != "" {
-			commands, guardians = filepath.Join(c.rec.CgroupPath, "commands"), filepath.Join(c.rec.CgroupPath, "guardians")
+			commands, guardians = filepath.Join(c.rec.CgroupPath, cgCommands), filepath.Join(c.rec.CgroupPath, cgGuardians)
 		}
 		if err := c.keeper.Commit(commands, guardians); err != nil {
 			c.abandon(fmt.Errorf("confirming the keeper: %w", err), l)
@@ -294,9 +300,9 @@ func (c *creation) build(ctx context.Context) error {
 			}
 		} else {
 			if rec.CgroupPath != "" {
-				ks.Cgroup = filepath.Join(rec.CgroupPath, "keeper")
-				ks.CommandsCgroup = filepath.Join(rec.CgroupPath, "commands")
-				ks.GuardiansCgroup = filepath.Join(rec.CgroupPath, "guardians")
+				ks.Cgroup = filepath.Join(rec.CgroupPath, cgKeeper)
+				ks.CommandsCgroup = filepath.Join(rec.CgroupPath, cgCommands)
+				ks.GuardiansCgroup = filepath.Join(rec.CgroupPath, cgGuardians)
 			}
 			k, err := supervise.StartKeeper(ks)
 			if err != nil {
@@ -414,7 +420,7 @@ func (c *creation) abandon(cause error, l *launch) {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_ = g.WaitEmpty(wctx)
 		cancel()
-		if err := g.Remove(); err != nil {
+		if err := g.Remove(envSubgroups...); err != nil {
 			cleanup = append(cleanup, err.Error())
 		}
 	}

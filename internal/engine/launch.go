@@ -198,7 +198,7 @@ func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 		rec.StderrPath = filepath.Join(dir, "stderr")
 	}
 	if env.CgroupPath != "" {
-		rec.CgroupPath = filepath.Join(env.CgroupPath, "commands", id)
+		rec.CgroupPath = filepath.Join(env.CgroupPath, cgCommands, id)
 	}
 	if env.Limits != nil && lh == nil {
 		if g := limitGroup(env); g != nil {
@@ -382,7 +382,7 @@ func (l *launch) guardianGroup(env *api.Env, ss *supervise.StartSpec) {
 	if l.rec.CgroupPath == "" {
 		return
 	}
-	l.gcg = filepath.Join(env.CgroupPath, "guardians")
+	l.gcg = filepath.Join(env.CgroupPath, cgGuardians)
 	ss.GuardianCgroup = l.gcg
 	if m, err := cgroup.FindMount(); err == nil {
 		l.mount = m.Path

@@ -94,11 +94,11 @@ func (e *Engine) createScope(ctx context.Context, rec *api.Env, p *spec.Plan, ks
 		return k, err
 	}
 	rec.CgroupPath = systemd.CgroupPath(cm.Path, root, s.State.ControlGroup)
-	kg, err := cgroup.Create(filepath.Join(rec.CgroupPath, "keeper"))
+	kg, err := cgroup.Create(filepath.Join(rec.CgroupPath, cgKeeper))
 	if err != nil {
 		return k, fmt.Errorf("in the delegated scope: %w", err)
 	}
-	for _, sub := range []string{"commands", "guardians"} {
+	for _, sub := range envSubgroups[:2] {
 		if _, err := cgroup.Create(filepath.Join(rec.CgroupPath, sub)); err != nil {
 			return k, fmt.Errorf("in the delegated scope: %w", err)
 		}

@@ -111,7 +111,7 @@ func guardianProven(env *api.Env, c *api.Command) error {
 		if err != nil {
 			return fmt.Errorf("the cgroup2 mount can't be found: %v", err)
 		}
-		if !tree.InGroup(c.Guardian.PID, m.Path, filepath.Join(env.CgroupPath, "guardians")) {
+		if !tree.InGroup(c.Guardian.PID, m.Path, filepath.Join(env.CgroupPath, cgGuardians)) {
 			return fmt.Errorf("pid %d is not in the environment's guardians group", c.Guardian.PID)
 		}
 		return nil
@@ -428,11 +428,11 @@ func (e *Engine) finishEnv(ctx context.Context, env *api.Env, reason api.StopRea
 		// Anything left in the commands group (a stray member, a command
 		// whose stop failed) goes with the environment; the guardians are
 		// roots, never members.
-		t := tree.Target{Cgroup: filepath.Join(env.CgroupPath, "commands"), Subreapers: true}
+		t := tree.Target{Cgroup: filepath.Join(env.CgroupPath, cgCommands), Subreapers: true}
 		if m, err := cgroup.FindMount(); err == nil {
 			t.Mount = m.Path
 		}
-		if pids, err := cgroup.Open(filepath.Join(env.CgroupPath, "guardians")).Procs(); err == nil {
+		if pids, err := cgroup.Open(filepath.Join(env.CgroupPath, cgGuardians)).Procs(); err == nil {
 			for _, pid := range pids {
 				if id, err := linux.IdentityOf(pid); err == nil {
 					t.Roots = append(t.Roots, id)
