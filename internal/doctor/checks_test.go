@@ -256,6 +256,25 @@ func TestEvaluate(t *testing.T) {
 		}, Needs{}, []want{
 			{"serve.companion", "degraded", "go build -o /usr/local/bin/ ./cmd/hostfork-serve"},
 		}, true},
+		{"code in 2 MiB pages", func(f *Facts) {
+			f.Code = CodePagesFacts{Exe: "/usr/local/bin/hostfork", SizeKiB: 11674, AlignedKiB: 6144, HugeKiB: 6144, FSType: "ext4"}
+		}, Needs{}, []want{
+			{"exe.code-pages", "ok", "6.0 MiB of the 11.4 MiB"},
+		}, true},
+		{"code in small pages: degraded, never a blocker", func(f *Facts) {
+			f.Code = CodePagesFacts{Exe: "/usr/local/bin/hostfork", SizeKiB: 11674, AlignedKiB: 6144, FSType: "ext4"}
+		}, Needs{}, []want{
+			{"exe.code-pages", "degraded", "dd if=/usr/local/bin/hostfork of=/usr/local/bin/hostfork.2m bs=2M && chmod --reference=/usr/local/bin/hostfork /usr/local/bin/hostfork.2m && mv /usr/local/bin/hostfork.2m /usr/local/bin/hostfork"},
+			{"exe.code-pages", "degraded", "/usr/local/bin/hostfork (ext4): none of its 11.4 MiB"},
+		}, true},
+		{"code too small for 2 MiB pages", func(f *Facts) {
+			f.Code = CodePagesFacts{Exe: "/opt/hf", SizeKiB: 1900}
+		}, Needs{}, []want{
+			{"exe.code-pages", "ok", "no whole 2 MiB-aligned part"},
+		}, true},
+		{"code pages unreadable", func(f *Facts) { f.Code = CodePagesFacts{Err: "open /proc/self/maps: permission denied"} }, Needs{}, []want{
+			{"exe.code-pages", "skipped", "permission denied"},
+		}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -293,5 +312,38 @@ func TestVerdictPlan(t *testing.T) {
 	deg := []Check{{ID: "x", Status: Degraded, Required: true}}
 	if can, _ := Verdict(deg, nil); !can {
 		t.Error("degraded blocks")
+	}
+}
+
+// The maps and smaps parsing of readCodePages: a path with spaces, a
+// deleted executable, writable and foreign mappings left out, smaps' own
+// lines (VmFlags has five words) not taken for mapping headers.
+func TestCodePagesParsing(t *testing.T) {
+	exe := "/opt/my tools/hostfork (deleted)"
+	maps := "00400000-00401000 r--p 00000000 fe:00 78 " + exe + "\n" +
+		"00401000-00a59000 r-xp 00001000 fe:00 78                                 " + exe + "\n" +
+		"00f70000-00fd4000 rw-p 00b70000 fe:00 78 " + exe + "\n" +
+		"7f0000000000-7f0000400000 r-xp 00000000 fe:00 99 /usr/lib/libx.so\n" +
+		"7ffd0000-7ffd1000 rw-p 00000000 00:00 0 [stack]\n" +
+		"garbage\n"
+	ms := exeMappings(maps, exe)
+	if len(ms) != 2 || ms[0].start != 0x400000 || ms[1].end != 0xa59000 || ms[1].perms != "r-xp" {
+		t.Fatalf("exeMappings = %+v", ms)
+	}
+	smaps := "00401000-00a59000 r-xp 00001000 fe:00 78 " + exe + "\n" +
+		"Size:               6496 kB\n" +
+		"FilePmdMapped:      4096 kB\n" +
+		"VmFlags: rd ex mr mw me\n" +
+		"00f70000-00fd4000 rw-p 00b70000 fe:00 78 " + exe + "\n" +
+		"FilePmdMapped:      2048 kB\n" +
+		"7f0000000000-7f0000400000 r-xp 00000000 fe:00 99 /usr/lib/libx.so\n" +
+		"FilePmdMapped:      2048 kB\n" +
+		"00a59000-00f6a000 r--p 00659000 fe:00 78 " + exe + "\n" +
+		"FilePmdMapped:      2048 kB\n"
+	if got := pmdMappedKiB(smaps, exe); got != 6144 {
+		t.Errorf("pmdMappedKiB = %d, want 6144 (the read-only mappings of the executable only)", got)
+	}
+	if m, ok := parseMapsLine("VmFlags: rd ex mr mw me"); ok {
+		t.Errorf("VmFlags parsed as a mapping: %+v", m)
 	}
 }

@@ -33,6 +33,7 @@ type Facts struct {
 	Storage     []StorageRoot   `json:"storage_roots"`
 	Units       UnitFacts       `json:"units"`
 	HostShell   HostShellFacts  `json:"host_shell"`
+	Code        CodePagesFacts  `json:"code_pages"`
 	// Verbs are the CLI's verbs, so remedies only name commands that
 	// exist.
 	Verbs map[string]bool `json:"-"`
@@ -117,6 +118,23 @@ type StoreFacts struct {
 	PendingIntents int            `json:"pending_intents"`
 	Baselines      []BaselineFact `json:"baselines,omitempty"`
 	Err            string         `json:"error,omitempty"`
+}
+
+// CodePagesFacts describe how this process maps its own executable's code
+// and read-only data (docs/decisions.md, entry 78): how much of them lies
+// in 2 MiB-aligned parts wholly inside a mapping (what the kernel can map
+// with one page-table entry per 2 MiB) and how much is mapped that way.
+type CodePagesFacts struct {
+	Exe string `json:"exe,omitempty"`
+	// SizeKiB is the size of the executable's read-only mappings.
+	SizeKiB int64 `json:"size_kib"`
+	// AlignedKiB is the part of them in whole, aligned 2 MiB ranges.
+	AlignedKiB int64 `json:"aligned_kib"`
+	// HugeKiB is mapped with 2 MiB entries (smaps' FilePmdMapped), after
+	// each aligned range was touched.
+	HugeKiB int64  `json:"huge_kib"`
+	FSType  string `json:"fs_type,omitempty"`
+	Err     string `json:"error,omitempty"`
 }
 
 // BaselineFact is one registered baseline.
