@@ -57,6 +57,10 @@ repo=$(CDPATH='' cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p -- "$1"
 out=$(CDPATH='' cd -- "$1" && pwd)
 
+for b in hostfork hostfork-serve; do
+	[ ! -d "$out/$b" ] || die "$out/$b is a directory: move it away, or build into another DIR"
+done
+
 # Built beside DIR's files (the same file system, for the rename below)
 # and removed on any exit.
 tmp=$(mktemp -d -- "$out/.build.XXXXXX")
@@ -87,6 +91,6 @@ for b in hostfork hostfork-serve; do
 	chmod --reference="$tmp/$b" -- "$tmp/$b.2m"
 done
 for b in hostfork hostfork-serve; do
-	mv -f -- "$tmp/$b.2m" "$out/$b"
+	mv -fT -- "$tmp/$b.2m" "$out/$b"
 done
 echo "built $out/hostfork and $out/hostfork-serve (static)"

@@ -45,9 +45,12 @@ func codePages(f *Facts) Check {
 	switch {
 	case k.Err != "":
 		c.Status, c.Detail = Skipped, "not read: "+k.Err
+	case k.Replaced:
+		c.Status = Skipped
+		c.Detail = k.Exe + " was removed or replaced since this process started (a reinstall under a running server): what it maps is the old file; ask the installed binary (hostfork doctor)"
 	case k.AlignedKiB == 0:
 		c.Status = OK
-		c.Detail = fmt.Sprintf("%s: %s of code and read-only data, no whole 2 MiB-aligned part to map in 2 MiB pages", k.Exe, mib(k.SizeKiB))
+		c.Detail = fmt.Sprintf("%s: %s of code and read-only data, no part of which the kernel can map in 2 MiB pages (too small, or loaded at an address not 2 MiB-aligned with its file offset, as a position-independent executable is)", k.Exe, mib(k.SizeKiB))
 	case k.HugeKiB > 0:
 		c.Status = OK
 		c.Detail = fmt.Sprintf("%s: %s of the %s of code and read-only data mapped in 2 MiB pages (%s could be)", k.Exe, mib(k.HugeKiB), mib(k.SizeKiB), mib(k.AlignedKiB))

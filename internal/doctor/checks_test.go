@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -267,10 +268,15 @@ func TestEvaluate(t *testing.T) {
 			{"exe.code-pages", "degraded", "dd if=/usr/local/bin/hostfork of=/usr/local/bin/hostfork.2m bs=2M && chmod --reference=/usr/local/bin/hostfork /usr/local/bin/hostfork.2m && mv /usr/local/bin/hostfork.2m /usr/local/bin/hostfork"},
 			{"exe.code-pages", "degraded", "/usr/local/bin/hostfork (ext4): none of its 11.4 MiB"},
 		}, true},
-		{"code too small for 2 MiB pages", func(f *Facts) {
-			f.Code = CodePagesFacts{Exe: "/opt/hf", SizeKiB: 1900}
+		{"code that can't be mapped in 2 MiB pages", func(f *Facts) {
+			f.Code = CodePagesFacts{Exe: "/opt/hf", SizeKiB: 11674}
 		}, Needs{}, []want{
-			{"exe.code-pages", "ok", "no whole 2 MiB-aligned part"},
+			{"exe.code-pages", "ok", "no part of which the kernel can map in 2 MiB pages"},
+		}, true},
+		{"a binary replaced under a running server", func(f *Facts) {
+			f.Code = CodePagesFacts{Exe: "/usr/local/bin/hostfork-serve", SizeKiB: 11674, AlignedKiB: 6144, Replaced: true}
+		}, Needs{}, []want{
+			{"exe.code-pages", "skipped", "replaced since this process started"},
 		}, true},
 		{"code pages unreadable", func(f *Facts) { f.Code = CodePagesFacts{Err: "open /proc/self/maps: permission denied"} }, Needs{}, []want{
 			{"exe.code-pages", "skipped", "permission denied"},
@@ -345,5 +351,33 @@ func TestCodePagesParsing(t *testing.T) {
 	}
 	if m, ok := parseMapsLine("VmFlags: rd ex mr mw me"); ok {
 		t.Errorf("VmFlags parsed as a mapping: %+v", m)
+	}
+	if m, ok := parseMapsLine("00400000-00401000 r--p 00000000 fe:00 78 /opt/trailing "); !ok || m.path != "/opt/trailing " || m.offset != 0 {
+		t.Errorf("a path ending in a space: %+v, %v", m, ok)
+	}
+}
+
+// pmdRanges: only whole, aligned ranges whose file offsets are aligned
+// alike (the Go linker's layout: code at 0x401000, offset 0x1000).
+func TestPMDRanges(t *testing.T) {
+	const mb2 = 2 << 20
+	for _, tc := range []struct {
+		line string
+		want []uintptr
+	}{
+		{"00401000-00a59000 r-xp 00001000 fe:00 78 /x", []uintptr{0x600000, 0x800000}},
+		{"00a59000-00f6a000 r--p 00659000 fe:00 78 /x", []uintptr{0xc00000}},
+		{"00600000-00c00000 r-xp 00200000 fe:00 78 /x", []uintptr{0x600000, 0x800000, 0xa00000}},
+		// A position-independent executable at a 4 KiB-aligned base.
+		{"560fe58ac000-560fe5f04000 r-xp 00001000 fe:00 78 /x", nil},
+		{"00401000-005ff000 r-xp 00001000 fe:00 78 /x", nil},
+	} {
+		m, ok := parseMapsLine(tc.line)
+		if !ok {
+			t.Fatalf("%q: not parsed", tc.line)
+		}
+		if got := pmdRanges(m, mb2); !slices.Equal(got, tc.want) {
+			t.Errorf("%q: %#x, want %#x", tc.line, got, tc.want)
+		}
 	}
 }

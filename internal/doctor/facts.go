@@ -128,13 +128,18 @@ type CodePagesFacts struct {
 	Exe string `json:"exe,omitempty"`
 	// SizeKiB is the size of the executable's read-only mappings.
 	SizeKiB int64 `json:"size_kib"`
-	// AlignedKiB is the part of them in whole, aligned 2 MiB ranges.
+	// AlignedKiB is the part of them the kernel could map with one PMD
+	// (2 MiB on x86-64) each: whole aligned ranges whose file offsets are
+	// aligned alike.
 	AlignedKiB int64 `json:"aligned_kib"`
-	// HugeKiB is mapped with 2 MiB entries (smaps' FilePmdMapped), after
-	// each aligned range was touched.
+	// HugeKiB is mapped with 2 MiB entries (smaps' FilePmdMapped).
 	HugeKiB int64  `json:"huge_kib"`
 	FSType  string `json:"fs_type,omitempty"`
-	Err     string `json:"error,omitempty"`
+	// Replaced: the file this process runs was removed or replaced since
+	// it started (/proc/self/exe ends in " (deleted)"), as a long-running
+	// server's is after a reinstall.
+	Replaced bool   `json:"replaced,omitempty"`
+	Err      string `json:"error,omitempty"`
 }
 
 // BaselineFact is one registered baseline.
