@@ -664,6 +664,12 @@ func TestTruthEndedByHostfork(t *testing.T) {
 		b := c.start("run", "--memory", "64M", "--", "sh", "-c", writeIdentity(file)+"; head -c 300M /dev/zero | tail -c 300M > /dev/null; echo oomed > "+oomed+"; exec sleep 300")
 		pid, _ := identityFile(t, file)
 		waitFile(t, oomed)
+		// The guardian samples the OOM counter every 10 ms while it gets
+		// the CPU (supervise.Receipt.LeaderOOM): a kill sooner than its
+		// next sample after the child's is indistinguishable from the OOM
+		// killer's, which CI's load made happen (2 of 40 under
+		// stress-ng --cpu 2). Wait well past a sample.
+		time.Sleep(200 * time.Millisecond)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}

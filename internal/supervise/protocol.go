@@ -220,8 +220,10 @@ type Receipt struct {
 	OutputTruncated bool `json:"output_truncated,omitempty"`
 	// LeaderOOM says, when the leader died of SIGKILL and the command's
 	// OOM counter was being sampled, whether that counter rose since the
-	// last sample taken while the leader lived (250 ms at most): true, the
-	// OOM killer took the leader; false, the kill came from elsewhere.
+	// last sample taken while the leader lived (every 10 ms while the
+	// guardian gets the CPU): true, the OOM killer took the leader; false,
+	// the kill came from elsewhere. A child's OOM kill followed by a kill
+	// of the leader from elsewhere before the next sample reads as true.
 	LeaderOOM *bool `json:"leader_oom,omitempty"`
 	Complete  bool  `json:"complete"`
 }
