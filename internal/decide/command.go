@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
@@ -32,7 +33,11 @@ type Receipt struct {
 	OutputTruncated   bool
 	// LeaderOOM: whether the OOM killer took the leader (nil: not known).
 	LeaderOOM *bool
-	Complete  bool
+	// LeaderOOMStaleMS: the guardian sampled the OOM counter but can't
+	// tell (supervise.Receipt.LeaderOOMStaleMS): its last sample was this
+	// old when it saw the leader's SIGKILL death.
+	LeaderOOMStaleMS int64
+	Complete         bool
 }
 
 // Group is what a cgroup says.
@@ -251,19 +256,25 @@ func mergeLeader(n *api.Command, r *Receipt, ev Evidence) {
 }
 
 func finishOOM(n *api.Command, ev Evidence) {
+	// The guardian sampled but can't tell who the OOM killer took.
+	unsure := ev.Receipt != nil && ev.Receipt.LeaderOOM == nil && ev.Receipt.LeaderOOMStaleMS > 0
 	if n.OOM == nil && ev.OOM != nil {
 		v := *ev.OOM
 		n.OOM = &v
 		n.OOMEvidence = ev.OOMEvidence
+		if v && unsure {
+			n.OOMEvidence += fmt.Sprintf("; whether it took the leader, which died of SIGKILL, is unknown: the guardian's last sample of the counter was %d ms old when it saw the death (it samples every 10 ms while it gets the CPU)", ev.Receipt.LeaderOOMStaleMS)
+		}
 	} else if n.OOM == nil && ev.OOMEvidence != "" {
 		n.OOMEvidence = ev.OOMEvidence
 	}
 	// A leader dead of SIGKILL while the command's own OOM counter rose
 	// went to the environment's memory budget: hostfork's limit ended it
 	// (unless a stop reason came first).
-	// The guardian's sampling decides when it could (LeaderOOM); without
-	// it, a SIGKILL while the counter rose is taken for the OOM kill.
-	leaderOOM := ev.Receipt == nil || ev.Receipt.LeaderOOM == nil || *ev.Receipt.LeaderOOM
+	// The guardian's sampling decides when it could (LeaderOOM), and says
+	// when it couldn't (unsure: nothing is attributed); without it, a
+	// SIGKILL while the counter rose is taken for the OOM kill.
+	leaderOOM := ev.Receipt == nil || (ev.Receipt.LeaderOOM == nil && !unsure) || (ev.Receipt.LeaderOOM != nil && *ev.Receipt.LeaderOOM)
 	if n.OOM == nil || !*n.OOM || n.Signal == nil || *n.Signal != 9 || !leaderOOM {
 		return
 	}

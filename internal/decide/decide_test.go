@@ -78,6 +78,12 @@ func TestCommand(t *testing.T) {
 					t.Fatalf("stop reason %q, stopped by hostfork %v, oom %v", n.StopReason, n.StoppedByHostfork, n.OOM)
 				}
 			}},
+		{"a leader dead of SIGKILL while the guardian could not sample: unknown, not the budget", running, Evidence{BootID: "b1", Guardian: Gone, Receipt: &Receipt{WorkloadPID: 11, LeaderExited: &now, Signal: ip(9), LeaderOOMStaleMS: 57, TreeExited: &now, Complete: true}, OOM: &yes, OOMEvidence: "the command's own oom_kill counter was 0 at start, 1 after its tree exited"}, api.CommandExited, api.PhaseExited,
+			func(t *testing.T, n api.Command) {
+				if n.StopReason != "" || n.StoppedByHostfork || n.OOM == nil || !*n.OOM || !strings.Contains(n.OOMEvidence, "is unknown: the guardian's last sample of the counter was 57 ms old") {
+					t.Fatalf("stop reason %q, stopped by hostfork %v, oom %v (%s)", n.StopReason, n.StoppedByHostfork, n.OOM, n.OOMEvidence)
+				}
+			}},
 		{"guardian gone, its files never named: never released", func() api.Command {
 			c := running
 			c.StdoutPath, c.StderrPath = "/s/out", "/s/err"

@@ -39,7 +39,7 @@ func receiptOf(c *api.Command) (*decide.Receipt, error) {
 		WorkloadPID: r.WorkloadPID, WorkloadStart: r.WorkloadStart, StartError: r.StartError,
 		LeaderExited: r.LeaderExited, ExitCode: r.ExitCode, Signal: r.Signal, StopReason: r.StopReason,
 		StoppedByHostfork: r.StoppedByHostfork, OutsideCgroup: r.OutsideCgroup, TreeExited: r.TreeExited,
-		OutputTruncated: r.OutputTruncated, LeaderOOM: r.LeaderOOM, Complete: r.Complete,
+		OutputTruncated: r.OutputTruncated, LeaderOOM: r.LeaderOOM, LeaderOOMStaleMS: r.LeaderOOMStaleMS, Complete: r.Complete,
 	}, nil
 }
 

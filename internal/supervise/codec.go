@@ -34,6 +34,7 @@ var receiptNames = []string{
 	"command_id", "env_id", "boot_id", "guardian_pid", "proof_dev", "proof_ino", "workload_pid", "workload_start",
 	"start_error", "leader_exited_at", "exit_code", "signal", "stop_reason", "stopped_by_hostfork", "outside_cgroup",
 	"membership_unstable", "tree_exited_at", "output_truncated", "leader_oom", "complete",
+	"leader_oom_stale_ms",
 }
 
 func fastReceipt(b []byte, r *Receipt) bool {
@@ -84,6 +85,8 @@ func fastReceipt(b []byte, r *Receipt) bool {
 			return jsonfast.DecodeBoolPtr(v, &r.LeaderOOM)
 		case 19:
 			return jsonfast.DecodeBool(v, &r.Complete)
+		case 20:
+			return jsonfast.DecodeInt(v, &r.LeaderOOMStaleMS)
 		}
 		return true
 	})

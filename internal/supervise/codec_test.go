@@ -17,6 +17,8 @@ var (
 			`"tree_exited_at":"2026-12-02T19:00:01.5Z","complete":true}` + "\n",
 		`{"command_id":"c\"2\\","env_id":"e","boot_id":"b","guardian_pid":1,"proof_dev":0,"proof_ino":0,"start_error":"exec \"x\": no such file\n",` +
 			`"signal":9,"leader_oom":true,"complete":true}`,
+		`{"command_id":"c3","env_id":"e","boot_id":"b","guardian_pid":1,"proof_dev":0,"proof_ino":0,"workload_pid":7,` +
+			`"signal":9,"leader_oom_stale_ms":57,"tree_exited_at":"2026-12-02T19:00:01.5Z","complete":true}`,
 	}
 	guardianEvents = []string{
 		`{"ev":"started","pid":42,"start":987654,"at":"2026-12-02T19:00:00.000000001Z"}`,
@@ -28,7 +30,7 @@ var (
 	codecOddities = []string{
 		`{}`, `null`, `[]`, `{"complete":1}`, `{"exit_code":null,"signal":"9"}`, `{"COMPLETE":true}`, `{"complete":true,"complete":false}`,
 		`{"guardian_pid":1.5}`, `{"proof_ino":-1}`, `{"leader_exited_at":"yesterday"}`, `{"pid":null,"at":null}`, `{"Ev":"x"}`,
-		`{"leader_oom":null,"tree_exited_at":null}`, `{"unknown":[1,{"a":2}],"ev":"x"}`, `{"code":99999999999999999999}`,
+		`{"leader_oom":null,"tree_exited_at":null}`, `{"leader_oom_stale_ms":-3}`, `{"leader_oom_stale_ms":1e3}`, `{"unknown":[1,{"a":2}],"ev":"x"}`, `{"code":99999999999999999999}`,
 	}
 )
 

@@ -81,6 +81,17 @@ static struct {
 #define OOM_SAMPLE (10 * NS_PER_MS)
 static int64_t oom_last = -1, oom_next = INT64_MAX;
 static int leader_oom = -1;
+/* The sampling tells a child's OOM kill from a later kill of the leader
+ * only while the guardian gets the CPU: a kill from elsewhere soon after
+ * a child's, before the next sample, reads as the leader's OOM kill. When
+ * the guardian first sees the leader dying or dead (a sample that finds
+ * it touched, else its reaping) more than OOM_FRESH after the last sample
+ * it kept (a starved guardian), the attribution is left unknown and the
+ * receipt says how old the sample was (leader_oom_stale_ms). The first
+ * sight, not the reaping, bounds the kill: an OOM victim with a large
+ * heap takes milliseconds to exit. */
+#define OOM_FRESH (2 * OOM_SAMPLE)
+static int64_t oom_last_at, oom_touched_at, leader_oom_stale_ms;
 
 static struct hf_msg rel;
 
@@ -192,6 +203,10 @@ static void write_receipt(void)
 		hf_sb_s(&b, ",\"output_truncated\":true");
 	if (leader_oom >= 0)
 		hf_sb_s(&b, leader_oom ? ",\"leader_oom\":true" : ",\"leader_oom\":false");
+	if (leader_oom_stale_ms > 0) {
+		hf_sb_s(&b, ",\"leader_oom_stale_ms\":");
+		hf_sb_i64(&b, leader_oom_stale_ms);
+	}
 	if (R.has_tree) {
 		hf_sb_s(&b, ",\"tree_exited_at\":");
 		hf_sb_time(&b, &R.tree_at);
@@ -920,8 +935,12 @@ static void oom_sample(void)
 		return;
 	oom_next = now + OOM_SAMPLE;
 	int64_t v = oom_count();
-	if (v >= 0 && leader_untouched())
+	if (v >= 0 && leader_untouched()) {
 		oom_last = v;
+		oom_last_at = now;
+	} else if (v >= 0 && !oom_touched_at) {
+		oom_touched_at = now;
+	}
 }
 
 static void leader_exited(int status)
@@ -937,9 +956,13 @@ static void leader_exited(int status)
 		R.has_signal = 1;
 		R.signal = v;
 		if (v == SIGKILL && oom_last >= 0) {
-			int64_t now = oom_count();
-			if (now >= 0)
-				leader_oom = now > oom_last;
+			int64_t now = oom_count(), age = (oom_touched_at ? oom_touched_at : hf_mono_now()) - oom_last_at;
+			if (now >= 0 && now <= oom_last)
+				leader_oom = 0;
+			else if (now >= 0 && age <= OOM_FRESH)
+				leader_oom = 1;
+			else if (now >= 0)
+				leader_oom_stale_ms = age / NS_PER_MS > 0 ? age / NS_PER_MS : 1;
 		}
 		write_receipt();
 		emit("leader", 0, 0, NULL, &v, stop_reason, NULL);

@@ -225,7 +225,12 @@ type Receipt struct {
 	// the kill came from elsewhere. A child's OOM kill followed by a kill
 	// of the leader from elsewhere before the next sample reads as true.
 	LeaderOOM *bool `json:"leader_oom,omitempty"`
-	Complete  bool  `json:"complete"`
+	// LeaderOOMStaleMS: the counter rose, but the guardian saw the
+	// leader's death this many milliseconds after its last sample (more
+	// than twice the period: it did not get the CPU), so whether the OOM
+	// killer took the leader is unknown; LeaderOOM is then absent.
+	LeaderOOMStaleMS int64 `json:"leader_oom_stale_ms,omitempty"`
+	Complete         bool  `json:"complete"`
 }
 
 // encodeRelease frames cfg as the release message. It refuses values the
