@@ -263,7 +263,7 @@ func finishOOM(n *api.Command, ev Evidence) {
 		n.OOM = &v
 		n.OOMEvidence = ev.OOMEvidence
 		if v && unsure {
-			n.OOMEvidence += fmt.Sprintf("; whether it took the leader, which died of SIGKILL, is unknown: the guardian's last sample of the counter was %d ms old when it saw the death (it samples every 10 ms while it gets the CPU)", ev.Receipt.LeaderOOMStaleMS)
+			n.OOMEvidence += fmt.Sprintf("; whether it took the leader, which died of SIGKILL, is unknown: the guardian's last sample of the counter was %d ms old when it first saw the leader dying (it samples every 10 ms while it gets the CPU)", ev.Receipt.LeaderOOMStaleMS)
 		}
 	} else if n.OOM == nil && ev.OOMEvidence != "" {
 		n.OOMEvidence = ev.OOMEvidence

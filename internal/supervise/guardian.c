@@ -85,11 +85,13 @@ static int leader_oom = -1;
  * only while the guardian gets the CPU: a kill from elsewhere soon after
  * a child's, before the next sample, reads as the leader's OOM kill. When
  * the guardian first sees the leader dying or dead (a sample that finds
- * it touched, else its reaping) more than OOM_FRESH after the last sample
- * it kept (a starved guardian), the attribution is left unknown and the
- * receipt says how old the sample was (leader_oom_stale_ms). The first
- * sight, not the reaping, bounds the kill: an OOM victim with a large
- * heap takes milliseconds to exit. */
+ * it touched since the last one it kept, else its reaping) more than
+ * OOM_FRESH after the last sample it kept (a starved guardian), or can't
+ * read the counter at the reaping, or never kept a sample, it leaves the
+ * attribution unknown: the receipt then has leader_oom_stale_ms, the age
+ * of its last sample (from the workload's start if none), and no
+ * leader_oom. The first sight, not the reaping, bounds the kill: an OOM
+ * victim with a large heap takes milliseconds to exit. */
 #define OOM_FRESH (2 * OOM_SAMPLE)
 static int64_t oom_last_at, oom_touched_at, leader_oom_stale_ms;
 
@@ -938,6 +940,7 @@ static void oom_sample(void)
 	if (v >= 0 && leader_untouched()) {
 		oom_last = v;
 		oom_last_at = now;
+		oom_touched_at = 0; /* a sight before this sample says nothing */
 	} else if (v >= 0 && !oom_touched_at) {
 		oom_touched_at = now;
 	}
@@ -955,13 +958,16 @@ static void leader_exited(int status)
 		v = WTERMSIG(status);
 		R.has_signal = 1;
 		R.signal = v;
-		if (v == SIGKILL && oom_last >= 0) {
-			int64_t now = oom_count(), age = (oom_touched_at ? oom_touched_at : hf_mono_now()) - oom_last_at;
-			if (now >= 0 && now <= oom_last)
+		if (v == SIGKILL && cfg.oom_file[0]) {
+			/* oom_last_at is the workload's start until a sample is
+			 * kept; the first sight is never before the last sample. */
+			int64_t now = oom_count(), seen = oom_touched_at ? oom_touched_at : hf_mono_now();
+			int64_t age = seen > oom_last_at ? seen - oom_last_at : 0;
+			if (oom_last >= 0 && now >= 0 && now <= oom_last)
 				leader_oom = 0;
-			else if (now >= 0 && age <= OOM_FRESH)
+			else if (oom_last >= 0 && now >= 0 && age <= OOM_FRESH)
 				leader_oom = 1;
-			else if (now >= 0)
+			else
 				leader_oom_stale_ms = age / NS_PER_MS > 0 ? age / NS_PER_MS : 1;
 		}
 		write_receipt();
@@ -1497,6 +1503,7 @@ int hf_guardian_main(void)
 	} /* else: kept (close-on-exec) to watch the artifacts grow */
 	leader_pid = pid;
 	leader_alive = 1;
+	oom_last_at = hf_mono_now();
 	last_activity = hf_mono_now();
 	if (cfg.idle_ns > 0)
 		idle_poll(), last_activity = hf_mono_now();

@@ -225,10 +225,12 @@ type Receipt struct {
 	// the kill came from elsewhere. A child's OOM kill followed by a kill
 	// of the leader from elsewhere before the next sample reads as true.
 	LeaderOOM *bool `json:"leader_oom,omitempty"`
-	// LeaderOOMStaleMS: the counter rose, but the guardian saw the
-	// leader's death this many milliseconds after its last sample (more
-	// than twice the period: it did not get the CPU), so whether the OOM
-	// killer took the leader is unknown; LeaderOOM is then absent.
+	// LeaderOOMStaleMS: the leader died of SIGKILL and the guardian can't
+	// tell whose kill it was: it first saw the leader dying this many
+	// milliseconds after its last sample kept while the leader lived
+	// (more than twice the period: it did not get the CPU), or it could
+	// not read the counter then, or it never kept a sample (the age is
+	// then from the workload's start). LeaderOOM is then absent.
 	LeaderOOMStaleMS int64 `json:"leader_oom_stale_ms,omitempty"`
 	Complete         bool  `json:"complete"`
 }
