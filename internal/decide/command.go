@@ -33,9 +33,10 @@ type Receipt struct {
 	OutputTruncated   bool
 	// LeaderOOM: whether the OOM killer took the leader (nil: not known).
 	LeaderOOM *bool
-	// LeaderOOMStaleMS: the guardian sampled the OOM counter but can't
-	// tell (supervise.Receipt.LeaderOOMStaleMS): its last sample was this
-	// old when it saw the leader's SIGKILL death.
+	// LeaderOOMStaleMS: the guardian can't tell whether the OOM killer
+	// took the leader (supervise.Receipt.LeaderOOMStaleMS): its last
+	// sample of the counter was this old when it first saw the leader
+	// dying, or it could not read the counter, or never kept a sample.
 	LeaderOOMStaleMS int64
 	Complete         bool
 }
