@@ -57,7 +57,8 @@ repo=$(CDPATH='' cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p -- "$1"
 out=$(CDPATH='' cd -- "$1" && pwd)
 
-for b in hostfork hostfork-serve; do
+bins=(hostfork hostfork-serve)
+for b in "${bins[@]}"; do
 	[ ! -d "$out/$b" ] || die "$out/$b is a directory: move it away, or build into another DIR"
 done
 
@@ -66,7 +67,7 @@ done
 tmp=$(mktemp -d -- "$out/.build.XXXXXX")
 trap 'rm -rf -- "$tmp"' EXIT
 
-if ! (cd "$repo" && CGO_ENABLED=1 go build -tags "$tags" -ldflags "$ldflags" -o "$tmp/" ./cmd/hostfork ./cmd/hostfork-serve); then
+if ! (cd "$repo" && CGO_ENABLED=1 go build -tags "$tags" -ldflags "$ldflags" -o "$tmp/" "${bins[@]/#/./cmd/}"); then
 	die "the static build failed; a static link needs the C library's static archive (libc.a: Debian's libc6-dev, Fedora's glibc-static)"
 fi
 
@@ -86,11 +87,11 @@ fi
 # fewer, and its exit unmaps as many fewer pages. 'hostfork doctor' says
 # whether the running binary's code is mapped that way. A running copy
 # keeps the old file; the renames come after both copies are written.
-for b in hostfork hostfork-serve; do
+for b in "${bins[@]}"; do
 	dd if="$tmp/$b" of="$tmp/$b.2m" bs=2M status=none || die "writing $tmp/$b.2m failed"
 	chmod --reference="$tmp/$b" -- "$tmp/$b.2m"
 done
-for b in hostfork hostfork-serve; do
+for b in "${bins[@]}"; do
 	mv -fT -- "$tmp/$b.2m" "$out/$b"
 done
 echo "built $out/hostfork and $out/hostfork-serve (static)"

@@ -83,7 +83,7 @@ func fileHugeFolios(t *testing.T, dir string) bool {
 	head := strconv.FormatUint(uint64(aligned), 16) + "-"
 	in := false
 	for _, line := range strings.Split(string(smaps), "\n") {
-		if fields := strings.Fields(line); len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+		if smapsHeader(strings.Fields(line)) {
 			in = strings.HasPrefix(line, head)
 			continue
 		}

@@ -40,7 +40,7 @@ func readOnlyOf(pid int, exe string) (size, rss int, err error) {
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		switch {
-		case len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":"):
+		case smapsHeader(fields):
 			flush()
 			in = len(fields) >= 6 && fields[5] == exe && !strings.Contains(fields[1], "w")
 			msize, mrss = 0, 0
@@ -52,6 +52,13 @@ func readOnlyOf(pid int, exe string) (size, rss int, err error) {
 	}
 	flush()
 	return size, rss, sc.Err()
+}
+
+// smapsHeader reports whether the fields of a /proc/PID/smaps line are a
+// mapping's header ("start-end perms offset dev inode [path]"), not one
+// of its "Key: value" lines.
+func smapsHeader(fields []string) bool {
+	return len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":")
 }
 
 // printMaps is the command hostfork-maps of this test binary: it prints

@@ -346,6 +346,9 @@ func TestCodePagesParsing(t *testing.T) {
 		"FilePmdMapped:      2048 kB\n" +
 		"00a59000-00f6a000 r--p 00659000 fe:00 78 " + exe + "\n" +
 		"FilePmdMapped:      2048 kB\n"
+	if ms := exeMappings(smaps, exe); len(ms) != 2 || ms[0].start != 0x401000 || ms[1].start != 0xa59000 {
+		t.Errorf("exeMappings of a smaps text = %+v; want its two read-only mappings of the executable", ms)
+	}
 	if got := pmdMappedKiB(smaps, exe); got != 6144 {
 		t.Errorf("pmdMappedKiB = %d, want 6144 (the read-only mappings of the executable only)", got)
 	}

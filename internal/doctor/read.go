@@ -116,20 +116,17 @@ func readCodePages() CodePagesFacts {
 	if unix.Statfs(c.Exe, &sf) == nil {
 		c.FSType = storage.FSName(int64(sf.Type))
 	}
-	maps, err := os.ReadFile("/proc/self/maps")
+	// smaps' header lines are maps' lines: one read gives both the
+	// mappings and what is mapped with PMDs.
+	smaps, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		c.Err = err.Error()
 		return c
 	}
 	huge := pmdBytes()
-	for _, m := range exeMappings(string(maps), exe) {
+	for _, m := range exeMappings(string(smaps), exe) {
 		c.SizeKiB += int64(m.end-m.start) >> 10
 		c.AlignedKiB += int64(len(pmdRanges(m, huge))) * int64(huge>>10)
-	}
-	smaps, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		c.Err = err.Error()
-		return c
 	}
 	c.HugeKiB = pmdMappedKiB(string(smaps), exe)
 	return c
@@ -195,7 +192,7 @@ func parseMapsLine(line string) (m mapping, ok bool) {
 }
 
 // exeMappings are the read-only (not writable) mappings of file exe in a
-// maps text.
+// maps or smaps text (smaps' other lines are not mapping lines).
 func exeMappings(maps, exe string) []mapping {
 	var out []mapping
 	for _, line := range strings.Split(maps, "\n") {
