@@ -20,9 +20,13 @@ type Options struct {
 	// their groups; "" means $HOSTFORK_CGROUP_PARENT, else <cgroup2
 	// mount>/hostfork for root, else the user's delegated subtree.
 	CgroupParent string
-	// Exe is the program re-executed as the guardian and the keeper; ""
-	// means the running program itself (/proc/self/exe), which carries
-	// them: every binary that imports hostfork does.
+	// Exe is the program executed as the guardian and the keeper. ""
+	// means the program $HOSTFORK_HELPER names (refused with ErrInvalid
+	// unless it is a regular executable file owned by root or this user
+	// and writable by nobody else), else the hostfork-helper beside the
+	// running executable when scripts/build.sh built both, else the
+	// running program itself (/proc/self/exe), which carries them: every
+	// binary that imports hostfork does (docs/decisions.md, entry 80).
 	Exe string
 }
 

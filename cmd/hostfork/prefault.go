@@ -160,10 +160,12 @@ static int hf_prefault_segments(struct dl_phdr_info *info, size_t size, void *da
 // MALLOC_ARENA_MAX or glibc.malloc.arena_max tunable is left to win.
 static void hf_one_arena(void)
 {
+#ifdef M_ARENA_MAX
 	const char *m = getenv("MALLOC_ARENA_MAX"), *t = getenv("GLIBC_TUNABLES");
 	if ((m && m[0]) || (t && strstr(t, "malloc.arena_max")))
 		return;
 	mallopt(M_ARENA_MAX, 1);
+#endif
 }
 
 // HF_CLI_TIMERSLACK_NS is the timer slack of the CLI's threads (entry
@@ -235,6 +237,9 @@ static int hf_prefaulted(int *share, long *fault_ns)
 // hf_malloc_arenas counts the arenas malloc_info reports (-1: unknown).
 static int hf_malloc_arenas(void)
 {
+#ifndef __GLIBC__
+	return -1;
+#else
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
@@ -249,6 +254,7 @@ static int hf_malloc_arenas(void)
 	fclose(f);
 	free(buf);
 	return n;
+#endif
 }
 
 // The Go runtime sizes GOMAXPROCS from the CPUs its main thread may run

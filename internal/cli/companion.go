@@ -232,29 +232,10 @@ func joinOr(s []string) string {
 // that only root or this user can have written: owned by one of them and
 // writable by nobody else. The check is on the open descriptor.
 func openCompanion(p string) (*os.File, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
+	f, _, err := linux.OpenProgram(p)
+	var r *linux.RefusedProgramError
+	if errors.As(err, &r) {
+		return nil, fmt.Errorf("refusing to run %s: %s; install it owned by root (or yourself) and writable only by its owner", r.Path, r.Why)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-	why := ""
-	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		why = "it is not a regular file"
-	case st.Mode&0o111 == 0:
-		why = "it is not executable"
-	case st.Uid != 0 && int(st.Uid) != os.Geteuid():
-		why = fmt.Sprintf("it is owned by uid %d, neither root nor this user (uid %d)", st.Uid, os.Geteuid())
-	case st.Mode&0o022 != 0:
-		why = fmt.Sprintf("its mode %04o lets other users change it", st.Mode&0o7777)
-	}
-	if why != "" {
-		f.Close()
-		return nil, fmt.Errorf("refusing to run %s: %s; install it owned by root (or yourself) and writable only by its owner", p, why)
-	}
-	return f, nil
+	return f, err
 }

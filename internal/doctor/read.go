@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 
@@ -83,7 +84,21 @@ func ReadFacts(ctx context.Context, o ReadOptions) *Facts {
 	f.Units = readUnits(ctx, o)
 	f.HostShell = readHostShell(o.Root)
 	f.Code = readCodePages()
+	f.Helper = readHelper()
 	return f
+}
+
+// readHelper finds the helper the way a start does (supervise.FindHelper).
+func readHelper() HelperFacts {
+	h := HelperFacts{BuildID: supervise.HelperID()}
+	fh, err := supervise.FindHelper()
+	if err != nil {
+		h.Err = err.Error()
+		return h
+	}
+	defer fh.Close()
+	h.Path, h.Standalone, h.Why = fh.Path, fh.Standalone, fh.Why
+	return h
 }
 
 // pmdBytes is the size of a PMD mapping: the kernel's

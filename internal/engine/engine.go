@@ -16,6 +16,7 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
 
 // Options configure an Engine.
@@ -26,9 +27,10 @@ type Options struct {
 	// their groups; "" means $HOSTFORK_CGROUP_PARENT, else <cgroup2
 	// mount>/hostfork for root, else the user's delegated subtree.
 	CgroupParent string
-	// Exe is the program re-executed as the guardian and the keeper; ""
-	// means /proc/self/exe (every binary that links the library carries
-	// the C helpers).
+	// Exe is the program executed as the guardian and the keeper; ""
+	// means supervise.FindHelper's choice: the helper program when there
+	// is one to use, else /proc/self/exe (every binary that links the
+	// library carries the C helpers).
 	Exe string
 }
 
@@ -51,6 +53,32 @@ type Engine struct {
 
 	closed    chan struct{}
 	closeOnce sync.Once
+
+	// helper is the program guardians and keepers start from, found at
+	// the first start (helperOnce): opts.Exe when set, else
+	// supervise.FindHelper's.
+	helperOnce sync.Once
+	helper     *supervise.Helper
+	helperErr  error
+}
+
+// Helper returns the program this engine starts guardians and keepers
+// from. An error means a helper was named explicitly (HOSTFORK_HELPER)
+// and can't be used.
+func (e *Engine) Helper() (*supervise.Helper, error) {
+	e.helperOnce.Do(func() {
+		if e.opts.Exe != "" {
+			e.helper = &supervise.Helper{Path: e.opts.Exe, Why: "the program the caller named (Options.Exe)"}
+			return
+		}
+		h, err := supervise.FindHelper()
+		if err != nil {
+			e.helperErr = fmt.Errorf("%v: %w", err, api.ErrInvalid)
+			return
+		}
+		e.helper = h
+	})
+	return e.helper, e.helperErr
 }
 
 // Open validates the store at opts.Root (creating it if needed) and opens
@@ -69,11 +97,18 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	ensureConfig(root)
-	if opts.Exe == "" {
-		opts.Exe = "/proc/self/exe"
-	}
 	opts.Root = root
-	return &Engine{root: root, reg: newRecords(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
+	e := &Engine{root: root, reg: newRecords(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}
+	if opts.Exe == "" && os.Getenv(supervise.HelperEnv) != "" {
+		// A helper named explicitly is checked now, so that a wrong one
+		// fails before anything is reserved; the default is found at the
+		// first start.
+		if _, err := e.Helper(); err != nil {
+			reg.Close()
+			return nil, err
+		}
+	}
+	return e, nil
 }
 
 // Root is the store directory.
@@ -90,6 +125,9 @@ func (e *Engine) Close() error {
 		e.recordObserved()
 		close(e.closed)
 		err = e.reg.Close()
+		if e.helper != nil {
+			e.helper.Close()
+		}
 	})
 	return err
 }

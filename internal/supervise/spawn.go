@@ -37,7 +37,10 @@ type child struct {
 // 2, …; a nil entry is closed in the child. The environment is empty but
 // for the timer slack to restore (helperEnv).
 type spawnSpec struct {
-	path     string
+	path string
+	// file, when set, is the program, open: it is executed through its
+	// descriptor (path only names it in errors).
+	file     *os.File
 	args     []string
 	files    []*os.File
 	setsid   bool
@@ -99,8 +102,21 @@ func spawn(s spawnSpec) (*child, error) {
 		sys.UseCgroupFD = true
 		sys.CgroupFD = s.cgroupFD
 	}
-	pid, _, err := syscall.StartProcess(s.path, s.args, &syscall.ProcAttr{Env: helperEnv(), Files: fds, Sys: sys})
+	exe := s.path
+	if s.file != nil {
+		// The child rearranges its descriptors 0…n-1 by dup2, first moving
+		// those below their slot to n, n+1, …: a copy at 2n or above
+		// survives that until the exec resolves /proc/self/fd/N.
+		fd, err := unix.FcntlInt(s.file.Fd(), unix.F_DUPFD_CLOEXEC, 2*len(fds)+1)
+		if err != nil {
+			return nil, &os.PathError{Op: "dup", Path: s.path, Err: err}
+		}
+		defer unix.Close(fd)
+		exe = "/proc/self/fd/" + strconv.Itoa(fd)
+	}
+	pid, _, err := syscall.StartProcess(exe, s.args, &syscall.ProcAttr{Env: helperEnv(), Files: fds, Sys: sys})
 	runtime.KeepAlive(s.files)
+	runtime.KeepAlive(s.file)
 	if err != nil {
 		return nil, &os.PathError{Op: "fork/exec", Path: s.path, Err: err}
 	}

@@ -1,0 +1,49 @@
+package linux
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// OpenProgram opens p, a program of hostfork's own that it is about to
+// execute (the companion, the helper), and checks on the descriptor that
+// it is an executable regular file that only root or this user can have
+// written: owned by one of them and writable by nobody else. The caller
+// executes the descriptor (/proc/self/fd/N), so the file checked is the
+// file run. An error that is not the open's says why the file is refused;
+// st is the descriptor's metadata.
+func OpenProgram(p string) (f *os.File, st unix.Stat_t, err error) {
+	f, err = os.OpenFile(p, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, st, err
+	}
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, st, fmt.Errorf("%s: %w", p, err)
+	}
+	why := ""
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		why = "it is not a regular file"
+	case st.Mode&0o111 == 0:
+		why = "it is not executable"
+	case st.Uid != 0 && int(st.Uid) != os.Geteuid():
+		why = fmt.Sprintf("it is owned by uid %d, neither root nor this user (uid %d)", st.Uid, os.Geteuid())
+	case st.Mode&0o022 != 0:
+		why = fmt.Sprintf("its mode %04o lets other users change it", st.Mode&0o7777)
+	}
+	if why != "" {
+		f.Close()
+		return nil, st, &RefusedProgramError{Path: p, Why: why}
+	}
+	return f, st, nil
+}
+
+// RefusedProgramError is a program OpenProgram refuses to execute.
+type RefusedProgramError struct {
+	Path, Why string
+}
+
+func (e *RefusedProgramError) Error() string { return e.Path + ": " + e.Why }
