@@ -87,6 +87,13 @@ func TestHelperProgram(t *testing.T) {
 	if r.code != 128+15 {
 		t.Fatalf("a command killed by SIGTERM through the helper: %v", r)
 	}
+	// With --output inherit the guardian is handed hostfork's own
+	// descriptors, which may be numbered above the helper's: the copy
+	// executed must still be the helper's (spawn).
+	r = withHelper(helper, "run", "--output", "inherit", "--", "sh", "-c", `cat /proc/$PPID/comm`)
+	if r.code != 0 || r.stdout != "hostfork-guardi\n" {
+		t.Fatalf("run --output inherit through the helper: %v", r)
+	}
 
 	// The keeper of a view.
 	base := filepath.Join(t.TempDir(), "base")

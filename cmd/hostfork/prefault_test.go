@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
@@ -243,8 +244,11 @@ func TestPrefault(t *testing.T) {
 		t.Errorf("a cold start read %d %% of the binary into the page cache; want only what it ran", share)
 	}
 
-	// The guardian, once its workload runs (its constructors are done).
+	// The guardian, once its workload runs (its constructors are done),
+	// started from this binary even where a helper program is named
+	// (decision 80): it is this binary's guardian mode that is checked.
 	cmd := c.command("run", "--", "sleep", "3")
+	cmd.Env = append(cmd.Env, supervise.HelperEnv+"="+c.exe)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

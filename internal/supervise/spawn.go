@@ -104,10 +104,18 @@ func spawn(s spawnSpec) (*child, error) {
 	}
 	exe := s.path
 	if s.file != nil {
-		// The child rearranges its descriptors 0…n-1 by dup2, first moving
-		// those below their slot to n, n+1, …: a copy at 2n or above
-		// survives that until the exec resolves /proc/self/fd/N.
-		fd, err := unix.FcntlInt(s.file.Fd(), unix.F_DUPFD_CLOEXEC, 2*len(fds)+1)
+		// The child (syscall.forkAndExecInChild) rearranges its
+		// descriptors 0…n-1: it first moves its exec-status pipe and every
+		// descriptor below its slot to the numbers from max(n, the
+		// highest one given)+1 on, at most n+1 of them. A copy above all
+		// of those survives until the exec resolves /proc/self/fd/N.
+		top := len(fds)
+		for _, fd := range fds {
+			if fd != ^uintptr(0) && int(fd) > top {
+				top = int(fd)
+			}
+		}
+		fd, err := unix.FcntlInt(s.file.Fd(), unix.F_DUPFD_CLOEXEC, top+len(fds)+3)
 		if err != nil {
 			return nil, &os.PathError{Op: "dup", Path: s.path, Err: err}
 		}
