@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
@@ -115,8 +117,12 @@ func openHelper(p string, sameBuild bool) (*os.File, error) {
 	case err != nil:
 		return nil, err
 	}
-	if sameBuild {
-		why := ""
+	why := ""
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &fs); err == nil && fs.Flags&unix.ST_NOEXEC != 0 {
+		why = "it lies on a file system mounted noexec"
+	}
+	if why == "" && sameBuild {
 		id, err := readHelperID(f, st.Size)
 		switch {
 		case err != nil:
@@ -124,10 +130,10 @@ func openHelper(p string, sameBuild bool) (*os.File, error) {
 		case id != helperID:
 			why = fmt.Sprintf("it is the helper of another build (%.12s, this hostfork's is %.12s): install both from one 'scripts/build.sh DIR'", id, helperID)
 		}
-		if why != "" {
-			f.Close()
-			return nil, fmt.Errorf("not using %s as the helper: %s", p, why)
-		}
+	}
+	if why != "" {
+		f.Close()
+		return nil, fmt.Errorf("not using %s as the helper: %s", p, why)
 	}
 	return f, nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
@@ -64,6 +66,22 @@ func TestFindHelperNamed(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, want: "neither root nor this user"},
+		{name: "noexec mount", path: filepath.Join(dir, "noexec", "hostfork-helper"), prep: func(t *testing.T, p string) {
+			testutil.RequireRoot(t)
+			mnt := filepath.Dir(p)
+			if err := os.Mkdir(mnt, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mount("tmpfs", mnt, "tmpfs", unix.MS_NOEXEC, "size=1m"); err != nil {
+				t.Fatalf("mounting a noexec tmpfs: %v", err)
+			}
+			t.Cleanup(func() {
+				if err := unix.Unmount(mnt, 0); err != nil {
+					t.Errorf("cleanup: unmount %s: %v", mnt, err)
+				}
+			})
+			writeHelper(t, p, idA, 0o755)
+		}, want: "mounted noexec"},
 		{name: "any build, no id linked", path: bare},
 		{name: "same build", path: good, id: idA},
 		{name: "another build", path: good, id: idB, want: "helper of another build"},
