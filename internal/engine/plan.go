@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
-
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/limits"
@@ -162,7 +160,7 @@ func (e *Engine) planView(ctx context.Context, p *spec.Plan) (map[string]*baseli
 	// keeps receiving the host's mounts and unmounts (as Docker's rslave),
 	// private ones stay private, and nothing propagates back.
 	p.Propagation = "slave"
-	if shared, err := anyShared(); err == nil && !shared {
+	if !anyShared(mounts) {
 		p.Notes = append(p.Notes, "the host's mounts are all private here, so the view can't follow them: a filesystem the host mounts or unmounts later is not seen by the view, and one the view still covers stays busy on the host until the environment stops ('mount --make-rshared /' changes that; see 'hostfork doctor')")
 	}
 	names := make([]string, 0, len(s.Trees))
@@ -191,17 +189,13 @@ func (e *Engine) planView(ctx context.Context, p *spec.Plan) (map[string]*baseli
 
 // anyShared reports whether any of the host's mounts has shared
 // propagation.
-func anyShared() (bool, error) {
-	ms, err := mountinfo.GetMounts(nil)
-	if err != nil {
-		return false, err
-	}
-	for _, m := range ms {
-		if strings.Contains(m.Optional, "shared:") {
-			return true, nil
+func anyShared(mounts []view.MountEntry) bool {
+	for _, m := range mounts {
+		if m.Shared {
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 // planTree checks one tree against the host and the registered baselines.

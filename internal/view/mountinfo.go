@@ -1,6 +1,8 @@
 package view
 
 import (
+	"strings"
+
 	"github.com/moby/sys/mountinfo"
 )
 
@@ -10,6 +12,9 @@ type MountEntry struct {
 	FSType  string
 	Source  string
 	Options string // per-mount options
+	// Shared: the mount has shared propagation (a "shared:N" optional
+	// field).
+	Shared bool
 }
 
 // ReadMountinfo reads this process's mount table.
@@ -20,7 +25,8 @@ func ReadMountinfo() ([]MountEntry, error) {
 	}
 	out := make([]MountEntry, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, MountEntry{Target: m.Mountpoint, FSType: m.FSType, Source: m.Source, Options: m.Options})
+		out = append(out, MountEntry{Target: m.Mountpoint, FSType: m.FSType, Source: m.Source, Options: m.Options,
+			Shared: strings.Contains(m.Optional, "shared:")})
 	}
 	return out, nil
 }
