@@ -55,23 +55,22 @@ die() {
 # CDPATH would make cd print the directory, and the $(...) take it in.
 repo=$(CDPATH='' cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 
-# build_helper FILE builds the helper to FILE and prints its id (the
-# SHA-256 of the program), which it also appends to FILE as its last line.
-# It needs musl-gcc; the C files are package supervise's, with the main
-# of HF_HELPER_MAIN (hf_ctor.c) instead of the constructor. musl-gcc sees
-# only musl's headers: the kernel's (linux/, asm/, asm-generic/) are
-# linked into a directory of their own, not the whole /usr/include, whose
-# glibc headers musl must not see.
+# build_helper FILE builds the helper to FILE (mode 0755) and sets
+# helper_id to its id (the SHA-256 of the program), which it also appends
+# to FILE as its last line. It needs musl-gcc (the caller checks); the C
+# files are package supervise's, with the main of HF_HELPER_MAIN
+# (hf_ctor.c) instead of the constructor. musl-gcc sees only musl's
+# headers: the kernel's (linux/, asm/, asm-generic/) are linked into a
+# directory of their own, not the whole /usr/include, whose glibc headers
+# musl must not see. Any failure ends the script.
 build_helper() {
-	local file=$1 kh asm id
-	command -v musl-gcc >/dev/null || return 1
-	kh=$(mktemp -d)
-	asm=/usr/include/$(gcc -print-multiarch 2>/dev/null || true)/asm
+	local file=$1 kh asm
+	asm=/usr/include/$(uname -m)-linux-gnu/asm
 	[ -d "$asm" ] || asm=/usr/include/asm
 	if [ ! -d /usr/include/linux ] || [ ! -d "$asm" ] || [ ! -d /usr/include/asm-generic ]; then
-		rm -rf -- "$kh"
-		die "the kernel's headers (/usr/include/linux, asm, asm-generic) are missing: install linux-libc-dev"
+		die "the kernel's headers (/usr/include/linux, asm, asm-generic) are missing: install them (Debian's linux-libc-dev)"
 	fi
+	kh=$(mktemp -d)
 	ln -s /usr/include/linux "$kh/linux"
 	ln -s "$asm" "$kh/asm"
 	ln -s /usr/include/asm-generic "$kh/asm-generic"
@@ -81,9 +80,10 @@ build_helper() {
 		die "building the helper with musl-gcc failed"
 	fi
 	rm -rf -- "$kh"
-	id=$(sha256sum -- "$file" | cut -d' ' -f1)
-	printf '\nhostfork-helper-id %s\n' "$id" >>"$file"
-	echo "$id"
+	helper_id=$(sha256sum -- "$file" | cut -d' ' -f1)
+	[[ $helper_id =~ ^[0-9a-f]{64}$ ]] || die "no SHA-256 of $file (sha256sum: '$helper_id')"
+	printf '\nhostfork-helper-id %s\n' "$helper_id" >>"$file"
+	chmod 0755 -- "$file"
 }
 
 [ $# -ge 1 ] || usage
@@ -95,7 +95,8 @@ case "$1" in
 	;;
 --helper)
 	[ $# -eq 2 ] && [ -n "$2" ] || usage
-	build_helper "$2" >/dev/null || die "musl-gcc not found: the helper is built with musl (Debian's musl-tools)"
+	command -v musl-gcc >/dev/null || die "musl-gcc not found: the helper is built with musl (Debian's musl-tools)"
+	build_helper "$2"
 	exit 0
 	;;
 -* | '') usage ;;
@@ -110,7 +111,9 @@ command -v "${cc%% *}" >/dev/null || die "no C compiler ($cc): the SQLite driver
 mkdir -p -- "$1"
 out=$(CDPATH='' cd -- "$1" && pwd)
 
-bins=(hostfork hostfork-serve hostfork-helper)
+# The helper first: a hostfork renamed into place before its helper would
+# use itself meanwhile (safe, but slower).
+bins=(hostfork-helper hostfork hostfork-serve)
 for b in "${bins[@]}"; do
 	[ ! -d "$out/$b" ] || die "$out/$b is a directory: move it away, or build into another DIR"
 done
@@ -121,8 +124,9 @@ tmp=$(mktemp -d -- "$out/.build.XXXXXX")
 trap 'rm -rf -- "$tmp"' EXIT
 
 gobins=(hostfork hostfork-serve)
-if id=$(build_helper "$tmp/hostfork-helper"); then
-	ldflags="$ldflags -X github.com/habemus-papadum/hostfork/internal/supervise.helperID=$id"
+if command -v musl-gcc >/dev/null; then
+	build_helper "$tmp/hostfork-helper"
+	ldflags="$ldflags -X github.com/habemus-papadum/hostfork/internal/supervise.helperID=$helper_id"
 else
 	echo "build: musl-gcc not found: building no hostfork-helper, so guardians and keepers start from hostfork itself (install musl-tools for a start about 0.3 ms cheaper)" >&2
 	bins=("${gobins[@]}")
@@ -157,7 +161,9 @@ fi
 # keeps the old file; the renames come after both copies are written.
 for b in "${bins[@]}"; do
 	dd if="$tmp/$b" of="$tmp/$b.2m" bs=2M status=none || die "writing $tmp/$b.2m failed"
-	chmod --reference="$tmp/$b" -- "$tmp/$b.2m"
+	# 0755 whatever the umask: hostfork refuses to execute a companion or
+	# helper that others could change.
+	chmod 0755 -- "$tmp/$b.2m"
 done
 for b in "${bins[@]}"; do
 	mv -fT -- "$tmp/$b.2m" "$out/$b"

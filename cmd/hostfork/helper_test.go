@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/habemus-papadum/hostfork/internal/doctor"
@@ -22,8 +23,11 @@ func buildHelper(t *testing.T) string {
 		testutil.Skip(t, "musl-gcc is not installed (Debian's musl-tools): the helper can't be built")
 	}
 	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
+	// The test's temporary directory too: a second user runs from here.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	p := filepath.Join(dir, supervise.HelperName)
 	if out, err := exec.Command("bash", "../../scripts/build.sh", "--helper", p).CombinedOutput(); err != nil {
@@ -163,5 +167,42 @@ func TestHelperProgram(t *testing.T) {
 	}
 	if n := len(c.ps(true)); n != runsBefore {
 		t.Errorf("a refused helper left %d records", n-runsBefore)
+	}
+	fresh := filepath.Join(t.TempDir(), "fresh-store")
+	if r = withHelper("hostfork-helper", "--root", fresh, "run", "--", "true"); r.code != 122 {
+		t.Errorf("a refused helper with a new store: %v", r)
+	}
+	if _, err := os.Lstat(fresh); err == nil {
+		t.Errorf("a refused helper left a new store at %s", fresh)
+	}
+
+	// A helper this user may not execute (root's, mode 0744: readable,
+	// executable by root alone) is refused by name for a second user, not
+	// left to fail at every start.
+	u := testutil.NewUser(t, "hfhelp", testutil.UserOptions{})
+	dir := filepath.Dir(helper)
+	private := filepath.Join(dir, "private-helper")
+	writeInBlocks(t, helper, private, 1<<20)
+	if err := os.Chmod(private, 0o744); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "hostfork")
+	if err := copyExecutable(c.exe, bin); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "user-store")
+	if err := os.Mkdir(store, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(store, u.UID, u.GID); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--root", store, "run", "--", "true")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", supervise.HelperEnv + "=" + private}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 122 || !strings.Contains(string(out), "this user may not execute it") {
+		t.Errorf("a second user with %s=%s (root's, 0744): %v\n%s", supervise.HelperEnv, private, err, out)
 	}
 }

@@ -87,7 +87,7 @@ func helper(f *Facts) Check {
 		c.Status, c.Detail = OK, h.Path+id+": a static program of its own, whose start is a fraction of this binary's"
 	case h.BuildID == "":
 		c.Status = OK
-		c.Detail = "this binary itself (" + h.Why + "); a build by scripts/build.sh starts them from hostfork-helper, about 0.3 ms of CPU cheaper a start"
+		c.Detail = "this binary itself: " + h.Why + " (scripts/build.sh builds hostfork-helper where musl-gcc is installed; its start costs about 0.3 ms of CPU less)"
 	default:
 		c.Status = Degraded
 		c.Detail = "this binary itself: " + h.Why

@@ -55,60 +55,80 @@ type Engine struct {
 	closeOnce sync.Once
 
 	// helper is the program guardians and keepers start from, found at
-	// the first start (helperOnce): opts.Exe when set, else
-	// supervise.FindHelper's.
-	helperOnce sync.Once
-	helper     *supervise.Helper
-	helperErr  error
+	// the first start: opts.Exe when set, else supervise.FindHelper's.
+	// Close closes it (helperClosed); a start after that is ErrClosed.
+	helperMu     sync.Mutex
+	helper       *supervise.Helper
+	helperErr    error
+	helperClosed bool
 }
 
 // Helper returns the program this engine starts guardians and keepers
 // from. An error means a helper was named explicitly (HOSTFORK_HELPER)
-// and can't be used.
+// and can't be used (ErrInvalid), or the engine is closed (ErrClosed). A
+// start that races with Close can still find the helper's descriptor
+// closed: spawn then fails ("use of closed file"), and never executes a
+// descriptor number another open reused.
 func (e *Engine) Helper() (*supervise.Helper, error) {
-	e.helperOnce.Do(func() {
-		if e.opts.Exe != "" {
-			e.helper = &supervise.Helper{Path: e.opts.Exe, Why: "the program the caller named (Options.Exe)"}
-			return
-		}
+	e.helperMu.Lock()
+	defer e.helperMu.Unlock()
+	switch {
+	case e.helperClosed:
+		return nil, api.ErrClosed
+	case e.helper != nil || e.helperErr != nil:
+		return e.helper, e.helperErr
+	case e.opts.Exe != "":
+		e.helper = &supervise.Helper{Path: e.opts.Exe, Why: "the program the caller named (Options.Exe)"}
+	default:
 		h, err := supervise.FindHelper()
 		if err != nil {
 			e.helperErr = fmt.Errorf("%v: %w", err, api.ErrInvalid)
-			return
 		}
 		e.helper = h
-	})
+	}
 	return e.helper, e.helperErr
+}
+
+// closeHelper closes the helper's descriptor; later starts are ErrClosed.
+func (e *Engine) closeHelper() {
+	e.helperMu.Lock()
+	defer e.helperMu.Unlock()
+	e.helperClosed = true
+	e.helper.Close()
 }
 
 // Open validates the store at opts.Root (creating it if needed) and opens
 // its registry.
 func Open(ctx context.Context, opts Options) (*Engine, error) {
+	// A helper named explicitly is checked first, so that a wrong one
+	// fails before anything is made or reserved; the default is found at
+	// the first start.
+	var helper *supervise.Helper
+	if opts.Exe == "" && os.Getenv(supervise.HelperEnv) != "" {
+		h, err := supervise.FindHelper()
+		if err != nil {
+			return nil, fmt.Errorf("%v: %w", err, api.ErrInvalid)
+		}
+		helper = h
+	}
 	root, err := prepareStore(opts.Root)
 	if err != nil {
+		helper.Close()
 		return nil, err
 	}
 	reg, err := registry.Open(ctx, root)
 	if err != nil {
+		helper.Close()
 		return nil, fmt.Errorf("%v: %w", err, api.ErrStore)
 	}
 	if err := checkRegistry(ctx, root, reg); err != nil {
 		reg.Close()
+		helper.Close()
 		return nil, err
 	}
 	ensureConfig(root)
 	opts.Root = root
-	e := &Engine{root: root, reg: newRecords(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}
-	if opts.Exe == "" && os.Getenv(supervise.HelperEnv) != "" {
-		// A helper named explicitly is checked now, so that a wrong one
-		// fails before anything is reserved; the default is found at the
-		// first start.
-		if _, err := e.Helper(); err != nil {
-			reg.Close()
-			return nil, err
-		}
-	}
-	return e, nil
+	return &Engine{root: root, reg: newRecords(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{}), helper: helper}, nil
 }
 
 // Root is the store directory.
@@ -125,9 +145,7 @@ func (e *Engine) Close() error {
 		e.recordObserved()
 		close(e.closed)
 		err = e.reg.Close()
-		if e.helper != nil {
-			e.helper.Close()
-		}
+		e.closeHelper()
 	})
 	return err
 }

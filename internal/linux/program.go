@@ -3,19 +3,22 @@ package linux
 import (
 	"fmt"
 	"os"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
 
 // OpenProgram opens p, a program of hostfork's own that it is about to
 // execute (the companion, the helper), and checks on the descriptor that
-// it is an executable regular file that only root or this user can have
-// written: owned by one of them and writable by nobody else. The caller
+// it is a regular file this user may execute and that only root or this
+// user can have written: owned by one of them and writable by nobody
+// else. The caller
 // executes the descriptor (/proc/self/fd/N), so the file checked is the
 // file run. An error that is not the open's says why the file is refused;
 // st is the descriptor's metadata.
 func OpenProgram(p string) (f *os.File, st unix.Stat_t, err error) {
-	f, err = os.OpenFile(p, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	// O_NONBLOCK: a FIFO in its place must not hang the open.
+	f, err = os.OpenFile(p, os.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, st, err
 	}
@@ -33,12 +36,24 @@ func OpenProgram(p string) (f *os.File, st unix.Stat_t, err error) {
 		why = fmt.Sprintf("it is owned by uid %d, neither root nor this user (uid %d)", st.Uid, os.Geteuid())
 	case st.Mode&0o022 != 0:
 		why = fmt.Sprintf("its mode %04o lets other users change it", st.Mode&0o7777)
+	case noexec(f):
+		why = "it lies on a file system mounted noexec"
+	case unix.Faccessat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.X_OK, unix.AT_EACCESS) != nil:
+		// Its x bits are not this user's, or a security module forbids
+		// it: the exec would fail.
+		why = "this user may not execute it"
 	}
 	if why != "" {
 		f.Close()
 		return nil, st, &RefusedProgramError{Path: p, Why: why}
 	}
 	return f, st, nil
+}
+
+// noexec reports whether f lies on a mount with the noexec flag.
+func noexec(f *os.File) bool {
+	var fs unix.Statfs_t
+	return unix.Fstatfs(int(f.Fd()), &fs) == nil && fs.Flags&unix.ST_NOEXEC != 0
 }
 
 // RefusedProgramError is a program OpenProgram refuses to execute.

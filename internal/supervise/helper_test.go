@@ -4,8 +4,10 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -82,6 +84,11 @@ func TestFindHelperNamed(t *testing.T) {
 			})
 			writeHelper(t, p, idA, 0o755)
 		}, want: "mounted noexec"},
+		{name: "fifo", path: filepath.Join(dir, "fifo"), prep: func(t *testing.T, p string) {
+			if err := unix.Mkfifo(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "not a regular file"},
 		{name: "any build, no id linked", path: bare},
 		{name: "same build", path: good, id: idA},
 		{name: "another build", path: good, id: idB, want: "helper of another build"},
@@ -178,4 +185,53 @@ func TestFindHelperBeside(t *testing.T) {
 		t.Fatal(err)
 	}
 	self(t, h, "does not exist")
+}
+
+// The C helpers word an errno as Go does (hf_errstr.h), whichever C
+// library they are linked with: the standalone helper links musl, whose
+// strerror words several differently from glibc's.
+func TestErrstrIsGos(t *testing.T) {
+	for e := 1; e < 134; e++ {
+		want := syscall.Errno(e).Error()
+		if strings.HasPrefix(want, "errno ") {
+			continue // no name on this architecture
+		}
+		if got := cErrstr(e); got != want {
+			t.Errorf("errno %d: the helpers say %q, Go %q", e, got, want)
+		}
+	}
+}
+
+// The same with musl, which the standalone helper links: a program of
+// hf_common.c alone prints hf_errstr for each errno.
+func TestErrstrIsGosWithMusl(t *testing.T) {
+	if _, err := exec.LookPath("musl-gcc"); err != nil {
+		testutil.Skip(t, "musl-gcc is not installed (Debian's musl-tools)")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "errstr.c")
+	if err := os.WriteFile(src, []byte("#include <stdio.h>\n#include \"hf.h\"\nint main(void)\n{\n\tfor (int e = 1; e < 134; e++)\n\t\tprintf(\"%s\\n\", hf_errstr(e));\n\treturn 0;\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(dir, "errstr")
+	if out, err := exec.Command("musl-gcc", "-static", "-O2", "-I.", "-o", prog, src, "hf_common.c").CombinedOutput(); err != nil {
+		t.Fatalf("musl-gcc: %v\n%s", err, out)
+	}
+	out, err := exec.Command(prog).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(lines) != 133 {
+		t.Fatalf("%d lines from the musl program", len(lines))
+	}
+	for e := 1; e < 134; e++ {
+		want := syscall.Errno(e).Error()
+		if strings.HasPrefix(want, "errno ") {
+			continue
+		}
+		if got := lines[e-1]; got != want {
+			t.Errorf("errno %d: the musl helpers say %q, Go %q", e, got, want)
+		}
+	}
 }

@@ -52,6 +52,9 @@ func cTimerSlackEnv() string { return C.GoString(C.hf_timerslack_env()) }
 // dispatch (HF_NARROWED_CPU_ENV), for the consistency test.
 func cNarrowedCPUEnv() string { return C.GoString(C.hf_narrowed_cpu_env()) }
 
+// cErrstr is the C side's rendering of errno e (hf_errstr).
+func cErrstr(e int) string { return C.GoString(C.hf_errstr(C.int(e))) }
+
 // cReasonName is the C side's name of a reason code.
 func cReasonName(code int) string { return C.GoString(C.hf_reason_name(C.int(code))) }
 

@@ -115,7 +115,17 @@ func spawn(s spawnSpec) (*child, error) {
 				top = int(fd)
 			}
 		}
-		fd, err := unix.FcntlInt(s.file.Fd(), unix.F_DUPFD_CLOEXEC, top+len(fds)+3)
+		// Through the file's own reference (Control): a concurrent Close
+		// waits, and a closed file is an error, never a number reused by
+		// another open.
+		fd := -1
+		rc, err := s.file.SyscallConn()
+		if err == nil {
+			cerr := rc.Control(func(f uintptr) { fd, err = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, top+len(fds)+3) })
+			if cerr != nil {
+				err = cerr
+			}
+		}
 		if err != nil {
 			return nil, &os.PathError{Op: "dup", Path: s.path, Err: err}
 		}
