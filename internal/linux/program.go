@@ -10,12 +10,11 @@ import (
 
 // OpenProgram opens p, a program of hostfork's own that it is about to
 // execute (the companion, the helper), and checks on the descriptor that
-// it is a regular file this user may execute and that only root or this
-// user can have written: owned by one of them and writable by nobody
-// else. The caller
-// executes the descriptor (/proc/self/fd/N), so the file checked is the
-// file run. An error that is not the open's says why the file is refused;
-// st is the descriptor's metadata.
+// it is a regular file this user may execute, not on a noexec mount, and
+// that only root or this user can have written: owned by one of them and
+// writable by nobody else. The caller executes the descriptor
+// (/proc/self/fd/N), so the file checked is the file run. A refusal is a
+// *RefusedProgramError that says why; st is the descriptor's metadata.
 func OpenProgram(p string) (f *os.File, st unix.Stat_t, err error) {
 	// O_NONBLOCK: a FIFO in its place must not hang the open.
 	f, err = os.OpenFile(p, os.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)

@@ -102,10 +102,8 @@ func FindHelper() (*Helper, error) {
 	return &Helper{Path: p, File: f, Standalone: true}, nil
 }
 
-// openHelper opens p and checks, on the descriptor, that it is an
-// executable regular file that only root or this user can have written
-// (linux.OpenProgram), and, with sameBuild, that its trailer names this
-// build's helper.
+// openHelper opens p and checks it on the descriptor (linux.OpenProgram)
+// and, with sameBuild, that its trailer names this build's helper.
 func openHelper(p string, sameBuild bool) (*os.File, error) {
 	f, st, err := linux.OpenProgram(p)
 	var r *linux.RefusedProgramError
