@@ -72,7 +72,7 @@ func codePages(f *Facts) Check {
 // 80). The running binary always works, so only a helper named and
 // refused blocks.
 func helper(f *Facts) Check {
-	c := Check{ID: "exe.helper", Title: "the program guardians and keepers start from", Evidence: Read, Required: h0(f)}
+	c := Check{ID: "exe.helper", Title: "the program guardians and keepers start from", Evidence: Read, Required: helperBlocks(f)}
 	h := f.Helper
 	id := ""
 	if h.BuildID != "" {
@@ -92,18 +92,23 @@ func helper(f *Facts) Check {
 		c.Status = Degraded
 		c.Detail = "this binary itself: " + h.Why
 		c.Missing = "the helper of this build: every command's guardian and every view's keeper then start from this binary, about 0.3 ms of CPU dearer a start; everything works"
-		dir := "DIR"
-		if f.Exe != "" {
-			dir = filepath.Dir(f.Exe)
-		}
-		c.Remedy = "scripts/build.sh " + dir + " (installs hostfork and hostfork-helper together; needs musl-gcc, Debian's musl-tools)"
+		c.Remedy = "scripts/build.sh " + exeDir(f) + " (installs hostfork and hostfork-helper together; needs musl-gcc, Debian's musl-tools)"
 	}
 	return c
 }
 
-// h0 is set when the helper check must block: a helper named by
-// HOSTFORK_HELPER that can't be used fails every start.
-func h0(f *Facts) bool { return f.Helper.Err != "" }
+// helperBlocks is set when the helper check must block: a helper named
+// by HOSTFORK_HELPER that can't be used fails every start.
+func helperBlocks(f *Facts) bool { return f.Helper.Err != "" }
+
+// exeDir is the directory of this executable, for remedies ("DIR" when
+// unknown).
+func exeDir(f *Facts) string {
+	if f.Exe == "" {
+		return "DIR"
+	}
+	return filepath.Dir(f.Exe)
+}
 
 // companion reports the binary that 'serve' and 'mcp' execute. No run
 // needs it, so it never blocks.
@@ -117,11 +122,7 @@ func companion(f *Facts) Check {
 	default:
 		c.Status, c.Detail = Degraded, f.CompanionErr
 		c.Missing = "the companion binary: 'hostfork serve' and 'hostfork mcp' exit 121 without it; everything else works"
-		dir := "DIR"
-		if f.Exe != "" {
-			dir = filepath.Dir(f.Exe)
-		}
-		c.Remedy = "go build -o " + dir + "/ ./cmd/hostfork-serve (from a hostfork source tree of the same version)"
+		c.Remedy = "go build -o " + exeDir(f) + "/ ./cmd/hostfork-serve (from a hostfork source tree of the same version)"
 	}
 	return c
 }

@@ -84,12 +84,11 @@ func FindHelper() (*Helper, error) {
 	if helperID == "" {
 		return SelfHelper("this build has no helper of its own"), nil
 	}
+	// os.Executable reads /proc/self/exe, a path the kernel resolved: no
+	// symbolic link is left in it.
 	exe, err := os.Executable()
 	if err != nil {
 		return SelfHelper(fmt.Sprintf("the executable's path is unknown: %v", err)), nil
-	}
-	if r, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = r
 	}
 	p := filepath.Join(filepath.Dir(exe), HelperName)
 	f, err := openHelper(p, true)
