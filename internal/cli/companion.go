@@ -235,7 +235,7 @@ func openCompanion(p string) (*os.File, error) {
 	f, _, err := linux.OpenProgram(p)
 	var r *linux.RefusedProgramError
 	if errors.As(err, &r) {
-		return nil, fmt.Errorf("refusing to run %s: %s; install it owned by root (or yourself) and writable only by its owner", r.Path, r.Why)
+		return nil, fmt.Errorf("refusing to run %s: %s; %s", r.Path, r.Why, r.Fix)
 	}
 	return f, err
 }

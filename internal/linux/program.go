@@ -25,26 +25,27 @@ func OpenProgram(p string) (f *os.File, st unix.Stat_t, err error) {
 		f.Close()
 		return nil, st, fmt.Errorf("%s: %w", p, err)
 	}
-	why := ""
+	const own = "install it owned by root (or yourself) and writable only by its owner"
+	why, fix := "", own
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		why = "it is not a regular file"
 	case st.Mode&0o111 == 0:
-		why = "it is not executable"
+		why, fix = "it is not executable", "chmod 0755 "+p
 	case st.Uid != 0 && int(st.Uid) != os.Geteuid():
 		why = fmt.Sprintf("it is owned by uid %d, neither root nor this user (uid %d)", st.Uid, os.Geteuid())
 	case st.Mode&0o022 != 0:
 		why = fmt.Sprintf("its mode %04o lets other users change it", st.Mode&0o7777)
 	case noexec(f):
-		why = "it lies on a file system mounted noexec"
+		why, fix = "it lies on a file system mounted noexec", "install it on a file system mounted without noexec"
 	case unix.Faccessat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.X_OK, unix.AT_EACCESS) != nil:
 		// Its x bits are not this user's, or a security module forbids
 		// it: the exec would fail.
-		why = "this user may not execute it"
+		why, fix = "this user may not execute it", "make it executable by this user (mode 0755)"
 	}
 	if why != "" {
 		f.Close()
-		return nil, st, &RefusedProgramError{Path: p, Why: why}
+		return nil, st, &RefusedProgramError{Path: p, Why: why, Fix: fix}
 	}
 	return f, st, nil
 }
@@ -58,6 +59,8 @@ func noexec(f *os.File) bool {
 // RefusedProgramError is a program OpenProgram refuses to execute.
 type RefusedProgramError struct {
 	Path, Why string
+	// Fix is the change that makes the file acceptable.
+	Fix string
 }
 
 func (e *RefusedProgramError) Error() string { return e.Path + ": " + e.Why }

@@ -108,7 +108,7 @@ func openHelper(p string, sameBuild bool) (*os.File, error) {
 	var r *linux.RefusedProgramError
 	switch {
 	case errors.As(err, &r):
-		return nil, fmt.Errorf("not using %s as the helper: %s", p, r.Why)
+		return nil, fmt.Errorf("not using %s as the helper: %s (%s)", p, r.Why, r.Fix)
 	case err != nil:
 		return nil, err
 	}
