@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/spf13/cobra"
+
+	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
 // BuildInfo is hostfork's build provenance, read from the binary itself.
@@ -27,6 +29,11 @@ type BuildInfo struct {
 	// dynamic loader, decision 77), "dynamic" for a plain `go build` or
 	// `go run`, "unknown" when the executable can't be read.
 	Link string `json:"link"`
+	// SQLiteMemory is "arena" when the registry's SQLite allocates from
+	// its arena (scripts/build.sh builds SQLite with memsys5, decision
+	// 81), "system" when it uses the C library's malloc (a plain `go
+	// build`).
+	SQLiteMemory string `json:"sqlite_memory"`
 }
 
 // The version patterns are compiled on first use, not at every start of
@@ -38,7 +45,7 @@ var (
 
 // ReadBuildInfo reads the provenance embedded by the Go toolchain.
 func ReadBuildInfo() BuildInfo {
-	b := BuildInfo{Version: "unknown", GoVersion: runtime.Version(), Commit: "unknown", Kind: "source", Link: linkMode("/proc/self/exe")}
+	b := BuildInfo{Version: "unknown", GoVersion: runtime.Version(), Commit: "unknown", Kind: "source", Link: linkMode("/proc/self/exe"), SQLiteMemory: sqliteMemory()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return b
@@ -66,6 +73,14 @@ func ReadBuildInfo() BuildInfo {
 		b.Kind = "release"
 	}
 	return b
+}
+
+// sqliteMemory names the registry's SQLite allocator (BuildInfo).
+func sqliteMemory() string {
+	if registry.Arena().Engaged {
+		return "arena"
+	}
+	return "system"
 }
 
 // linkMode reads the ELF program headers of the executable at path: one
@@ -135,7 +150,7 @@ func newVersionCmd(g *globals) *cobra.Command {
 			if b.Dirty != nil {
 				dirty = fmt.Sprint(*b.Dirty)
 			}
-			fmt.Fprintf(g.out, "hostfork %s (%s build)\n  go:     %s\n  commit: %s\n  dirty:  %s\n  link:   %s\n", b.Version, b.Kind, b.GoVersion, b.Commit, dirty, b.Link)
+			fmt.Fprintf(g.out, "hostfork %s (%s build)\n  go:     %s\n  commit: %s\n  dirty:  %s\n  link:   %s\n  sqlite: %s memory\n", b.Version, b.Kind, b.GoVersion, b.Commit, dirty, b.Link, b.SQLiteMemory)
 			return nil
 		},
 	}
