@@ -6,10 +6,10 @@
 #   scripts/build.sh DIR       build the binaries into DIR (created if missing)
 #   scripts/build.sh --goflags print the flags, quoted for GOFLAGS, e.g.
 #       GOFLAGS="$(go env GOFLAGS) $(scripts/build.sh --goflags)" go test ./...
-#   scripts/build.sh --cgo-cflags
-#                              print the C flags the build adds to CGO_CFLAGS
-#                              (the same test: CGO_CFLAGS="$(go env
-#                              CGO_CFLAGS) $(scripts/build.sh --cgo-cflags)")
+#   scripts/build.sh --env     print the C compiler and flags the build uses,
+#       as shell exports, for the same test: (eval "$(scripts/build.sh
+#       --env)"; GOFLAGS="$(go env GOFLAGS) $(scripts/build.sh --goflags)"
+#       go test ./...)
 #   scripts/build.sh --helper FILE
 #                              build only the helper, to FILE (tests use it
 #                              through HOSTFORK_HELPER)
@@ -54,7 +54,7 @@ ldflags='-linkmode=external -extldflags=-static'
 cflags='-DSQLITE_ENABLE_MEMSYS5'
 
 usage() {
-	echo "usage: scripts/build.sh DIR | scripts/build.sh --goflags | scripts/build.sh --cgo-cflags | scripts/build.sh --helper FILE" >&2
+	echo "usage: scripts/build.sh DIR | scripts/build.sh --goflags | scripts/build.sh --env | scripts/build.sh --helper FILE" >&2
 	exit 2
 }
 
@@ -70,31 +70,26 @@ repo=$(CDPATH='' cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 # helper_id to its id (the SHA-256 of the program), which it also appends
 # to FILE as its last line. It needs musl-gcc (the caller checks); the C
 # files are package supervise's, with the main of HF_HELPER_MAIN
-# (hf_ctor.c) instead of the constructor. musl-gcc sees only musl's
-# headers: the kernel's (linux/, asm/, asm-generic/) are linked into a
-# directory of their own, not the whole /usr/include, whose glibc headers
-# musl must not see. Any failure ends the script.
+# (hf_ctor.c) instead of the constructor. They need only the C library's
+# headers (musl-gcc has no kernel headers). Any failure ends the script.
 build_helper() {
-	local file=$1 kh asm
-	asm=/usr/include/$(uname -m)-linux-gnu/asm
-	[ -d "$asm" ] || asm=/usr/include/asm
-	if [ ! -d /usr/include/linux ] || [ ! -d "$asm" ] || [ ! -d /usr/include/asm-generic ]; then
-		die "the kernel's headers (/usr/include/linux, asm, asm-generic) are missing: install them (Debian's linux-libc-dev)"
-	fi
-	kh=$(mktemp -d)
-	ln -s /usr/include/linux "$kh/linux"
-	ln -s "$asm" "$kh/asm"
-	ln -s /usr/include/asm-generic "$kh/asm-generic"
-	if ! musl-gcc -static -O2 -Wall -Wextra -DHF_HELPER_MAIN -isystem "$kh" \
+	local file=$1
+	if ! musl-gcc -static -O2 -Wall -Wextra -DHF_HELPER_MAIN \
 		-I "$repo/internal/supervise" -o "$file" "$repo"/internal/supervise/*.c; then
-		rm -rf -- "$kh"
 		die "building the helper with musl-gcc failed"
 	fi
-	rm -rf -- "$kh"
 	helper_id=$(sha256sum -- "$file" | cut -d' ' -f1)
 	[[ $helper_id =~ ^[0-9a-f]{64}$ ]] || die "no SHA-256 of $file (sha256sum: '$helper_id')"
 	printf '\nhostfork-helper-id %s\n' "$helper_id" >>"$file"
 	chmod 0755 -- "$file"
+}
+
+# cgo_env sets CC, CGO_CFLAGS and CGO_LDFLAGS for the Go binaries: Go's
+# defaults, with SQLite compiled with memsys5 (decision 81).
+cgo_env() {
+	CC=$(go env CC)
+	CGO_CFLAGS="$(go env CGO_CFLAGS) $cflags"
+	CGO_LDFLAGS=$(go env CGO_LDFLAGS)
 }
 
 [ $# -ge 1 ] || usage
@@ -104,9 +99,11 @@ case "$1" in
 	printf -- '-tags=%s "-ldflags=%s"\n' "$tags" "$ldflags"
 	exit 0
 	;;
---cgo-cflags)
+--env)
 	[ $# -eq 1 ] || usage
-	printf -- '%s\n' "$cflags"
+	command -v go >/dev/null || die "go not found on PATH"
+	cgo_env
+	printf 'export CC=%q CGO_CFLAGS=%q CGO_LDFLAGS=%q\n' "$CC" "$CGO_CFLAGS" "$CGO_LDFLAGS"
 	exit 0
 	;;
 --helper)
@@ -120,9 +117,9 @@ esac
 [ $# -eq 1 ] || usage
 
 command -v go >/dev/null || die "go not found on PATH"
-cc=$(go env CC)
+cgo_env
 # CC may carry arguments ("ccache gcc"): the program is its first word.
-command -v "${cc%% *}" >/dev/null || die "no C compiler ($cc): the SQLite driver needs cgo; install gcc"
+command -v "${CC%% *}" >/dev/null || die "no C compiler ($CC): the SQLite driver needs cgo; install gcc"
 
 mkdir -p -- "$1"
 out=$(CDPATH='' cd -- "$1" && pwd)
@@ -148,8 +145,8 @@ else
 	bins=("${gobins[@]}")
 fi
 
-if ! (cd "$repo" && CGO_ENABLED=1 CGO_CFLAGS="$(go env CGO_CFLAGS) $cflags" go build -tags "$tags" -ldflags "$ldflags" -o "$tmp/" "${gobins[@]/#/./cmd/}"); then
-	die "the static build failed; a static link needs the C library's static archive (libc.a: Debian's libc6-dev, Fedora's glibc-static)"
+if ! (cd "$repo" && CGO_ENABLED=1 CC="$CC" CGO_CFLAGS="$CGO_CFLAGS" CGO_LDFLAGS="$CGO_LDFLAGS" go build -tags "$tags" -ldflags "$ldflags" -o "$tmp/" "${gobins[@]/#/./cmd/}"); then
+	die "the static build with $CC failed; a static link needs the C library's static archive (libc.a: Debian's libc6-dev, Fedora's glibc-static)"
 fi
 
 # The static link is the point: check it took (hostfork reads its own
@@ -159,12 +156,12 @@ if [ "$link" != static ]; then
 	die "$tmp/hostfork is linked '${link:-unknown}', not static"
 fi
 
-# The helper must run here: called alone, it refuses with status 2.
 mem=$("$tmp/hostfork" version --json | sed -n 's/.*"sqlite_memory": *"\([a-z]*\)".*/\1/p')
 if [ "$mem" != arena ]; then
 	die "$tmp/hostfork's SQLite allocates from '${mem:-unknown}', not its arena (CGO_CFLAGS=$cflags did not reach github.com/mattn/go-sqlite3)"
 fi
 
+# The helper must run here: called alone, it refuses with status 2.
 if [ -e "$tmp/hostfork-helper" ]; then
 	st=0
 	"$tmp/hostfork-helper" 2>/dev/null || st=$?

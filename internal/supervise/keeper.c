@@ -18,9 +18,9 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -43,6 +43,18 @@
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+// openat2(2)'s argument and the flag used (linux/openat2.h, the kernel's
+// ABI since 5.6), spelled here like the mount API's below, so that the C
+// library's own headers suffice: musl-gcc has no kernel headers.
+struct hf_open_how {
+	uint64_t flags;
+	uint64_t mode;
+	uint64_t resolve;
+};
+#define HF_RESOLVE_NO_SYMLINKS 0x04
 #define HF_OPEN_TREE_CLONE 1
 #define HF_AT_RECURSIVE 0x8000
 #define HF_MOVE_MOUNT_F_EMPTY_PATH 0x00000004
@@ -192,10 +204,10 @@ static int pin_files(void)
 			return -1;
 		}
 		path[n] = 0;
-		struct open_how how;
+		struct hf_open_how how;
 		memset(&how, 0, sizeof how);
 		how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-		how.resolve = RESOLVE_NO_SYMLINKS;
+		how.resolve = HF_RESOLVE_NO_SYMLINKS;
 		int nfd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
 		if (nfd < 0) {
 			snprintf(errmsg, sizeof errmsg, "view: tree %.1900s: %s", path, hf_errstr(errno));
