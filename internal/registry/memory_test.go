@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -98,4 +99,51 @@ func TestSQLiteArena(t *testing.T) {
 		t.Errorf("SQLite holds %d bytes after the big values, %d before", after.Used, before.Used)
 	}
 	t.Logf("arena %+v", after)
+}
+
+// TestSQLiteArenaConcurrent: the pool's connections allocate at once,
+// small values from the arena and large ones past it, and every value
+// comes back as written.
+func TestSQLiteArenaConcurrent(t *testing.T) {
+	d := open(t)
+	ctx := context.Background()
+	if _, err := d.db.ExecContext(ctx, `CREATE TABLE arena_conc (k INTEGER PRIMARY KEY, v BLOB)`); err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{100, 3000, 70_000, 1 << 20, 5 << 20}
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				k := w*100 + i
+				v := bytes.Repeat([]byte{byte(k), byte(k >> 8), 0x5a}, sizes[(w+i)%len(sizes)]/3)
+				if _, err := d.db.ExecContext(ctx, `INSERT INTO arena_conc (k, v) VALUES (?, ?)`, k, v); err != nil {
+					errc <- err
+					return
+				}
+				var back []byte
+				if err := d.db.QueryRowContext(ctx, `SELECT v FROM arena_conc WHERE k = ?`, k).Scan(&back); err != nil {
+					errc <- err
+					return
+				}
+				if !bytes.Equal(back, v) {
+					errc <- fmt.Errorf("value %d: %d bytes written, %d read back, or changed", k, len(v), len(back))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	var n int
+	if err := d.db.QueryRowContext(ctx, `SELECT count(*) FROM arena_conc`).Scan(&n); err != nil || n != 80 {
+		t.Fatalf("%d values stored (%v), want 80", n, err)
+	}
+	t.Logf("arena %+v", Arena())
 }
