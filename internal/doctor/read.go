@@ -85,7 +85,21 @@ func ReadFacts(ctx context.Context, o ReadOptions) *Facts {
 	f.HostShell = readHostShell(o.Root)
 	f.Code = readCodePages()
 	f.Helper = readHelper()
+	f.SQLite = readSQLite()
 	return f
+}
+
+// readSQLite reads the registry's SQLite allocator (registry.Arena).
+func readSQLite() SQLiteFacts {
+	a := registry.Arena()
+	s := SQLiteFacts{Memory: "system", Spills: a.Spills, Highwater: a.Highwater}
+	if a.Engaged {
+		s.Memory, s.ArenaBytes, s.Largest = "arena", a.Bytes, a.Largest
+	}
+	if a.Err != nil {
+		s.Err = a.Err.Error()
+	}
+	return s
 }
 
 // readHelper finds the helper the way a start does (supervise.FindHelper).
