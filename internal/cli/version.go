@@ -45,7 +45,7 @@ var (
 
 // ReadBuildInfo reads the provenance embedded by the Go toolchain.
 func ReadBuildInfo() BuildInfo {
-	b := BuildInfo{Version: "unknown", GoVersion: runtime.Version(), Commit: "unknown", Kind: "source", Link: linkMode("/proc/self/exe"), SQLiteMemory: sqliteMemory()}
+	b := BuildInfo{Version: "unknown", GoVersion: runtime.Version(), Commit: "unknown", Kind: "source", Link: linkMode("/proc/self/exe"), SQLiteMemory: registry.Arena().Memory()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return b
@@ -73,14 +73,6 @@ func ReadBuildInfo() BuildInfo {
 		b.Kind = "release"
 	}
 	return b
-}
-
-// sqliteMemory names the registry's SQLite allocator (BuildInfo).
-func sqliteMemory() string {
-	if registry.Arena().Engaged {
-		return "arena"
-	}
-	return "system"
 }
 
 // linkMode reads the ELF program headers of the executable at path: one

@@ -92,10 +92,7 @@ func ReadFacts(ctx context.Context, o ReadOptions) *Facts {
 // readSQLite reads the registry's SQLite allocator (registry.Arena).
 func readSQLite() SQLiteFacts {
 	a := registry.Arena()
-	s := SQLiteFacts{Memory: "system", Spills: a.Spills, Highwater: a.Highwater}
-	if a.Engaged {
-		s.Memory, s.ArenaBytes, s.Largest = "arena", a.Bytes, a.Largest
-	}
+	s := SQLiteFacts{Memory: a.Memory(), ArenaBytes: a.Bytes, Largest: a.Largest, Spills: a.Spills, Highwater: a.Highwater}
 	if a.Err != nil {
 		s.Err = a.Err.Error()
 	}

@@ -199,6 +199,16 @@ type ArenaInfo struct {
 	Err error
 }
 
+// Memory names the allocator, as 'hostfork version' and doctor report
+// it: "arena" when SQLite allocates from the arena, "system" when it
+// uses malloc.
+func (a ArenaInfo) Memory() string {
+	if a.Engaged {
+		return "arena"
+	}
+	return "system"
+}
+
 // Arena reports SQLite's allocator and memory.
 func Arena() ArenaInfo {
 	a := ArenaInfo{Engaged: arenaState == 1}
