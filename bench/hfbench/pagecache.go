@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // exeCache is how the page cache holds one executable of a benchmark:
@@ -121,44 +122,17 @@ func probeExe(path string) exeCache {
 var touched byte
 
 // pmdMappedAt is the FilePmdMapped figure of the mapping that starts at
-// addr in an smaps text.
-func pmdMappedAt(smaps string, addr uintptr) (int64, bool) {
-	in := false
-	for _, line := range strings.Split(smaps, "\n") {
-		if f := strings.Fields(line); len(f) > 0 && isRange(f[0]) {
-			lo, _, _ := strings.Cut(f[0], "-")
-			start, _ := strconv.ParseUint(lo, 16, 64) // smaps pads with zeros
-			in = uintptr(start) == addr
-			continue
-		}
-		if v, ok := strings.CutPrefix(line, "FilePmdMapped:"); ok && in {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
+// addr in an smaps text; ok is false when no mapping starts there.
+func pmdMappedAt(smaps string, addr uintptr) (kib int64, ok bool) {
+	kib = linux.FilePmdMappedKiB(smaps, func(m linux.Mapping) bool {
+		ok = ok || m.Start == addr
+		return m.Start == addr
+	})
+	return kib, ok
 }
 
-// isRange reports whether w is an smaps header's "start-end".
-func isRange(w string) bool {
-	lo, hi, ok := strings.Cut(w, "-")
-	if !ok {
-		return false
-	}
-	_, err1 := strconv.ParseUint(lo, 16, 64)
-	_, err2 := strconv.ParseUint(hi, 16, 64)
-	return err1 == nil && err2 == nil
-}
-
-// pmdSize is the kernel's hpage_pmd_size, else 2 MiB.
-func pmdSize() int {
-	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 && n&(n-1) == 0 {
-			return n
-		}
-	}
-	return 2 << 20
-}
+// pmdSize is the size of a PMD mapping (linux.PMDSize).
+func pmdSize() int { return int(linux.PMDSize()) }
 
 // cacheWarning names the executables whose page cache differs from the
 // others' of the same program name: two builds of hostfork, say, one held

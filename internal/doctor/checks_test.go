@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 const hybridMountinfo = `22 1 254:0 / / rw,relatime - ext4 /dev/vda rw
@@ -370,7 +372,7 @@ func TestCodePagesParsing(t *testing.T) {
 		"7ffd0000-7ffd1000 rw-p 00000000 00:00 0 [stack]\n" +
 		"garbage\n"
 	ms := exeMappings(maps, exe)
-	if len(ms) != 2 || ms[0].start != 0x400000 || ms[1].end != 0xa59000 || ms[1].perms != "r-xp" {
+	if len(ms) != 2 || ms[0].Start != 0x400000 || ms[1].End != 0xa59000 || ms[1].Perms != "r-xp" {
 		t.Fatalf("exeMappings = %+v", ms)
 	}
 	smaps := "00401000-00a59000 r-xp 00001000 fe:00 78 " + exe + "\n" +
@@ -383,16 +385,16 @@ func TestCodePagesParsing(t *testing.T) {
 		"FilePmdMapped:      2048 kB\n" +
 		"00a59000-00f6a000 r--p 00659000 fe:00 78 " + exe + "\n" +
 		"FilePmdMapped:      2048 kB\n"
-	if ms := exeMappings(smaps, exe); len(ms) != 2 || ms[0].start != 0x401000 || ms[1].start != 0xa59000 {
+	if ms := exeMappings(smaps, exe); len(ms) != 2 || ms[0].Start != 0x401000 || ms[1].Start != 0xa59000 {
 		t.Errorf("exeMappings of a smaps text = %+v; want its two read-only mappings of the executable", ms)
 	}
 	if got := pmdMappedKiB(smaps, exe); got != 6144 {
 		t.Errorf("pmdMappedKiB = %d, want 6144 (the read-only mappings of the executable only)", got)
 	}
-	if m, ok := parseMapsLine("VmFlags: rd ex mr mw me"); ok {
+	if m, ok := linux.ParseMapsLine("VmFlags: rd ex mr mw me"); ok {
 		t.Errorf("VmFlags parsed as a mapping: %+v", m)
 	}
-	if m, ok := parseMapsLine("00400000-00401000 r--p 00000000 fe:00 78 /opt/trailing "); !ok || m.path != "/opt/trailing " || m.offset != 0 {
+	if m, ok := linux.ParseMapsLine("00400000-00401000 r--p 00000000 fe:00 78 /opt/trailing "); !ok || m.Path != "/opt/trailing " || m.Offset != 0 {
 		t.Errorf("a path ending in a space: %+v, %v", m, ok)
 	}
 }
@@ -412,7 +414,7 @@ func TestPMDRanges(t *testing.T) {
 		{"560fe58ac000-560fe5f04000 r-xp 00001000 fe:00 78 /x", nil},
 		{"00401000-005ff000 r-xp 00001000 fe:00 78 /x", nil},
 	} {
-		m, ok := parseMapsLine(tc.line)
+		m, ok := linux.ParseMapsLine(tc.line)
 		if !ok {
 			t.Fatalf("%q: not parsed", tc.line)
 		}

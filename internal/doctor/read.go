@@ -1,11 +1,6 @@
 package doctor
 
 import (
-	"github.com/habemus-papadum/hostfork/internal/storage"
-	"github.com/habemus-papadum/hostfork/internal/supervise"
-
-	"github.com/habemus-papadum/hostfork/internal/cgroup"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -23,8 +18,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/launchenv"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
 
 // ReadOptions say where to look.
@@ -112,17 +111,6 @@ func readHelper() HelperFacts {
 	return h
 }
 
-// pmdBytes is the size of a PMD mapping: the kernel's
-// hpage_pmd_size, else 2 MiB (x86-64, and arm64 with 4 KiB pages).
-func pmdBytes() uintptr {
-	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"); err == nil {
-		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && n&(n-1) == 0 {
-			return uintptr(n)
-		}
-	}
-	return 2 << 20
-}
-
 // readCodePages reads how this process maps its executable's read-only
 // segments (entry 78). It counts what is mapped, not what is cached: a
 // range the kernel can map with one PMD is mapped so at the first touch
@@ -149,9 +137,9 @@ func readCodePages() CodePagesFacts {
 		c.Err = err.Error()
 		return c
 	}
-	huge := pmdBytes()
+	huge := linux.PMDSize()
 	for _, m := range exeMappings(string(smaps), exe) {
-		c.SizeKiB += int64(m.end-m.start) >> 10
+		c.SizeKiB += int64(m.End-m.Start) >> 10
 		c.AlignedKiB += int64(len(pmdRanges(m, huge))) * int64(huge>>10)
 	}
 	c.HugeKiB = pmdMappedKiB(string(smaps), exe)
@@ -164,88 +152,38 @@ func readCodePages() CodePagesFacts {
 // cache starts at a multiple of its size). A mapping whose address and
 // offset differ by other than a multiple of huge (a position-independent
 // executable loaded at a 4 KiB-aligned base) has none.
-func pmdRanges(m mapping, huge uintptr) []uintptr {
-	if huge == 0 || (m.start-uintptr(m.offset))%huge != 0 {
+func pmdRanges(m linux.Mapping, huge uintptr) []uintptr {
+	if huge == 0 || (m.Start-uintptr(m.Offset))%huge != 0 {
 		return nil
 	}
 	var out []uintptr
-	for a := (m.start + huge - 1) &^ (huge - 1); a+huge <= m.end && a+huge > a; a += huge {
+	for a := (m.Start + huge - 1) &^ (huge - 1); a+huge <= m.End && a+huge > a; a += huge {
 		out = append(out, a)
 	}
 	return out
 }
 
-// mapping is one line of /proc/PID/maps.
-type mapping struct {
-	start, end uintptr
-	perms      string
-	offset     uint64
-	path       string
-}
-
-// parseMapsLine parses "start-end perms offset dev inode path"; ok is false
-// for a malformed line.
-func parseMapsLine(line string) (m mapping, ok bool) {
-	f := strings.Fields(line)
-	if len(f) < 5 {
-		return m, false
-	}
-	lo, hi, found := strings.Cut(f[0], "-")
-	if !found {
-		return m, false
-	}
-	s, err1 := strconv.ParseUint(lo, 16, 64)
-	e, err2 := strconv.ParseUint(hi, 16, 64)
-	off, err3 := strconv.ParseUint(f[2], 16, 64)
-	if err1 != nil || err2 != nil || err3 != nil || e < s {
-		return m, false
-	}
-	m = mapping{start: uintptr(s), end: uintptr(e), perms: f[1], offset: off}
-	// The path is what follows the fifth field (the inode), and may hold
-	// spaces.
-	rest := line
-	for i := 0; i < 5; i++ {
-		rest = strings.TrimLeft(rest, " ")
-		if j := strings.IndexByte(rest, ' '); j >= 0 {
-			rest = rest[j:]
-		} else {
-			rest = ""
-		}
-	}
-	// Only the separator: a file name may end in spaces.
-	m.path = strings.TrimLeft(rest, " ")
-	return m, true
-}
-
 // exeMappings are the read-only (not writable) mappings of file exe in a
 // maps or smaps text (smaps' other lines are not mapping lines).
-func exeMappings(maps, exe string) []mapping {
-	var out []mapping
+func exeMappings(maps, exe string) []linux.Mapping {
+	var out []linux.Mapping
 	for _, line := range strings.Split(maps, "\n") {
-		if m, ok := parseMapsLine(line); ok && m.path == exe && !strings.Contains(m.perms, "w") {
+		if m, ok := linux.ParseMapsLine(line); ok && exeMapping(m, exe) {
 			out = append(out, m)
 		}
 	}
 	return out
 }
 
+// exeMapping reports whether m maps file exe without write access.
+func exeMapping(m linux.Mapping, exe string) bool {
+	return m.Path == exe && !strings.Contains(m.Perms, "w")
+}
+
 // pmdMappedKiB sums FilePmdMapped over the read-only mappings of exe in a
 // smaps text.
 func pmdMappedKiB(smaps, exe string) int64 {
-	var sum int64
-	in := false
-	for _, line := range strings.Split(smaps, "\n") {
-		if m, ok := parseMapsLine(line); ok {
-			in = m.path == exe && !strings.Contains(m.perms, "w")
-			continue
-		}
-		if v, found := strings.CutPrefix(line, "FilePmdMapped:"); found && in {
-			if n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64); err == nil {
-				sum += n
-			}
-		}
-	}
-	return sum
+	return linux.FilePmdMappedKiB(smaps, func(m linux.Mapping) bool { return exeMapping(m, exe) })
 }
 
 func readFilesystems() map[string]bool {
