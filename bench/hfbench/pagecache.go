@@ -154,9 +154,9 @@ func cacheWarning(ex []exeCache) string {
 	for _, n := range names {
 		g := byName[n]
 		for _, e := range g[1:] {
-			// A quarter of the file (the writable data, say, which the
-			// page cache may hold differently to no effect) is not worth a
-			// warning; a third of it is.
+			// Up to a quarter of the file apart passes (the writable data,
+			// say, which the page cache may hold differently to no
+			// effect); more is warned about.
 			limit := max(e.AlignedKiB, g[0].AlignedKiB) / 4
 			if d := e.HugeKiB - g[0].HugeKiB; d > limit || -d > limit {
 				diff = append(diff, fmt.Sprintf("%s (%.1f MiB) and %s (%.1f MiB)", g[0].Path, float64(g[0].HugeKiB)/1024, e.Path, float64(e.HugeKiB)/1024))
