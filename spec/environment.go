@@ -45,6 +45,11 @@ type View struct {
 	Share []string `json:"share,omitempty" yaml:"share,omitempty"`
 	// Scratch paths get a private, empty tmpfs (only when asked).
 	Scratch []string `json:"scratch,omitempty" yaml:"scratch,omitempty"`
+	// AllowUntrustedTargets accepts targets under a directory another
+	// user can write (that user then chooses which of their directories
+	// is covered); without it such a target is refused. Symbolic links
+	// are never followed there either way.
+	AllowUntrustedTargets bool `json:"allow_untrusted_targets,omitempty" yaml:"allow_untrusted_targets,omitempty"`
 }
 
 // Empty reports whether the view changes nothing.

@@ -134,6 +134,13 @@ func trustAdversary(mode string, args []string) int {
 		}
 		fmt.Println(adversaryExport(args[0], args[1], args[2], args[3] == "all", stop))
 		return 0
+	case "exchange":
+		if len(args) != 2 {
+			fmt.Println("usage: exchange A B")
+			return 2
+		}
+		fmt.Println(adversaryExchange(args[0], args[1], stop))
+		return 0
 	}
 	fmt.Println("unknown adversary mode", mode)
 	return 2

@@ -28,6 +28,7 @@ type envFlags struct {
 	ro           []string
 	share        []string
 	scratch      []string
+	untrusted    bool
 	memory       string
 	cpus         string
 	pids         int64
@@ -53,6 +54,7 @@ func (f *envFlags) add(c *cobra.Command) {
 	fl.StringArrayVar(&f.ro, "ro", nil, "make PATH read-only in the view")
 	fl.StringArrayVar(&f.share, "share", nil, "keep PATH the live host directory, restored over other rules (e.g. a socket dir)")
 	fl.StringArrayVar(&f.scratch, "scratch", nil, "give PATH a private empty tmpfs (e.g. /tmp)")
+	fl.BoolVar(&f.untrusted, "allow-untrusted-targets", false, "accept view targets under a directory another user can write (they choose which of their directories is covered; links are never followed)")
 	fl.StringVar(&f.memory, "memory", "", "memory budget for the whole environment (e.g. 8G)")
 	fl.StringVar(&f.cpus, "cpus", "", "CPU budget in cores, fractional allowed (e.g. 1.5)")
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes in the environment")
@@ -123,6 +125,9 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 	s.View.ReadOnly = append(s.View.ReadOnly, f.ro...)
 	s.View.Share = append(s.View.Share, f.share...)
 	s.View.Scratch = append(s.View.Scratch, f.scratch...)
+	if f.untrusted {
+		s.View.AllowUntrustedTargets = true
+	}
 	if f.memory != "" {
 		v, err := spec.ParseSize(f.memory)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/plan"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/systemd"
 	"github.com/habemus-papadum/hostfork/internal/view"
 	"github.com/habemus-papadum/hostfork/spec"
@@ -120,13 +121,7 @@ func (e *Engine) planView(ctx context.Context, p *spec.Plan) (map[string]*baseli
 		return nil, fmt.Errorf("reading the host's mounts: %w", err)
 	}
 	facts := plan.Facts{
-		Resolve: func(p string) (string, bool) {
-			r, err := filepath.EvalSymlinks(p)
-			if err != nil {
-				return p, false
-			}
-			return r, true
-		},
+		Resolve: func(p string) (plan.Resolved, error) { return resolveTarget(p, s.View.AllowUntrustedTargets) },
 		Protected: []string{e.root},
 	}
 	if exe, err := os.Executable(); err == nil {
@@ -185,6 +180,27 @@ func (e *Engine) planView(ctx context.Context, p *spec.Plan) (map[string]*baseli
 		p.Trees = append(p.Trees, pt)
 	}
 	return infos, nil
+}
+
+// resolveTarget resolves a view target on the host by descriptors
+// (safefs.ResolveTarget): symbolic links only where no other user can
+// have planted them, and a target another user could redirect refused
+// unless the operator allowed it. The keeper opens the result again inside
+// the view with RESOLVE_NO_SYMLINKS, so nothing may change in between
+// (DESIGN.md, "Trust model": both sides of every mount).
+func resolveTarget(p string, allowUntrusted bool) (plan.Resolved, error) {
+	t, err := safefs.ResolveTarget(p, os.Geteuid())
+	if err != nil {
+		return plan.Resolved{}, fmt.Errorf("view target %s: %w (%w)", p, err, api.ErrInvalid)
+	}
+	r := plan.Resolved{Path: t.Path, Exists: t.Exists}
+	if t.Untrusted != nil {
+		if !allowUntrusted {
+			return r, fmt.Errorf("view target %s: another user could choose what it names: %w; choose a target whose directories only you and root can write, or accept this one with --allow-untrusted-targets (spec: view.allow_untrusted_targets) (%w)", p, t.Untrusted, api.ErrInvalid)
+		}
+		r.Note = "untrusted target, allowed: " + t.Untrusted.Error() + "; mounted without following any symbolic link"
+	}
+	return r, nil
 }
 
 // anyShared reports whether any of the host's mounts has shared

@@ -38,12 +38,20 @@ type Mount struct {
 // Facts are what the planner needs to know about the host.
 type Facts struct {
 	Mounts []Mount
-	// Resolve maps a requested path to its symlink-free form; missing
-	// paths map to themselves with Exists false.
-	Resolve func(p string) (resolved string, exists bool)
+	// Resolve maps a requested path to its symlink-free form, or refuses
+	// it (a path another user could redirect); nil maps every path to
+	// itself, existing.
+	Resolve func(p string) (Resolved, error)
 	// Protected are paths that must stay reachable in the view: the store
 	// root and the hostfork executable.
 	Protected []string
+}
+
+// Resolved is a target as the host resolves it.
+type Resolved struct {
+	Path   string // symlink-free
+	Exists bool   // false: missing from some component on
+	Note   string // what the plan should say about it, if anything
 }
 
 // Rule is one planned step, in application order.
@@ -77,19 +85,23 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 	for _, p := range e.View.Share {
 		reqs = append(reqs, req{Share, p, ""})
 	}
-	res := &Result{}
+	out := &Result{}
 	seen := map[string]string{}
 	var cover, shares []Rule
 	for _, r := range reqs {
 		clean := filepath.Clean(r.path)
-		target, exists := clean, true
+		res := Resolved{Path: clean, Exists: true}
 		if f.Resolve != nil {
-			target, exists = f.Resolve(clean)
+			var err error
+			if res, err = f.Resolve(clean); err != nil {
+				return nil, err
+			}
 		}
-		rule := Rule{Kind: r.kind, Target: target, Tree: r.tree}
+		target, exists := res.Path, res.Exists
+		rule := Rule{Kind: r.kind, Target: target, Tree: r.tree, Note: res.Note}
 		if target != clean {
 			rule.Requested = clean
-			rule.Note = "alias: " + clean + " resolves to " + target
+			rule.Note = strings.TrimPrefix(rule.Note+"; ", "; ") + "alias: " + clean + " resolves to " + target
 		}
 		if prev, ok := seen[target]; ok {
 			return nil, fmt.Errorf("view: %s (%s) and %s name the same directory %s; give it one rule: %w", prev, r.kind, r.path, target, spec.ErrInvalid)
@@ -131,7 +143,7 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 		}
 		for _, o := range cover[:i] {
 			if under(r.Target, o.Target) {
-				res.Overlaps = append(res.Overlaps, fmt.Sprintf("%s %s applies on top of %s %s", r.Kind, r.Target, o.Kind, o.Target))
+				out.Overlaps = append(out.Overlaps, fmt.Sprintf("%s %s applies on top of %s %s", r.Kind, r.Target, o.Kind, o.Target))
 			}
 		}
 	}
@@ -152,7 +164,7 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 		}
 	}
 	sort.SliceStable(shares, func(i, j int) bool { return depth(shares[i].Target) < depth(shares[j].Target) })
-	res.Rules = append(cover, shares...)
+	out.Rules = append(cover, shares...)
 	// Self-shadowing: a protected path under a covering rule must be
 	// restored by a share at or below that rule.
 	for _, p := range f.Protected {
@@ -184,11 +196,11 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 			}
 		}
 		entry := m.Target + " (" + m.FSType + ")"
-		if !covered && !slices.Contains(res.InheritedWritable, entry) {
-			res.InheritedWritable = append(res.InheritedWritable, entry)
+		if !covered && !slices.Contains(out.InheritedWritable, entry) {
+			out.InheritedWritable = append(out.InheritedWritable, entry)
 		}
 	}
-	return res, nil
+	return out, nil
 }
 
 var pseudoFS = map[string]bool{"proc": true, "sysfs": true, "cgroup": true, "cgroup2": true, "devpts": true, "mqueue": true,

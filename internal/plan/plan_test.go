@@ -15,15 +15,20 @@ func facts(existing ...string) Facts {
 	}
 	return Facts{
 		Mounts: []Mount{{"/", "ext4", "rw,relatime"}, {"/proc", "proc", "rw"}, {"/tmp", "tmpfs", "rw"}, {"/work/project/cache", "ext4", "rw"}, {"/srv", "xfs", "ro"}},
-		Resolve: func(p string) (string, bool) {
+		Resolve: func(p string) (Resolved, error) {
 			if p == "/link" {
-				return "/real", true
+				return Resolved{Path: "/real", Exists: true}, nil
 			}
-			return p, ex[p]
+			if p == "/refused" {
+				return Resolved{}, errRefused
+			}
+			return Resolved{Path: p, Exists: ex[p]}, nil
 		},
 		Protected: []string{"/var/lib/hostfork", "/usr/local/bin/hostfork"},
 	}
 }
+
+var errRefused = errors.New("refused by the host's facts")
 
 func env(v spec.View, trees ...string) *spec.Environment {
 	e := &spec.Environment{View: v, Trees: map[string]spec.Tree{}}
@@ -110,5 +115,11 @@ func TestAliasesAndMissing(t *testing.T) {
 	e = env(spec.View{Share: []string{"/nope"}})
 	if _, err := View(e, facts()); err == nil {
 		t.Fatal("sharing a missing path accepted")
+	}
+	// A target the host's facts refuse (another user could redirect it)
+	// refuses the whole view.
+	e = env(spec.View{Scratch: []string{"/tmp", "/refused"}})
+	if _, err := View(e, facts("/tmp", "/refused")); !errors.Is(err, errRefused) {
+		t.Fatalf("refused target: %v", err)
 	}
 }

@@ -143,3 +143,132 @@ func trusted(e entry, owner int, ancestor bool) error {
 	return fmt.Errorf("%s is writable by %s (mode %v, owner uid %d): run `chmod go-w %s`, or choose a directory that only you can write: %w",
 		e.path, who, FileMode(e.mode), e.uid, e.path, ErrUntrusted)
 }
+
+// Target is what ResolveTarget found for a view target.
+type Target struct {
+	// Path is the target's absolute path with every symbolic link
+	// replaced by what it names: the path a keeper opens with
+	// RESOLVE_NO_SYMLINKS.
+	Path string
+	// Exists is false when a component from some point on is missing;
+	// Path then ends with the missing components as written.
+	Exists bool
+	// Untrusted, when set, says why another user could choose what Path
+	// names: a directory on the way that someone other than owner and
+	// root can write (or a sticky one whose next entry is theirs). It
+	// matches ErrUntrusted.
+	Untrusted error
+}
+
+// maxLinks bounds the symbolic links ResolveTarget follows, as the
+// kernel's own resolution does (ELOOP).
+const maxLinks = 40
+
+// ResolveTarget resolves path, a view target (a mount point hostfork
+// covers in an environment's view), by descriptors from "/". Symbolic
+// links are followed only where another user can't have planted them: a
+// link owned by owner or root, in a directory nobody else can write. A
+// link met after an untrusted directory is an ErrSymlink error that names
+// the real path to use, so what another user can write never redirects a
+// mount. Directories others can write are reported in Target.Untrusted
+// (the caller decides whether the operator allowed them); the target
+// itself is judged only when its directory is sticky (/tmp): an entry
+// another user owns there is theirs to rename.
+func ResolveTarget(path string, owner int) (Target, error) {
+	if !filepath.IsAbs(path) {
+		return Target{}, pathErr("resolve", path, fmt.Errorf("not an absolute path: %w", unix.EINVAL))
+	}
+	comps := strings.Split(strings.Trim(filepath.Clean(path), "/"), "/")
+	if comps[0] == "" {
+		comps = nil
+	}
+	var t Target
+	fd, err := openat(unix.AT_FDCWD, "/", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return t, pathErr("open", "/", err)
+	}
+	defer func() { unix.Close(fd) }()
+	cur, links := "/", 0
+	for len(comps) > 0 {
+		c := comps[0]
+		comps = comps[1:]
+		if c == "." || c == "" {
+			continue
+		}
+		parent, err := fstat(fd)
+		if err != nil {
+			return t, pathErr("fstat", cur, err)
+		}
+		// The directory holding c: may someone else rename c?
+		if t.Untrusted == nil {
+			if err := trusted(entry{path: cur, mode: parent.Mode, uid: parent.Uid}, owner, true); err != nil {
+				t.Untrusted = err
+			}
+		}
+		if c == ".." {
+			next, err := openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY, 0)
+			if err != nil {
+				return t, pathErr("open", cur+"/..", err)
+			}
+			unix.Close(fd)
+			fd, cur = next, filepath.Dir(cur)
+			continue
+		}
+		p := filepath.Join(cur, c)
+		next, err := openat(fd, c, unix.O_PATH|unix.O_NOFOLLOW, 0)
+		if err == unix.ENOENT {
+			t.Path = filepath.Join(append([]string{p}, comps...)...)
+			return t, nil
+		}
+		if err != nil {
+			return t, pathErr("open", p, err)
+		}
+		st, err := fstat(next)
+		if err != nil {
+			unix.Close(next)
+			return t, pathErr("fstat", p, err)
+		}
+		sticky := parent.Mode&0o002 != 0 && parent.Mode&unix.S_ISVTX != 0
+		if t.Untrusted == nil && sticky && int(st.Uid) != owner && st.Uid != 0 {
+			t.Untrusted = fmt.Errorf("%s is owned by uid %d in the sticky directory %s, so that user can replace it: %w", p, st.Uid, cur, ErrUntrusted)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+			if len(comps) > 0 && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				unix.Close(next)
+				return t, pathErr("open", p, unix.ENOTDIR)
+			}
+			unix.Close(fd)
+			fd, cur = next, p
+			continue
+		}
+		target := readlinkFd(next)
+		unix.Close(next)
+		real := target
+		if !filepath.IsAbs(real) {
+			real = filepath.Join(cur, real)
+		}
+		if t.Untrusted != nil || (int(st.Uid) != owner && st.Uid != 0) {
+			why := "a directory another user can write holds it"
+			if t.Untrusted == nil {
+				why = fmt.Sprintf("uid %d owns it", st.Uid)
+			}
+			return t, fmt.Errorf("%s is a symbolic link (to %s) and %s, so hostfork does not follow it to a mount target; name the real path (%s) instead: %w",
+				p, target, why, filepath.Join(append([]string{real}, comps...)...), ErrSymlink)
+		}
+		if links++; links > maxLinks {
+			return t, pathErr("resolve", path, unix.ELOOP)
+		}
+		// Resolve the link's text in place of c, from "/" or from cur.
+		comps = append(strings.Split(strings.Trim(target, "/"), "/"), comps...)
+		if filepath.IsAbs(target) {
+			root, err := openat(unix.AT_FDCWD, "/", unix.O_PATH|unix.O_DIRECTORY, 0)
+			if err != nil {
+				return t, pathErr("open", "/", err)
+			}
+			unix.Close(fd)
+			fd, cur = root, "/"
+		}
+	}
+	t.Path, t.Exists = cur, true
+	return t, nil
+}

@@ -58,6 +58,8 @@ struct hf_open_how {
 #define HF_OPEN_TREE_CLONE 1
 #define HF_AT_RECURSIVE 0x8000
 #define HF_MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#define HF_MOVE_MOUNT_T_EMPTY_PATH 0x00000040
+#define HF_AT_EMPTY_PATH 0x1000
 #define HF_MOUNT_ATTR_RDONLY 0x00000001
 
 struct hf_mount_attr {
@@ -231,113 +233,202 @@ static int pin_files(void)
 
 static int fail_op(const char *what, const char *target)
 {
-	snprintf(errmsg, sizeof errmsg, "view: %s %s: %s", what, target, hf_errstr(errno));
+	if (errno == ELOOP)
+		snprintf(errmsg, sizeof errmsg, "view: %s %s: a component is a symbolic link, which hostfork never follows to a mount target; name the real path", what, target);
+	else
+		snprintf(errmsg, sizeof errmsg, "view: %s %s: %s", what, target, hf_errstr(errno));
 	return -1;
 }
 
-static int mkdirs(const char *path, mode_t mode)
+/* resolve opens path (absolute) in this mount namespace as an O_PATH
+ * descriptor without following any symbolic link, magic links included,
+ * in any component (RESOLVE_NO_SYMLINKS): the planner resolved every
+ * target on the host by descriptors, so a link here is one planted since
+ * (DESIGN.md, "Trust model": both sides of every mount). Mounts then name
+ * the descriptor, never the path again. With mk, missing directories on
+ * the way are made (mode 0755), each relative to its opened parent. */
+static int resolve(const char *path, int mk)
 {
+	struct hf_open_how how;
+	memset(&how, 0, sizeof how);
+	how.flags = O_PATH | O_CLOEXEC;
+	how.resolve = HF_RESOLVE_NO_SYMLINKS;
+	if (!mk)
+		return (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
 	char p[PATH_MAX];
 	if (hf_copy_bounded(p, sizeof p, path) < 0) {
 		errno = ENAMETOOLONG;
 		return -1;
 	}
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how);
+	for (char *c = p + 1, *next; fd >= 0 && *c; c = next) {
+		next = c + strcspn(c, "/");
+		if (*next)
+			*next++ = 0;
+		if (!*c)
 			continue;
-		*s = 0;
-		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+		if (mkdirat(fd, c, 0755) < 0 && errno != EEXIST) {
+			int e = errno;
+			close(fd);
+			errno = e;
 			return -1;
-		*s = '/';
+		}
+		int nfd = (int)syscall(SYS_openat2, fd, c, &how, sizeof how);
+		int e = errno;
+		close(fd);
+		errno = e;
+		fd = nfd;
 	}
-	if (mkdir(p, mode) < 0 && errno != EEXIST)
-		return -1;
-	return 0;
+	return fd;
+}
+
+/* fdpath names descriptor fd as a path that mount(2) follows to exactly
+ * that object. */
+static const char *fdpath(char b[32], int fd)
+{
+	snprintf(b, 32, "/proc/self/fd/%d", fd);
+	return b;
 }
 
 /* mkpoint creates target when it is missing, as a directory or an empty
  * file like the mount captured in fd. A restored share lies under a
  * covering rule, so a missing target is missing from a private layer (an
  * empty scratch, a tree without that path) and is created there, never on
- * the host. */
+ * the host; its parent is reached by descriptors like any target. */
 static int mkpoint(int fd, const char *target)
 {
 	struct stat st;
-	if (lstat(target, &st) == 0 || errno != ENOENT)
-		return 0;
+	int t = resolve(target, 0);
+	if (t >= 0 || errno != ENOENT) {
+		if (t >= 0)
+			close(t);
+		return t >= 0 ? 0 : -1;
+	}
 	if (fstat(fd, &st) < 0)
 		return -1;
 	char parent[PATH_MAX];
 	if (hf_copy_bounded(parent, sizeof parent, target) < 0)
 		return -1;
 	char *slash = strrchr(parent, '/');
-	if (slash && slash != parent) {
-		*slash = 0;
-		if (mkdirs(parent, 0755) < 0)
-			return -1;
-	}
-	if (S_ISDIR(st.st_mode))
-		return mkdir(target, st.st_mode & 07777);
-	int f = open(target, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (f < 0)
+	char name[NAME_MAX + 1];
+	if (!slash || hf_copy_bounded(name, sizeof name, slash + 1) < 0) {
+		errno = EINVAL;
 		return -1;
-	close(f);
-	return 0;
+	}
+	slash[slash == parent ? 1 : 0] = 0;
+	int dir = resolve(parent, 1);
+	if (dir < 0)
+		return -1;
+	int r;
+	if (S_ISDIR(st.st_mode)) {
+		r = mkdirat(dir, name, st.st_mode & 07777);
+	} else {
+		/* An O_PATH parent can't create a file: open it for that. */
+		char b[32];
+		int d = open(fdpath(b, dir), O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+		r = d < 0 ? -1 : openat(d, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (r >= 0)
+			close(r), r = 0;
+		if (d >= 0)
+			close(d);
+	}
+	int e = errno;
+	close(dir);
+	errno = e;
+	return r < 0 ? -1 : 0;
+}
+
+/* source_of returns the path mount(2) gets as a bind's source: the
+ * launcher's tree descriptors (/proc/self/fd/N, pinned above) as they
+ * are; a host path resolved like a target, into *fd. */
+static const char *source_of(const char *src, int *fd, char b[32])
+{
+	if (!src || !src[0])
+		return NULL;
+	if (src[0] != '/' || !strncmp(src, "/proc/self/fd/", 14))
+		return src;
+	if ((*fd = resolve(src, 0)) < 0)
+		return NULL;
+	return fdpath(b, *fd);
+}
+
+static int apply_op(struct op *o)
+{
+	char tb[32], sb[32];
+	int sfd = -1, r = 0;
+	if (o->kind == OP_MKDIRS) {
+		int t = resolve(o->target, 1);
+		if (t < 0)
+			return fail_op("creating mount point", o->target);
+		close(t);
+		return 0;
+	}
+	if (o->kind == OP_MKPOINT)
+		return mkpoint(slots[o->slot], o->target) < 0 ? fail_op("creating mount point", o->target) : 0;
+	int t = resolve(o->target, 0);
+	if (t < 0)
+		return fail_op("opening", o->target);
+	const char *target = fdpath(tb, t);
+	switch (o->kind) {
+	case OP_MOUNT: {
+		const char *src = o->source && o->source[0] ? o->source : NULL;
+		if ((o->flags & MS_BIND) && !(src = source_of(o->source, &sfd, sb))) {
+			r = fail_op("opening", o->source ? o->source : "(no source)");
+			break;
+		}
+		if (mount(src, target, o->fstype && o->fstype[0] ? o->fstype : NULL, o->flags, o->data && o->data[0] ? o->data : NULL) < 0)
+			r = fail_op("mount", o->target);
+		break;
+	}
+	case OP_REMOUNT:
+		if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | o->flags, NULL) < 0)
+			r = fail_op("remount", o->target);
+		break;
+	case OP_RDONLY: {
+		struct hf_mount_attr a = {HF_MOUNT_ATTR_RDONLY, 0, 0, 0};
+		if (syscall(SYS_mount_setattr, t, "", HF_AT_EMPTY_PATH | HF_AT_RECURSIVE, &a, sizeof a) < 0)
+			r = fail_op("read-only", o->target);
+		break;
+	}
+	case OP_TMPFS: {
+		struct stat st;
+		unsigned mode = 01777;
+		if (fstat(t, &st) == 0)
+			mode = st.st_mode & 07777;
+		char data[32];
+		snprintf(data, sizeof data, "mode=%o", mode);
+		if (mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, data) < 0)
+			r = fail_op("tmpfs", o->target);
+		break;
+	}
+	case OP_CAPTURE: {
+		int fd = (int)syscall(SYS_open_tree, t, "", HF_OPEN_TREE_CLONE | O_CLOEXEC | HF_AT_RECURSIVE | HF_AT_EMPTY_PATH);
+		if (fd < 0)
+			r = fail_op("open_tree", o->target);
+		else
+			slots[o->slot] = fd;
+		break;
+	}
+	case OP_MOVE:
+		if (syscall(SYS_move_mount, slots[o->slot], "", t, "", HF_MOVE_MOUNT_F_EMPTY_PATH | HF_MOVE_MOUNT_T_EMPTY_PATH) < 0) {
+			r = fail_op("move_mount", o->target);
+			break;
+		}
+		close(slots[o->slot]);
+		slots[o->slot] = -1;
+		break;
+	}
+	if (sfd >= 0)
+		close(sfd);
+	close(t);
+	return r;
 }
 
 static int apply_ops(void)
 {
-	for (int i = 0; i < nops; i++) {
-		struct op *o = &ops[i];
-		switch (o->kind) {
-		case OP_MOUNT:
-			if (mount(o->source && o->source[0] ? o->source : NULL, o->target, o->fstype && o->fstype[0] ? o->fstype : NULL, o->flags, o->data && o->data[0] ? o->data : NULL) < 0)
-				return fail_op("mount", o->target);
-			break;
-		case OP_REMOUNT:
-			if (mount(NULL, o->target, NULL, MS_REMOUNT | MS_BIND | o->flags, NULL) < 0)
-				return fail_op("remount", o->target);
-			break;
-		case OP_RDONLY: {
-			struct hf_mount_attr a = {HF_MOUNT_ATTR_RDONLY, 0, 0, 0};
-			if (syscall(SYS_mount_setattr, AT_FDCWD, o->target, HF_AT_RECURSIVE, &a, sizeof a) < 0)
-				return fail_op("read-only", o->target);
-			break;
-		}
-		case OP_TMPFS: {
-			struct stat st;
-			unsigned mode = 01777;
-			if (stat(o->target, &st) == 0)
-				mode = st.st_mode & 07777;
-			char data[32];
-			snprintf(data, sizeof data, "mode=%o", mode);
-			if (mount("tmpfs", o->target, "tmpfs", MS_NOSUID | MS_NODEV, data) < 0)
-				return fail_op("tmpfs", o->target);
-			break;
-		}
-		case OP_MKDIRS:
-			if (mkdirs(o->target, 0755) < 0)
-				return fail_op("creating mount point", o->target);
-			break;
-		case OP_CAPTURE: {
-			int fd = (int)syscall(SYS_open_tree, AT_FDCWD, o->target, HF_OPEN_TREE_CLONE | O_CLOEXEC | HF_AT_RECURSIVE);
-			if (fd < 0)
-				return fail_op("open_tree", o->target);
-			slots[o->slot] = fd;
-			break;
-		}
-		case OP_MKPOINT:
-			if (mkpoint(slots[o->slot], o->target) < 0)
-				return fail_op("creating mount point", o->target);
-			break;
-		case OP_MOVE:
-			if (syscall(SYS_move_mount, slots[o->slot], "", AT_FDCWD, o->target, HF_MOVE_MOUNT_F_EMPTY_PATH) < 0)
-				return fail_op("move_mount", o->target);
-			close(slots[o->slot]);
-			slots[o->slot] = -1;
-			break;
-		}
-	}
+	for (int i = 0; i < nops; i++)
+		if (apply_op(&ops[i]) < 0)
+			return -1;
 	return 0;
 }
 
