@@ -156,3 +156,51 @@ func TestTrustViewMkdirThroughTreeLink(t *testing.T) {
 	}
 	trustSame(t, "the victim", victim, before)
 }
+
+// Tree sources (issue 39, item 3): a source in another user's directory is
+// opened once, without following a link from a directory they can write,
+// checked against what the plan saw, and that descriptor is what is copied
+// or mounted. A source named through their link to a root-only directory
+// is refused; while they exchange their directory and such a link, each
+// run gets their directory or is refused, and root's files never enter the
+// tree.
+func TestTrustTreeSourceRace(t *testing.T) {
+	c := newCLI(t)
+	u := newTrustUser(t)
+	bin := hostforkForUser(t)
+	d := u.ownDir(t)
+	victim := trustVictim(t, t.TempDir(), "victim")
+	before := trustSnapshot(t, victim)
+	target := t.TempDir()
+	proj, link := filepath.Join(d, "proj"), filepath.Join(d, "link")
+	u.must(t, "mkdir", proj)
+	u.must(t, "sh", "-c", "echo theirs > "+filepath.Join(proj, "mine"))
+	u.must(t, "ln", "-s", victim, link)
+
+	for _, kind := range []string{"copy", "overlay"} {
+		r := c.run("run", "--tree", "w="+kind+":"+link, "--replace", target+"=w", "--", "ls", target)
+		if r.code != 122 || !strings.Contains(r.stderr, "symbolic link") || strings.Contains(r.stdout, "precious") {
+			t.Errorf("%s of a link in another user's directory: want exit 122 naming the link: %v", kind, r)
+		}
+	}
+
+	adv := u.startAdversary(t, bin, "exchange", proj, link)
+	outcomes := map[string]int{}
+	for _, kind := range []string{"copy", "overlay"} {
+		for i := 0; i < 40; i++ {
+			r := c.run("run", "--tree", "w="+kind+":"+proj, "--replace", target+"=w", "--", "ls", target)
+			switch {
+			case strings.Contains(r.stdout, "precious") || strings.Contains(r.stdout, "inner"):
+				t.Errorf("%s round %d: root's files entered the tree: %v", kind, i, r)
+			case r.code == 0 && r.stdout == "mine\n":
+				outcomes[kind+": their directory"]++
+			case r.code != 0 && (strings.Contains(r.stderr, "symbolic link") || strings.Contains(r.stderr, "no longer the directory planned")):
+				outcomes[kind+": refused"]++
+			default:
+				t.Errorf("%s round %d: %v", kind, i, r)
+			}
+		}
+	}
+	t.Logf("adversary: %s; outcomes: %v", adv.stop(), outcomes)
+	trustSame(t, "the victim", victim, before)
+}

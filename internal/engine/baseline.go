@@ -12,6 +12,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/spec"
 )
@@ -22,23 +23,27 @@ const (
 	BaselineDirectory = "directory"
 )
 
-// inspectSource looks at a directory without changing it.
+// inspectSource looks at a directory without changing it, through the
+// descriptor safefs.OpenSource opens (links followed only where no other
+// user can have planted them); path in the result is the link-free one.
 func inspectSource(path string) (*baselineInfo, error) {
 	if !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("%s must be an absolute path: %w", path, api.ErrInvalid)
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return nil, fmt.Errorf("%s: %v (it must be an existing directory): %w", path, err, api.ErrInvalid)
+	d, err := safefs.OpenSource(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w (it must be an existing directory) (%w)", err, api.ErrInvalid)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return nil, fmt.Errorf("%s is not a directory: %w", path, api.ErrInvalid)
+	defer d.Close()
+	st, err := d.Stat()
+	if err != nil {
+		return nil, err
 	}
 	var fs unix.Statfs_t
-	if err := unix.Statfs(path, &fs); err != nil {
-		return nil, &os.PathError{Op: "statfs", Path: path, Err: err}
+	if err := unix.Fstatfs(d.Fd(), &fs); err != nil {
+		return nil, &os.PathError{Op: "fstatfs", Path: path, Err: err}
 	}
-	b := &baselineInfo{path: path, kind: BaselineDirectory, fstype: storage.FSName(int64(fs.Type)), dev: st.Dev, ino: st.Ino}
+	b := &baselineInfo{path: d.Path(), kind: BaselineDirectory, fstype: storage.FSName(int64(fs.Type)), dev: st.Dev, ino: st.Ino, fsid: d.ID().FSID}
 	// A btrfs subvolume's root directory always has inode 256.
 	if int64(fs.Type) == unix.BTRFS_SUPER_MAGIC && st.Ino == 256 {
 		b.kind = BaselineSubvolume
@@ -72,13 +77,11 @@ func (e *Engine) AddBaseline(ctx context.Context, name, path string) (*api.Basel
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v: %w", path, err, api.ErrInvalid)
 	}
-	if r, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = r
-	}
 	info, err := inspectSource(abs)
 	if err != nil {
 		return nil, err
 	}
+	abs = info.path
 	b := &api.Baseline{Name: name, Path: abs, Kind: info.kind, Device: info.dev, Inode: info.ino, FSType: info.fstype, CreatedAt: time.Now().UTC()}
 	if info.kind == BaselineSubvolume {
 		b.Offers = []string{spec.KindBtrfs, spec.KindOverlay, spec.KindCopy}

@@ -103,6 +103,7 @@ type baselineInfo struct {
 	fstype string
 	dev    uint64
 	ino    uint64
+	fsid   uint64
 }
 
 // planView plans the view and its trees; it returns what each tree's
@@ -121,7 +122,7 @@ func (e *Engine) planView(ctx context.Context, p *spec.Plan) (map[string]*baseli
 		return nil, fmt.Errorf("reading the host's mounts: %w", err)
 	}
 	facts := plan.Facts{
-		Resolve: func(p string) (plan.Resolved, error) { return resolveTarget(p, s.View.AllowUntrustedTargets) },
+		Resolve:   func(p string) (plan.Resolved, error) { return resolveTarget(p, s.View.AllowUntrustedTargets) },
 		Protected: []string{e.root},
 	}
 	if exe, err := os.Executable(); err == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/plan"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/view"
 	"github.com/habemus-papadum/hostfork/spec"
@@ -54,7 +55,12 @@ func (e *Engine) allocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, 
 			pool.Close()
 			return out, err
 		}
-		t, err := b.Prepare(ctx, storage.Request{Dest: dest, Source: pt.Source, Pool: pool})
+		req := storage.Request{Dest: dest, Source: pt.Source, Pool: pool}
+		if info := infos[pt.Name]; info != nil {
+			req.Source = info.path
+			req.SourceID = &safefs.FileID{Dev: info.dev, Ino: info.ino, FSID: info.fsid}
+		}
+		t, err := b.Prepare(ctx, req)
 		pool.Close()
 		if err != nil {
 			return out, fmt.Errorf("preparing tree %s (%s of %s): %w", pt.Name, pt.Kind, pt.Source, err)

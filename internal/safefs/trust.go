@@ -144,6 +144,25 @@ func trusted(e entry, owner int, ancestor bool) error {
 		e.path, who, FileMode(e.mode), e.uid, e.path, ErrUntrusted)
 }
 
+// OpenSource opens the directory at path, a tree's source (the
+// directory hostfork copies, snapshots or mounts as a lower): symbolic
+// links are followed only as ResolveTarget follows them (where no other
+// user can have planted them), the result is opened with
+// RESOLVE_NO_SYMLINKS, and the caller then reads only through the
+// descriptor. A source may lie in another user's directory: that user can
+// only put another directory of their own at its name, never one of
+// root's, so untrusted directories on the way are not refused here.
+func OpenSource(path string) (*Dir, error) {
+	t, err := ResolveTarget(path, unix.Geteuid())
+	if err != nil {
+		return nil, err
+	}
+	if !t.Exists {
+		return nil, pathErr("open", t.Path, unix.ENOENT)
+	}
+	return OpenDir(t.Path)
+}
+
 // Target is what ResolveTarget found for a view target.
 type Target struct {
 	// Path is the target's absolute path with every symbolic link

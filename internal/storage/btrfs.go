@@ -143,9 +143,9 @@ func (Btrfs) Prepare(ctx context.Context, req Request) (Tree, error) {
 	if err := ctx.Err(); err != nil {
 		return Tree{}, fmt.Errorf("preparing btrfs tree: %w", err)
 	}
-	srcDir, err := safefs.OpenDirFollowing(req.Source)
+	srcDir, err := openSource(KindBtrfs, req)
 	if err != nil {
-		return Tree{}, fmt.Errorf("preparing btrfs tree: opening the baseline: %w", err)
+		return Tree{}, err
 	}
 	defer srcDir.Close()
 	src, err := inspectSubvolumeFd(req.Source, srcDir.Fd())

@@ -65,13 +65,9 @@ func (Copy) Prepare(ctx context.Context, req Request) (Tree, error) {
 	if err := ctx.Err(); err != nil {
 		return Tree{}, fmt.Errorf("preparing copy tree: %w", err)
 	}
-	srcPath, err := filepath.EvalSymlinks(req.Source)
+	src, err := openSource(KindCopy, req)
 	if err != nil {
-		return Tree{}, fmt.Errorf("preparing copy tree: the source must be an existing directory: %w", err)
-	}
-	src, err := safefs.OpenDirFollowing(srcPath)
-	if err != nil {
-		return Tree{}, fmt.Errorf("preparing copy tree: the source must be an existing directory: %w", err)
+		return Tree{}, err
 	}
 	defer src.Close()
 	parent, err := destParent(KindCopy, req)

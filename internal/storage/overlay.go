@@ -34,17 +34,15 @@ func (Overlay) Prepare(ctx context.Context, req Request) (Tree, error) {
 	if err := ctx.Err(); err != nil {
 		return Tree{}, fmt.Errorf("preparing overlay tree: %w", err)
 	}
-	// Record the lower by its resolved path so a later symlink swap can't
-	// redirect the view; the identity check catches a replaced directory.
-	lowerPath, err := filepath.EvalSymlinks(req.Source)
+	// Record the lower by its resolved, link-free path, opened later
+	// without following links; the identity check catches a replaced
+	// directory.
+	lower, err := openSource(KindOverlay, req)
 	if err != nil {
-		return Tree{}, fmt.Errorf("preparing overlay tree: the lower must be an existing directory: %w", err)
-	}
-	lower, err := safefs.OpenDirFollowing(lowerPath)
-	if err != nil {
-		return Tree{}, fmt.Errorf("preparing overlay tree: the lower must be an existing directory: %w", err)
+		return Tree{}, err
 	}
 	defer lower.Close()
+	lowerPath := lower.Path()
 	lowerSt, err := lower.Stat()
 	if err != nil {
 		return Tree{}, fmt.Errorf("preparing overlay tree: %w", err)
@@ -141,7 +139,7 @@ func checkLower(ov *OverlayTree) error {
 // openLower opens the borrowed lower and checks it is the recorded
 // directory.
 func openLower(ov *OverlayTree) (*safefs.Dir, error) {
-	d, err := safefs.OpenDirFollowing(ov.Lower)
+	d, err := safefs.OpenDir(ov.Lower)
 	if err != nil {
 		if errors.Is(err, safefs.ErrSymlink) || errors.Is(err, unix.ENOTDIR) {
 			return nil, fmt.Errorf("lower %s: %w: %w", ov.Lower, err, ErrIdentityMismatch)

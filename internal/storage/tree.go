@@ -48,6 +48,10 @@ type Request struct {
 	// descriptor instead of opening filepath.Dir(Dest) again. Prepare
 	// doesn't close it.
 	Pool *safefs.Dir
+	// SourceID, if set, is the identity the source must have when
+	// Prepare opens it (safefs.OpenSource): the caller's earlier look at
+	// it (the plan) must have seen the same directory.
+	SourceID *safefs.FileID
 }
 
 // Tree is the record of one prepared private tree: what a caller persists
@@ -174,6 +178,21 @@ func checkRequest(k Kind, req Request) error {
 		return fmt.Errorf("%s tree: destination %s is not directly in the pool %s: %w", k, req.Dest, req.Pool.Path(), ErrInvalidRequest)
 	}
 	return nil
+}
+
+// openSource opens req.Source once, by descriptors (safefs.OpenSource),
+// and checks it against req.SourceID: the descriptor is then what is
+// copied, snapshotted or mounted.
+func openSource(k Kind, req Request) (*safefs.Dir, error) {
+	d, err := safefs.OpenSource(req.Source)
+	if err != nil {
+		return nil, fmt.Errorf("preparing %s tree: the source must be an existing directory: %w", k, err)
+	}
+	if req.SourceID != nil && !d.ID().Same(*req.SourceID) {
+		d.Close()
+		return nil, fmt.Errorf("preparing %s tree: the source %s is no longer the directory planned (%v, planned %v): %w", k, req.Source, d.ID(), *req.SourceID, ErrIdentityMismatch)
+	}
+	return d, nil
 }
 
 // PoolDir opens the allocation area name (one component) in the
