@@ -94,15 +94,46 @@ func New(socketOrURL string) (*Client, error) {
 	}
 	path = filepath.Clean(path)
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		},
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dialServer(ctx, path) },
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
 	return &Client{base: "http://" + UnixHost, hc: &http.Client{Transport: tr}, socket: path}, nil
+}
+
+// dialServer connects to the socket at path and checks who serves it
+// before anything is sent (DESIGN.md, "Trust model"): the server's
+// process (SO_PEERCRED) must run as root or as this user, else another
+// user could have put their socket there to read what this client sends
+// (environment values, specs) and forge the answers. A socket this user
+// may not connect to is a refusal too, not a server that is down.
+func dialServer(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+			return nil, fmt.Errorf("unix://%s: permission denied: this user may not use that server (it serves root and the store's owner); use your own store's server, or run as its owner: %w", path, api.ErrForbidden)
+		}
+		return nil, err
+	}
+	uid := -1
+	if raw, err := c.(*net.UnixConn).SyscallConn(); err == nil {
+		_ = raw.Control(func(fd uintptr) {
+			if cred, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED); err == nil {
+				uid = int(cred.Uid)
+			}
+		})
+	}
+	if me := os.Geteuid(); uid != 0 && uid != me {
+		c.Close()
+		who := fmt.Sprintf("uid %d", uid)
+		if uid < 0 {
+			who = "an unknown user (no peer credentials)"
+		}
+		return nil, fmt.Errorf("unix://%s is served by %s, neither root nor you (uid %d): nothing was sent to it; check who made that socket, or point --host (%s) at your own server: %w", path, who, me, HostEnv, api.ErrForbidden)
+	}
+	return c, nil
 }
 
 // Socket is the server's unix socket path ("" for an http:// server).

@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 )
 
 // Socket is the server's listening unix socket and the lock that makes it
@@ -70,6 +72,12 @@ func Listen(o ListenOptions) (*Socket, error) {
 	dir := filepath.Dir(path)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("socket %s: its directory %s does not exist or is not a directory: %w", path, dir, api.ErrInvalid)
+	}
+	// Another user who can write the directory could replace the socket
+	// with their own and be served the clients' requests: the store's
+	// trust rule holds for it too (DESIGN.md, "Trust model").
+	if err := safefs.CheckTrusted(dir, o.UID); err != nil {
+		return nil, fmt.Errorf("socket %s: %w; choose a --socket in a directory only you and root can write (%w)", path, err, api.ErrInvalid)
 	}
 	lock, err := lockBeside(path)
 	if err != nil {
@@ -132,11 +140,21 @@ func listenLocked(path, dir string, o ListenOptions) (*Socket, error) {
 		}
 	}
 
+	parent, err := safefs.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	defer parent.Close()
 	tmp, err := os.MkdirTemp(dir, "."+filepath.Base(path)+"-")
 	if err != nil {
 		return nil, fmt.Errorf("socket %s: %w", path, err)
 	}
 	defer os.RemoveAll(tmp)
+	tdir, err := parent.OpenDir(filepath.Base(tmp))
+	if err != nil {
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	defer tdir.Close()
 	tpath := filepath.Join(tmp, "s")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tpath, Net: "unix"})
 	if err != nil {
@@ -147,13 +165,15 @@ func listenLocked(path, dir string, o ListenOptions) (*Socket, error) {
 		ln.Close()
 		return nil, fmt.Errorf("socket %s: %w", path, err)
 	}
-	if err := os.Chmod(tpath, 0o660); err != nil {
+	// Mode, owner and the move into place act relative to the opened
+	// directories, never through a path resolved again.
+	if err := unix.Fchmodat(tdir.Fd(), "s", 0o660, 0); err != nil {
 		return fail(err)
 	}
-	if err := os.Lchown(tpath, o.UID, o.GID); err != nil && os.Geteuid() == 0 {
+	if err := unix.Fchownat(tdir.Fd(), "s", o.UID, o.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil && os.Geteuid() == 0 {
 		return fail(err)
 	}
-	if err := unix.Renameat2(unix.AT_FDCWD, tpath, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE); err != nil {
+	if err := unix.Renameat2(tdir.Fd(), "s", parent.Fd(), filepath.Base(path), unix.RENAME_NOREPLACE); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			return fail(fmt.Errorf("it appeared while starting: %w", api.ErrExists))
 		}
@@ -189,11 +209,12 @@ type peer struct {
 
 type peerKey struct{}
 
-// connContext records the peer's credentials in the connection's context
-// (http.Server.ConnContext).
-func connContext(ctx context.Context, c net.Conn) context.Context {
+// peerOfConn reads the credentials of the process on the other end of c.
+func peerOfConn(c net.Conn) peer {
 	p := peer{}
 	switch uc := c.(type) {
+	case *limitedConn:
+		return uc.peer
 	case *net.UnixConn:
 		if raw, err := uc.SyscallConn(); err == nil {
 			_ = raw.Control(func(fd uintptr) {
@@ -205,7 +226,114 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	case *net.TCPConn:
 		p.tcp = true
 	}
-	return context.WithValue(ctx, peerKey{}, p)
+	return p
+}
+
+// connContext records the peer's credentials in the connection's context
+// (http.Server.ConnContext).
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, peerKey{}, peerOfConn(c))
+}
+
+// Connection limits (issue 39, item 4): another local user may connect
+// to the socket (the kernel lets them when its mode does) but only gets
+// 403s, so their connections are few, and what they hold can't take the
+// descriptors that root's and the owner's requests need. The TCP metrics
+// listener has no credentials: its connections are bounded on their own.
+const (
+	// MaxConns bounds every connection of one listener.
+	MaxConns = 1024
+	// MaxOtherConns bounds the connections of all users but root and the
+	// store's owner together, and MaxConnsPerOtherUser each one's: the
+	// rest of MaxConns is the reserve that keeps root and the owner
+	// served.
+	MaxOtherConns        = 64
+	MaxConnsPerOtherUser = 8
+	// MaxMetricsConns bounds the TCP metrics listener.
+	MaxMetricsConns = 32
+)
+
+// limitListener closes a connection beyond its limits as soon as it is
+// accepted, before reading anything from it.
+type limitListener struct {
+	net.Listener
+	owner                int  // the store's owner; root and it are privileged
+	unix                 bool // count per uid (peer credentials)
+	max, others, perUser int
+
+	mu          sync.Mutex
+	total, nOth int
+	byUID       map[int]int
+}
+
+func newLimitListener(ln net.Listener, owner int) *limitListener {
+	_, isUnix := ln.(*net.UnixListener)
+	if !isUnix {
+		if sl, ok := ln.(*Socket); ok && sl.UnixListener != nil {
+			isUnix = true
+		}
+	}
+	l := &limitListener{Listener: ln, owner: owner, unix: isUnix, max: MaxConns, others: MaxOtherConns, perUser: MaxConnsPerOtherUser, byUID: map[int]int{}}
+	if !isUnix {
+		l.max = MaxMetricsConns
+	}
+	return l
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		p := peerOfConn(c)
+		other := l.unix && (!p.ok || (p.uid != 0 && p.uid != l.owner))
+		if !l.take(p.uid, other) {
+			c.Close()
+			continue
+		}
+		return &limitedConn{Conn: c, peer: p, release: func() { l.release(p.uid, other) }}, nil
+	}
+}
+
+func (l *limitListener) take(uid int, other bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.total >= l.max || other && (l.nOth >= l.others || l.byUID[uid] >= l.perUser) {
+		return false
+	}
+	l.total++
+	if other {
+		l.nOth++
+		l.byUID[uid]++
+	}
+	return true
+}
+
+func (l *limitListener) release(uid int, other bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.total--
+	if other {
+		l.nOth--
+		if l.byUID[uid]--; l.byUID[uid] <= 0 {
+			delete(l.byUID, uid)
+		}
+	}
+}
+
+// limitedConn is a counted connection; its peer was read at accept.
+type limitedConn struct {
+	net.Conn
+	peer    peer
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 func peerOf(ctx context.Context) peer {

@@ -97,6 +97,8 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header()[client.VersionHeader] = []string{client.APIVersion}
 		if err := s.admit(r); err != nil {
+			// A refused client keeps no connection open.
+			w.Header().Set("Connection", "close")
 			s.writeError(w, err)
 			return
 		}
@@ -218,13 +220,13 @@ func (s *Server) MetricsHandler() http.Handler {
 // and gives in-flight requests ShutdownGrace to finish. The caller closes
 // the listeners' files (Socket.Close) and the Host afterwards.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, mln net.Listener) error {
-	hs := &http.Server{Handler: s.Handler(), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
+	hs := s.httpServer(s.Handler())
 	errc := make(chan error, 2)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(newLimitListener(ln, s.cfg.OwnerUID)) }()
 	var ms *http.Server
 	if mln != nil {
-		ms = &http.Server{Handler: s.MetricsHandler(), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- ms.Serve(mln) }()
+		ms = s.httpServer(s.MetricsHandler())
+		go func() { errc <- ms.Serve(newLimitListener(mln, s.cfg.OwnerUID)) }()
 	}
 	var serveErr error
 	select {
@@ -249,6 +251,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, mln net.Listener) e
 	return err
 }
 
+// Timeouts of every connection (issue 39, item 4): a client that sends its
+// headers, its body or nothing at all too slowly is cut off, so a held
+// connection costs the server nothing for long. Responses (streams, waits)
+// are not bounded here: they end with their request or at shutdown.
+const (
+	headerTimeout = 10 * time.Second
+	bodyTimeout   = 30 * time.Second
+	idleTimeout   = 60 * time.Second
+)
+
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ConnContext: connContext, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: 64 << 10}
+}
+
 // streamContext is the request's context, also ended at shutdown.
 func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(r.Context())
@@ -265,6 +281,9 @@ func mutationContext(r *http.Request) (context.Context, context.CancelFunc) {
 // decode reads a JSON body into v: at most MaxBody bytes (413), unknown
 // fields and trailing data refused (400).
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyTimeout))
+	defer rc.SetReadDeadline(time.Time{})
 	r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
