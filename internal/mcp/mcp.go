@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 	"unicode/utf8"
 
@@ -77,9 +78,10 @@ func NewServer(h *hostfork.Host, o Options) *sdk.Server {
 	return s
 }
 
-// Run serves on stdin/stdout until the client disconnects or ctx ends.
+// Run serves on stdin/stdout until the client disconnects (after every
+// request it sent is answered) or ctx ends.
 func Run(ctx context.Context, h *hostfork.Host, o Options) error {
-	return NewServer(h, o).Run(ctx, &sdk.StdioTransport{})
+	return NewServer(h, o).Run(ctx, newStdio(os.Stdin, os.Stdout).transport(ctx))
 }
 
 type tools struct {
