@@ -8,6 +8,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/admit"
+	"github.com/habemus-papadum/hostfork/internal/lockfile"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
@@ -97,7 +98,11 @@ func (e *Engine) Capacity(ctx context.Context) (*api.CapacityReport, error) {
 // admission serializes admission decisions across processes until the
 // admitted command is registered (and so counted as live).
 func (e *Engine) admissionLock(ctx context.Context) (func(), error) {
-	return flock(ctx, filepath.Join(e.root, "admission.lock"), 2*time.Millisecond)
+	l, err := lockfile.Acquire(ctx, filepath.Join(e.root, "admission.lock"))
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
 }
 
 // admitCommand blocks (mode wait), refuses (fail) or passes (skip) a new

@@ -114,13 +114,13 @@ func (e *Engine) GC(ctx context.Context, opts GCOptions) (*api.GCReport, error) 
 }
 
 func (e *Engine) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg *Config, opts GCOptions, force bool, rep *api.GCReport) {
-	unlock, ok := envLock(env.RunDir, 5*time.Second)
-	if !ok {
-		rep.Held = append(rep.Held, api.GCItem{Env: env.ID, What: "environment", Reason: "another reaper, gc or stop holds it"})
+	unlock, err := envLock(env.RunDir, 5*time.Second)
+	if err != nil {
+		rep.Held = append(rep.Held, api.GCItem{Env: env.ID, What: "environment", Reason: lockReason(err, "another reaper, gc or stop holds it")})
 		return
 	}
 	defer unlock()
-	env, err := e.reg.Env(ctx, env.ID) // re-check under the lock
+	env, err = e.reg.Env(ctx, env.ID) // re-check under the lock
 	if err != nil || !env.State.Final() {
 		return
 	}

@@ -291,7 +291,7 @@ func (e *Engine) reconcile(ctx context.Context, env *api.Env, cmds []*api.Comman
 			// Nothing of it runs any more: finish the bookkeeping the
 			// guardians and the keeper could not (they don't write the
 			// registry).
-			if unlock, ok := envLock(env.RunDir, 0); ok {
+			if unlock, err := envLock(env.RunDir, 0); err == nil {
 				if n, err := e.stopEnvLocked(ctx, env, StopOptions{Reason: a.Reason}); err == nil && n != nil {
 					env = n
 					env.Due = ""

@@ -17,6 +17,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/decide"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/lockfile"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
@@ -105,15 +106,24 @@ func (e *Engine) envFacts(ctx context.Context, env *api.Env, cmds []*api.Command
 	return f, settled
 }
 
+// lockReason is what a report says of a lock not taken: busy, or why
+// it could not be taken at all.
+func lockReason(err error, busy string) string {
+	if errors.Is(err, lockfile.ErrBusy) {
+		return busy
+	}
+	return err.Error()
+}
+
 func (e *Engine) reapEnv(ctx context.Context, env *api.Env, rep *api.ReapReport) error {
-	unlock, ok := envLock(env.RunDir, 5*time.Second)
-	if !ok {
-		rep.Pending = append(rep.Pending, api.ReapPending{Env: env.ID, What: "environment", Reason: "another reaper or stop holds it"})
+	unlock, err := envLock(env.RunDir, 5*time.Second)
+	if err != nil {
+		rep.Pending = append(rep.Pending, api.ReapPending{Env: env.ID, What: "environment", Reason: lockReason(err, "another reaper or stop holds it")})
 		return nil
 	}
 	defer unlock()
 	// Re-read under the lock: the decision must be based on current state.
-	env, err := e.reg.Env(ctx, env.ID)
+	env, err = e.reg.Env(ctx, env.ID)
 	if err != nil {
 		return err
 	}
@@ -288,9 +298,9 @@ func (e *Engine) reapIntents(ctx context.Context, rep *api.ReapReport) error {
 		if err != nil {
 			continue
 		}
-		unlock, ok := envLock(env.RunDir, 5*time.Second)
-		if !ok {
-			rep.Pending = append(rep.Pending, api.ReapPending{Env: id, What: "environment", Reason: "another reaper or gc holds it"})
+		unlock, err := envLock(env.RunDir, 5*time.Second)
+		if err != nil {
+			rep.Pending = append(rep.Pending, api.ReapPending{Env: id, What: "environment", Reason: lockReason(err, "another reaper or gc holds it")})
 			continue
 		}
 		// Re-read under the lock: another reaper may have settled them.

@@ -18,6 +18,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/decide"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/lockfile"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/tree"
@@ -37,34 +38,13 @@ type StopOptions struct {
 	Abandon bool
 }
 
-// flock takes an exclusive flock on path (created if missing), polling
-// every step until it is free or ctx ends. The returned func releases it.
-func flock(ctx context.Context, path string, step time.Duration) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+// stopLock serializes overlapping stops of one tree across processes.
+func stopLock(ctx context.Context, dir string) (func(), error) {
+	l, err := lockfile.Acquire(ctx, filepath.Join(dir, "stop.lock"))
 	if err != nil {
 		return nil, err
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if err != unix.EWOULDBLOCK && err != unix.EINTR {
-			f.Close()
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(step):
-		}
-	}
-}
-
-// stopLock serializes overlapping stops of one tree across processes.
-func stopLock(ctx context.Context, dir string) (func(), error) {
-	return flock(ctx, filepath.Join(dir, "stop.lock"), 5*time.Millisecond)
+	return l.Release, nil
 }
 
 func (e *Engine) grace(env *api.Env, opts StopOptions) time.Duration {
@@ -552,9 +532,12 @@ func (e *Engine) StopEnv(ctx context.Context, id string, opts StopOptions) (*api
 		cmds, _ := e.reg.Commands(ctx, registry.CommandQuery{Env: id})
 		return e.reconcile(ctx, env, cmds, true), nil
 	}
-	unlock, ok := envLock(env.RunDir, 30*time.Second)
-	if !ok {
+	unlock, err := envLock(env.RunDir, 30*time.Second)
+	if errors.Is(err, lockfile.ErrBusy) {
 		return env, fmt.Errorf("environment %s: another stop or reaper holds it; try again: %w", id, api.ErrConflict)
+	}
+	if err != nil {
+		return env, fmt.Errorf("environment %s: %w", id, err)
 	}
 	if env, err = e.reg.Env(ctx, id); err != nil {
 		unlock()
@@ -756,26 +739,23 @@ func (e *Engine) abandonEnv(ctx context.Context, env *api.Env) (*api.Env, error)
 }
 
 // envLock serializes reapers, stops and gc on one environment. It waits at
-// most limit. An environment whose run directory does not exist (a
-// creation killed before its mkdir) is locked through the directory that
-// holds the run directories.
-func envLock(runDir string, limit time.Duration) (func(), bool) {
-	f, err := os.OpenFile(filepath.Join(runDir, "reap.lock"), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+// most limit (an error matching lockfile.ErrBusy then). An environment
+// whose run directory does not exist (a creation killed before its mkdir)
+// is locked through the directory that holds the run directories. A lock
+// that can't be taken at all is an error, never a lock taken.
+func envLock(runDir string, limit time.Duration) (func(), error) {
+	f, err := lockfile.Open(filepath.Join(runDir, "reap.lock"))
 	if errors.Is(err, os.ErrNotExist) {
 		f, err = os.Open(filepath.Dir(runDir))
 	}
 	if err != nil {
-		return func() {}, true
+		return nil, fmt.Errorf("locking the environment: %w", err)
 	}
-	for end := time.Now().Add(limit); ; {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, true
-		}
-		if (err != unix.EWOULDBLOCK && err != unix.EINTR) || time.Now().After(end) {
-			f.Close()
-			return nil, false
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	l, err := lockfile.Take(ctx, f)
+	if err != nil {
+		return nil, err
 	}
+	return l.Release, nil
 }

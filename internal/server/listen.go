@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/lockfile"
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 )
 
@@ -24,7 +25,7 @@ type Socket struct {
 	*net.UnixListener
 	path     string
 	dev, ino uint64
-	lock     *os.File
+	lock     *lockfile.Lock
 }
 
 // Path is the socket's path.
@@ -38,9 +39,7 @@ func (s *Socket) Close() error {
 	if unix.Lstat(s.path, &st) == nil && st.Dev == s.dev && st.Ino == s.ino && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
 		_ = os.Remove(s.path)
 	}
-	if s.lock != nil {
-		s.lock.Close()
-	}
+	s.lock.Release()
 	return err
 }
 
@@ -85,18 +84,18 @@ func Listen(o ListenOptions) (*Socket, error) {
 	}
 	s, err := listenLocked(path, dir, o)
 	if err != nil {
-		lock.Close()
+		lock.Release()
 		return nil, err
 	}
 	s.lock = lock
 	return s, nil
 }
 
-func lockBeside(path string) (*os.File, error) {
+func lockBeside(path string) (*lockfile.Lock, error) {
 	lp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".lock")
-	f, err := os.OpenFile(lp, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	f, err := lockfile.Open(lp)
 	if err != nil {
-		return nil, fmt.Errorf("socket lock %s: %w", lp, err)
+		return nil, fmt.Errorf("socket %w", err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
@@ -107,14 +106,16 @@ func lockBeside(path string) (*os.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("socket lock %s is not a regular file of this user (uid %d): remove it or choose another --socket: %w", lp, st.Uid, api.ErrForbidden)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another hostfork serve holds %s (it serves %s): stop it first: %w", lp, path, api.ErrExists)
-		}
-		return nil, fmt.Errorf("socket lock %s: %w", lp, err)
+	now, cancel := context.WithCancel(context.Background())
+	cancel()
+	l, err := lockfile.Take(now, f)
+	if errors.Is(err, lockfile.ErrBusy) {
+		return nil, fmt.Errorf("another hostfork serve holds %s (it serves %s): stop it first: %w", lp, path, api.ErrExists)
 	}
-	return f, nil
+	if err != nil {
+		return nil, fmt.Errorf("socket %w", err)
+	}
+	return l, nil
 }
 
 func listenLocked(path, dir string, o ListenOptions) (*Socket, error) {
