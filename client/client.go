@@ -94,7 +94,7 @@ func New(socketOrURL string) (*Client, error) {
 	}
 	path = filepath.Clean(path)
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dialServer(ctx, path) },
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dialServer(ctx, path) },
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/atomicfile"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/decide"
 	"github.com/habemus-papadum/hostfork/internal/fault"
@@ -287,7 +288,11 @@ func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, r
 // (best effort: on a full filesystem even this may fail; the guardian's
 // receipt carries the reason too).
 func keepDecision(path string, reason api.StopReason) {
-	_ = os.WriteFile(path, []byte(string(reason)+"\n"), 0o600)
+	// Durable and whole, or not written: a full store leaves the old
+	// decision (or none), never an empty file (issue 39, item 6). The stop
+	// goes on either way: recording never prevents a kill (DESIGN.md, "The
+	// store").
+	_ = atomicfile.WriteFile(path, []byte(string(reason)+"\n"), 0o600)
 }
 
 // dropDecision removes a kept stop decision once the record is final: the

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/habemus-papadum/hostfork/internal/atomicfile"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
@@ -339,7 +340,7 @@ func LoadCache(dir string) (*Snapshot, error) {
 	return &s, nil
 }
 
-// SaveCache writes the capture atomically (temporary file, fsync, rename),
+// SaveCache writes the capture durably (atomicfile),
 // readable only by its owner.
 func SaveCache(dir string, s *Snapshot) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -349,26 +350,7 @@ func SaveCache(dir string, s *Snapshot) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, CacheFile+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(0o600)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, CacheFile))
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
+	if err := atomicfile.WriteFile(filepath.Join(dir, CacheFile), b, 0o600); err != nil {
 		return fmt.Errorf("saving the host-shell capture: %w", err)
 	}
 	return nil

@@ -183,4 +183,3 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 func (f writerFunc) Close() error                { return nil }
-

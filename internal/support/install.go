@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/habemus-papadum/hostfork/internal/atomicfile"
 )
 
 // Runner runs a command (systemctl) and returns its combined output; a
@@ -156,7 +158,7 @@ func Install(ctx context.Context, p *Plan, run Runner) (*InstallResult, error) {
 			res.Unchanged = append(res.Unchanged, f.Path)
 			continue
 		}
-		if err := writeAtomic(f.Path, []byte(f.Content), f.Mode); err != nil {
+		if err := atomicfile.WriteFile(f.Path, []byte(f.Content), f.Mode); err != nil {
 			return res, err
 		}
 		res.Written = append(res.Written, f.Path)
@@ -192,39 +194,6 @@ func Install(ctx context.Context, p *Plan, run Runner) (*InstallResult, error) {
 	}
 	res.Changed = len(res.Written) > 0 || len(res.Ran) > 0
 	return res, nil
-}
-
-// writeAtomic writes path through a temporary file in the same directory,
-// synced and renamed over it, then syncs the directory.
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	tmp := f.Name()
-	err = f.Chmod(mode)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 // UnitStatus is one planned unit as found.
