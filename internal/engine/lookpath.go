@@ -9,24 +9,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/launchenv"
 )
 
-// gitRedirections are removed from inherited environments (DESIGN.md,
-// Launch environment policy).
-var gitRedirections = []string{"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR"}
-
-// InheritedEnv is os.Environ() without Git redirections.
+// InheritedEnv is os.Environ() without Git redirections
+// (launchenv.IsGitRedirection).
 func InheritedEnv() []string {
 	var out []string
 	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		drop := strings.HasPrefix(k, "GIT_CONFIG")
-		for _, g := range gitRedirections {
-			if k == g {
-				drop = true
-			}
-		}
-		if !drop {
+		if k, _, _ := strings.Cut(kv, "="); !launchenv.IsGitRedirection(k) {
 			out = append(out, kv)
 		}
 	}
