@@ -464,11 +464,13 @@ fail:
 	_exit(127);
 }
 
-/* open_view opens the keeper's mount namespace after verifying, through a
- * pidfd, that view_pid is still the recorded keeper. */
+/* open_view returns a pidfd of the environment's keeper, verified to be
+ * the recorded process (its start time), through which the workload
+ * joins the view: setns(pidfd, CLONE_NEWNS), Linux 5.8. Joining through
+ * the pidfd, not /proc/PID/ns/mnt, leaves no window in which the PID could
+ * name another process: if the keeper exits, setns fails. */
 static int open_view(char *msg, size_t cap, int *err)
 {
-	char path[64];
 	int pfd = (int)syscall(SYS_pidfd_open, cfg.view_pid, 0);
 	uint64_t start = 0;
 	if (pfd < 0 || hf_read_stat(cfg.view_pid, NULL, NULL, &start) < 0 || (cfg.view_start && start != cfg.view_start)) {
@@ -478,78 +480,20 @@ static int open_view(char *msg, size_t cap, int *err)
 			close(pfd);
 		return -1;
 	}
-	snprintf(path, sizeof path, "/proc/%d/ns/mnt", cfg.view_pid);
-	int nsfd = open(path, O_RDONLY | O_CLOEXEC);
-	*err = errno;
-	close(pfd);
-	if (nsfd < 0)
-		snprintf(msg, cap, "opening the view's mount namespace: %s", hf_errstr(*err));
-	return nsfd;
+	fcntl(pfd, F_SETFD, FD_CLOEXEC);
+	return pfd;
 }
 
-/* ---- the workload's clone ----
- *
- * On x86-64 the workload is cloned the way posix_spawn(3) and Go's
- * os/exec do it: CLONE_VM | CLONE_VFORK, the child running child_exec on a
- * stack of its own in the guardian's address space until its execve. A
- * plain fork copies the guardian's page tables and write-protects its
- * pages; the child then faults in every code page it runs, each write
- * copies a page on both sides, and the execve tears the copy down again
- * (decision 67: about 1 ms a command on the test VM, where each fault costs
- * 10-20 us). The guardian is suspended until the child has exec'd or
- * exited, and every signal is blocked meanwhile, so no handler of the
- * guardian's can run on the child's stack; the child gets its own copy of
- * the handlers (no CLONE_SIGHAND) and resets them (reset_signals). Other
- * architectures keep the plain fork. */
+/* ---- the workload's clone ---- */
 struct child_args {
 	int in, out, err, nsfd, report;
 };
 
-static void child_exec(int in, int out, int err, int nsfd, int report);
-
-static int child_entry(void *p)
-{
-	struct child_args *a = p;
-	child_exec(a->in, a->out, a->err, a->nsfd, a->report);
-	return 127;
-}
-
-#if defined(__x86_64__)
-/* hf_clone3_run: clone3(args, size); the child calls fn(arg) on the stack
- * args names and exits with its result; the parent returns clone3's
- * result. fn and arg are kept in r8 and r9, which the syscall preserves
- * and the child inherits. */
-long hf_clone3_run(struct hf_clone_args *args, size_t size, int (*fn)(void *), void *arg);
-__asm__(".text\n"
-	".globl hf_clone3_run\n"
-	".hidden hf_clone3_run\n"
-	".type hf_clone3_run,@function\n"
-	"hf_clone3_run:\n"
-	"\tmov %rdx, %r8\n"
-	"\tmov %rcx, %r9\n"
-	"\tmov $435, %eax\n"
-	"\tsyscall\n"
-	"\ttest %rax, %rax\n"
-	"\tjnz 1f\n"
-	"\txor %ebp, %ebp\n"
-	"\tmov %r9, %rdi\n"
-	"\tcall *%r8\n"
-	"\tmov %eax, %edi\n"
-	"\tmov $60, %eax\n"
-	"\tsyscall\n"
-	"\thlt\n"
-	"1:\tret\n"
-	".size hf_clone3_run, .-hf_clone3_run\n");
-#define HF_VFORK_CLONE 1
-#endif
-
-#ifdef HF_VFORK_CLONE
-/* The child's stack until its execve (only what it touches is faulted in). */
-static char child_stack[64 * 1024] __attribute__((aligned(16)));
-#endif
-
-/* fork_workload is the plain fork: other architectures, and kernels
- * without clone3 where the workload has no cgroup. */
+/* fork_workload starts child_exec in a new process, cloned into the
+ * cgroup cgfd when >= 0 (clone3 CLONE_INTO_CGROUP, so it is a member from
+ * birth), and returns its PID, or -1 with errno. A plain fork, portable to
+ * every architecture (decision 67, retired: the CLONE_VM|CLONE_VFORK clone
+ * in assembly saved page faults on x86-64 only). */
 static pid_t fork_workload(int cgfd, struct child_args *ca)
 {
 	pid_t pid;
@@ -568,35 +512,6 @@ static pid_t fork_workload(int cgfd, struct child_args *ca)
 	return pid;
 }
 
-/* clone_workload starts child_exec in a new process (cloned into the
- * cgroup cgfd when >= 0) and returns its PID, or -1 with errno. */
-static pid_t clone_workload(int cgfd, struct child_args *ca)
-{
-#ifdef HF_VFORK_CLONE
-	struct hf_clone_args a;
-	memset(&a, 0, sizeof a);
-	a.flags = CLONE_VM | CLONE_VFORK;
-	if (cgfd >= 0) {
-		a.flags |= HF_CLONE_INTO_CGROUP;
-		a.cgroup = (uint64_t)cgfd;
-	}
-	a.exit_signal = SIGCHLD;
-	a.stack = (uint64_t)(uintptr_t)child_stack;
-	a.stack_size = sizeof child_stack;
-	sigset_t all, old;
-	sigfillset(&all);
-	sigprocmask(SIG_SETMASK, &all, &old);
-	long pid = hf_clone3_run(&a, sizeof a, child_entry, ca);
-	sigprocmask(SIG_SETMASK, &old, NULL);
-	if (pid >= 0)
-		return (pid_t)pid;
-	if (pid != -ENOSYS || cgfd >= 0) {
-		errno = (int)-pid;
-		return -1;
-	}
-#endif
-	return fork_workload(cgfd, ca);
-}
 
 /* start_workload starts the leader. On failure it returns -1 with the
  * message in msg and the errno in *err. */
@@ -620,7 +535,7 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 		goto out;
 	}
 	struct child_args ca = {in, out, errfd, nsfd, p[1]};
-	pid = clone_workload(cgfd, &ca);
+	pid = fork_workload(cgfd, &ca);
 	close(p[1]);
 	if (pid < 0) {
 		*err = errno;
