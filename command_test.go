@@ -141,9 +141,7 @@ func TestHandleRecordsAreComputed(t *testing.T) {
 	if err := cmd.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for cmd.Record().Workload == nil {
-		time.Sleep(time.Millisecond)
-	}
+	waitWorkload(t, cmd)
 	_, read, err := h.Status(ctx, cmd.ID())
 	if err != nil {
 		t.Fatal(err)
@@ -233,9 +231,7 @@ func TestWaitRecordIsFinal(t *testing.T) {
 		}
 		done <- r
 	}()
-	for cmd.Record().Workload == nil {
-		time.Sleep(time.Millisecond)
-	}
+	waitWorkload(t, cmd)
 	stopped, err := cmd.StopTree(ctx, hostfork.StopOptions{Reason: hostfork.ReasonUser})
 	if err != nil {
 		t.Fatal(err)
@@ -444,9 +440,7 @@ func TestListByLabels(t *testing.T) {
 	if _, err := other.WaitTree(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for sleeping.Record().Workload == nil {
-		time.Sleep(time.Millisecond)
-	}
+	waitWorkload(t, sleeping)
 	cids := func(f hostfork.CommandFilter) []string {
 		t.Helper()
 		cmds, err := h.Commands(ctx, f)
@@ -531,9 +525,7 @@ func TestCommandsBrief(t *testing.T) {
 		waitTree(notFound)
 	}
 	live := start(map[string]string{"step": "live"}, 0, "sleep", "300")
-	for live.Record().Workload == nil {
-		time.Sleep(time.Millisecond)
-	}
+	waitWorkload(t, live)
 
 	full, err := h.Commands(ctx, hostfork.CommandFilter{})
 	if err != nil {

@@ -351,3 +351,15 @@ func wantNothingAllocated(t *testing.T, h *hostfork.Host, cgroupParent string) {
 		t.Errorf("mounts of the store in the host's table: %q", m)
 	}
 }
+
+// waitWorkload waits until cmd's record names its workload (the guardian
+// reported it), failing tb after a generous bound instead of hanging until
+// the suite's timeout when it never starts.
+func waitWorkload(tb testing.TB, cmd *hostfork.Command) {
+	tb.Helper()
+	for end := time.Now().Add(30 * time.Second); cmd.Record().Workload == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			tb.Fatalf("command %s: its workload was not reported within 30s: %+v", cmd.ID(), cmd.Record())
+		}
+	}
+}

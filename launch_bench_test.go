@@ -311,9 +311,7 @@ func BenchmarkConcurrentSleep(b *testing.B) {
 			return hcmds[i].Start(ctx)
 		}, b)
 		for _, c := range hcmds {
-			for c.Record().Workload == nil {
-				time.Sleep(200 * time.Microsecond)
-			}
+			waitWorkload(b, c)
 		}
 		t1 := time.Now()
 		if err := env.Stop(ctx, hostfork.StopOptions{}); err != nil {
@@ -431,9 +429,7 @@ func BenchmarkGuardianMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
-		for cmd.Record().Workload == nil {
-			time.Sleep(time.Millisecond)
-		}
+		waitWorkload(b, cmd)
 		rec := cmd.Record()
 		r, a := anonKiB(b, rec.Guardian.PID)
 		gRSS, gAnon = append(gRSS, r), append(gAnon, a)

@@ -74,9 +74,7 @@ func BenchmarkStopTree50(b *testing.B) {
 		if err := cmd.Start(ctx); err != nil {
 			b.Fatal(err)
 		}
-		for cmd.Record().Workload == nil {
-			time.Sleep(time.Millisecond)
-		}
+		waitWorkload(b, cmd)
 		waitMembers(b, cmd.Record().CgroupPath, 50)
 		return cmd
 	}
@@ -181,9 +179,7 @@ func BenchmarkAdmission100(b *testing.B) {
 		if err := cmd.Start(ctx); err != nil {
 			b.Fatal(err)
 		}
-		for cmd.Record().Workload == nil {
-			time.Sleep(time.Millisecond)
-		}
+		waitWorkload(b, cmd)
 		waitMembers(b, cmd.Record().CgroupPath, 3)
 	}
 	env := benchEnv(b, host, spec.Environment{})
