@@ -5,9 +5,8 @@
 // `hostfork serve`, its Go client and the Temporal worker all speak these
 // types, so a record has one shape wherever it is read.
 //
-// It imports only the standard library and the module's own
-// reflection-free JSON codec (internal/jsonfast), and holds no behaviour
-// beyond encoding, so any program may import it — including one that talks to a
+// It imports only the standard library and holds no behaviour beyond
+// encoding, so any program may import it — including one that talks to a
 // hostfork server without linking the engine (no cgo, no SQLite).
 //
 // JSON conventions (docs/json.md): field names are snake_case; times are

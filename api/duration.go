@@ -1,11 +1,10 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/habemus-papadum/hostfork/internal/jsonfast"
 )
 
 // Duration is a time.Duration written as a Go duration string ("20m",
@@ -35,7 +34,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // message that says how to write one.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
-	if !jsonfast.DecodeString(b, &s) {
+	if json.Unmarshal(b, &s) != nil {
 		return fmt.Errorf("a duration is a string such as \"20m\" or \"2s\", not %s: %w", string(b), ErrInvalid)
 	}
 	return d.UnmarshalText([]byte(s))

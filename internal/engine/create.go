@@ -147,7 +147,7 @@ func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]
 		TTL: p.MaxRuntime, Grace: p.Grace, IdleTimeout: p.Spec.Lifetime.IdleTimeout,
 		Trees: []api.Tree{}, CleanupErrors: []string{}, Commands: nil,
 	}
-	if b, err := p.Spec.MarshalJSON(); err == nil {
+	if b, err := json.Marshal(p.Spec); err == nil {
 		rec.Spec = b
 	}
 	if p.View != nil {

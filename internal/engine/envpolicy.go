@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,6 +22,16 @@ func (e *Engine) hostShellCacheDir() string { return filepath.Join(e.root, "cach
 func (e *Engine) RecaptureHostShell(ctx context.Context) error {
 	_, err := launchenv.HostShell(ctx, launchenv.HostShellOptions{CacheDir: e.hostShellCacheDir(), Refresh: true, Inherited: os.Environ()})
 	return err
+}
+
+// launchOf is the launch part (env_policy, env) of a stored request; what
+// does not decode is left out.
+func launchOf(raw json.RawMessage) spec.Launch {
+	var full struct{ spec.Launch }
+	if len(raw) > 0 {
+		_ = json.Unmarshal(raw, &full)
+	}
+	return full.Launch
 }
 
 // commandEnv resolves a command's environment (DESIGN.md, "Launch

@@ -4,12 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"strconv"
 	"syscall"
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/decide"
-	"github.com/habemus-papadum/hostfork/internal/jsonfast"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
@@ -25,15 +23,8 @@ func pathIdentity(p string) string {
 	if !ok {
 		return ""
 	}
-	// {"dev":…,"inode":…,"path":…}, as encoding/json writes the map,
-	// without its reflection (decision 63).
-	var w jsonfast.Writer
-	w.Begin('{')
-	w.Uint("dev", s.Dev)
-	w.Uint("inode", s.Ino)
-	w.Str("path", p)
-	w.End('}')
-	return string(w.Bytes())
+	b, _ := json.Marshal(map[string]any{"path": p, "dev": s.Dev, "inode": s.Ino})
+	return string(b)
 }
 
 // recordedInode reads the inode (and device, when recorded) of an
@@ -81,7 +72,8 @@ func factOf(in registry.Intent) registry.Fact {
 		f.Identity = pathIdentity(in.Target)
 	case registry.KindCgroup:
 		if s, ok := st.Sys().(*syscall.Stat_t); ok {
-			f.Identity = `{"inode":` + strconv.FormatUint(s.Ino, 10) + `}`
+			b, _ := json.Marshal(map[string]any{"inode": s.Ino})
+			f.Identity = string(b)
 		}
 	}
 	return f

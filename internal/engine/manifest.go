@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 
 	"github.com/habemus-papadum/hostfork/api"
-	"github.com/habemus-papadum/hostfork/internal/jsonfast"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
@@ -18,30 +17,6 @@ import (
 type Manifest struct {
 	Env      *api.Env       `json:"env"`
 	Commands []*api.Command `json:"commands"`
-}
-
-// MarshalJSON encodes the manifest as encoding/json does, through the
-// records' own codecs: a manifest is written once per process, where
-// encoding/json would first build the codecs of Manifest by reflection
-// (decision 63).
-func (m Manifest) MarshalJSON() ([]byte, error) {
-	var w jsonfast.Writer
-	w.Begin('{')
-	w.Key("env")
-	w.Value(m.Env)
-	w.Key("commands")
-	if m.Commands == nil {
-		w.Null()
-	} else {
-		w.Begin('[')
-		for _, c := range m.Commands {
-			w.Sep()
-			w.Value(c)
-		}
-		w.End(']')
-	}
-	w.End('}')
-	return w.Result()
 }
 
 // writeManifest rewrites runs/<id>/manifest.json from the registry

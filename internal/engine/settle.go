@@ -155,9 +155,6 @@ func limitGroup(env *api.Env) *limits.Group {
 // enforced (accepted with --allow-weaker): the run says so at its start and
 // the record keeps it.
 func unenforcedOf(env *api.Env) string {
-	if allow, decided := acceptsWeaker(env.Spec); decided && !allow {
-		return ""
-	}
 	var s struct {
 		Limits struct {
 			Memory      any     `json:"memory"`

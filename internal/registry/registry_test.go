@@ -826,3 +826,63 @@ func TestEventSequenceSkipsAtANewBoot(t *testing.T) {
 		t.Fatalf("%s = %q, %v, %v; want boot-b", eventsBootKey, v, ok, err)
 	}
 }
+
+// TestEarlierEncodingsRead: an environment's data document and a command's
+// argv column read back the same whichever build wrote them. Builds with
+// the hand-written codec (decision 63, retired) wrote strings without HTML
+// escaping; encoding/json escapes '<', '>' and '&'. Both escape U+2028.
+func TestEarlierEncodingsRead(t *testing.T) {
+	d := open(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	if err := commit(t, d, func(b *Batch) {
+		b.InsertEnv(newEnv("e1"))
+		b.InsertCommand(&api.Command{ID: "c1", Env: "e1", State: api.CommandExited, CreatedAt: now, Argv: []string{"true"}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const doc = `{"id":"","rev":0,"state":"","created_at":"2026-12-06T10:00:00Z","boot_id":"b","purpose":"a<b>&c \u2028",` +
+		`"labels":{"team":"<ci>"},"tier":"cgroup2","cgroup_inode":7,"run_dir":"/r/runs/e1","owner_exit":"stop",` +
+		`"owner":{"boot_id":"b","pid":41,"start_time":42},"until_stopped":false,"auto_stop":true,"ttl":"10m0s","grace":"2s",` +
+		`"idle_timeout":"0s","activated_at":"2026-12-06T10:00:01.5Z","deadline_at":null,"spec":{"purpose":"a<b>&c"},` +
+		`"trees":[{"name":"w","kind":"overlay","source":"/s&t","host_path":"/h","workload_path":"/w","state":"allocated"}],` +
+		`"keeper":null,"stop_reason":"","stop_requested_at":null,"stopped_at":null,"cleanup_errors":[],"error":"",` +
+		`"owner_alive":"","expired":false,"due":"","commands":null}`
+	escaped := strings.NewReplacer("<", `\u003c`, ">", `\u003e`, "&", `\u0026`)
+	wantArgv := []string{"sh", "-c", "a && b <c> \u2028"}
+	for _, form := range []struct{ name, data, argv string }{
+		{"hand-written codec", doc, `["sh","-c","a && b <c> \u2028"]`},
+		{"encoding/json", escaped.Replace(doc), escaped.Replace(`["sh","-c","a && b <c> \u2028"]`)},
+	} {
+		if _, err := d.db.Exec("UPDATE envs SET data = ? WHERE id = 'e1'", form.data); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.db.Exec("UPDATE commands SET argv = ? WHERE id = 'c1'", form.argv); err != nil {
+			t.Fatal(err)
+		}
+		e, err := d.Env(ctx, "e1")
+		if err != nil {
+			t.Fatalf("%s: %v", form.name, err)
+		}
+		if e.Purpose != "a<b>&c \u2028" || e.CgroupInode != 7 || e.Owner == nil || *e.Owner != (api.Identity{BootID: "b", PID: 41, StartTime: 42}) ||
+			e.TTL.D() != 10*time.Minute || e.Grace.D() != 2*time.Second || e.ActivatedAt == nil || !e.ActivatedAt.Equal(now.Add(1500*time.Millisecond)) ||
+			e.DeadlineAt != nil || len(e.Trees) != 1 || e.Trees[0].Source != "/s&t" || !e.AutoStop {
+			t.Fatalf("%s: env %+v", form.name, e)
+		}
+		var spec struct{ Purpose string }
+		if err := json.Unmarshal(e.Spec, &spec); err != nil || spec.Purpose != "a<b>&c" {
+			t.Fatalf("%s: spec %s (%v)", form.name, e.Spec, err)
+		}
+		c, err := d.Command(ctx, "c1")
+		if err != nil {
+			t.Fatalf("%s: %v", form.name, err)
+		}
+		if !reflect.DeepEqual(c.Argv, wantArgv) {
+			t.Fatalf("%s: argv %q, want %q", form.name, c.Argv, wantArgv)
+		}
+		cs, err := d.Commands(ctx, CommandQuery{Brief: true})
+		if err != nil || len(cs) != 1 || !reflect.DeepEqual(cs[0].Argv, wantArgv) {
+			t.Fatalf("%s: brief listing %+v (%v)", form.name, cs, err)
+		}
+	}
+}

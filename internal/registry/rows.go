@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
-	"github.com/habemus-papadum/hostfork/internal/jsonfast"
 )
 
 // querier is a *sql.DB or a *sql.Tx.
@@ -115,7 +114,6 @@ func jsonText(v any) string {
 		if len(x) == 0 {
 			return ""
 		}
-		return string(jsonfast.AppendStrings(nil, x))
 	case []api.Identity:
 		if len(x) == 0 {
 			return ""
@@ -235,7 +233,7 @@ func commandTail(c *api.Command) []any {
 	if argv == nil {
 		argv = []string{}
 	}
-	argvJSON := jsonfast.AppendStrings(nil, argv)
+	argvJSON, _ := json.Marshal(argv) // a []string always encodes
 	var oomBase any
 	if c.OOMBaseline != nil {
 		oomBase = int64(*c.OOMBaseline)
@@ -357,7 +355,7 @@ func envDoc(e *api.Env) (string, error) {
 	d := *e
 	d.Rev, d.State = 0, ""
 	d.OwnerAlive, d.Expired, d.Due, d.Commands, d.LimitsNow = "", false, "", nil, nil
-	b, err := d.MarshalJSON() // the record's own codec, without Marshal's second pass
+	b, err := json.Marshal(&d)
 	if err != nil {
 		return "", err
 	}
@@ -373,7 +371,7 @@ func scanEnv(r rowScanner) (*api.Env, error) {
 		return nil, err
 	}
 	var e api.Env
-	if err := e.UnmarshalJSON([]byte(data)); err != nil {
+	if err := json.Unmarshal([]byte(data), &e); err != nil {
 		return nil, fmt.Errorf("environment %s: its record is corrupt: %w", id, err)
 	}
 	e.ID, e.Rev, e.State = id, rev, api.EnvState(state)

@@ -10,9 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/client"
-	"github.com/habemus-papadum/hostfork/spec"
 )
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) error {
@@ -112,14 +110,6 @@ var (
 	timeType      = reflect.TypeOf(time.Time{})
 	rawType       = reflect.TypeOf(json.RawMessage{})
 	durationType  = reflect.TypeOf(time.Duration(0))
-	// fieldCodecs are the types whose MarshalJSON writes their fields
-	// exactly as encoding/json would (decision 63): described by their
-	// fields, not as an opaque value.
-	fieldCodecs = map[reflect.Type]bool{
-		reflect.TypeFor[api.Env]():          true,
-		reflect.TypeFor[api.Command]():      true,
-		reflect.TypeFor[spec.Environment](): true,
-	}
 )
 
 func (g *schemaGen) schema(t reflect.Type) map[string]any {
@@ -130,7 +120,7 @@ func (g *schemaGen) schema(t reflect.Type) map[string]any {
 		return map[string]any{"description": "any JSON value"}
 	case t.Implements(textMarshaler) || reflect.PointerTo(t).Implements(textMarshaler):
 		return map[string]any{"type": "string"}
-	case t.Implements(jsonMarshaler) && !fieldCodecs[t]:
+	case t.Implements(jsonMarshaler):
 		return map[string]any{"description": "any JSON value"}
 	}
 	switch t.Kind() {
