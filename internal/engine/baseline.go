@@ -32,7 +32,10 @@ func inspectSource(path string) (*baselineInfo, error) {
 	}
 	d, err := safefs.OpenSource(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w (it must be an existing directory) (%w)", err, api.ErrInvalid)
+		if pe, ok := err.(*os.PathError); ok && pe.Path == path {
+			err = pe.Err // name the path once
+		}
+		return nil, fmt.Errorf("%s: %w (it must be an existing directory) (%w)", path, err, api.ErrInvalid)
 	}
 	defer d.Close()
 	st, err := d.Stat()
