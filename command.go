@@ -10,11 +10,10 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/engine"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/watch"
 )
 
 // Command is one command tree in an environment. Set the exported fields,
@@ -283,8 +282,8 @@ func (c *Command) await(ctx context.Context, done <-chan struct{}) error {
 // its receipt changed (inotify), the guardian exited (its pidfd) — or at
 // the latest every 250 ms.
 func (c *Command) poll(ctx context.Context, id string, done func(*CommandRecord) bool) (CommandRecord, error) {
-	w := &changeWatch{ino: -1}
-	defer w.close()
+	w := watch.New()
+	defer w.Close()
 	for {
 		rec, err := c.h.e.Command(ctx, id)
 		if err != nil {
@@ -299,7 +298,7 @@ func (c *Command) poll(ctx context.Context, id string, done func(*CommandRecord)
 		if done(rec) {
 			return *rec, nil
 		}
-		if err := w.wait(ctx, c.h.e.Closed(), rec); err != nil {
+		if err := c.waitChange(ctx, w, rec); err != nil {
 			return CommandRecord{}, err
 		}
 	}
@@ -314,83 +313,27 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// changeWatch is one poll's watch on a command's receipt. Its inotify
-// instance lives for the whole wait and is closed in the background:
-// closing an instance that held a watch waits for the kernel's fsnotify
-// grace period, 8–16 ms on this host (decision 61), and the caller of
-// Wait need not wait for that.
-type changeWatch struct {
-	ino     int    // the inotify instance, -1 before the first watch
-	watched string // the receipt watched ("" none yet)
-}
-
-// wait blocks until the command's receipt is written, its guardian
-// exits, 250 ms pass, ctx ends (its error) or closed is closed (ErrClosed).
-func (w *changeWatch) wait(ctx context.Context, closed <-chan struct{}, rec *CommandRecord) error {
-	var fds []unix.PollFd
+// waitChange blocks until the command's receipt is written, its guardian
+// exits, 250 ms pass, ctx ends (its error) or the Host is closed
+// (ErrClosed).
+func (c *Command) waitChange(ctx context.Context, w *watch.Watcher, rec *CommandRecord) error {
+	var fds []int
 	if rec.Guardian != nil {
 		if p, err := linux.OpenVerified(linux.Identity{BootID: rec.Guardian.BootID, PID: rec.Guardian.PID, StartTime: rec.Guardian.StartTime}); err == nil {
 			defer p.Close()
-			fds = append(fds, unix.PollFd{Fd: int32(p.Fd()), Events: unix.POLLIN})
+			fds = append(fds, p.Fd())
 		}
 	}
 	if rec.Dir != "" {
-		if w.ino < 0 {
-			if ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK); err == nil {
-				w.ino = ino
-			}
-		}
 		// The receipt is written in place (it is registered by inode), so
 		// one watch serves the whole wait once the file is named.
-		if path := rec.Dir + "/receipt"; w.ino >= 0 && w.watched != path {
-			if _, err := unix.InotifyAddWatch(w.ino, path, unix.IN_MODIFY|unix.IN_CLOSE_WRITE); err == nil {
-				w.watched = path
-			}
-		}
-		if w.watched != "" {
-			fds = append(fds, unix.PollFd{Fd: int32(w.ino), Events: unix.POLLIN})
-		}
+		w.Add(rec.Dir + "/receipt")
 	}
-	end := time.Now().Add(250 * time.Millisecond)
-	for time.Now().Before(end) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-closed:
-			return api.ErrClosed
-		default:
-		}
-		if len(fds) == 0 {
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		if n, _ := unix.Poll(fds, 50); n > 0 {
-			w.drain()
-			return nil
-		}
+	err := w.Wait(ctx, c.h.e.Closed(), 250*time.Millisecond, fds...)
+	if errors.Is(err, watch.ErrDone) {
+		return api.ErrClosed
 	}
-	return nil
-}
-
-// drain reads the events queued on the instance, so that the next wait
-// blocks until a new one.
-func (w *changeWatch) drain() {
-	if w.ino < 0 {
-		return
-	}
-	var buf [4096]byte
-	for {
-		if n, err := unix.Read(w.ino, buf[:]); n <= 0 || err != nil {
-			return
-		}
-	}
-}
-
-func (w *changeWatch) close() {
-	if ino := w.ino; ino >= 0 {
-		w.ino = -1
-		go unix.Close(ino)
-	}
+	return err
 }
 
 // Signal sends sig to the leader process only (see StopTree for the whole

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/watch"
 )
 
 // LogOptions select what Command.Logs reads.
@@ -68,15 +69,9 @@ func (c *Command) Logs(ctx context.Context, opts LogOptions) (io.ReadCloser, err
 		f.Close()
 		return nil, err
 	}
-	l := &logReader{ctx: ctx, c: c, id: rec.ID, f: f, follow: opts.Follow, ino: -1}
+	l := &logReader{ctx: ctx, c: c, id: rec.ID, f: f, follow: opts.Follow}
 	if opts.Follow {
-		if ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK); err == nil {
-			if _, err := unix.InotifyAddWatch(ino, path, unix.IN_MODIFY|unix.IN_CLOSE_WRITE); err == nil {
-				l.ino = ino
-			} else {
-				unix.Close(ino)
-			}
-		}
+		l.w = watch.New(path)
 	}
 	return l, nil
 }
@@ -89,8 +84,8 @@ type logReader struct {
 	id     string
 	f      *os.File
 	follow bool
-	ino    int
-	last   bool // the tree is gone: read to EOF once more, then end
+	w      *watch.Watcher // nil unless following
+	last   bool           // the tree is gone: read to EOF once more, then end
 }
 
 func (l *logReader) Read(p []byte) (int, error) {
@@ -132,39 +127,20 @@ func (l *logReader) treeGone() bool {
 	return err == nil && (rec.Final() || rec.State == api.CommandUnverified)
 }
 
-// wait blocks until the file is written, 250 ms pass, or ctx ends.
+// wait blocks until the file is written, 250 ms pass, ctx ends or the
+// Host is closed.
 func (l *logReader) wait() error {
-	end := time.Now().Add(250 * time.Millisecond)
-	buf := make([]byte, 1024)
-	for time.Now().Before(end) {
-		select {
-		case <-l.ctx.Done():
-			return l.ctx.Err()
-		case <-l.c.h.e.Closed():
-			return api.ErrClosed
-		default:
-		}
-		if l.ino < 0 {
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		fds := []unix.PollFd{{Fd: int32(l.ino), Events: unix.POLLIN}}
-		if n, _ := unix.Poll(fds, 50); n > 0 {
-			for {
-				if _, err := unix.Read(l.ino, buf); err != nil {
-					break
-				}
-			}
-			return nil
-		}
+	err := l.w.Wait(l.ctx, l.c.h.e.Closed(), 250*time.Millisecond)
+	if errors.Is(err, watch.ErrDone) {
+		return api.ErrClosed
 	}
-	return nil
+	return err
 }
 
 func (l *logReader) Close() error {
-	if l.ino >= 0 {
-		unix.Close(l.ino)
-		l.ino = -1
+	if l.w != nil {
+		l.w.Close()
+		l.w = nil
 	}
 	return l.f.Close()
 }

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"iter"
-	"os"
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/watch"
 )
 
 // EventsSince reads up to limit events after sequence since (limit <= 0:
@@ -44,10 +42,10 @@ func (e *Engine) Events(ctx context.Context, since int64, follow bool) iter.Seq2
 			yield(api.Event{}, err)
 			return
 		}
-		var w *walWatch
+		var w *watch.Watcher
 		if follow {
 			w = newWALWatch(e.root)
-			defer w.close()
+			defer w.Close()
 		}
 		for {
 			evs, err := e.reg.Events(ctx, since, 1000)
@@ -70,7 +68,10 @@ func (e *Engine) Events(ctx context.Context, since int64, follow bool) iter.Seq2
 			if !follow {
 				return
 			}
-			if err := w.wait(ctx, e.closed); err != nil {
+			if err := w.Wait(ctx, e.closed, 250*time.Millisecond); err != nil {
+				if errors.Is(err, watch.ErrDone) {
+					err = api.ErrClosed
+				}
 				yield(api.Event{}, err)
 				return
 			}
@@ -79,68 +80,8 @@ func (e *Engine) Events(ctx context.Context, since int64, follow bool) iter.Seq2
 }
 
 // walWatch wakes a follower when the registry's WAL changes (every commit
-// appends to it).
-type walWatch struct{ fd int }
-
-func newWALWatch(root string) *walWatch {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return &walWatch{fd: -1}
-	}
-	// Watch the store directory too: the WAL may be created or replaced.
-	_, _ = unix.InotifyAddWatch(fd, filepath.Join(root, registry.FileName+"-wal"), unix.IN_MODIFY)
-	_, _ = unix.InotifyAddWatch(fd, root, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_MODIFY)
-	return &walWatch{fd: fd}
-}
-
-func (w *walWatch) close() {
-	if w.fd >= 0 {
-		unix.Close(w.fd)
-	}
-}
-
-// wait returns at the next change (or after a poll interval), ctx's error
-// when it ends, ErrClosed when closed is.
-func (w *walWatch) wait(ctx context.Context, closed <-chan struct{}) error {
-	const poll = 250 * time.Millisecond
-	end := time.Now().Add(poll)
-	buf := make([]byte, 4096)
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-closed:
-			return api.ErrClosed
-		default:
-		}
-		left := time.Until(end)
-		if left <= 0 {
-			return nil
-		}
-		if w.fd < 0 {
-			step := 50 * time.Millisecond
-			if left < step {
-				step = left
-			}
-			time.Sleep(step)
-			continue
-		}
-		step := 50 * time.Millisecond
-		if left < step {
-			step = left
-		}
-		fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, int(step/time.Millisecond)+1)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return os.NewSyscallError("poll", err)
-		}
-		if n > 0 {
-			for {
-				if _, err := unix.Read(w.fd, buf); err != nil {
-					break
-				}
-			}
-			return nil
-		}
-	}
+// appends to it); the store directory is watched too, since the WAL may be
+// created or replaced.
+func newWALWatch(root string) *watch.Watcher {
+	return watch.New(filepath.Join(root, registry.FileName+"-wal"), root)
 }

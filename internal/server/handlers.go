@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/habemus-papadum/hostfork"
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/client"
+	"github.com/habemus-papadum/hostfork/internal/watch"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -605,50 +605,10 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// watchFile signals (coalesced) when the file at path is written, until
-// ctx ends; without inotify it signals every 100 ms.
+// watchFile signals (coalesced) when the file at path is written, and at
+// least every 100 ms, until ctx ends.
 func watchFile(ctx context.Context, path string) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	signal := func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err == nil {
-		if _, err = unix.InotifyAddWatch(fd, path, unix.IN_MODIFY|unix.IN_CLOSE_WRITE|unix.IN_DONT_FOLLOW); err != nil {
-			unix.Close(fd)
-		}
-	}
-	if err != nil {
-		go func() {
-			t := time.NewTicker(100 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					signal()
-				}
-			}
-		}()
-		return ch
-	}
-	// A non-blocking descriptor in Go's poller: Close ends a pending Read.
-	f := os.NewFile(uintptr(fd), "inotify")
-	context.AfterFunc(ctx, func() { f.Close() })
-	go func() {
-		b := make([]byte, 4096)
-		for {
-			if _, err := f.Read(b); err != nil {
-				return
-			}
-			signal()
-		}
-	}()
-	return ch
+	return watch.New(path).Changes(ctx, 100*time.Millisecond)
 }
 
 // events streams the event log as NDJSON, one event per line, flushed per
