@@ -208,6 +208,9 @@ type CaptureResult struct {
 	Stderr StreamResult `json:"stderr"`
 	// Receipt is the capture receipt written for an incomplete capture.
 	Receipt string `json:"receipt,omitempty"`
+	// ReceiptError says why that receipt could not be written (a full
+	// store): the capture is incomplete and its evidence is missing.
+	ReceiptError string `json:"receipt_error,omitempty"`
 }
 
 // CaptureOutput is what `hostfork run --capture` prints: the command's
@@ -225,6 +228,7 @@ type CaptureOutput struct {
 	Complete     bool                      `json:"complete"`
 	Capture      map[string]CapturedStream `json:"capture"`
 	Receipt      string                    `json:"receipt,omitempty"`
+	ReceiptError string                    `json:"receipt_error,omitempty"`
 	Stdout       *string                   `json:"stdout,omitempty"`
 	StdoutBase64 []byte                    `json:"stdout_base64,omitempty"`
 	Stderr       *string                   `json:"stderr,omitempty"`

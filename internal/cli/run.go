@@ -498,7 +498,7 @@ func runCapture(ctx context.Context, g *globals, h *hostfork.Host, plan *hostfor
 	out := hostfork.CaptureOutput{
 		Command: res.Record.ID, Env: res.Record.Env, ExitStatus: status, ExitObserved: ok,
 		ExitCode: res.Record.ExitCode, Signal: res.Record.Signal, StopReason: res.Record.StopReason,
-		Complete: res.Complete(), Receipt: res.Receipt, Record: res.Record,
+		Complete: res.Complete(), Receipt: res.Receipt, ReceiptError: res.ReceiptError, Record: res.Record,
 		Capture: map[string]hostfork.CapturedStream{
 			"stdout": {State: res.Stdout.State, Bytes: res.Stdout.Bytes, Error: res.Stdout.Error, Artifact: res.Stdout.Artifact},
 			"stderr": {State: res.Stderr.State, Bytes: res.Stderr.Bytes, Error: res.Stderr.Error, Artifact: res.Stderr.Artifact},

@@ -6,16 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/atomicfile"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
@@ -150,7 +147,13 @@ func (r *Running) recordCapture(ctx context.Context, res *api.CaptureResult) {
 			"stderr_prefix": prefix(res.Stderr.Data),
 			"written_at":    time.Now().UTC(),
 		}
-		writeJSONAtomic(res.Receipt, receipt)
+		// Evidence, not a copy: written durably, and a receipt that could
+		// not be written is said in the result (issue 35, §2).
+		if b, err := json.MarshalIndent(receipt, "", "  "); err != nil {
+			res.ReceiptError = err.Error()
+		} else if err := atomicfile.WriteFile(res.Receipt, append(b, '\n'), 0o600); err != nil {
+			res.ReceiptError = err.Error()
+		}
 	}
 	r.mu.Lock()
 	r.capture = states
@@ -183,52 +186,11 @@ func (r *Running) recordCapture(ctx context.Context, res *api.CaptureResult) {
 	res.Record = r.Record()
 }
 
-// writeJSONAtomic writes v as indented JSON through a temporary file and a
-// rename; failures are ignored (these are readable copies).
+// writeJSONAtomic writes v as indented JSON, atomically (atomicfile.Replace,
+// mode 0600); failures are ignored: these are readable copies of what the
+// registry holds durably (manifests, command records, export records).
 func writeJSONAtomic(dst string, v any) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return
-	}
-	writeFileAtomic(dst, append(b, '\n'))
-}
-
-// writeFileAtomic writes data to dst through a new file beside it, made
-// exclusively (0600, never through a symbolic link), and a rename; what
-// fails leaves dst as it was and no temporary file. It calls the system
-// directly: an os.File would register the file with the poller (five
-// system calls) and os.Rename stats dst first.
-func writeFileAtomic(dst string, data []byte) {
-	dir := filepath.Dir(dst)
-	var tmp string
-	fd := -1
-	for try := 0; try < 100 && fd < 0; try++ {
-		tmp = filepath.Join(dir, ".record-"+strconv.FormatUint(uint64(rand.Uint32()), 10))
-		var err error
-		fd, err = unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if err != nil && err != unix.EEXIST && err != unix.EINTR {
-			return
-		}
-	}
-	if fd < 0 {
-		return
-	}
-	ok := true
-	for rest := data; len(rest) > 0; {
-		n, err := unix.Write(fd, rest)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n <= 0 {
-			ok = false
-			break
-		}
-		rest = rest[n:]
-	}
-	if unix.Close(fd) != nil {
-		ok = false
-	}
-	if !ok || unix.Rename(tmp, dst) != nil {
-		_ = unix.Unlink(tmp)
+	if b, err := json.MarshalIndent(v, "", "  "); err == nil {
+		_ = atomicfile.Replace(dst, append(b, '\n'), 0o600)
 	}
 }

@@ -53,7 +53,7 @@ func TestWriteJSONAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if e.Name() != "manifest.json" || strings.HasPrefix(e.Name(), ".record-") {
+		if e.Name() != "manifest.json" || strings.Contains(e.Name(), ".tmp-") {
 			t.Errorf("left in the directory: %s", e.Name())
 		}
 	}
