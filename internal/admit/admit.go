@@ -31,6 +31,10 @@ type Host struct {
 	MemAvailable *uint64 `json:"mem_available,omitempty"`
 }
 
+// Sample is one workload tree's memory, read twice (internal/tree's
+// Sampler takes it).
+type Sample = api.Sample
+
 // Workload is one admitted, live workload: an agent root with all its
 // descendants, and the latest sample of the tree's memory.
 type Workload struct {

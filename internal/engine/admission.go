@@ -8,8 +8,10 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/admit"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/lockfile"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/tree"
 )
 
 // Admission modes.
@@ -56,7 +58,7 @@ func (e *Engine) Capacity(ctx context.Context) (*api.CapacityReport, error) {
 		return nil, err
 	}
 	var live []api.Command
-	var targets []admit.Target
+	var targets []tree.SampleTarget
 	for _, c := range cmds {
 		if c.WorkloadKind != WorkloadAgent {
 			continue
@@ -65,18 +67,19 @@ func (e *Engine) Capacity(ctx context.Context) (*api.CapacityReport, error) {
 		live = append(live, c)
 		switch {
 		case c.CgroupPath != "":
-			targets = append(targets, admit.Target{Cgroup: c.CgroupPath})
+			targets = append(targets, tree.SampleTarget{Cgroup: c.CgroupPath})
 		case c.Guardian != nil:
-			targets = append(targets, admit.Target{PIDs: []int{c.Guardian.PID}})
+			targets = append(targets, tree.SampleTarget{PIDs: []int{c.Guardian.PID}})
 		default:
-			targets = append(targets, admit.Target{})
+			targets = append(targets, tree.SampleTarget{})
 		}
 	}
-	samples, err := admit.Sampler{}.Sample(ctx, targets)
+	samples, err := tree.Sampler{}.Sample(ctx, targets)
 	if err != nil {
 		return nil, err
 	}
-	in := admit.Input{Host: admit.SampleHost(), Share: cfg.Admission.Share}
+	host := admit.Host{Cores: linux.AllowedCPUs(), MemAvailable: linux.MemAvailable()}
+	in := admit.Input{Host: host, Share: cfg.Admission.Share}
 	rep := &api.CapacityReport{Live: []api.LiveWorkload{}}
 	for i, c := range live {
 		var s *admit.Sample

@@ -1,9 +1,14 @@
-// Package tree is hostfork's one mechanism for stopping a process tree
-// (DESIGN.md, "Stop"). Every stop of a command tree, of an environment's
-// leftovers and of a keeper-less environment's commands goes through Stop;
-// the C helpers (internal/supervise, hf_tree.c) follow the same rules in C
-// for the guardian's deadline, timeout and idle stops and the keeper's
-// owner-exit stop:
+// Package tree owns process-tree membership: hostfork's one mechanism for
+// stopping a process tree (DESIGN.md, "Stop"), and the sampling of a
+// workload tree's memory that admission decides from (Sampler, in
+// sample.go; internal/admit gets the samples and stays pure). A sample's
+// PID tree is found by the same walk as a stop's (descendantsOf).
+//
+// Every stop of a command tree, of an environment's leftovers and of a
+// keeper-less environment's commands goes through Stop; the C helpers
+// (internal/supervise, hf_tree.c) follow the same rules in C for the
+// guardian's deadline, timeout and idle stops and the keeper's owner-exit
+// stop:
 //
 //   - membership is the whole cgroup2 subtree of the target, nested groups
 //     included, and every live descendant of its roots (a command's

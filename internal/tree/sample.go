@@ -1,4 +1,4 @@
-package admit
+package tree
 
 import (
 	"bytes"
@@ -8,63 +8,30 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
-// SampleHost reads the host's logical cores (the CPUs this process may run
-// on, from sched_getaffinity, else runtime.NumCPU) and MemAvailable (nil
-// when /proc/meminfo lacks it).
-func SampleHost() Host {
-	h := Host{Cores: linux.AllowedCPUs()}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		h.MemAvailable = memAvailable(b)
-	}
-	return h
-}
-
-// memAvailable parses MemAvailable (kB) from /proc/meminfo content.
-func memAvailable(meminfo []byte) *uint64 {
-	for _, line := range bytes.Split(meminfo, []byte("\n")) {
-		rest, ok := bytes.CutPrefix(line, []byte("MemAvailable:"))
-		if !ok {
-			continue
-		}
-		f := bytes.Fields(rest)
-		if len(f) == 0 {
-			return nil
-		}
-		n, err := strconv.ParseUint(string(f[0]), 10, 64)
-		if err != nil {
-			return nil
-		}
-		if len(f) > 1 && string(f[1]) == "kB" {
-			n *= 1024
-		}
-		return &n
-	}
-	return nil
-}
-
-// Sample is one workload tree's memory, read twice.
-type Sample = api.Sample
-
-// Target names one workload tree to sample: a cgroup directory (its
-// memory counter; without one, the processes in it and its descendants),
-// or else the roots of a PID tree (all their descendants are included).
-type Target struct {
+// SampleTarget names one workload tree to sample: a cgroup directory (its
+// memory counter; without one, the processes in it and its descendant
+// groups), or else the roots of a PID tree (the roots and all their live
+// descendants, found as Stop finds them).
+type SampleTarget struct {
 	Cgroup string
 	PIDs   []int
 }
 
-// Sampler samples workload trees twice, at least Gap apart, and calls a
-// tree stable when the readings differ by at most max(Slack, Tolerance ×
-// the larger). The zero value uses 2 ms, 5 % and 1 MiB. A cgroup's counter
+// Sampler samples workload trees' memory twice, at least Gap apart, for
+// admission (internal/admit decides from the samples), and calls a tree
+// stable when the readings differ by at most max(Slack, Tolerance × the
+// larger). The zero value uses 2 ms, 5 % and 1 MiB. A cgroup's counter
 // (memory.current, memory.usage_in_bytes) includes the group's page cache;
 // a PID tree's sum does not.
 type Sampler struct {
@@ -89,9 +56,9 @@ type reading struct {
 	note     string
 }
 
-// Sample samples every target and returns one Sample per target, in order.
-// Only ctx ending is an error; an unreadable tree is an incomplete Sample.
-func (s Sampler) Sample(ctx context.Context, targets []Target) ([]Sample, error) {
+// Sample samples every target and returns one sample per target, in order.
+// Only ctx ending is an error; an unreadable tree is an incomplete sample.
+func (s Sampler) Sample(ctx context.Context, targets []SampleTarget) ([]api.Sample, error) {
 	gap, tol, slack := s.Gap, s.Tolerance, s.Slack
 	if gap == 0 {
 		gap = 2 * time.Millisecond
@@ -105,16 +72,6 @@ func (s Sampler) Sample(ctx context.Context, targets []Target) ([]Sample, error)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sampling workload memory: %w", err)
 	}
-	var table map[int][]int // parent → children, built once if any target needs it
-	for _, t := range targets {
-		if t.Cgroup == "" && len(t.PIDs) > 0 {
-			var err error
-			if table, err = procTable(); err != nil {
-				return nil, err
-			}
-			break
-		}
-	}
 	buf := make([]byte, 4096)
 	// Each target's second reading comes at least gap after its first;
 	// the time the first pass takes counts towards the gap.
@@ -122,9 +79,9 @@ func (s Sampler) Sample(ctx context.Context, targets []Target) ([]Sample, error)
 	at := make([]time.Time, len(targets))
 	for i, t := range targets {
 		at[i] = time.Now()
-		first[i] = s.read(t, table, nil, buf)
+		first[i] = s.read(t, nil, buf)
 	}
-	out := make([]Sample, len(targets))
+	out := make([]api.Sample, len(targets))
 	for i, t := range targets {
 		if wait := gap - time.Since(at[i]); wait > 0 {
 			timer := time.NewTimer(wait)
@@ -137,9 +94,9 @@ func (s Sampler) Sample(ctx context.Context, targets []Target) ([]Sample, error)
 		}
 		// The second pass rereads the members found by the first: a member
 		// that exited in between makes the sample incomplete.
-		b := s.read(t, table, first[i].members, buf)
+		b := s.read(t, first[i].members, buf)
 		a := first[i]
-		o := Sample{Bytes: max(a.bytes, b.bytes), Members: len(b.members), Source: b.source}
+		o := api.Sample{Bytes: max(a.bytes, b.bytes), Members: len(b.members), Source: b.source}
 		o.Complete = a.complete && b.complete
 		diff := max(a.bytes, b.bytes) - min(a.bytes, b.bytes)
 		o.Stable = o.Complete && float64(diff) <= max(float64(slack), tol*float64(o.Bytes))
@@ -157,7 +114,7 @@ func (s Sampler) Sample(ctx context.Context, targets []Target) ([]Sample, error)
 }
 
 // read takes one reading of t; members, when given, fixes the PID set.
-func (s Sampler) read(t Target, table map[int][]int, members []int, buf []byte) reading {
+func (s Sampler) read(t SampleTarget, members []int, buf []byte) reading {
 	if t.Cgroup != "" && members == nil {
 		for _, f := range []string{"memory.current", "memory.usage_in_bytes"} {
 			b, err := readSmall(filepath.Join(t.Cgroup, f), buf)
@@ -178,9 +135,12 @@ func (s Sampler) read(t Target, table map[int][]int, members []int, buf []byte) 
 	if r.members == nil {
 		var err error
 		if t.Cgroup != "" {
-			r.members, err = cgroupMembers(t.Cgroup)
+			r.members, err = cgroup.Open(t.Cgroup).AllProcs()
+			if err != nil {
+				err = fmt.Errorf("listing members of cgroup %s: %w", t.Cgroup, err)
+			}
 		} else {
-			r.members, err = descendants(table, t.PIDs)
+			r.members, err = withDescendants(t.PIDs)
 		}
 		if err != nil {
 			return reading{note: err.Error()}
@@ -205,6 +165,25 @@ func (s Sampler) read(t Target, table map[int][]int, members []int, buf []byte) 
 		}
 	}
 	return r
+}
+
+// withDescendants returns roots (once each, in order) and then their live
+// descendants. A root that is not a live process is an error: the tree
+// can't be observed.
+func withDescendants(roots []int) ([]int, error) {
+	if len(roots) == 0 {
+		return nil, errors.New("no root PIDs given")
+	}
+	out := make([]int, 0, len(roots))
+	for _, r := range roots {
+		if r <= 0 || unix.Kill(r, 0) == unix.ESRCH {
+			return nil, fmt.Errorf("root pid %d is not running", r)
+		}
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return append(out, descendantsOf(out)...), nil
 }
 
 // procMemory reads one process's memory: the resident set from statm, or
@@ -257,35 +236,6 @@ func kBField(b []byte, name string) (uint64, bool) {
 	return n * 1024, true
 }
 
-// procTable maps every process's parent PID to its children, from
-// /proc/PID/stat: one walk serves every target of a sample. (internal/tree
-// follows /proc/PID/task/TID/children down from a tree's roots instead,
-// where the kernel has CONFIG_PROC_CHILDREN.)
-func procTable() (map[int][]int, error) {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("listing processes: %w", err)
-	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
-	if err != nil {
-		return nil, fmt.Errorf("listing processes: %w", err)
-	}
-	table := make(map[int][]int, len(names))
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil {
-			continue
-		}
-		st, err := linux.ReadStat(pid)
-		if err != nil {
-			continue // exited while listing
-		}
-		table[st.PPID] = append(table[st.PPID], pid)
-	}
-	return table, nil
-}
-
 // readSmall reads a small kernel file (/proc/PID/statm, smaps_rollup, a
 // cgroup counter) whole into buf, in three system calls (os.ReadFile
 // takes six): sampling a hundred trees stays cheap.
@@ -295,67 +245,4 @@ func readSmall(path string, buf []byte) ([]byte, error) {
 		return nil, err
 	}
 	return buf[:n], nil
-}
-
-// descendants returns roots and all their descendants that are alive in
-// table (roots first). A root that is not a live process is an error: the
-// tree can't be observed.
-func descendants(table map[int][]int, roots []int) ([]int, error) {
-	if len(roots) == 0 {
-		return nil, errors.New("no root PIDs given")
-	}
-	seen := make(map[int]bool, len(roots))
-	out := make([]int, 0, len(roots))
-	for _, r := range roots {
-		if r <= 0 || unix.Kill(r, 0) == unix.ESRCH {
-			return nil, fmt.Errorf("root pid %d is not running", r)
-		}
-		if !seen[r] {
-			seen[r] = true
-			out = append(out, r)
-		}
-	}
-	for i := 0; i < len(out); i++ {
-		for _, c := range table[out[i]] {
-			if !seen[c] {
-				seen[c] = true
-				out = append(out, c)
-			}
-		}
-	}
-	return out, nil
-}
-
-// cgroupMembers lists the processes in dir and its descendant groups (the
-// cgroup.procs files; a v1 group's children included).
-func cgroupMembers(dir string) ([]int, error) {
-	var pids []int
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p != dir && errors.Is(err, fs.ErrNotExist) {
-				return nil // a child group removed while walking
-			}
-			return err
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-		if err != nil {
-			if p != dir && errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		for _, f := range bytes.Fields(b) {
-			if n, err := strconv.Atoi(string(f)); err == nil {
-				pids = append(pids, n)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing members of cgroup %s: %w", dir, err)
-	}
-	return pids, nil
 }

@@ -1,33 +1,21 @@
-package admit
+package tree
 
 import (
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
-	"golang.org/x/sys/unix"
 )
-
-func TestMemAvailable(t *testing.T) {
-	if got := memAvailable([]byte("MemTotal: 100 kB\nMemAvailable:   24349796 kB\n")); got == nil || *got != 24349796*1024 {
-		t.Errorf("got %v", got)
-	}
-	if got := memAvailable([]byte("MemTotal: 100 kB\nMemFree: 5 kB\n")); got != nil {
-		t.Errorf("old kernel without MemAvailable: got %d, want unknown", *got)
-	}
-	if got := memAvailable([]byte("MemAvailable: x kB\n")); got != nil {
-		t.Errorf("garbage: got %d", *got)
-	}
-}
 
 func TestKBField(t *testing.T) {
 	b := []byte("Rss:  100 kB\nPss:    40 kB\nPss_Anon: 7 kB\n")
@@ -39,30 +27,27 @@ func TestKBField(t *testing.T) {
 	}
 }
 
-func TestDescendants(t *testing.T) {
+// A PID tree's members are its roots, once each and first, then what
+// descendantsOf finds; a dead root or none leaves nothing to observe.
+func TestWithDescendants(t *testing.T) {
 	self := os.Getpid()
-	table := map[int][]int{self: {1001, 1002}, 1001: {1003}, 1003: {1004}, 77: {78}}
-	got, err := descendants(table, []int{self})
+	got, err := withDescendants([]int{self, self})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{self, 1001, 1002, 1003, 1004}; !slices.Equal(got, want) {
-		t.Errorf("got %v, want %v", got, want)
+	if len(got) == 0 || got[0] != self {
+		t.Fatalf("got %v, want %d first", got, self)
 	}
-	if _, err := descendants(table, []int{1 << 30}); err == nil {
-		t.Error("a dead root gave a tree")
+	for _, p := range got[1:] {
+		if p == self {
+			t.Errorf("root listed twice: %v", got)
+		}
 	}
-}
-
-func TestSampleHost(t *testing.T) {
-	h := SampleHost()
-	if h.Cores < 1 {
-		t.Errorf("cores %d", h.Cores)
+	for _, roots := range [][]int{{1 << 30}, {self, 1 << 30}, {0}, nil} {
+		if m, err := withDescendants(roots); err == nil {
+			t.Errorf("roots %v gave a tree: %v", roots, m)
+		}
 	}
-	if h.MemAvailable == nil || *h.MemAvailable == 0 {
-		t.Errorf("no MemAvailable on a Linux host")
-	}
-	t.Logf("host: %d cores, %d MiB available", h.Cores, *h.MemAvailable>>20)
 }
 
 func comm(pid int) string {
@@ -88,11 +73,7 @@ func startTree(t testing.TB, attr *syscall.SysProcAttr) *exec.Cmd {
 		_ = cmd.Wait()
 	})
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		table, err := procTable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if kids := table[cmd.Process.Pid]; len(kids) == 2 && comm(kids[0]) == "sleep" && comm(kids[1]) == "sleep" {
+		if kids := descendantsOf([]int{cmd.Process.Pid}); len(kids) == 2 && comm(kids[0]) == "sleep" && comm(kids[1]) == "sleep" {
 			// Both children have exec'd; give the loader a moment so the
 			// tree is idle and its memory stable.
 			time.Sleep(20 * time.Millisecond)
@@ -107,11 +88,11 @@ func startTree(t testing.TB, attr *syscall.SysProcAttr) *exec.Cmd {
 func TestSamplePIDTree(t *testing.T) {
 	cmd := startTree(t, nil)
 	for _, s := range []Sampler{{}, {PSS: true}} {
-		got, err := s.Sample(context.Background(), []Target{{PIDs: []int{cmd.Process.Pid}}, {PIDs: []int{1 << 30}}})
+		got, err := s.Sample(context.Background(), []SampleTarget{{PIDs: []int{cmd.Process.Pid}}, {PIDs: []int{1 << 30}}, {}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		tree, dead := got[0], got[1]
+		tree, dead, none := got[0], got[1], got[2]
 		t.Logf("tree: %+v", tree)
 		if !tree.Complete || !tree.Stable || tree.Members != 3 || tree.Bytes == 0 {
 			t.Errorf("idle 3-process tree: %+v", tree)
@@ -121,6 +102,9 @@ func TestSamplePIDTree(t *testing.T) {
 		}
 		if dead.Complete || dead.Stable || dead.Note == "" {
 			t.Errorf("dead root: %+v", dead)
+		}
+		if none.Complete || none.Stable || none.Note == "" {
+			t.Errorf("neither cgroup nor roots: %+v", none)
 		}
 	}
 }
@@ -134,7 +118,7 @@ func TestSampleCgroupCounter(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bad, "memory.current"), []byte("max\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, err := Sampler{}.Sample(context.Background(), []Target{{Cgroup: dir}, {Cgroup: bad}, {Cgroup: filepath.Join(dir, "gone")}})
+	got, err := Sampler{}.Sample(context.Background(), []SampleTarget{{Cgroup: dir}, {Cgroup: bad}, {Cgroup: filepath.Join(dir, "gone")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +146,7 @@ func TestSampleCgroupMembers(t *testing.T) {
 	}
 	defer unix.Close(fd)
 	startTree(t, &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd})
-	got, err := Sampler{}.Sample(context.Background(), []Target{{Cgroup: parent}})
+	got, err := Sampler{}.Sample(context.Background(), []SampleTarget{{Cgroup: parent}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +163,7 @@ func TestSampleCgroupMembers(t *testing.T) {
 func TestSampleHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := (Sampler{Gap: time.Hour}).Sample(ctx, []Target{{PIDs: []int{os.Getpid()}}}); err == nil {
+	if _, err := (Sampler{Gap: time.Hour}).Sample(ctx, []SampleTarget{{PIDs: []int{os.Getpid()}}}); err == nil {
 		t.Fatal("cancelled sample returned no error")
 	}
 }
