@@ -238,7 +238,12 @@ func runPlan(ctx context.Context, g *globals, h backend, s spec.Environment) (*h
 
 // warnUnenforced says at the start of a run which limits are not
 // enforced (accepted with --allow-weaker); the record keeps it too.
+// Without --allow-weaker such a plan is refused (its Unsupported list
+// says why), so nothing is said to have been accepted (issue 39, item 14).
 func warnUnenforced(g *globals, p *hostfork.Plan) {
+	if !p.Spec.Limits.AllowWeaker || len(p.Unsupported) > 0 {
+		return
+	}
 	for _, l := range p.Limits {
 		if l.Mechanism == "" {
 			fmt.Fprintf(g.err, "hostfork: warning: the %s limit (%s) is NOT enforced on this host (accepted with --allow-weaker)\n", l.Resource, l.Value)
