@@ -22,6 +22,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
@@ -32,6 +33,9 @@ import (
 // dispatched first, exactly as main does; a guardian that starts from a C
 // constructor never reaches this code at all.
 func TestMain(m *testing.M) {
+	// This test binary, run as hostfork, may simulate a reboot
+	// (linux.BootIDEnv); a production hostfork never does.
+	linux.SimulateBootForTests()
 	// As hostfork, this binary runs with one P (package oneproc, decision
 	// 65); the tests themselves keep the runtime's default.
 	if name := filepath.Base(os.Args[0]); os.Getenv("GOMAXPROCS") == "" && name != "hostfork" && name != "hostfork-affinity" {

@@ -25,17 +25,25 @@ var (
 	bootErr  error
 )
 
-// BootIDEnv overrides the boot id this process believes in. It exists
-// to simulate a reboot in recovery tests (records of the "previous boot"
-// must then be released without signalling anything); never set it in
-// production.
+// BootIDEnv overrides the boot id a test binary believes in, to simulate
+// a reboot in recovery tests (records of the "previous boot" must then be
+// released without signalling anything). Only a binary that called
+// SimulateBootForTests honours it: a production hostfork ignores it
+// (issue 39, item 11).
 const BootIDEnv = "HOSTFORK_SIMULATED_BOOT_ID"
 
+var simulateBoot bool
+
+// SimulateBootForTests makes this process honour BootIDEnv. Only test
+// binaries call it, before anything reads the boot id.
+func SimulateBootForTests() { simulateBoot = true }
+
 // BootID returns the kernel's boot id (/proc/sys/kernel/random/boot_id),
-// or the simulated one (BootIDEnv). The value is read once per process.
+// or, in a test binary, the simulated one (BootIDEnv). The value is read
+// once per process.
 func BootID() (string, error) {
 	bootOnce.Do(func() {
-		if v := os.Getenv(BootIDEnv); v != "" {
+		if v := os.Getenv(BootIDEnv); v != "" && simulateBoot {
 			bootID = v
 			return
 		}

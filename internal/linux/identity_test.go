@@ -3,6 +3,7 @@ package linux
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -107,5 +108,38 @@ func TestAssessAndSignal(t *testing.T) {
 	}
 	if err := SignalVerified(id, syscall.SIGKILL); err == nil {
 		t.Fatal("signalled a gone process")
+	}
+}
+
+// A process that did not ask for it (a production hostfork) ignores
+// BootIDEnv; a test binary that called SimulateBootForTests believes it
+// (issue 39, item 11). Each case runs in a fresh process: the boot id is
+// read once per process.
+func TestSimulatedBootOnlyInTests(t *testing.T) {
+	if mode := os.Getenv("HOSTFORK_LINUX_TEST_BOOT"); mode != "" {
+		if mode == "simulate" {
+			SimulateBootForTests()
+		}
+		id, err := BootID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println("boot=" + id)
+		return
+	}
+	real, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mode, want := range map[string]string{"production": strings.TrimSpace(string(real)), "simulate": "fake-boot"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSimulatedBootOnlyInTests$", "-test.v")
+		cmd.Env = append(os.Environ(), "HOSTFORK_LINUX_TEST_BOOT="+mode, BootIDEnv+"=fake-boot")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", mode, err, out)
+		}
+		if !strings.Contains(string(out), "boot="+want+"\n") {
+			t.Errorf("%s: want boot id %s:\n%s", mode, want, out)
+		}
 	}
 }
