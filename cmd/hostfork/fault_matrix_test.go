@@ -1077,3 +1077,59 @@ func TestReapAfterSimulatedReboot(t *testing.T) {
 	// The processes belong to the test: it ends them (cleanup does too).
 	_ = cgroup.Open(c.parent).Kill()
 }
+
+// An export killed by SIGKILL while it copies an overlay tree (issue 39,
+// item 12) leaves its in-progress marker and the empty directory its
+// temporary keeper mounted on; reap records the export as failed, removes
+// both, and says so; a second reap has nothing left to do.
+func TestReapAfterKilledExport(t *testing.T) {
+	c := newCLI(t)
+	src, target := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := strings.TrimSpace(c.mustRun("create", "--tree", "t=overlay:"+src, "--replace", target+"=t", "--ttl", "5m").stdout)
+	c.mustRun("stop", env)
+	dest := filepath.Join(t.TempDir(), "out")
+	res := c.runFaulted(fault.ExportCopying, "export", env, "t", "--to", dest)
+	if !res.killed {
+		t.Fatalf("export with %s=%s did not die by SIGKILL: %v", fault.Env, fault.ExportCopying, res)
+	}
+	views, _ := filepath.Glob(filepath.Join(c.root, ".export-view-*"))
+	marks, _ := filepath.Glob(filepath.Join(c.root, "runs", env, "exports", "*.inprogress"))
+	if len(views) != 1 || len(marks) != 1 {
+		t.Fatalf("the killed export should leave one view directory and one marker: %v %v", views, marks)
+	}
+	// The temporary keeper ends with its owner (the export).
+	eventually(t, "the export's temporary keeper ends", func() string {
+		if pids := c.procs(); len(pids) > 0 {
+			return fmt.Sprintf("processes left: %v", pids)
+		}
+		return ""
+	})
+	rep := c.reap()
+	var settled, removed bool
+	for _, a := range rep.Actions {
+		settled = settled || a.Action == "settled-export"
+		removed = removed || a.Action == "removed-export-view"
+	}
+	if !settled || !removed {
+		t.Errorf("reap did not settle the export: %+v", rep)
+	}
+	for _, p := range append(views, marks...) {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s is left after reap", p)
+		}
+	}
+	recs, _ := filepath.Glob(filepath.Join(c.root, "runs", env, "exports", "*.json"))
+	if len(recs) != 1 {
+		t.Fatalf("export records: %v", recs)
+	}
+	var er hostfork.ExportResult
+	if b, err := os.ReadFile(recs[0]); err != nil || json.Unmarshal(b, &er) != nil || er.Label != api.ExportFailed || len(er.Errors) == 0 {
+		t.Errorf("the interrupted export's record: %+v %v", er, err)
+	}
+	if rep := c.reap(); len(rep.Actions) != 0 {
+		t.Errorf("a second reap still acted: %+v", rep.Actions)
+	}
+}

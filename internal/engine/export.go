@@ -8,9 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
@@ -99,6 +102,7 @@ func (e *Engine) Export(ctx context.Context, envID, tree, dest string, opts Expo
 		defer cleanup()
 	}
 	res.Source = src
+	fault.Point(fault.ExportCopying)
 	var total int64
 	if opts.Progress != nil {
 		total = countFiles(src)
@@ -135,6 +139,55 @@ func (e *Engine) Export(ctx context.Context, envID, tree, dest string, opts Expo
 	return res, nil
 }
 
+// exportViewPrefix begins the name of the empty directory in the store
+// root on which a temporary keeper mounts an overlay tree for an export.
+const exportViewPrefix = ".export-view-"
+
+// sweepExports settles exports a crash interrupted (issue 39, item 12):
+// an in-progress marker whose process is gone becomes a failed export
+// record (unless the export recorded its own result) and goes; an export
+// view directory of an environment with no live export is removed (it is
+// empty: the mount was only ever in the temporary keeper's namespace).
+func (e *Engine) sweepExports(rep *api.ReapReport) {
+	marks, _ := filepath.Glob(filepath.Join(e.root, "runs", "*", "exports", "*.inprogress"))
+	for _, m := range marks {
+		env := filepath.Base(filepath.Dir(filepath.Dir(m)))
+		b, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		var id linux.Identity
+		if json.Unmarshal(b, &id) != nil || linux.Assess(id) != linux.Gone {
+			continue // unreadable or alive: never guess
+		}
+		stamp := strings.TrimSuffix(filepath.Base(m), ".inprogress")
+		result := filepath.Join(filepath.Dir(m), stamp+".json")
+		if _, err := os.Lstat(result); errors.Is(err, os.ErrNotExist) {
+			tree := stamp
+			if i := strings.LastIndex(stamp, "Z-"); i >= 0 {
+				tree = stamp[i+2:]
+			}
+			res := &api.ExportResult{Env: env, Tree: tree, Label: api.ExportFailed,
+				Errors: []string{fmt.Sprintf("the export was interrupted: its process (pid %d) is gone; whatever it copied is incomplete", id.PID)}, FinishedAt: time.Now().UTC()}
+			recordExport(filepath.Dir(m), stamp, res)
+		}
+		if os.Remove(m) == nil {
+			rep.Actions = append(rep.Actions, api.ReapAction{Env: env, Action: "settled-export", Detail: "interrupted export " + stamp + " recorded as failed"})
+		}
+	}
+	views, _ := filepath.Glob(filepath.Join(e.root, exportViewPrefix+"*"))
+	for _, v := range views {
+		rest := strings.TrimPrefix(filepath.Base(v), exportViewPrefix)
+		env, _, ok := strings.Cut(rest, "-")
+		if !ok || exportsInProgress(filepath.Join(e.root, "runs", env), "") {
+			continue
+		}
+		if syscall.Rmdir(v) == nil {
+			rep.Actions = append(rep.Actions, api.ReapAction{Env: env, Action: "removed-export-view", Detail: v})
+		}
+	}
+}
+
 func recordExport(dir, stamp string, res *api.ExportResult) {
 	writeJSONAtomic(filepath.Join(dir, stamp+".json"), res)
 }
@@ -156,7 +209,9 @@ func (e *Engine) overlaySource(ctx context.Context, env *api.Env, tr *api.Tree, 
 	}
 	defer opened.Close()
 	mounts := opened.Mounts(func(i int) string { return "/proc/self/fd/" + strconv.Itoa(supervise.KeeperFirstFile+i) })
-	tmp, err := os.MkdirTemp(e.root, ".export-view-")
+	// Named for its environment, so that a reap after a crash can tell
+	// whether an export of that environment still uses it.
+	tmp, err := os.MkdirTemp(e.root, exportViewPrefix+env.ID+"-")
 	if err != nil {
 		return "", nil, err
 	}

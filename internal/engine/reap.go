@@ -49,6 +49,7 @@ func (e *Engine) Reap(ctx context.Context) (*api.ReapReport, error) {
 			rep.Pending = append(rep.Pending, api.ReapPending{Env: env.ID, What: "environment", Reason: err.Error()})
 		}
 	}
+	e.sweepExports(rep)
 	// Intents of finished environments and commands that were never
 	// settled.
 	if err := e.reapIntents(ctx, rep); err != nil {

@@ -33,9 +33,13 @@ const (
 	StopKilled         = "stop-killed"         // tree killed, not yet finalized
 	Finalize           = "finalize"            // env cgroup removed, record not final
 	GCDelete           = "gc-delete"           // deletion decided, files partly gone
+	// ExportCopying: an export marked in progress, its source (an
+	// overlay's temporary view) ready, nothing copied. Not a launch point,
+	// so not in All.
+	ExportCopying = "export-copying"
 )
 
-// All lists every point, for test matrices.
+// All lists every point of a launch and its stop, for test matrices.
 var All = []string{CreateRecorded, CreateCgroup, TreePrepared, KeeperStarted, CommandReserved, GuardianStarted,
 	GuardianRegistered, Released, StopRecorded, StopKilled, Finalize, GCDelete}
 
