@@ -619,11 +619,6 @@ func (l *launch) release(ctx context.Context, env *api.Env) (*Running, error) {
 	}
 	fault.Point(fault.Released)
 	go r.watch()
-	if cs.AutoStop && cfg.OwnerExit != api.OwnerExitDetach {
-		// A detached run's result is recorded by a later reader, not
-		// here: nothing to prepare.
-		l.e.warmResult(ctx, env.ID)
-	}
 	// Return once the guardian reported the workload's start (its
 	// identity is then in the record's view) or its failure; a cancelled
 	// ctx returns at once, the command runs on.

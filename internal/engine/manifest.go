@@ -35,21 +35,6 @@ func (e *Engine) writeManifest(ctx context.Context, envID string) {
 	writeJSONAtomic(filepath.Join(env.RunDir, "manifest.json"), Manifest{Env: &r, Commands: cmds})
 }
 
-// warmResult makes, while a run's guardian starts its workload, the reads
-// that the run's result and manifest make after the workload's exit (the
-// environment's open intents, the environment, its commands and their
-// labels), and drops what they return: SQLite parses each statement once
-// per connection (the driver keeps them, decision 71), and these were
-// parsed after the exit, about 0.14 ms on the way out of every run. The
-// CLI waits for the guardian's report of the start meanwhile. The
-// registry's own reads are used, not the engine's, which derive
-// directories from what they read.
-func (e *Engine) warmResult(ctx context.Context, envID string) {
-	_, _ = e.reg.DB.Intents(ctx, registry.IntentFilter{EnvID: envID, Open: true})
-	_, _ = e.reg.DB.Env(ctx, envID)
-	_, _ = e.reg.DB.Commands(ctx, registry.CommandQuery{Env: envID})
-}
-
 // writeCommandRecord rewrites runs/<env>/commands/<cid>/record.json.
 func writeCommandRecord(c *api.Command) {
 	if c == nil || c.Dir == "" {
