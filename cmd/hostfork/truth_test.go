@@ -1839,7 +1839,7 @@ func TestTruthTerminalActivity(t *testing.T) {
 	})
 	// no-terminal-blocked: hostfork starts with the signals blocked (as
 	// under a caller that blocks them), which only os/signal's own thread
-	// unblocks (decision 76).
+	// unblocks.
 	for _, mode := range []string{"no-terminal", "no-terminal-blocked", "terminal-pipe", "terminal-inherit"} {
 		t.Run("signals/"+mode, func(t *testing.T) {
 			t.Parallel()

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/habemus-papadum/hostfork"
-	"github.com/habemus-papadum/hostfork/internal/sigcatch"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -253,46 +252,31 @@ func warnUnenforced(g *globals, p *hostfork.Plan) {
 
 // forwarded are the signals a foreground run or exec passes to its
 // leader.
-var forwarded = []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 
 // signalCatch catches the signals a foreground run or exec forwards, so
 // that a signal arriving while the command starts is forwarded once it
 // runs, instead of ending this process by its default action (and the
 // command with it).
 //
-// It catches them with a handler of its own (internal/sigcatch): one
-// sigaction a signal. os/signal turns each signal's delivery on or off
-// through a round trip to the runtime's signal-mask thread, each (with one
-// P) two thread hand-offs: the seven signals took 0.3 ms to catch on the
-// critical path of every foreground run even when caught in the
-// background while the store opened (decisions 55 and 76). os/signal
-// remains the way where the handler can't serve: a signal the process
-// started with blocked (only os/signal's own thread unblocks it,
-// sigcatch.ErrBlocked), or no pipe. It catches in the background,
-// awaited by ready.
+// Turning a signal's delivery on or off is a round trip to the runtime's
+// signal-mask thread, each (with one P) two thread hand-offs: seven
+// signals took 0.3-0.6 ms to catch and as long again to release, on the
+// critical path of every foreground run (decision 55). So the catch is
+// set up in the background while the store opens and the plan is made
+// (catchSignals), awaited before the command starts (ready), and released
+// in the background on the way out (release).
 type signalCatch struct {
-	ch   <-chan os.Signal
-	own  *sigcatch.Catch // nil: caught through os/signal
-	nch  chan os.Signal  // os/signal's channel
-	done chan struct{}   // closed once os/signal caught them
+	ch   chan os.Signal
+	done chan struct{}
 }
 
 // catchSignals starts catching the forwarded signals; ready returns the
 // channel once they are caught.
 func catchSignals() *signalCatch {
-	if own, err := sigcatch.Start(8, forwarded...); err == nil {
-		done := make(chan struct{})
-		close(done)
-		return &signalCatch{ch: own.C, own: own, done: done}
-	}
-	c := &signalCatch{nch: make(chan os.Signal, 8), done: make(chan struct{})}
-	c.ch = c.nch
-	sigs := make([]os.Signal, len(forwarded))
-	for i, s := range forwarded {
-		sigs[i] = s
-	}
+	c := &signalCatch{ch: make(chan os.Signal, 8), done: make(chan struct{})}
 	go func() {
-		signal.Notify(c.nch, sigs...)
+		signal.Notify(c.ch, forwarded...)
 		close(c.done)
 	}()
 	return c
@@ -308,21 +292,16 @@ func (c *signalCatch) ready() <-chan os.Signal {
 	return c.ch
 }
 
-// release stops catching: the runtime's handling is back, and signals
-// that arrive meanwhile land in the channel, which nothing reads any more.
-// os/signal's catch is released in the background, without waiting for
-// it.
+// release stops catching once the catch is in place, without waiting for
+// it: signals that arrive meanwhile land in the channel, which nothing
+// reads any more.
 func (c *signalCatch) release() {
 	if c == nil {
 		return
 	}
-	if c.own != nil {
-		c.own.Stop()
-		return
-	}
 	go func() {
 		<-c.done
-		signal.Stop(c.nch)
+		signal.Stop(c.ch)
 	}()
 }
 
