@@ -147,3 +147,10 @@ func TestCodePages(t *testing.T) {
 		}
 	}
 }
+
+// smapsHeader reports whether the fields of a /proc/PID/smaps line are a
+// mapping's header ("start-end perms offset dev inode [path]"), not one
+// of its "Key: value" lines.
+func smapsHeader(fields []string) bool {
+	return len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":")
+}

@@ -11,14 +11,8 @@ import (
 	_ "github.com/habemus-papadum/hostfork/cmd/hostfork/internal/oneproc"
 
 	"github.com/habemus-papadum/hostfork/internal/cli"
-	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 func main() {
-	// The constructor raised this process's timer slack (prefault.go):
-	// what it starts that lives on gets the original back.
-	if orig, raised := startTimerSlack(); raised {
-		linux.SetCallerTimerSlack(orig)
-	}
 	os.Exit(cli.Main(os.Args[1:]))
 }

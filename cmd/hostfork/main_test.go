@@ -38,10 +38,10 @@ func TestMain(m *testing.M) {
 	linux.SimulateBootForTests()
 	// As hostfork, this binary runs with one P (package oneproc, decision
 	// 65); the tests themselves keep the runtime's default.
-	if name := filepath.Base(os.Args[0]); os.Getenv("GOMAXPROCS") == "" && name != "hostfork" && name != "hostfork-affinity" {
+	if os.Getenv("GOMAXPROCS") == "" && filepath.Base(os.Args[0]) != "hostfork" {
 		runtime.SetDefaultGOMAXPROCS()
 	}
-	testscript.Main(m, map[string]func(){"hostfork": main, "hostfork-maps": printMaps, "hostfork-arenas": printArenas, "hostfork-slack": slackExec, "hostfork-affinity": printAffinity, "hostfork-sigblock": sigblockExec})
+	testscript.Main(m, map[string]func(){"hostfork": main, "hostfork-arenas": printArenas, "hostfork-sigblock": sigblockExec})
 }
 
 // TestScripts runs the CLI end-to-end scripts in testdata/script. Each

@@ -73,3 +73,14 @@ func TestOneP(t *testing.T) {
 		t.Errorf("with GOMAXPROCS=2 in the environment hostfork runs with %s Ps, want 2", got)
 	}
 }
+
+// withoutGoEnv is the test's environment without GOMAXPROCS and GODEBUG.
+func withoutGoEnv(env []string) []string {
+	var kept []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "GOMAXPROCS=") && !strings.HasPrefix(kv, "GODEBUG=") {
+			kept = append(kept, kv)
+		}
+	}
+	return kept
+}

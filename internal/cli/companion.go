@@ -169,13 +169,8 @@ func (g *globals) execCompanion(verb string) error {
 	}
 	env := append(os.Environ(), companionBuildEnv+"="+buildLine(ReadBuildInfo()))
 	// Through the descriptor: the file checked is the file run, whatever
-	// happens to the path meanwhile. With the caller's timer slack, not
-	// this CLI's raised one (docs/decisions.md, entry 72): the exec keeps
-	// the calling thread's, and the companion is a long-lived server whose
-	// helpers would pass the raise on to every command.
-	err = linux.WithCallerTimerSlack(func() error {
-		return unix.Exec("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), append([]string{path}, args...), env)
-	})
+	// happens to the path meanwhile.
+	err = unix.Exec("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), append([]string{path}, args...), env)
 	return withCode(ExitCapability, fmt.Errorf("'hostfork %s': executing %s: %w", verb, path, err))
 }
 

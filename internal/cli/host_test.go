@@ -16,16 +16,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/server/servertest"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
@@ -687,32 +683,4 @@ func TestHostRunPlansOnlyForLimits(t *testing.T) {
 	}
 	// The same run in-process prints the same (the warning, if any).
 	same(t, "run --pids 64 --allow-weaker", hf(t, e, nil, "run", "--ttl", "1m", "--pids", "64", "--allow-weaker", "--", "true"), r)
-}
-
-// TestHostTimerSlack: 'hostfork serve' is the CLI executing its companion.
-// The CLI raises its own timer slack (decision 72); the companion, a
-// long-lived server, gets the caller's back, and so do the commands it
-// starts.
-func TestHostTimerSlack(t *testing.T) {
-	e := servertest.New(t)
-	const caller = 77777
-	// The server inherits the slack of the thread that starts it. The
-	// thread stays locked: it ends with the test's goroutine, slack and
-	// all, instead of going back to the runtime.
-	runtime.LockOSThread()
-	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, caller, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	s := e.Serve()
-	got, err := os.ReadFile(fmt.Sprintf("/proc/%d/timerslack_ns", s.Cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.TrimSpace(string(got)) != strconv.Itoa(caller) {
-		t.Errorf("hostfork serve runs with a timer slack of %s ns, want the caller's %d", strings.TrimSpace(string(got)), caller)
-	}
-	r := hf(t, e, nil, "--host", "unix://"+s.Socket, "run", "--ttl", "1m", "--", "cat", "/proc/self/timerslack_ns")
-	if r.code != 0 || strings.TrimSpace(r.out) != strconv.Itoa(caller) {
-		t.Errorf("a command started by the server: %s\nwant its slack %d", r, caller)
-	}
 }

@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/atomicfile"
-	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // LoginShellEnv names a variable that overrides the login shell to capture
@@ -178,10 +177,7 @@ func Capture(ctx context.Context, shell string, acct Account, inherited []string
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
 	start := time.Now()
-	// With the caller's timer slack, not the CLI's raised one: what the
-	// login scripts start may outlive the capture (an agent in a session
-	// of its own).
-	err := linux.WithCallerTimerSlack(cmd.Start)
+	err := cmd.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting login shell %s: %v: %w", shell, err, ErrCapture)
 	}

@@ -5,15 +5,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 func TestParseCapture(t *testing.T) {
@@ -135,31 +130,5 @@ func TestHostShellCache(t *testing.T) {
 	t.Setenv(LoginShellEnv, fakeShell(t, "shift; exec /bin/sh \"$@\"\n"))
 	if s, err = HostShell(ctx, HostShellOptions{CacheDir: dir}); err != nil || s.Origin != Captured || slices.Contains(s.Env, "FROM_SHELL=1") {
 		t.Fatalf("new shell: %+v %v", s, err)
-	}
-}
-
-// The login shell starts with the caller's timer slack, not the raised one
-// of the CLI thread that starts it (decision 72): what a profile starts
-// may outlive the capture.
-func TestCaptureCallerTimerSlack(t *testing.T) {
-	// As in the CLI: this thread raised, the caller's slack recorded. The
-	// thread stays locked and ends with the test's goroutine.
-	runtime.LockOSThread()
-	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, 500000, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	linux.SetCallerTimerSlack(77777)
-	t.Cleanup(func() { linux.SetCallerTimerSlack(0) })
-	out := filepath.Join(t.TempDir(), "slack")
-	sh := fakeShell(t, "cat /proc/self/timerslack_ns > "+out+"\nshift; exec /bin/sh \"$@\"\n")
-	acct := Account{UID: os.Geteuid(), Name: "u", Home: t.TempDir()}
-	if _, err := Capture(context.Background(), sh, acct, nil, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := os.ReadFile(out); err != nil || strings.TrimSpace(string(b)) != "77777" {
-		t.Errorf("the login shell's timer slack: %q (%v), want the caller's 77777", b, err)
-	}
-	if v, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0); err != nil || v != 500000 {
-		t.Errorf("the capturing thread's slack after the capture: %d (%v), want its own 500000 back", v, err)
 	}
 }

@@ -44,14 +44,6 @@ const (
 func cGuardianMode() string { return C.GoString(C.hf_guardian_mode()) }
 func cKeeperMode() string   { return C.GoString(C.hf_keeper_mode()) }
 
-// cTimerSlackEnv is the timer slack variable's name compiled into the C
-// dispatch (HF_TIMERSLACK_ENV), for the consistency test.
-func cTimerSlackEnv() string { return C.GoString(C.hf_timerslack_env()) }
-
-// cNarrowedCPUEnv is the narrowed-CPU variable's name compiled into the C
-// dispatch (HF_NARROWED_CPU_ENV), for the consistency test.
-func cNarrowedCPUEnv() string { return C.GoString(C.hf_narrowed_cpu_env()) }
-
 // cErrstr is the C side's rendering of errno e (hf_errstr).
 func cErrstr(e int) string { return C.GoString(C.hf_errstr(C.int(e))) }
 

@@ -15,15 +15,6 @@
 #define HF_GUARDIAN_MODE "__hostfork_guardian"
 #define HF_KEEPER_MODE "__hostfork_keeper"
 
-/* The variable that gives a helper the timer slack to set
- * (supervise.TimerSlackEnv). */
-#define HF_TIMERSLACK_ENV "HOSTFORK_TIMERSLACK_NS"
-
-/* The variable that names the CPU the spawner's start narrowed its
- * affinity to (supervise.NarrowedCPUEnv): a helper that starts with that
- * one CPU alone widens itself. */
-#define HF_NARROWED_CPU_ENV "HOSTFORK_NARROWED_CPU"
-
 /* Descriptor numbers in the guardian (protocol.go, fd*). */
 #define HF_FD_CONTROL 3
 #define HF_FD_EVENTS 4
@@ -82,8 +73,6 @@ int hf_reason_code(const char *name);
 /* Exposed for the Go-side consistency test. */
 const char *hf_guardian_mode(void);
 const char *hf_keeper_mode(void);
-const char *hf_timerslack_env(void);
-const char *hf_narrowed_cpu_env(void);
 
 /* ---- common helpers (hf_common.c) ---- */
 #define NS_PER_MS 1000000LL

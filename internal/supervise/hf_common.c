@@ -18,8 +18,6 @@
 
 const char *hf_guardian_mode(void) { return HF_GUARDIAN_MODE; }
 const char *hf_keeper_mode(void) { return HF_KEEPER_MODE; }
-const char *hf_timerslack_env(void) { return HF_TIMERSLACK_ENV; }
-const char *hf_narrowed_cpu_env(void) { return HF_NARROWED_CPU_ENV; }
 
 static const char *reason_names[HF_R_MAX + 1] = {
 	"", "user", "deadline", "idle", "owner-exit", "timeout", "cancelled",

@@ -9,9 +9,6 @@
  * needs no dispatch of its own in main.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <sched.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -34,66 +31,12 @@ static int cmdline_arg1(char *out, size_t cap)
 }
 #endif
 
-/* env_number reads the environment variable name as a plain decimal
- * number of at most max into *out: 0, or -1 when it is unset or anything
- * else. Read with getenv, which glibc has set up before constructors run
- * (envp is not passed to them by every libc). */
-static int env_number(const char *name, unsigned long max, unsigned long *out)
-{
-	const char *v = getenv(name);
-	if (!v || *v < '0' || *v > '9')
-		return -1;
-	errno = 0;
-	char *end;
-	unsigned long n = strtoul(v, &end, 10);
-	if (errno != 0 || *end != '\0' || n > max)
-		return -1;
-	*out = n;
-	return 0;
-}
-
-/* restore_timerslack sets the timer slack the spawner passed in
- * HOSTFORK_TIMERSLACK_NS (linux.CallerTimerSlack): the hostfork CLI raises
- * its own, and a thread inherits its slack, so the helper and the commands
- * it starts get the caller's back. Only a plain decimal number of at most
- * 100 ms is taken. */
-static void restore_timerslack(void)
-{
-	unsigned long ns;
-	if (env_number(HF_TIMERSLACK_ENV, 100000000UL, &ns) == 0 && ns > 0)
-		prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0);
-}
-
-/* widen_affinity gives the helper every CPU (within its cpuset) when it
- * starts with exactly the CPU named in HOSTFORK_NARROWED_CPU: the hostfork
- * CLI narrows its own affinity to that CPU while the Go runtime starts and
- * widens its threads again before it spawns anything
- * (cmd/hostfork/prefault.go, docs/decisions.md entry 74), and a thread the
- * runtime made while it widened could keep the narrow mask and pass it
- * on. Any other mask is the caller's and stays. */
-static void widen_affinity(void)
-{
-	unsigned long cpu;
-	if (env_number(HF_NARROWED_CPU_ENV, CPU_SETSIZE - 1, &cpu) != 0)
-		return;
-	cpu_set_t m;
-	CPU_ZERO(&m);
-	if (sched_getaffinity(0, sizeof m, &m) != 0 || CPU_COUNT(&m) != 1 || !CPU_ISSET((int)cpu, &m))
-		return;
-	memset(&m, 0xff, sizeof m);
-	sched_setaffinity(0, sizeof m, &m);
-}
-
 /* hf_dispatch runs the helper mode names, if any, and does not return
  * then; for anything else it returns. */
 static void hf_dispatch(const char *mode)
 {
 	if (!mode || mode[0] != '_')
 		return;
-	if (!strcmp(mode, HF_GUARDIAN_MODE) || !strcmp(mode, HF_KEEPER_MODE)) {
-		restore_timerslack();
-		widen_affinity();
-	}
 	if (!strcmp(mode, HF_GUARDIAN_MODE))
 		_exit(hf_guardian_main());
 	if (!strcmp(mode, HF_KEEPER_MODE))

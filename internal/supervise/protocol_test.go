@@ -17,15 +17,6 @@ func TestCGuardianModeMatches(t *testing.T) {
 	}
 }
 
-func TestCTimerSlackEnvMatches(t *testing.T) {
-	if got := cTimerSlackEnv(); got != TimerSlackEnv {
-		t.Fatalf("C timer slack variable %q, Go %q", got, TimerSlackEnv)
-	}
-	if got := cNarrowedCPUEnv(); got != NarrowedCPUEnv {
-		t.Fatalf("C narrowed-CPU variable %q, Go %q", got, NarrowedCPUEnv)
-	}
-}
-
 func TestEncodeRelease(t *testing.T) {
 	cfg := &Config{
 		CommandID:      "c1",

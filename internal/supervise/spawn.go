@@ -9,8 +9,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // child is a helper process (guardian or keeper) started by spawn: our
@@ -34,8 +32,7 @@ type child struct {
 }
 
 // spawnSpec says how to start a child. files are its descriptors 0, 1,
-// 2, …; a nil entry is closed in the child. The environment is empty but
-// for the timer slack to restore (helperEnv).
+// 2, …; a nil entry is closed in the child. The environment is empty.
 type spawnSpec struct {
 	path string
 	// file, when set, is the program, open: it is executed through its
@@ -59,32 +56,6 @@ func devNulls() (r, w *os.File, err error) {
 		return nil, nil, err
 	}
 	return r, w, nil
-}
-
-// TimerSlackEnv names the environment variable that gives a helper the
-// timer slack to set before anything else (hf_ctor.c): the slack the
-// process that spawned it started with.
-const TimerSlackEnv = "HOSTFORK_TIMERSLACK_NS"
-
-// NarrowedCPUEnv names the environment variable that gives a helper the
-// CPU its spawner's start narrowed the affinity to (linux.StartCPU): a
-// helper that starts with that CPU alone widens itself (hf_ctor.c).
-const NarrowedCPUEnv = "HOSTFORK_NARROWED_CPU"
-
-// helperEnv is a helper's environment: empty, but for the caller's timer
-// slack when this program raised its own (linux.CallerTimerSlack), and
-// the CPU its start narrowed the affinity to (linux.StartCPU). The helper
-// sets both up before anything else, and the commands a guardian starts
-// inherit them.
-func helperEnv() []string {
-	env := []string{}
-	if ns := linux.CallerTimerSlack(); ns > 0 {
-		env = append(env, TimerSlackEnv+"="+strconv.FormatUint(ns, 10))
-	}
-	if cpu := linux.StartCPU(); cpu >= 0 {
-		env = append(env, NarrowedCPUEnv+"="+strconv.Itoa(cpu))
-	}
-	return env
 }
 
 func spawn(s spawnSpec) (*child, error) {
@@ -132,7 +103,7 @@ func spawn(s spawnSpec) (*child, error) {
 		defer unix.Close(fd)
 		exe = "/proc/self/fd/" + strconv.Itoa(fd)
 	}
-	pid, _, err := syscall.StartProcess(exe, s.args, &syscall.ProcAttr{Env: helperEnv(), Files: fds, Sys: sys})
+	pid, _, err := syscall.StartProcess(exe, s.args, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: sys})
 	runtime.KeepAlive(s.files)
 	runtime.KeepAlive(s.file)
 	if err != nil {

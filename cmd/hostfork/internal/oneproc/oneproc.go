@@ -15,14 +15,6 @@
 // 'hostfork version' took 14.4 ms against 10.9 ms with this package
 // (interleaved, 200 rounds).
 //
-// Since entry 74 the CLI's C constructor (cmd/hostfork/prefault.go)
-// narrows the main thread's CPU affinity before the runtime starts, so
-// the runtime itself starts with one P and this call changes nothing: it
-// stops no world and only keeps the runtime from raising GOMAXPROCS later
-// (Go 1.25 updates an unset GOMAXPROCS when the affinity changes, and
-// main's first initialiser gives the affinity back). It still sets one P
-// where the constructor left the affinity alone.
-//
 // Only cmd/hostfork imports it: the companion (serve, mcp) and programs
 // that import the library keep the runtime's default.
 package oneproc
