@@ -20,17 +20,9 @@ type Options struct {
 	// their groups; "" means $HOSTFORK_CGROUP_PARENT, else <cgroup2
 	// mount>/hostfork for root, else the user's delegated subtree.
 	CgroupParent string
-	// Exe is the program executed as the guardian and the keeper. ""
-	// means the program $HOSTFORK_HELPER names (refused with ErrInvalid
-	// unless it is a regular file this user may execute, owned by root
-	// or this user, writable by nobody else, not on a noexec mount, and,
-	// in a build by scripts/build.sh, that build's helper), else the
-	// hostfork-helper beside the running executable when scripts/build.sh
-	// built both, else the running program itself (/proc/self/exe), which
-	// carries them: every binary that imports hostfork does
-	// (docs/decisions.md, entry 80). A build without a helper id (go
-	// build, an outside module) can't tell a named helper's version: name
-	// one built from the same source.
+	// Exe is the program re-executed as the guardian and the keeper; ""
+	// means the running program itself (/proc/self/exe), which carries
+	// them: every binary that imports hostfork does.
 	Exe string
 }
 
@@ -54,9 +46,7 @@ func DefaultRoot() (string, error) { return engine.DefaultRoot() }
 // (the store or any directory above it; a root-owned sticky directory such
 // as /tmp is fine), a non-empty directory that is not a store, and a store
 // whose registry was lost; each error names the path and the fix and
-// matches ErrStore. A helper program named by $HOSTFORK_HELPER that can't
-// be used (Options.Exe) is refused first, before anything is made, with
-// an error that matches ErrInvalid.
+// matches ErrStore.
 func Open(ctx context.Context, opts Options) (*Host, error) {
 	e, err := engine.Open(ctx, engine.Options{Root: opts.Root, CgroupParent: opts.CgroupParent, Exe: opts.Exe})
 	if err != nil {

@@ -227,7 +227,7 @@ func joinOr(s []string) string {
 // that only root or this user can have written: owned by one of them and
 // writable by nobody else. The check is on the open descriptor.
 func openCompanion(p string) (*os.File, error) {
-	f, _, err := linux.OpenProgram(p)
+	f, err := linux.OpenProgram(p)
 	var r *linux.RefusedProgramError
 	if errors.As(err, &r) {
 		return nil, fmt.Errorf("refusing to run %s: %s; %s", r.Path, r.Why, r.Fix)

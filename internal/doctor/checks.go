@@ -32,7 +32,7 @@ func Evaluate(f *Facts, n Needs) []Check {
 	for _, r := range f.Storage {
 		cs = append(cs, storageRoot(f, r, n))
 	}
-	cs = append(cs, pidfd(f), bootID(f), store(f), units(f), hostShell(f), companion(f), codePages(f), helper(f), sqliteMemory(f))
+	cs = append(cs, pidfd(f), bootID(f), store(f), units(f), hostShell(f), companion(f), codePages(f), sqliteMemory(f))
 	return cs
 }
 
@@ -68,35 +68,6 @@ func codePages(f *Facts) Check {
 	return c
 }
 
-// helper reports the program guardians and keepers start from (decision
-// 80). The running binary always works, so only a helper named and
-// refused blocks.
-func helper(f *Facts) Check {
-	c := Check{ID: "exe.helper", Title: "the program guardians and keepers start from", Evidence: Read, Required: helperBlocks(f)}
-	h := f.Helper
-	id := ""
-	if h.BuildID != "" {
-		id = fmt.Sprintf(" (build %.12s)", h.BuildID)
-	}
-	switch {
-	case h.Err != "":
-		c.Status, c.Detail = Missing, h.Err
-		c.Missing = "every command and every view: none can start while HOSTFORK_HELPER names a program that can't be used"
-		c.Remedy = "unset HOSTFORK_HELPER, or set it to the absolute path of the hostfork-helper built with this hostfork (scripts/build.sh DIR)"
-	case h.Standalone:
-		c.Status, c.Detail = OK, h.Path+id+": a static program of its own, whose start is a fraction of this binary's"
-	case h.BuildID == "":
-		c.Status = OK
-		c.Detail = "this binary itself: " + h.Why + " (scripts/build.sh builds hostfork-helper where musl-gcc is installed; its start costs about 0.3 ms of CPU less)"
-	default:
-		c.Status = Degraded
-		c.Detail = "this binary itself: " + h.Why
-		c.Missing = "the helper of this build: every command's guardian and every view's keeper then start from this binary, about 0.3 ms of CPU dearer a start; everything works"
-		c.Remedy = "scripts/build.sh " + exeDir(f) + " (installs hostfork and hostfork-helper together; needs musl-gcc, Debian's musl-tools)"
-	}
-	return c
-}
-
 // sqliteMemory reports where the registry's SQLite allocates (decision
 // 81). Both ways work, so it never blocks.
 func sqliteMemory(f *Facts) Check {
@@ -117,10 +88,6 @@ func sqliteMemory(f *Facts) Check {
 	}
 	return c
 }
-
-// helperBlocks is set when the helper check must block: a helper named
-// by HOSTFORK_HELPER that can't be used fails every start.
-func helperBlocks(f *Facts) bool { return f.Helper.Err != "" }
 
 // exeDir is the directory of this executable, for remedies ("DIR" when
 // unknown).

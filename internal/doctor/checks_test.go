@@ -283,23 +283,6 @@ func TestEvaluate(t *testing.T) {
 		{"code pages unreadable", func(f *Facts) { f.Code = CodePagesFacts{Err: "open /proc/self/maps: permission denied"} }, Needs{}, []want{
 			{"exe.code-pages", "skipped", "permission denied"},
 		}, true},
-		{"the helper of this build", func(f *Facts) {
-			f.Helper = HelperFacts{Path: "/usr/local/bin/hostfork-helper", Standalone: true, BuildID: "4675d91e7d6d9a"}
-		}, Needs{}, []want{
-			{"exe.helper", "ok", "/usr/local/bin/hostfork-helper (build 4675d91e7d6d)"},
-		}, true},
-		{"a build without a helper", func(f *Facts) {
-			f.Helper = HelperFacts{Path: "/proc/self/exe", Why: "this build has no helper of its own"}
-		}, Needs{}, []want{
-			{"exe.helper", "ok", "this binary itself: this build has no helper of its own"},
-		}, true},
-		{"a build whose helper is missing: degraded, never a blocker", func(f *Facts) {
-			f.Exe = "/usr/local/bin/hostfork"
-			f.Helper = HelperFacts{Path: "/proc/self/exe", BuildID: "4675d91e7d6d9a", Why: "/usr/local/bin/hostfork-helper does not exist"}
-		}, Needs{}, []want{
-			{"exe.helper", "degraded", "does not exist"},
-			{"exe.helper", "degraded", "scripts/build.sh /usr/local/bin"},
-		}, true},
 		{"SQLite on its arena", func(f *Facts) {
 			f.SQLite = SQLiteFacts{Memory: "arena", ArenaBytes: 8 << 20, Largest: 4 << 20, Spills: 3, Highwater: 450_000}
 		}, Needs{}, []want{
@@ -315,11 +298,6 @@ func TestEvaluate(t *testing.T) {
 			{"exe.sqlite-memory", "degraded", "refused the arena"},
 			{"exe.sqlite-memory", "degraded", "scripts/build.sh /usr/local/bin"},
 		}, true},
-		{"a named helper refused: every start fails", func(f *Facts) {
-			f.Helper = HelperFacts{Err: "HOSTFORK_HELPER: not using /x as the helper: its mode 0777 lets other users change it"}
-		}, Needs{}, []want{
-			{"exe.helper", "missing", "unset HOSTFORK_HELPER"},
-		}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

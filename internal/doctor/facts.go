@@ -34,7 +34,6 @@ type Facts struct {
 	Units       UnitFacts       `json:"units"`
 	HostShell   HostShellFacts  `json:"host_shell"`
 	Code        CodePagesFacts  `json:"code_pages"`
-	Helper      HelperFacts     `json:"helper"`
 	SQLite      SQLiteFacts     `json:"sqlite"`
 	// Verbs are the CLI's verbs, so remedies only name commands that
 	// exist.
@@ -142,22 +141,6 @@ type CodePagesFacts struct {
 	// server's is after a reinstall.
 	Replaced bool   `json:"replaced,omitempty"`
 	Err      string `json:"error,omitempty"`
-}
-
-// HelperFacts say which program this hostfork starts guardians and
-// keepers from (decision 80).
-type HelperFacts struct {
-	// Path is the program: the standalone helper, or /proc/self/exe.
-	Path       string `json:"path,omitempty"`
-	Standalone bool   `json:"standalone"`
-	// BuildID is the helper id this binary was built with ("" when it
-	// has none: a go build or go run).
-	BuildID string `json:"build_id,omitempty"`
-	// Why says why the running binary is used.
-	Why string `json:"why,omitempty"`
-	// Err: the helper named by HOSTFORK_HELPER can't be used; every
-	// start fails.
-	Err string `json:"error,omitempty"`
 }
 
 // SQLiteFacts say where the registry's SQLite allocates (decision 81).

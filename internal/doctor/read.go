@@ -23,7 +23,6 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/storage"
-	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
 
 // ReadOptions say where to look.
@@ -83,7 +82,6 @@ func ReadFacts(ctx context.Context, o ReadOptions) *Facts {
 	f.Units = readUnits(ctx, o)
 	f.HostShell = readHostShell(o.Root)
 	f.Code = readCodePages()
-	f.Helper = readHelper()
 	f.SQLite = readSQLite()
 	return f
 }
@@ -96,19 +94,6 @@ func readSQLite() SQLiteFacts {
 		s.Err = a.Err.Error()
 	}
 	return s
-}
-
-// readHelper finds the helper the way a start does (supervise.FindHelper).
-func readHelper() HelperFacts {
-	h := HelperFacts{BuildID: supervise.HelperID()}
-	fh, err := supervise.FindHelper()
-	if err != nil {
-		h.Err = err.Error()
-		return h
-	}
-	defer fh.Close()
-	h.Path, h.Standalone, h.Why = fh.Path, fh.Standalone, fh.Why
-	return h
 }
 
 // readCodePages reads how this process maps its executable's read-only

@@ -278,11 +278,7 @@ func (c *creation) build(ctx context.Context) error {
 			return fmt.Errorf("creating keeper log: %w", err)
 		}
 		defer klog.Close()
-		h, err := e.Helper()
-		if err != nil {
-			return err
-		}
-		ks := &supervise.KeeperSpec{Exe: h.Path, ExeFile: h.File, Log: klog, EnvID: rec.ID, OwnerExit: p.OwnerExit,
+		ks := &supervise.KeeperSpec{Exe: e.opts.Exe, Log: klog, EnvID: rec.ID, OwnerExit: p.OwnerExit,
 			Slave: p.Propagation == "slave", Grace: p.Grace.D(), Ops: ops, Files: treeFiles}
 		if p.MaxRuntime > 0 {
 			ks.DeadlineMono = rec.ActivatedMono + p.MaxRuntime.D()

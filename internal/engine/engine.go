@@ -16,7 +16,6 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/registry"
-	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
 
 // Options configure an Engine.
@@ -27,10 +26,9 @@ type Options struct {
 	// their groups; "" means $HOSTFORK_CGROUP_PARENT, else <cgroup2
 	// mount>/hostfork for root, else the user's delegated subtree.
 	CgroupParent string
-	// Exe is the program executed as the guardian and the keeper; ""
-	// means supervise.FindHelper's choice: the helper program when there
-	// is one to use, else /proc/self/exe (every binary that links the
-	// library carries the C helpers).
+	// Exe is the program re-executed as the guardian and the keeper; ""
+	// means /proc/self/exe (every binary that links the library carries
+	// the C helpers).
 	Exe string
 }
 
@@ -53,82 +51,29 @@ type Engine struct {
 
 	closed    chan struct{}
 	closeOnce sync.Once
-
-	// helper is the program guardians and keepers start from, found at
-	// the first start: opts.Exe when set, else supervise.FindHelper's.
-	// Close closes it (helperClosed); a start after that is ErrClosed.
-	helperMu     sync.Mutex
-	helper       *supervise.Helper
-	helperErr    error
-	helperClosed bool
-}
-
-// Helper returns the program this engine starts guardians and keepers
-// from. An error means a helper was named explicitly (HOSTFORK_HELPER)
-// and can't be used (ErrInvalid), or the engine is closed (ErrClosed). A
-// start that races with Close can still find the helper's descriptor
-// closed: spawn then fails ("use of closed file"), and never executes a
-// descriptor number another open reused.
-func (e *Engine) Helper() (*supervise.Helper, error) {
-	e.helperMu.Lock()
-	defer e.helperMu.Unlock()
-	switch {
-	case e.helperClosed:
-		return nil, api.ErrClosed
-	case e.helper != nil || e.helperErr != nil:
-		return e.helper, e.helperErr
-	case e.opts.Exe != "":
-		e.helper = &supervise.Helper{Path: e.opts.Exe, Why: "the program the caller named (Options.Exe)"}
-	default:
-		h, err := supervise.FindHelper()
-		if err != nil {
-			e.helperErr = fmt.Errorf("%v: %w", err, api.ErrInvalid)
-		}
-		e.helper = h
-	}
-	return e.helper, e.helperErr
-}
-
-// closeHelper closes the helper's descriptor; later starts are ErrClosed.
-func (e *Engine) closeHelper() {
-	e.helperMu.Lock()
-	defer e.helperMu.Unlock()
-	e.helperClosed = true
-	e.helper.Close()
 }
 
 // Open validates the store at opts.Root (creating it if needed) and opens
 // its registry.
 func Open(ctx context.Context, opts Options) (*Engine, error) {
-	// A helper named explicitly is checked first, so that a wrong one
-	// fails before anything is made or reserved; the default is found at
-	// the first start.
-	var helper *supervise.Helper
-	if opts.Exe == "" && os.Getenv(supervise.HelperEnv) != "" {
-		h, err := supervise.FindHelper()
-		if err != nil {
-			return nil, fmt.Errorf("%v: %w", err, api.ErrInvalid)
-		}
-		helper = h
-	}
 	root, err := prepareStore(opts.Root)
 	if err != nil {
-		helper.Close()
 		return nil, err
 	}
 	reg, err := registry.Open(ctx, root)
 	if err != nil {
-		helper.Close()
 		return nil, fmt.Errorf("%v: %w", err, api.ErrStore)
 	}
 	if err := checkRegistry(ctx, root, reg); err != nil {
 		reg.Close()
-		helper.Close()
 		return nil, err
 	}
 	ensureConfig(root)
+	if opts.Exe == "" {
+		opts.Exe = "/proc/self/exe"
+	}
 	opts.Root = root
-	return &Engine{root: root, reg: newRecords(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{}), helper: helper}, nil
+	return &Engine{root: root, reg: newRecords(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
 }
 
 // Root is the store directory.
@@ -145,7 +90,6 @@ func (e *Engine) Close() error {
 		e.recordObserved()
 		close(e.closed)
 		err = e.reg.Close()
-		e.closeHelper()
 	})
 	return err
 }

@@ -224,13 +224,8 @@ func (e *Engine) overlaySource(ctx context.Context, env *api.Env, tr *api.Tree, 
 		os.Remove(tmp)
 		return "", nil, err
 	}
-	h, err := e.Helper()
-	if err != nil {
-		os.Remove(tmp)
-		return "", nil, err
-	}
 	klog, _ := os.OpenFile(filepath.Join(env.RunDir, "export-keeper.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	k, err := supervise.StartKeeper(&supervise.KeeperSpec{Exe: h.Path, ExeFile: h.File, Log: klog, EnvID: env.ID, OwnerExit: api.OwnerExitStop, Ops: kops, Files: opened.Files})
+	k, err := supervise.StartKeeper(&supervise.KeeperSpec{Exe: e.opts.Exe, Log: klog, EnvID: env.ID, OwnerExit: api.OwnerExitStop, Ops: kops, Files: opened.Files})
 	if klog != nil {
 		klog.Close()
 	}

@@ -358,11 +358,7 @@ func (l *launch) outputs(ss *supervise.StartSpec, open func(name string, flag in
 		return fmt.Errorf("stat receipt: %w", err)
 	}
 	rec.ProofDev, rec.ProofIno = rst.Dev, rst.Ino
-	h, err := l.e.Helper()
-	if err != nil {
-		return err
-	}
-	ss.Exe, ss.ExeFile, ss.Receipt, ss.Setsid = h.Path, h.File, receipt, !cs.Foreground
+	ss.Exe, ss.Receipt, ss.Setsid = l.e.opts.Exe, receipt, !cs.Foreground
 	switch cs.Output {
 	case api.OutputInherit:
 		ss.Stdin, ss.Stdout, ss.Stderr = cs.Stdin, fileOr(cs.Stdout, os.Stdout), fileOr(cs.Stderr, os.Stderr)

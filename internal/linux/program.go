@@ -9,21 +9,22 @@ import (
 )
 
 // OpenProgram opens p, a program of hostfork's own that it is about to
-// execute (the companion, the helper), and checks on the descriptor that
+// execute (the companion), and checks on the descriptor that
 // it is a regular file this user may execute, not on a noexec mount, and
 // that only root or this user can have written: owned by one of them and
 // writable by nobody else. The caller executes the descriptor
 // (/proc/self/fd/N), so the file checked is the file run. A refusal is a
-// *RefusedProgramError that says why; st is the descriptor's metadata.
-func OpenProgram(p string) (f *os.File, st unix.Stat_t, err error) {
+// *RefusedProgramError that says why.
+func OpenProgram(p string) (*os.File, error) {
 	// O_NONBLOCK: a FIFO in its place must not hang the open.
-	f, err = os.OpenFile(p, os.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, st, err
+		return nil, err
 	}
+	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		f.Close()
-		return nil, st, fmt.Errorf("%s: %w", p, err)
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	const own = "install it owned by root (or yourself) and writable only by its owner"
 	why, fix := "", own
@@ -45,9 +46,9 @@ func OpenProgram(p string) (f *os.File, st unix.Stat_t, err error) {
 	}
 	if why != "" {
 		f.Close()
-		return nil, st, &RefusedProgramError{Path: p, Why: why, Fix: fix}
+		return nil, &RefusedProgramError{Path: p, Why: why, Fix: fix}
 	}
-	return f, st, nil
+	return f, nil
 }
 
 // noexec reports whether f lies on a mount with the noexec flag.

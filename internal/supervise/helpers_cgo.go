@@ -44,9 +44,6 @@ const (
 func cGuardianMode() string { return C.GoString(C.hf_guardian_mode()) }
 func cKeeperMode() string   { return C.GoString(C.hf_keeper_mode()) }
 
-// cErrstr is the C side's rendering of errno e (hf_errstr).
-func cErrstr(e int) string { return C.GoString(C.hf_errstr(C.int(e))) }
-
 // cReasonName is the C side's name of a reason code.
 func cReasonName(code int) string { return C.GoString(C.hf_reason_name(C.int(code))) }
 

@@ -89,15 +89,10 @@ void hf_log(const char *fmt, ...)
 	errno = saved;
 }
 
-#include "hf_errstr.h"
-
-/* hf_errstr is Go's rendering of an errno ("no such file or directory"):
- * from Go's own table (hf_errstr.h), else strerror with a lower-case
- * first letter. */
+/* hf_errstr is Go's rendering of an errno: strerror with a lower-case first
+ * letter ("no such file or directory"). */
 const char *hf_errstr(int err)
 {
-	if (err > 0 && (size_t)err < sizeof hf_go_errstr / sizeof hf_go_errstr[0] && hf_go_errstr[err])
-		return hf_go_errstr[err];
 	static char b[128];
 	snprintf(b, sizeof b, "%s", strerror(err));
 	if (b[0] >= 'A' && b[0] <= 'Z' && !(b[1] >= 'A' && b[1] <= 'Z'))

@@ -10,14 +10,12 @@
  */
 #define _GNU_SOURCE
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "hf.h"
 
 /* cmdline_arg1 is the fallback for a libc that does not pass argv to
  * constructors: argv[1] from /proc/self/cmdline. */
-#ifndef HF_HELPER_MAIN
 static int cmdline_arg1(char *out, size_t cap)
 {
 	char b[256];
@@ -29,21 +27,7 @@ static int cmdline_arg1(char *out, size_t cap)
 		return -1;
 	return hf_copy_bounded(out, cap, b + l0 + 1);
 }
-#endif
 
-/* hf_dispatch runs the helper mode names, if any, and does not return
- * then; for anything else it returns. */
-static void hf_dispatch(const char *mode)
-{
-	if (!mode || mode[0] != '_')
-		return;
-	if (!strcmp(mode, HF_GUARDIAN_MODE))
-		_exit(hf_guardian_main());
-	if (!strcmp(mode, HF_KEEPER_MODE))
-		_exit(hf_keeper_main());
-}
-
-#ifndef HF_HELPER_MAIN
 __attribute__((constructor)) static void hf_ctor(int argc, char **argv, char **envp)
 {
 	(void)envp;
@@ -54,26 +38,10 @@ __attribute__((constructor)) static void hf_ctor(int argc, char **argv, char **e
 	} else if (cmdline_arg1(buf, sizeof buf) == 0) {
 		mode = buf;
 	}
-	hf_dispatch(mode);
+	if (!mode || mode[0] != '_')
+		return;
+	if (!strcmp(mode, HF_GUARDIAN_MODE))
+		_exit(hf_guardian_main());
+	if (!strcmp(mode, HF_KEEPER_MODE))
+		_exit(hf_keeper_main());
 }
-#else
-/*
- * The standalone helper, hostfork-helper (scripts/build.sh, decision 80):
- * the same two helpers in a small static program of their own, which
- * starts in a fraction of the time the whole hostfork binary's C library
- * and constructors take. It is nothing else: any other call is refused.
- */
-int main(int argc, char **argv)
-{
-	/* Started through /proc/self/fd/N, the kernel named the process N:
-	 * give it the name it is started under (hostfork-guardian,
-	 * hostfork-keeper), as ps and top show it, cut to 15 bytes. */
-	if (argc >= 1 && argv[0] && argv[0][0])
-		prctl(PR_SET_NAME, argv[0], 0, 0, 0);
-	hf_dispatch(argc >= 2 ? argv[1] : NULL);
-	static const char msg[] = "hostfork-helper: this program runs hostfork's guardians and keepers, started by hostfork itself; it is not a command\n";
-	if (write(2, msg, sizeof msg - 1) < 0)
-		return 2;
-	return 2;
-}
-#endif

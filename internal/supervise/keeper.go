@@ -69,10 +69,7 @@ type KeeperOp struct {
 
 // KeeperSpec says how to start a keeper.
 type KeeperSpec struct {
-	Exe string // the program executed as the keeper (hostfork's own binary, or the helper)
-	// ExeFile, when set, is that program, open: it is executed through
-	// this descriptor (Helper.File).
-	ExeFile *os.File
+	Exe string // the program re-executed as the keeper (hostfork's own binary)
 	// Cgroup is the cgroup2 directory the keeper is cloned into ("" none).
 	Cgroup    string
 	Log       *os.File
@@ -218,7 +215,6 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 	}
 	sp := spawnSpec{
 		path:     s.Exe,
-		file:     s.ExeFile,
 		args:     []string{"hostfork-keeper", KeeperMode},
 		files:    append([]*os.File{nullR, nullW, logf, cfgR, readyW, ownR}, s.Files...),
 		setsid:   true,

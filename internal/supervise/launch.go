@@ -18,12 +18,8 @@ import (
 
 // StartSpec says how to start one guardian.
 type StartSpec struct {
-	// Exe is the program executed in guardian mode: hostfork's own
-	// executable, or the helper.
+	// Exe is hostfork's own executable (re-executed in guardian mode).
 	Exe string
-	// ExeFile, when set, is that program, open: it is executed through
-	// this descriptor (Helper.File).
-	ExeFile *os.File
 	// GuardianCgroup is the cgroup2 directory the guardian is cloned into
 	// (empty in the subreaper tier).
 	GuardianCgroup string
@@ -125,7 +121,7 @@ func Start(s StartSpec) (*Guardian, error) {
 	} else if s.Parent != nil {
 		files = append(files, nil, s.Parent)
 	}
-	sp := spawnSpec{path: s.Exe, file: s.ExeFile, args: []string{"hostfork-guardian", GuardianMode}, files: files, setsid: s.Setsid, cgroupFD: -1}
+	sp := spawnSpec{path: s.Exe, args: []string{"hostfork-guardian", GuardianMode}, files: files, setsid: s.Setsid, cgroupFD: -1}
 	if s.GuardianCgroup != "" {
 		fd, err := unix.Open(s.GuardianCgroup, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {

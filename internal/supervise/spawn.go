@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"syscall"
 
@@ -34,10 +33,7 @@ type child struct {
 // spawnSpec says how to start a child. files are its descriptors 0, 1,
 // 2, …; a nil entry is closed in the child. The environment is empty.
 type spawnSpec struct {
-	path string
-	// file, when set, is the program, open: it is executed through its
-	// descriptor (path only names it in errors).
-	file     *os.File
+	path     string
 	args     []string
 	files    []*os.File
 	setsid   bool
@@ -73,39 +69,8 @@ func spawn(s spawnSpec) (*child, error) {
 		sys.UseCgroupFD = true
 		sys.CgroupFD = s.cgroupFD
 	}
-	exe := s.path
-	if s.file != nil {
-		// The child (syscall.forkAndExecInChild) rearranges its
-		// descriptors 0…n-1: it first moves its exec-status pipe and every
-		// descriptor below its slot to the numbers from max(n, the
-		// highest one given)+1 on, at most n+1 of them. A copy above all
-		// of those survives until the exec resolves /proc/self/fd/N.
-		top := len(fds)
-		for _, fd := range fds {
-			if fd != ^uintptr(0) && int(fd) > top {
-				top = int(fd)
-			}
-		}
-		// Through the file's own reference (Control): a concurrent Close
-		// waits, and a closed file is an error, never a number reused by
-		// another open.
-		fd := -1
-		rc, err := s.file.SyscallConn()
-		if err == nil {
-			cerr := rc.Control(func(f uintptr) { fd, err = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, top+len(fds)+3) })
-			if cerr != nil {
-				err = cerr
-			}
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "dup", Path: s.path, Err: err}
-		}
-		defer unix.Close(fd)
-		exe = "/proc/self/fd/" + strconv.Itoa(fd)
-	}
-	pid, _, err := syscall.StartProcess(exe, s.args, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: sys})
+	pid, _, err := syscall.StartProcess(s.path, s.args, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: sys})
 	runtime.KeepAlive(s.files)
-	runtime.KeepAlive(s.file)
 	if err != nil {
 		return nil, &os.PathError{Op: "fork/exec", Path: s.path, Err: err}
 	}

@@ -263,14 +263,6 @@ func BootSystemd(t testing.TB, opts NspawnOptions) *Nspawn {
 	for _, b := range opts.ReadOnlyBinds {
 		args = append(args, "--bind-ro="+b)
 	}
-	// A helper program the tests name (HOSTFORK_HELPER, as CI's static
-	// pass does) must be where the hostfork run inside, which inherits the
-	// variable through nsenter, looks for it: bound at the same path.
-	if h := os.Getenv("HOSTFORK_HELPER"); filepath.IsAbs(h) {
-		if _, err := os.Stat(h); err == nil {
-			args = append(args, "--bind-ro="+h)
-		}
-	}
 	args = append(args, "systemd.unit=multi-user.target")
 	cmd = exec.Command("/bin/sh", args...)
 	cmd.Env = append(os.Environ(), "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1")
