@@ -48,9 +48,6 @@ type report struct {
 	LoadPre  string     `json:"load_before"`
 	LoadPost string     `json:"load_after"`
 	Commands []*command `json:"commands"`
-	// PageCache is how the page cache held each program the steps start,
-	// read after the samples (pagecache.go).
-	PageCache []exeCache `json:"page_cache"`
 }
 
 type prepFlags map[string]string
@@ -134,9 +131,6 @@ func abMain(args []string) error {
 		}
 	}
 	rep.LoadPost = loadavg()
-	for _, p := range executables(rep.Commands) {
-		rep.PageCache = append(rep.PageCache, probeExe(p))
-	}
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(rep, "", " ")
 		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
@@ -395,19 +389,6 @@ func printReport(rep *report, refName string, bytesPer float64) {
 	}
 	fmt.Printf("\n%d rounds interleaved (order rotated each round), %d instance(s) per sample; load before %s, after %s; 1-min load during: min %.2f, median %.2f, max %.2f\n\n",
 		rep.Rounds, rep.Par, rep.LoadPre, rep.LoadPost, quantile(loads, 0), median(loads), quantile(loads, 1))
-	var held []string
-	for _, e := range rep.PageCache {
-		if e.Err != "" || e.AlignedKiB > 0 {
-			held = append(held, e.String())
-		}
-	}
-	if len(held) > 0 {
-		fmt.Printf("Page cache, in 2 MiB folios of what could be: %s\n\n", strings.Join(held, "; "))
-	}
-	if w := cacheWarning(rep.PageCache); w != "" {
-		fmt.Printf("%s\n\n", w)
-		fmt.Fprintln(os.Stderr, "hfbench: "+w)
-	}
 }
 
 // stepVerb names a step by its first argument that is not a flag or a

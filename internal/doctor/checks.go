@@ -32,40 +32,8 @@ func Evaluate(f *Facts, n Needs) []Check {
 	for _, r := range f.Storage {
 		cs = append(cs, storageRoot(f, r, n))
 	}
-	cs = append(cs, pidfd(f), bootID(f), store(f), units(f), hostShell(f), companion(f), codePages(f), sqliteMemory(f))
+	cs = append(cs, pidfd(f), bootID(f), store(f), units(f), hostShell(f), companion(f), sqliteMemory(f))
 	return cs
-}
-
-// codePages reports whether this binary's code is mapped in 2 MiB pages
-// (entry 78). It is about speed, never a blocker.
-func codePages(f *Facts) Check {
-	c := Check{ID: "exe.code-pages", Title: "the binary's code in 2 MiB pages", Evidence: Read}
-	k := f.Code
-	mib := func(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }
-	switch {
-	case k.Err != "":
-		c.Status, c.Detail = Skipped, "not read: "+k.Err
-	case k.Replaced:
-		c.Status = Skipped
-		c.Detail = k.Exe + " was removed or replaced since this process started (a reinstall under a running server): what it maps is the old file; ask the installed binary (hostfork doctor)"
-	case k.AlignedKiB == 0:
-		c.Status = OK
-		c.Detail = fmt.Sprintf("%s: %s of code and read-only data, no part of which the kernel can map in 2 MiB pages (too small, or loaded at an address not 2 MiB-aligned with its file offset, as a position-independent executable is)", k.Exe, mib(k.SizeKiB))
-	case k.HugeKiB > 0:
-		c.Status = OK
-		c.Detail = fmt.Sprintf("%s: %s of the %s of code and read-only data mapped in 2 MiB pages (%s could be)", k.Exe, mib(k.HugeKiB), mib(k.SizeKiB), mib(k.AlignedKiB))
-	default:
-		c.Status = Degraded
-		fs := ""
-		if k.FSType != "" {
-			fs = " (" + k.FSType + ")"
-		}
-		c.Detail = fmt.Sprintf("%s%s: none of its %s of code and read-only data is mapped in 2 MiB pages (%s could be): the page cache holds the binary in smaller pieces, as after a build or a reboot", k.Exe, fs, mib(k.SizeKiB), mib(k.AlignedKiB))
-		c.Missing = "the binary's code in 2 MiB pages: every hostfork call then takes some hundred page faults more, and unmaps as many more pages when it exits (about 0.25 ms a call where measured); a rewrite in 2 MiB blocks fixes it on file systems that keep large folios (ext4 from Linux 6.16, xfs)"
-		e := k.Exe
-		c.Remedy = fmt.Sprintf("dd if=%[1]s of=%[1]s.2m bs=2M && chmod --reference=%[1]s %[1]s.2m && mv %[1]s.2m %[1]s (what scripts/build.sh does when it installs)", e)
-	}
-	return c
 }
 
 // sqliteMemory reports where the registry's SQLite allocates (decision

@@ -2,11 +2,8 @@ package doctor
 
 import (
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
-
-	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 const hybridMountinfo = `22 1 254:0 / / rw,relatime - ext4 /dev/vda rw
@@ -259,30 +256,6 @@ func TestEvaluate(t *testing.T) {
 		}, Needs{}, []want{
 			{"serve.companion", "degraded", "go build -o /usr/local/bin/ ./cmd/hostfork-serve"},
 		}, true},
-		{"code in 2 MiB pages", func(f *Facts) {
-			f.Code = CodePagesFacts{Exe: "/usr/local/bin/hostfork", SizeKiB: 11674, AlignedKiB: 6144, HugeKiB: 6144, FSType: "ext4"}
-		}, Needs{}, []want{
-			{"exe.code-pages", "ok", "6.0 MiB of the 11.4 MiB"},
-		}, true},
-		{"code in small pages: degraded, never a blocker", func(f *Facts) {
-			f.Code = CodePagesFacts{Exe: "/usr/local/bin/hostfork", SizeKiB: 11674, AlignedKiB: 6144, FSType: "ext4"}
-		}, Needs{}, []want{
-			{"exe.code-pages", "degraded", "dd if=/usr/local/bin/hostfork of=/usr/local/bin/hostfork.2m bs=2M && chmod --reference=/usr/local/bin/hostfork /usr/local/bin/hostfork.2m && mv /usr/local/bin/hostfork.2m /usr/local/bin/hostfork"},
-			{"exe.code-pages", "degraded", "/usr/local/bin/hostfork (ext4): none of its 11.4 MiB"},
-		}, true},
-		{"code that can't be mapped in 2 MiB pages", func(f *Facts) {
-			f.Code = CodePagesFacts{Exe: "/opt/hf", SizeKiB: 11674}
-		}, Needs{}, []want{
-			{"exe.code-pages", "ok", "no part of which the kernel can map in 2 MiB pages"},
-		}, true},
-		{"a binary replaced under a running server", func(f *Facts) {
-			f.Code = CodePagesFacts{Exe: "/usr/local/bin/hostfork-serve", SizeKiB: 11674, AlignedKiB: 6144, Replaced: true}
-		}, Needs{}, []want{
-			{"exe.code-pages", "skipped", "replaced since this process started"},
-		}, true},
-		{"code pages unreadable", func(f *Facts) { f.Code = CodePagesFacts{Err: "open /proc/self/maps: permission denied"} }, Needs{}, []want{
-			{"exe.code-pages", "skipped", "permission denied"},
-		}, true},
 		{"SQLite on its arena", func(f *Facts) {
 			f.SQLite = SQLiteFacts{Memory: "arena", ArenaBytes: 8 << 20, Largest: 4 << 20, Spills: 3, Highwater: 450_000}
 		}, Needs{}, []want{
@@ -335,69 +308,5 @@ func TestVerdictPlan(t *testing.T) {
 	deg := []Check{{ID: "x", Status: Degraded, Required: true}}
 	if can, _ := Verdict(deg, nil); !can {
 		t.Error("degraded blocks")
-	}
-}
-
-// The maps and smaps parsing of readCodePages: a path with spaces, a
-// deleted executable, writable and foreign mappings left out, smaps' own
-// lines (VmFlags has five words) not taken for mapping headers.
-func TestCodePagesParsing(t *testing.T) {
-	exe := "/opt/my tools/hostfork (deleted)"
-	maps := "00400000-00401000 r--p 00000000 fe:00 78 " + exe + "\n" +
-		"00401000-00a59000 r-xp 00001000 fe:00 78                                 " + exe + "\n" +
-		"00f70000-00fd4000 rw-p 00b70000 fe:00 78 " + exe + "\n" +
-		"7f0000000000-7f0000400000 r-xp 00000000 fe:00 99 /usr/lib/libx.so\n" +
-		"7ffd0000-7ffd1000 rw-p 00000000 00:00 0 [stack]\n" +
-		"garbage\n"
-	ms := exeMappings(maps, exe)
-	if len(ms) != 2 || ms[0].Start != 0x400000 || ms[1].End != 0xa59000 || ms[1].Perms != "r-xp" {
-		t.Fatalf("exeMappings = %+v", ms)
-	}
-	smaps := "00401000-00a59000 r-xp 00001000 fe:00 78 " + exe + "\n" +
-		"Size:               6496 kB\n" +
-		"FilePmdMapped:      4096 kB\n" +
-		"VmFlags: rd ex mr mw me\n" +
-		"00f70000-00fd4000 rw-p 00b70000 fe:00 78 " + exe + "\n" +
-		"FilePmdMapped:      2048 kB\n" +
-		"7f0000000000-7f0000400000 r-xp 00000000 fe:00 99 /usr/lib/libx.so\n" +
-		"FilePmdMapped:      2048 kB\n" +
-		"00a59000-00f6a000 r--p 00659000 fe:00 78 " + exe + "\n" +
-		"FilePmdMapped:      2048 kB\n"
-	if ms := exeMappings(smaps, exe); len(ms) != 2 || ms[0].Start != 0x401000 || ms[1].Start != 0xa59000 {
-		t.Errorf("exeMappings of a smaps text = %+v; want its two read-only mappings of the executable", ms)
-	}
-	if got := pmdMappedKiB(smaps, exe); got != 6144 {
-		t.Errorf("pmdMappedKiB = %d, want 6144 (the read-only mappings of the executable only)", got)
-	}
-	if m, ok := linux.ParseMapsLine("VmFlags: rd ex mr mw me"); ok {
-		t.Errorf("VmFlags parsed as a mapping: %+v", m)
-	}
-	if m, ok := linux.ParseMapsLine("00400000-00401000 r--p 00000000 fe:00 78 /opt/trailing "); !ok || m.Path != "/opt/trailing " || m.Offset != 0 {
-		t.Errorf("a path ending in a space: %+v, %v", m, ok)
-	}
-}
-
-// pmdRanges: only whole, aligned ranges whose file offsets are aligned
-// alike (the Go linker's layout: code at 0x401000, offset 0x1000).
-func TestPMDRanges(t *testing.T) {
-	const mb2 = 2 << 20
-	for _, tc := range []struct {
-		line string
-		want []uintptr
-	}{
-		{"00401000-00a59000 r-xp 00001000 fe:00 78 /x", []uintptr{0x600000, 0x800000}},
-		{"00a59000-00f6a000 r--p 00659000 fe:00 78 /x", []uintptr{0xc00000}},
-		{"00600000-00c00000 r-xp 00200000 fe:00 78 /x", []uintptr{0x600000, 0x800000, 0xa00000}},
-		// A position-independent executable at a 4 KiB-aligned base.
-		{"560fe58ac000-560fe5f04000 r-xp 00001000 fe:00 78 /x", nil},
-		{"00401000-005ff000 r-xp 00001000 fe:00 78 /x", nil},
-	} {
-		m, ok := linux.ParseMapsLine(tc.line)
-		if !ok {
-			t.Fatalf("%q: not parsed", tc.line)
-		}
-		if got := pmdRanges(m, mb2); !slices.Equal(got, tc.want) {
-			t.Errorf("%q: %#x, want %#x", tc.line, got, tc.want)
-		}
 	}
 }

@@ -33,7 +33,6 @@ type Facts struct {
 	Storage     []StorageRoot   `json:"storage_roots"`
 	Units       UnitFacts       `json:"units"`
 	HostShell   HostShellFacts  `json:"host_shell"`
-	Code        CodePagesFacts  `json:"code_pages"`
 	SQLite      SQLiteFacts     `json:"sqlite"`
 	// Verbs are the CLI's verbs, so remedies only name commands that
 	// exist.
@@ -119,28 +118,6 @@ type StoreFacts struct {
 	PendingIntents int            `json:"pending_intents"`
 	Baselines      []BaselineFact `json:"baselines,omitempty"`
 	Err            string         `json:"error,omitempty"`
-}
-
-// CodePagesFacts describe how this process maps its own executable's code
-// and read-only data (docs/decisions.md, entry 78): how much of them lies
-// in 2 MiB-aligned parts wholly inside a mapping (what the kernel can map
-// with one page-table entry per 2 MiB) and how much is mapped that way.
-type CodePagesFacts struct {
-	Exe string `json:"exe,omitempty"`
-	// SizeKiB is the size of the executable's read-only mappings.
-	SizeKiB int64 `json:"size_kib"`
-	// AlignedKiB is the part of them the kernel could map with one PMD
-	// (2 MiB on x86-64) each: whole aligned ranges whose file offsets are
-	// aligned alike.
-	AlignedKiB int64 `json:"aligned_kib"`
-	// HugeKiB is mapped with 2 MiB entries (smaps' FilePmdMapped).
-	HugeKiB int64  `json:"huge_kib"`
-	FSType  string `json:"fs_type,omitempty"`
-	// Replaced: the file this process runs was removed or replaced since
-	// it started (/proc/self/exe ends in " (deleted)"), as a long-running
-	// server's is after a reinstall.
-	Replaced bool   `json:"replaced,omitempty"`
-	Err      string `json:"error,omitempty"`
 }
 
 // SQLiteFacts say where the registry's SQLite allocates (decision 81).

@@ -20,7 +20,6 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/launchenv"
-	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 )
@@ -81,7 +80,6 @@ func ReadFacts(ctx context.Context, o ReadOptions) *Facts {
 	f.Storage = readStorageRoots(mounts, f.Store)
 	f.Units = readUnits(ctx, o)
 	f.HostShell = readHostShell(o.Root)
-	f.Code = readCodePages()
 	f.SQLite = readSQLite()
 	return f
 }
@@ -94,81 +92,6 @@ func readSQLite() SQLiteFacts {
 		s.Err = a.Err.Error()
 	}
 	return s
-}
-
-// readCodePages reads how this process maps its executable's read-only
-// segments (entry 78). It counts what is mapped, not what is cached: a
-// range the kernel can map with one PMD is mapped so at the first touch
-// of any of its pages, and by the time doctor reads, the runtime and the
-// CLI have touched every such range of the binary (measured: in a copy of
-// the test binary written in 2 MiB blocks, all of them even at the start
-// of main; TestCodePages checks doctor's count).
-func readCodePages() CodePagesFacts {
-	var c CodePagesFacts
-	exe, err := os.Readlink("/proc/self/exe")
-	if err != nil {
-		c.Err = err.Error()
-		return c
-	}
-	c.Exe, c.Replaced = strings.CutSuffix(exe, " (deleted)")
-	var sf unix.Statfs_t
-	if unix.Statfs(c.Exe, &sf) == nil {
-		c.FSType = storage.FSName(int64(sf.Type))
-	}
-	// smaps' header lines are maps' lines: one read gives both the
-	// mappings and what is mapped with PMDs.
-	smaps, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		c.Err = err.Error()
-		return c
-	}
-	huge := linux.PMDSize()
-	for _, m := range exeMappings(string(smaps), exe) {
-		c.SizeKiB += int64(m.End-m.Start) >> 10
-		c.AlignedKiB += int64(len(pmdRanges(m, huge))) * int64(huge>>10)
-	}
-	c.HugeKiB = pmdMappedKiB(string(smaps), exe)
-	return c
-}
-
-// pmdRanges are the starts of the ranges of mapping m that the kernel can
-// map with one PMD each: huge bytes at a huge-aligned address, wholly
-// inside the mapping, at a file offset aligned alike (a folio of the page
-// cache starts at a multiple of its size). A mapping whose address and
-// offset differ by other than a multiple of huge (a position-independent
-// executable loaded at a 4 KiB-aligned base) has none.
-func pmdRanges(m linux.Mapping, huge uintptr) []uintptr {
-	if huge == 0 || (m.Start-uintptr(m.Offset))%huge != 0 {
-		return nil
-	}
-	var out []uintptr
-	for a := (m.Start + huge - 1) &^ (huge - 1); a+huge <= m.End && a+huge > a; a += huge {
-		out = append(out, a)
-	}
-	return out
-}
-
-// exeMappings are the read-only (not writable) mappings of file exe in a
-// maps or smaps text (smaps' other lines are not mapping lines).
-func exeMappings(maps, exe string) []linux.Mapping {
-	var out []linux.Mapping
-	for _, line := range strings.Split(maps, "\n") {
-		if m, ok := linux.ParseMapsLine(line); ok && exeMapping(m, exe) {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// exeMapping reports whether m maps file exe without write access.
-func exeMapping(m linux.Mapping, exe string) bool {
-	return m.Path == exe && !strings.Contains(m.Perms, "w")
-}
-
-// pmdMappedKiB sums FilePmdMapped over the read-only mappings of exe in a
-// smaps text.
-func pmdMappedKiB(smaps, exe string) int64 {
-	return linux.FilePmdMappedKiB(smaps, func(m linux.Mapping) bool { return exeMapping(m, exe) })
 }
 
 func readFilesystems() map[string]bool {

@@ -1,8 +1,7 @@
 // Package linux holds the raw Linux process primitives hostfork relies on:
 // boot identity, process identity (boot id, PID, start time) read from
-// /proc, pidfds, the parsing of /proc/PID/maps and smaps (smaps.go), the
-// host facts admission needs (AllowedCPUs, MemAvailable), and EINTR-safe
-// wrappers that return *os.SyscallError or *os.PathError. It owns no
-// policy. Any hostfork package may import it; it imports nothing from
-// hostfork.
+// /proc, pidfds, the host facts admission needs (AllowedCPUs,
+// MemAvailable), and EINTR-safe wrappers that return *os.SyscallError or
+// *os.PathError. It owns no policy. Any hostfork package may import it; it
+// imports nothing from hostfork.
 package linux
