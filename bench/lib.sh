@@ -53,15 +53,12 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 build_hostfork() {
 	if [ -n "${HOSTFORK_BIN:-}" ]; then
 		cp "$HOSTFORK_BIN" "$hf"
-		for b in hostfork-serve hostfork-helper; do
-			if [ -x "$(dirname "$HOSTFORK_BIN")/$b" ]; then
-				cp "$(dirname "$HOSTFORK_BIN")/$b" "$work/"
-			fi
-		done
+		if [ -x "$(dirname "$HOSTFORK_BIN")/hostfork-serve" ]; then
+			cp "$(dirname "$HOSTFORK_BIN")/hostfork-serve" "$work/"
+		fi
 	else
-		# hostfork, its companion (serve, mcp) and, with musl-gcc, its
-		# helper (guardians and keepers, decision 80) side by side, built
-		# as installed (statically linked, decision 77).
+		# hostfork and its companion (serve, mcp) side by side, built as
+		# installed (statically linked, decision 77).
 		bash "$repo/scripts/build.sh" "$work" >/dev/null
 	fi
 	(cd "$repo" && go build -o "$hfb" ./bench/hfbench)
@@ -80,7 +77,6 @@ build_hostfork() {
 	export HOSTFORK_ROOT="$store"
 	echo "hostfork: $("$hf" version | head -1), linked $("$hf" version --json | sed -n 's/.*"link": *"\([a-z]*\)".*/\1/p')${HOSTFORK_BIN:+ (copied from $HOSTFORK_BIN)}; tree $(cd "$repo" && git log -1 --format=%h) ($(cd "$repo" && git status --porcelain | grep -c . || true) files changed in the working tree)"
 	echo "store $store ($(df --output=fstype "$work" | tail -1)); cgroup parent ${cgparent:-none}"
-	echo "guardians and keepers: $("$hf" doctor | sed -n 's/.*exe\.helper *//p' | cut -c1-100)"
 }
 
 # tmpfs_store makes a second store on tmpfs (/dev/shm) and sets $shmstore.
