@@ -84,18 +84,7 @@ func ReadFacts(ctx context.Context, o ReadOptions) *Facts {
 	f.HostShell = readHostShell(o.Root)
 	f.Code = readCodePages()
 	f.Helper = readHelper()
-	f.SQLite = readSQLite()
 	return f
-}
-
-// readSQLite reads the registry's SQLite allocator (registry.Arena).
-func readSQLite() SQLiteFacts {
-	a := registry.Arena()
-	s := SQLiteFacts{Memory: a.Memory(), ArenaBytes: a.Bytes, Largest: a.Largest, Spills: a.Spills, Highwater: a.Highwater}
-	if a.Err != nil {
-		s.Err = a.Err.Error()
-	}
-	return s
 }
 
 // readHelper finds the helper the way a start does (supervise.FindHelper).

@@ -400,7 +400,6 @@ const driverName = "hostfork-sqlite3"
 var vfsName string
 
 func init() {
-	useArena() // before the VFS lookup below initializes SQLite
 	if C.hf_register_vfs() == 0 {
 		vfsName = "hostfork"
 	}
