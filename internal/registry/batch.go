@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mattn/go-sqlite3"
+
 	"github.com/habemus-papadum/hostfork/api"
 )
 
@@ -450,6 +452,9 @@ func labelsEqual(a, b map[string]string) bool {
 	return true
 }
 
+// isUnique reports whether err is SQLite's refusal of a duplicate key:
+// a primary key or a UNIQUE index.
 func isUnique(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint")
+	var se sqlite3.Error
+	return errors.As(err, &se) && (se.ExtendedCode == sqlite3.ErrConstraintUnique || se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey)
 }

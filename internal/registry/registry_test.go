@@ -40,6 +40,38 @@ func newEnv(id string) *api.Env {
 	return &api.Env{ID: id, State: api.EnvActive, CreatedAt: time.Now().UTC(), Labels: map[string]string{}}
 }
 
+// A second record under an id or a name already taken is api.ErrExists,
+// told apart by SQLite's constraint code, not by its message.
+func TestDuplicateIsErrExists(t *testing.T) {
+	d := open(t)
+	if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv("e")) }); err != nil {
+		t.Fatal(err)
+	}
+	for name, fill := range map[string]func(b *Batch){
+		"environment": func(b *Batch) { b.InsertEnv(newEnv("e")) },
+		"command": func(b *Batch) {
+			b.InsertCommand(&api.Command{ID: "c", Env: "e", State: api.CommandRunning, CreatedAt: time.Now()})
+		},
+		"baseline": func(b *Batch) { b.InsertBaseline(&api.Baseline{Name: "b", CreatedAt: time.Now()}) },
+	} {
+		if name != "environment" {
+			if err := commit(t, d, fill); err != nil {
+				t.Fatalf("first %s: %v", name, err)
+			}
+		}
+		if err := commit(t, d, fill); !errors.Is(err, api.ErrExists) {
+			t.Errorf("a second %s: %v, want api.ErrExists", name, err)
+		}
+	}
+	// Any other constraint is not a duplicate.
+	err := commit(t, d, func(b *Batch) {
+		b.InsertCommand(&api.Command{ID: "c2", Env: "nosuch", State: api.CommandRunning, CreatedAt: time.Now()})
+	})
+	if err == nil || errors.Is(err, api.ErrExists) {
+		t.Errorf("a command of a missing environment: %v, want a foreign-key error that is not api.ErrExists", err)
+	}
+}
+
 func TestCompareAndSet(t *testing.T) {
 	d := open(t)
 	ctx := context.Background()
