@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
-	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // Sentinel errors; compare with errors.Is. They wrap the api sentinels of
@@ -60,11 +59,6 @@ type DB struct {
 	// all processes queue in the kernel (see Commit). Nil read-only.
 	writers  *os.File
 	lockPath string
-	// bootChecked: this process has made sure the event sequence is past
-	// what a power loss may have taken back (Commit). Guarded by writing.
-	bootChecked bool
-	// bootID is the boot this process runs in (linux.BootID).
-	bootID func() (string, error)
 }
 
 // writerLockByte is the byte of registry.lock that writers lock. The
@@ -120,7 +114,7 @@ func Open(ctx context.Context, root string) (*DB, error) {
 		sdb.Close()
 		return nil, fmt.Errorf("opening registry lock: %w", err)
 	}
-	d := &DB{db: sdb, path: path, writing: make(chan struct{}, 1), writers: writers, lockPath: lockPath, bootID: linux.BootID}
+	d := &DB{db: sdb, path: path, writing: make(chan struct{}, 1), writers: writers, lockPath: lockPath}
 	if err := d.migrate(ctx, root, held); err != nil {
 		sdb.Close()
 		writers.Close()
