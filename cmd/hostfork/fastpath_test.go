@@ -86,16 +86,18 @@ func TestDetachedRunSyncBudget(t *testing.T) {
 var syncTraceOpts []string
 
 // checkSyncBudget runs hostfork with args under strace and fails if it
-// makes more than max syncs, any sync other than an fdatasync of the
-// registry's WAL, or none. It returns the number of syncs.
+// makes more than max syncs, any sync other than one of the registry's
+// WAL, or none. It returns the number of syncs.
 func checkSyncBudget(t *testing.T, c *hostforkCLI, max int, args ...string) int {
 	t.Helper()
 	syncs := traceSyncs(t, c, args...)
 	var wal []string
 	for _, s := range syncs {
-		// The WAL, synced with fdatasync (decision 73): an fsync would
-		// also write its inode for the times alone.
-		if strings.HasPrefix(s, "fdatasync ") && strings.HasSuffix(s, "registry.sqlite-wal") {
+		// The WAL only: no directory (the VFS opens an existing WAL
+		// without CREATE, decision 48), no database (no checkpoint on
+		// exit). fsync, or fdatasync where SQLite is built with
+		// HAVE_FDATASYNC.
+		if (strings.HasPrefix(s, "fsync ") || strings.HasPrefix(s, "fdatasync ")) && strings.HasSuffix(s, "registry.sqlite-wal") {
 			wal = append(wal, s)
 		}
 	}
@@ -104,7 +106,7 @@ func checkSyncBudget(t *testing.T, c *hostforkCLI, max int, args ...string) int 
 		t.Errorf("one %s made %d syncs, want at most %d (its ledger commits): %q", args[0], len(syncs), max, syncs)
 	}
 	if len(wal) != len(syncs) {
-		t.Errorf("a sync other than an fdatasync of the registry's WAL: %q", syncs)
+		t.Errorf("a sync other than one of the registry's WAL: %q", syncs)
 	}
 	if len(wal) == 0 {
 		t.Errorf("no commit reached the disk (the records must be durable before %s returns)", args[0])
@@ -149,13 +151,12 @@ func traceSyncs(t *testing.T, c *hostforkCLI, args ...string) []string {
 }
 
 // In a store in steady use, SQLite's automatic checkpoint (decision 55)
-// comes about every sixth run and costs that run four syncs more: the
-// WAL before the copy, the database after it, and the restart write's
-// (the WAL's new header, and the commit).
-// It happens once: its restart reaches the WAL file (decision 73), so the
-// next process does not read the checkpointed frames as new, append to
-// them and copy them a second time (a run of five syncs right after a
-// checkpoint run).
+// comes about every sixth run and costs that run two or three syncs more:
+// the WAL before the copy, the database after it, and the WAL's new
+// header when a later commit of the run restarts it. When the commit that
+// checkpointed was the run's last, the restart is lost with the process's
+// WAL index, and the next run checkpoints the same frames again (decision
+// 73).
 func TestSteadyStoreSyncs(t *testing.T) {
 	c := newCLI(t)
 	for i := 0; i < 8; i++ {
@@ -172,14 +173,8 @@ func TestSteadyStoreSyncs(t *testing.T) {
 				dbSyncs++
 			}
 		}
-		if len(syncs) > 7 {
+		if len(syncs) > 6 {
 			t.Errorf("run %d made %d syncs: %q", i, len(syncs), syncs)
-		}
-		// A checkpoint comes after about 200 frames, six runs: the run
-		// after one that checkpointed has nothing to checkpoint, unless
-		// it took the checkpointed frames for new ones.
-		if i > 0 && len(syncs) > 3 && counts[i-1] > 3 {
-			t.Errorf("runs %d and %d both checkpointed (%d and %d syncs): the second copied the first's frames again", i-1, i, counts[i-1], len(syncs))
 		}
 	}
 	t.Logf("syncs of %d runs: %v", runs, counts)
