@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 	if name := filepath.Base(os.Args[0]); os.Getenv("GOMAXPROCS") == "" && name != "hostfork" && name != "hostfork-affinity" {
 		runtime.SetDefaultGOMAXPROCS()
 	}
-	testscript.Main(m, map[string]func(){"hostfork": main, "hostfork-maps": printMaps, "hostfork-arenas": printArenas, "hostfork-slack": slackExec, "hostfork-affinity": printAffinity, "hostfork-sigblock": sigblockExec})
+	testscript.Main(m, map[string]func(){"hostfork": main, "hostfork-maps": printMaps, "hostfork-slack": slackExec, "hostfork-affinity": printAffinity, "hostfork-sigblock": sigblockExec})
 }
 
 // TestScripts runs the CLI end-to-end scripts in testdata/script. Each

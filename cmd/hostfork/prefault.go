@@ -27,17 +27,15 @@ package main
 // (always) or 0 (never) in the environment overrides the timing; the
 // page-cache rule holds either way.
 //
-// The same constructor keeps glibc's malloc to one arena (entry 68,
-// hf_one_arena below), raises the process's timer slack (entry 72,
+// The same constructor raises the process's timer slack (entry 72,
 // hf_raise_timerslack below) and narrows the main thread's CPU affinity
 // to one CPU until the package initialisers are done, so that the Go
 // runtime starts with one P (entry 74, hf_narrow_affinity below).
 //
 // It is a constructor of this binary alone, not of the library: a program
-// that imports hostfork decides for itself how it maps its binary and
-// how its malloc behaves. It does nothing in the helper modes (the
-// guardian and the keeper, argv[1] "__hostfork_…"), which run a few pages
-// of C and must stay small.
+// that imports hostfork decides for itself how it maps its binary. It
+// does nothing in the helper modes (the guardian and the keeper, argv[1]
+// "__hostfork_…"), which run a few pages of C and must stay small.
 
 /*
 #define _GNU_SOURCE
@@ -45,7 +43,6 @@ package main
 #include <errno.h>
 #include <link.h>
 #include <sched.h>
-#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,25 +146,6 @@ static int hf_prefault_segments(struct dl_phdr_info *info, size_t size, void *da
 	return 1;
 }
 
-// hf_one_arena keeps glibc's malloc to its main arena. Each thread that
-// first calls malloc gets an arena of its own (up to eight per core): a
-// 64 MiB reservation, trimmed to alignment and partly made writable, so
-// three or four more mappings and page-table updates per thread, each
-// flushed on the other CPUs where the process's threads ran. SQLite's
-// allocations run on whichever thread makes the cgo call, so a CLI call
-// made four or five arenas. With one P the threads never allocate at the
-// same moment, so one arena costs no contention. A user's own (non-empty)
-// MALLOC_ARENA_MAX or glibc.malloc.arena_max tunable is left to win.
-static void hf_one_arena(void)
-{
-#ifdef M_ARENA_MAX
-	const char *m = getenv("MALLOC_ARENA_MAX"), *t = getenv("GLIBC_TUNABLES");
-	if ((m && m[0]) || (t && strstr(t, "malloc.arena_max")))
-		return;
-	mallopt(M_ARENA_MAX, 1);
-#endif
-}
-
 // HF_CLI_TIMERSLACK_NS is the timer slack of the CLI's threads (entry
 // 72). The Go runtime's sysmon thread sleeps 20 µs at a time while any
 // system or cgo call of the one P lasts longer than that, which a CLI
@@ -232,29 +210,6 @@ static int hf_prefaulted(int *share, long *fault_ns)
 	*share = hf_prefault_share;
 	*fault_ns = hf_prefault_fault_ns;
 	return hf_prefault_seen > 0 && hf_prefault_done == hf_prefault_seen;
-}
-
-// hf_malloc_arenas counts the arenas malloc_info reports (-1: unknown).
-static int hf_malloc_arenas(void)
-{
-#ifndef __GLIBC__
-	return -1;
-#else
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	if (!f)
-		return -1;
-	int n = -1;
-	if (malloc_info(0, f) == 0 && fflush(f) == 0) {
-		n = 0;
-		for (const char *p = buf; (p = strstr(p, "<heap nr=")) != NULL; p++)
-			n++;
-	}
-	fclose(f);
-	free(buf);
-	return n;
-#endif
 }
 
 // The Go runtime sizes GOMAXPROCS from the CPUs its main thread may run
@@ -386,7 +341,6 @@ __attribute__((constructor)) static void hf_cli_start(int argc, char **argv)
 	if (argc >= 2 && argv && argv[1] && argv[1][0] == '_' && argv[1][1] == '_')
 		return; // a helper mode (internal/supervise dispatches it)
 	dl_iterate_phdr(hf_prefault_segments, NULL);
-	hf_one_arena();
 	if (!(argc >= 2 && argv && argv[1] && !strncmp(argv[1], "-test.", 6))) {
 		hf_raise_timerslack();
 		hf_narrow_affinity();
@@ -444,7 +398,3 @@ func startTimerSlack() (orig uint64, raised bool) {
 	raised = C.hf_timerslack(&ns) != 0
 	return uint64(ns), raised
 }
-
-// mallocArenas is the number of malloc arenas of this process (-1:
-// unknown), for TestOneArena.
-func mallocArenas() int { return int(C.hf_malloc_arenas()) }
