@@ -97,9 +97,8 @@ func TestStatementCache(t *testing.T) {
 // A checkpoint keeps the WAL file and its size, and starts it again from
 // its beginning in the file itself: the commits after it, also those of
 // the next process (which rebuilds the WAL's index from the file), overwrite
-// the file, so their syncs change no size (on a journaled filesystem, no
-// journal commit). A WAL that a reader let grow past walTruncateBytes is
-// truncated instead.
+// the file: their syncs change no size and allocate no blocks. A WAL that
+// a reader let grow past walTruncateBytes is truncated instead.
 func TestCheckpointKeepsWALInPlace(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
