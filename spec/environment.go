@@ -2,7 +2,9 @@ package spec
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"path/filepath"
 	"sort"
@@ -124,7 +126,7 @@ func Parse(data []byte) (*Environment, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&e); err != nil {
-		if err.Error() == "EOF" {
+		if errors.Is(err, io.EOF) {
 			return &e, nil // an empty file is an empty request
 		}
 		return nil, fmt.Errorf("spec: %s: %w", strings.TrimPrefix(err.Error(), "yaml: "), ErrInvalid)

@@ -88,6 +88,11 @@ retention: {trees: 24h, evidence: 168h}
 	if _, err := Parse([]byte(j)); err != nil {
 		t.Fatalf("json: %v", err)
 	}
+	for _, empty := range []string{"", "# nothing\n"} {
+		if e, err := Parse([]byte(empty)); err != nil || e == nil {
+			t.Fatalf("an empty file %q: %v, want an empty request", empty, err)
+		}
+	}
 	_, err = Parse([]byte("trees: {}\nbogus: 1\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "bogus") {
 		t.Fatalf("unknown field error should name line and field: %v", err)

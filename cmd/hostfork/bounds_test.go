@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -147,34 +145,10 @@ func TestDeadline(t *testing.T) {
 		leader := waitPID(t, filepath.Join(dir, "leader.pid"))
 		daemon := waitPID(t, filepath.Join(dir, "daemon.pid"))
 
-		db, err := sql.Open("sqlite3", "file:"+filepath.Join(c.root, "registry.sqlite")+"?_busy_timeout=10000")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		ctx := context.Background()
-		conn, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
-			t.Fatal(err)
-		}
+		release := holdRegistryLock(t, c)
 		locked := time.Now()
-		// Prove the lock is real: another writer can't get in.
-		probe, err := sql.Open("sqlite3", "file:"+filepath.Join(c.root, "registry.sqlite")+"?_busy_timeout=50")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := probe.Exec("INSERT INTO settings (key, value) VALUES ('test.probe', '1')"); err == nil || !strings.Contains(err.Error(), "locked") {
-			t.Errorf("while the exclusive transaction is open, another writer got: %v", err)
-		}
-		probe.Close()
 		gone := waitTreeGone(t, c, time.Until(start.Add(ttl+deadlineSafety)), leader, daemon)
-		if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-			t.Fatal(err)
-		}
-		conn.Close()
+		release()
 		t.Logf("tree gone %v after create started (ttl %v), registry locked from %v to the end",
 			gone.Sub(start).Round(time.Millisecond), ttl, locked.Sub(start).Round(time.Millisecond))
 		checkDeadlineRecords(t, c, env)

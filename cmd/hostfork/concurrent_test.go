@@ -2,13 +2,13 @@ package main
 
 import (
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 )
 
 // 100 concurrent runs against one store: all succeed, all are recorded,
-// none is lost, and no caller ever sees "database is locked".
+// none is lost, and no caller reports anything (such as "database is
+// locked") on its stderr.
 func TestConcurrentRuns(t *testing.T) {
 	const n = 100
 	c := newCLI(t)
@@ -26,9 +26,6 @@ func TestConcurrentRuns(t *testing.T) {
 	for i, r := range results {
 		if r.code != 0 || r.stderr != "" || r.stdout != "" {
 			t.Errorf("run %d: %v", i, r)
-		}
-		if strings.Contains(r.stderr, "database is locked") {
-			t.Errorf("run %d saw a locked database", i)
 		}
 	}
 	rows := c.ps(true)

@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GOMAXPROCS") == "" && filepath.Base(os.Args[0]) != "hostfork" {
 		runtime.SetDefaultGOMAXPROCS()
 	}
-	testscript.Main(m, map[string]func(){"hostfork": main, "hostfork-arenas": printArenas, "hostfork-sigblock": sigblockExec})
+	testscript.Main(m, map[string]func(){"hostfork": main, "hostfork-sigblock": sigblockExec})
 }
 
 // TestScripts runs the CLI end-to-end scripts in testdata/script. Each

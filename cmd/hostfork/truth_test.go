@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mattn/go-sqlite3"
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/cli"
@@ -230,7 +232,8 @@ func holdRegistryLock(t *testing.T, c *hostforkCLI) (release func()) {
 	// Prove the lock is real: another writer can't get in.
 	probe, err := sql.Open("sqlite3", "file:"+filepath.Join(c.root, "registry.sqlite")+"?_busy_timeout=50")
 	if err == nil {
-		if _, err := probe.Exec("INSERT INTO settings (key, value) VALUES ('test.probe', '1')"); err == nil || !strings.Contains(err.Error(), "locked") {
+		var se sqlite3.Error
+		if _, err := probe.Exec("INSERT INTO settings (key, value) VALUES ('test.probe', '1')"); !errors.As(err, &se) || se.Code != sqlite3.ErrBusy {
 			t.Errorf("while the exclusive transaction is open, another writer got: %v", err)
 		}
 		probe.Close()

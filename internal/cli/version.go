@@ -11,8 +11,6 @@ import (
 	"sync"
 
 	"github.com/spf13/cobra"
-
-	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
 // BuildInfo is hostfork's build provenance, read from the binary itself.
@@ -29,11 +27,6 @@ type BuildInfo struct {
 	// dynamic loader, decision 77), "dynamic" for a plain `go build` or
 	// `go run`, "unknown" when the executable can't be read.
 	Link string `json:"link"`
-	// SQLiteMemory is "arena" when the registry's SQLite allocates from
-	// its arena (scripts/build.sh builds SQLite with memsys5, decision
-	// 81), "system" when it uses the C library's malloc (a plain `go
-	// build`).
-	SQLiteMemory string `json:"sqlite_memory"`
 }
 
 // The version patterns are compiled on first use, not at every start of
@@ -45,7 +38,7 @@ var (
 
 // ReadBuildInfo reads the provenance embedded by the Go toolchain.
 func ReadBuildInfo() BuildInfo {
-	b := BuildInfo{Version: "unknown", GoVersion: runtime.Version(), Commit: "unknown", Kind: "source", Link: linkMode("/proc/self/exe"), SQLiteMemory: registry.Arena().Memory()}
+	b := BuildInfo{Version: "unknown", GoVersion: runtime.Version(), Commit: "unknown", Kind: "source", Link: linkMode("/proc/self/exe")}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return b
@@ -142,7 +135,7 @@ func newVersionCmd(g *globals) *cobra.Command {
 			if b.Dirty != nil {
 				dirty = fmt.Sprint(*b.Dirty)
 			}
-			fmt.Fprintf(g.out, "hostfork %s (%s build)\n  go:     %s\n  commit: %s\n  dirty:  %s\n  link:   %s\n  sqlite: %s memory\n", b.Version, b.Kind, b.GoVersion, b.Commit, dirty, b.Link, b.SQLiteMemory)
+			fmt.Fprintf(g.out, "hostfork %s (%s build)\n  go:     %s\n  commit: %s\n  dirty:  %s\n  link:   %s\n", b.Version, b.Kind, b.GoVersion, b.Commit, dirty, b.Link)
 			return nil
 		},
 	}

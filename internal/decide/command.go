@@ -112,22 +112,10 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 	}
 	if n.Guardian == nil {
 		if n.State == api.CommandReserved && ev.Launcher == Gone {
-			if n.Launcher != nil && n.Launcher.BootID != ev.BootID {
-				// The host restarted. A registration is committed
-				// without an fsync (decision 62), so a power loss may
-				// have taken back one whose guardian was released:
-				// whether anything ran is not known.
-				n.TreeState = api.PhaseExited
-				n.TreeEvidence = "boot id changed before the launch's registration was durable: whether it was released is unknown"
-				n.TreeExitedAt = &now
-				n.LeaderState = api.PhaseUnknown
-				n.State = api.CommandExited
-			} else {
-				// Never registered: the launch did not get past its
-				// reservation (a committed registration survives any
-				// crash short of the host's).
-				neverReleased(&n, "never released", now)
-			}
+			// Never registered: the launch did not get past its
+			// reservation (the registration is durable before the
+			// release, so it survives any crash, the host's too).
+			neverReleased(&n, "never released", now)
 		}
 		return n, !same(c, n)
 	}

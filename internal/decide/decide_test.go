@@ -150,13 +150,13 @@ func TestCommand(t *testing.T) {
 					t.Fatalf("error %q, evidence %q", n.Error, n.TreeEvidence)
 				}
 			}},
-		{"reserved, launcher of another boot: may have run", api.Command{State: api.CommandReserved, Launcher: &api.Identity{BootID: "b0", PID: 7, StartTime: 1}},
-			Evidence{BootID: "b1", Launcher: Gone}, api.CommandExited, api.PhaseExited,
+		{"reserved, launcher of another boot: never released too", api.Command{State: api.CommandReserved, Launcher: &api.Identity{BootID: "b0", PID: 7, StartTime: 1}},
+			Evidence{BootID: "b1", Launcher: Gone}, api.CommandFailed, api.PhaseExited,
 			func(t *testing.T, n api.Command) {
-				// A power loss may have taken back a registration committed
-				// without an fsync: "failed, never ran" would be a guess.
-				if n.Error != "" || n.LeaderState != api.PhaseUnknown || n.ExitCode != nil || !strings.Contains(n.TreeEvidence, "whether it was released is unknown") {
-					t.Fatalf("error %q, leader %s, exit %v, evidence %q", n.Error, n.LeaderState, n.ExitCode, n.TreeEvidence)
+				// The registration is durable before the release, so a
+				// power loss can't take back one whose workload ran.
+				if n.Error != "launch interrupted before release" || n.TreeEvidence != "never released" {
+					t.Fatalf("error %q, evidence %q", n.Error, n.TreeEvidence)
 				}
 			}},
 		{"unverified again alive", api.Command{State: api.CommandUnverified, Guardian: g, TreeState: api.PhaseUnverified}, Evidence{BootID: "b1", Guardian: Alive}, api.CommandRunning, api.PhaseLive, nil},
@@ -229,15 +229,8 @@ func TestEnv(t *testing.T) {
 	if a := Env(api.Env{State: api.EnvCreating, BootID: "b"}, EnvFacts{BootID: "b", Owner: Gone}); !a.AbandonCreation || !strings.Contains(a.Due, "creator exited") {
 		t.Errorf("creating, owner gone: %+v", a)
 	}
-	// Another boot with a command whose registration is missing: the
-	// activation may have been committed and lost with the page cache
-	// (decision 62), so the creator's exit proves nothing.
-	lost := []api.Command{{State: api.CommandExited, LeaderState: api.PhaseUnknown}}
-	if a := Env(api.Env{State: api.EnvCreating, BootID: "b0"}, EnvFacts{BootID: "b", Owner: Gone, Commands: lost}); !a.AbandonCreation || !strings.Contains(a.Due, "host restarted") {
-		t.Errorf("creating, another boot, registration lost: %+v", a)
-	}
-	// Without such a command (an environment created alone, whose
-	// activation syncs) it was never active.
+	// In another boot too: the activation is durable before the
+	// command is released, so a creation still creating never was active.
 	never := []api.Command{{State: api.CommandFailed}}
 	for _, cmds := range [][]api.Command{nil, never} {
 		if a := Env(api.Env{State: api.EnvCreating, BootID: "b0"}, EnvFacts{BootID: "b", Owner: Gone, Commands: cmds}); !a.AbandonCreation || !strings.Contains(a.Due, "creator exited") {

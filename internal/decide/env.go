@@ -59,9 +59,6 @@ func Env(e api.Env, f EnvFacts) EnvAction {
 		if !otherBoot && f.Owner == Unverified {
 			return EnvAction{Pending: "its creator's liveness is unverified"}
 		}
-		if otherBoot && RegistrationMayBeLost(f.Commands) {
-			return EnvAction{AbandonCreation: true, Due: "abandon: the host restarted before its activation was durable"}
-		}
 		return EnvAction{AbandonCreation: true, Due: "abandon: its creator exited before it was active"}
 	case api.EnvStopping:
 		r := e.StopReason
@@ -94,19 +91,4 @@ func Env(e api.Env, f EnvFacts) EnvAction {
 		return stop(api.ReasonCompleted, "its command's tree exited")
 	}
 	return EnvAction{}
-}
-
-// RegistrationMayBeLost reports whether an environment's commands include
-// one with no registered guardian that was not found never released:
-// still reserved, or settled as "may have run" in another boot (Command).
-// That is what a power loss leaves when it takes back a registration
-// committed without an fsync (decision 62). Without one, the creation's
-// activation was never committed.
-func RegistrationMayBeLost(cmds []api.Command) bool {
-	for _, c := range cmds {
-		if c.Guardian == nil && c.State != api.CommandFailed {
-			return true
-		}
-	}
-	return false
 }

@@ -32,29 +32,8 @@ func Evaluate(f *Facts, n Needs) []Check {
 	for _, r := range f.Storage {
 		cs = append(cs, storageRoot(f, r, n))
 	}
-	cs = append(cs, pidfd(f), bootID(f), store(f), units(f), hostShell(f), companion(f), sqliteMemory(f))
+	cs = append(cs, pidfd(f), bootID(f), store(f), units(f), hostShell(f), companion(f))
 	return cs
-}
-
-// sqliteMemory reports where the registry's SQLite allocates (decision
-// 81). Both ways work, so it never blocks.
-func sqliteMemory(f *Facts) Check {
-	c := Check{ID: "exe.sqlite-memory", Title: "the registry's SQLite allocator", Evidence: Read}
-	q := f.SQLite
-	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-	switch {
-	case q.Err != "":
-		c.Status, c.Detail = Degraded, q.Err
-		c.Missing = "SQLite's arena: every call then allocates with malloc, about 0.4 ms dearer a run or exec; everything works"
-		c.Remedy = "rebuild from an unmodified tree with scripts/build.sh " + exeDir(f) + " (the registry must configure SQLite before anything else calls it)"
-	case q.Memory == "arena":
-		c.Status = OK
-		c.Detail = fmt.Sprintf("memsys5 on an arena of %s in the binary (largest block %s; larger allocations and an overflow go to malloc): %d spilled in this process so far, %s at most in use", mib(q.ArenaBytes), mib(q.Largest), q.Spills, mib(q.Highwater))
-	default:
-		c.Status = OK
-		c.Detail = "malloc: this build's SQLite has no memsys5 (a go build or go run; scripts/build.sh compiles it with memsys5 and an arena, about 0.4 ms less a run or exec)"
-	}
-	return c
 }
 
 // exeDir is the directory of this executable, for remedies ("DIR" when

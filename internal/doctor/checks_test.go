@@ -256,21 +256,6 @@ func TestEvaluate(t *testing.T) {
 		}, Needs{}, []want{
 			{"serve.companion", "degraded", "go build -o /usr/local/bin/ ./cmd/hostfork-serve"},
 		}, true},
-		{"SQLite on its arena", func(f *Facts) {
-			f.SQLite = SQLiteFacts{Memory: "arena", ArenaBytes: 8 << 20, Largest: 4 << 20, Spills: 3, Highwater: 450_000}
-		}, Needs{}, []want{
-			{"exe.sqlite-memory", "ok", "memsys5 on an arena of 8.0 MiB in the binary (largest block 4.0 MiB; larger allocations and an overflow go to malloc): 3 spilled"},
-		}, true},
-		{"SQLite on malloc (a go build)", func(f *Facts) { f.SQLite = SQLiteFacts{Memory: "system"} }, Needs{}, []want{
-			{"exe.sqlite-memory", "ok", "malloc: this build's SQLite has no memsys5"},
-		}, true},
-		{"SQLite refused the arena: degraded, never a blocker", func(f *Facts) {
-			f.Exe = "/usr/local/bin/hostfork"
-			f.SQLite = SQLiteFacts{Memory: "system", Err: "registry: SQLite has memsys5 but refused the arena (it was initialized before the registry's init); it allocates with malloc"}
-		}, Needs{}, []want{
-			{"exe.sqlite-memory", "degraded", "refused the arena"},
-			{"exe.sqlite-memory", "degraded", "scripts/build.sh /usr/local/bin"},
-		}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

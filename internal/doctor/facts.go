@@ -33,7 +33,6 @@ type Facts struct {
 	Storage     []StorageRoot   `json:"storage_roots"`
 	Units       UnitFacts       `json:"units"`
 	HostShell   HostShellFacts  `json:"host_shell"`
-	SQLite      SQLiteFacts     `json:"sqlite"`
 	// Verbs are the CLI's verbs, so remedies only name commands that
 	// exist.
 	Verbs map[string]bool `json:"-"`
@@ -118,22 +117,6 @@ type StoreFacts struct {
 	PendingIntents int            `json:"pending_intents"`
 	Baselines      []BaselineFact `json:"baselines,omitempty"`
 	Err            string         `json:"error,omitempty"`
-}
-
-// SQLiteFacts say where the registry's SQLite allocates (decision 81).
-type SQLiteFacts struct {
-	// Memory is "arena" (memsys5 on the binary's arena, spilling to
-	// malloc) or "system" (malloc: SQLite built without memsys5).
-	Memory string `json:"memory"`
-	// ArenaBytes, Largest: the arena's size and its largest block.
-	ArenaBytes int64 `json:"arena_bytes,omitempty"`
-	Largest    int64 `json:"largest_block,omitempty"`
-	// Spills counts this process's allocations the arena could not hold.
-	Spills int64 `json:"spills"`
-	// Highwater is SQLite's most memory in this process, in bytes.
-	Highwater int64 `json:"highwater"`
-	// Err: SQLite has memsys5 but refused the arena; it uses malloc.
-	Err string `json:"error,omitempty"`
 }
 
 // BaselineFact is one registered baseline.

@@ -80,18 +80,7 @@ func ReadFacts(ctx context.Context, o ReadOptions) *Facts {
 	f.Storage = readStorageRoots(mounts, f.Store)
 	f.Units = readUnits(ctx, o)
 	f.HostShell = readHostShell(o.Root)
-	f.SQLite = readSQLite()
 	return f
-}
-
-// readSQLite reads the registry's SQLite allocator (registry.Arena).
-func readSQLite() SQLiteFacts {
-	a := registry.Arena()
-	s := SQLiteFacts{Memory: a.Memory(), ArenaBytes: a.Bytes, Largest: a.Largest, Spills: a.Spills, Highwater: a.Highwater}
-	if a.Err != nil {
-		s.Err = a.Err.Error()
-	}
-	return s
 }
 
 func readFilesystems() map[string]bool {

@@ -379,15 +379,6 @@ func (c *creation) activate(ctx context.Context, l *launch) error {
 	settleAll(&b, c.intents, override)
 	if l != nil {
 		l.register(&b, &next)
-		// The first command's result commit follows and syncs; until
-		// then a power loss may take this one back, which the records
-		// read as "may have run" (decision 62). It syncs when it is the
-		// last word before the caller leaves (a detached command), and
-		// when the environment has trees: a creation lost to a power
-		// loss would be abandoned, and its trees, which the command may
-		// have written, removed instead of retained. Without a command
-		// this commit is the creation's result, and syncs.
-		b.NoSync = len(next.Trees) == 0 && l.ownerStays(&next)
 	}
 	if err := c.e.reg.Commit(ctx, &b); err != nil {
 		return err

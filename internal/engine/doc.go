@@ -12,10 +12,7 @@
 // A launch costs three commits: its reservation, its guardian's
 // registration (with the environment's activation for a run), and its
 // result (with the environment's stop for a run); an exec folds the first
-// two (decision 56). A registration whose launcher stays for the result
-// is committed without an fsync (decision 62): it is visible to every
-// process and survives any process crash, and the result's fsync makes
-// it durable.
+// two (decision 56). Every commit is durable when it returns.
 //
 // The public API (package hostfork) is its only importer, besides tests.
 package engine

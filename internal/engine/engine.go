@@ -132,10 +132,7 @@ func (e *Engine) recordObserved() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	// The workload identities are facts of this boot alone: a power loss
-	// ends the workloads, and the records' boot id settles them. They
-	// need to be seen, not synced (decision 62).
-	b := registry.Batch{NoSync: true}
+	var b registry.Batch
 	for _, t := range list {
 		b.UpdateCommand(&t.base, with(t.base, t.obs))
 	}
@@ -149,7 +146,7 @@ func (e *Engine) recordObserved() {
 		if err != nil || cur.Final() || cur.Workload != nil {
 			continue
 		}
-		b := registry.Batch{NoSync: true}
+		var b registry.Batch
 		b.UpdateCommand(cur, with(*cur, t.obs))
 		_ = e.reg.Commit(ctx, &b)
 	}

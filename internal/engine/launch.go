@@ -150,21 +150,6 @@ func (l *launch) reserved() {
 	fault.Point(fault.CommandReserved)
 }
 
-// ownerStays reports whether the command's launcher stays until its
-// result is recorded: with owner-exit stop the command can't outlive it.
-// Its registration may then commit without an fsync (decision 62): the
-// result's commit, which follows, syncs it, and no caller is told of the
-// start before that but the launcher itself, whose process a power loss
-// ends too. A detached command's start is the last word its caller gets,
-// so it syncs.
-func (l *launch) ownerStays(env *api.Env) bool {
-	oe := env.OwnerExit
-	if l.cs.OwnerExit != "" {
-		oe = l.cs.OwnerExit
-	}
-	return oe == api.OwnerExitStop
-}
-
 // reserve adds the command's reservation (record and intents) to b.
 func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 	cs := l.cs
@@ -718,8 +703,7 @@ func fileOr(w io.Writer, def *os.File) *os.File {
 // command and registers the guardian, the command's directory, files and
 // cgroups made, the release (decision 56). Where the store can't make
 // unnamed files it is a reservation commit, the guardian started, a
-// registration commit (synced only for a detached command: decision 62)
-// and the release. Nothing of the workload runs before its identity is
+// registration commit and the release. Nothing of the workload runs before its identity is
 // registered; a failure before release leaves no process and a settled
 // ledger. The result is recorded by the returned Running (the second
 // commit, or the third).
@@ -775,7 +759,6 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 	}
 	var b2 registry.Batch
 	l.register(&b2, env)
-	b2.NoSync = l.ownerStays(env) // decision 62
 	if err := e.reg.Commit(ctx, &b2); err != nil {
 		// Not registered: revoke the gate; nothing ran.
 		if errors.Is(err, api.ErrEnvNotActive) {

@@ -244,12 +244,6 @@ func (e *Engine) abandonInterrupted(ctx context.Context, env *api.Env, rep *api.
 	var l *launch
 	cmds, _ := e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
 	why := "creation interrupted: its creator exited before the environment was active"
-	if boot, err := linux.BootID(); err == nil && env.BootID != "" && env.BootID != boot && decide.RegistrationMayBeLost(derefCommands(cmds)) {
-		// The activation registers the first command without an fsync
-		// (decision 62): a power loss may have taken it back, so "never
-		// active" would be a guess.
-		why = "creation interrupted: the host restarted before the environment's activation was durable (its first command may have run)"
-	}
 	for _, cmd := range cmds {
 		if !cmd.Final() {
 			if n, _ := e.settleCommand(ctx, env, cmd); n != nil && !n.Final() {
@@ -504,12 +498,4 @@ func (e *Engine) isAllocationDest(envID, p string) bool {
 	}
 	dir := filepath.Dir(p)
 	return dir == filepath.Join(e.root, "trees") || filepath.Base(dir) == poolName
-}
-
-func derefCommands(cmds []*api.Command) []api.Command {
-	out := make([]api.Command, 0, len(cmds))
-	for _, c := range cmds {
-		out = append(out, *c)
-	}
-	return out
 }

@@ -597,10 +597,6 @@ func (e *Engine) stopEnvLocked(ctx context.Context, env *api.Env, opts StopOptio
 			}
 			var b registry.Batch
 			b.UpdateEnv(cur, &n)
-			// Closing admission needs every launcher to see it, not the
-			// disk: a power loss ends the environment's processes with
-			// it, and the stop's result commit syncs (decision 62).
-			b.NoSync = true
 			err = e.reg.Commit(ctx, &b)
 			if err == nil || !errors.Is(err, registry.ErrConflict) {
 				if err != nil {

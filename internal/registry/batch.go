@@ -3,11 +3,12 @@ package registry
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/mattn/go-sqlite3"
 
 	"github.com/habemus-papadum/hostfork/api"
 )
@@ -20,14 +21,6 @@ type Batch struct {
 	// Now is the time recorded for the batch's events and intents (the
 	// commit's wall clock when zero).
 	Now time.Time
-	// NoSync commits without waiting for the disk (SQLite's
-	// synchronous=NORMAL for this one commit). The changes are visible
-	// to every process when Commit returns and survive any crash of a
-	// process; a power loss can take them back, with every later commit
-	// that had not synced yet (the WAL is durable in order, so the next
-	// synced commit makes them durable too). Only for a commit that the
-	// records can't misread when a power loss takes it back: decision 62.
-	NoSync bool
 }
 
 // txn is one write transaction in progress.
@@ -42,7 +35,9 @@ func (b *Batch) add(op func(*txn) error) { b.ops = append(b.ops, op) }
 // Empty reports whether the batch changes nothing.
 func (b *Batch) Empty() bool { return len(b.ops) == 0 }
 
-// Commit applies the batch in one IMMEDIATE transaction. A failed
+// Commit applies the batch in one IMMEDIATE transaction, durable when it
+// returns (synchronous=FULL: every commit syncs the WAL, so no event
+// number a reader saw can be taken back by a power loss). A failed
 // precondition or a stale revision is ErrConflict; nothing is applied then.
 // On success, the revisions of the records given to UpdateEnv and
 // UpdateCommand are the new ones.
@@ -67,29 +62,7 @@ func (d *DB) Commit(ctx context.Context, b *Batch) error {
 		return err
 	}
 	defer unlock()
-	// The first commit of a process checks that the event sequence has
-	// moved past the numbers a power loss may have taken back (see
-	// lostEventsGap); that commit syncs.
-	newBoot, boot := false, ""
-	if !d.bootChecked {
-		if newBoot, boot, err = d.eventsBootChanged(ctx); err != nil {
-			return err
-		}
-		if !newBoot {
-			d.bootChecked = true
-		}
-	}
-	var tx *sql.Tx
-	if b.NoSync && !newBoot {
-		var conn *sql.Conn
-		if conn, err = d.unsyncedConn(ctx); err != nil {
-			return err
-		}
-		defer d.resync(conn)
-		tx, err = conn.BeginTx(ctx, nil)
-	} else {
-		tx, err = d.db.BeginTx(ctx, nil)
-	}
+	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("registry: %w", classify(err))
 	}
@@ -98,12 +71,6 @@ func (d *DB) Commit(ctx context.Context, b *Batch) error {
 		now = time.Now().UTC()
 	}
 	t := &txn{ctx: ctx, tx: tx, now: now}
-	if newBoot {
-		if err := t.skipLostEvents(boot); err != nil {
-			tx.Rollback()
-			return classify(err)
-		}
-	}
 	for _, op := range b.ops {
 		if err := op(t); err != nil {
 			tx.Rollback()
@@ -113,75 +80,7 @@ func (d *DB) Commit(ctx context.Context, b *Batch) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("registry commit: %w", classify(err))
 	}
-	if newBoot {
-		d.bootChecked = true
-	}
 	return nil
-}
-
-// eventsBootKey is the setting that names the boot in which the event
-// sequence last gave out numbers.
-const eventsBootKey = "events_boot"
-
-// lostEventsGap is how far the event sequence jumps at the first commit
-// of a boot. A NoSync commit's events are visible (to `events --follow`,
-// to a server's stream) before they are durable, so a power loss can take
-// back the last few numbers a follower has seen. Without the jump the
-// next boot would give those numbers to other events, and a follower
-// resuming after its cursor would miss them. The events a power loss can
-// take back are those of the commits since the last fsync: a handful,
-// far fewer than the gap.
-const lostEventsGap = 1 << 20
-
-// eventsBootChanged reports whether the event sequence was last used in
-// another boot than this one (or never marked), with this boot's id. The
-// caller holds the writers' lock, so no other hostfork writer can change
-// the answer before its transaction.
-func (d *DB) eventsBootChanged(ctx context.Context) (bool, string, error) {
-	boot, err := d.bootID()
-	if err != nil {
-		return false, "", fmt.Errorf("registry: %w", err)
-	}
-	v, ok, err := d.Setting(ctx, eventsBootKey)
-	if err != nil {
-		return false, "", fmt.Errorf("registry: reading %s: %w", eventsBootKey, classify(err))
-	}
-	return !ok || v != boot, boot, nil
-}
-
-// skipLostEvents moves the event sequence lostEventsGap past its last
-// number, if it has one, and marks it as this boot's.
-func (t *txn) skipLostEvents(boot string) error {
-	if _, err := t.tx.ExecContext(t.ctx, "UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'events'", lostEventsGap); err != nil {
-		return fmt.Errorf("registry: moving the event sequence on: %w", err)
-	}
-	_, err := t.tx.ExecContext(t.ctx, "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", eventsBootKey, boot)
-	return err
-}
-
-// unsyncedConn takes a connection from the pool and sets it to commit
-// without an fsync (Batch.NoSync); resync sets it back before it returns
-// to the pool.
-func (d *DB) unsyncedConn(ctx context.Context) (*sql.Conn, error) {
-	conn, err := d.db.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("registry: %w", classify(err))
-	}
-	if _, err := conn.ExecContext(ctx, "PRAGMA synchronous=NORMAL"); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("registry: %w", classify(err))
-	}
-	return conn, nil
-}
-
-// resync restores synchronous=FULL on a connection unsyncedConn gave out
-// and returns it to the pool; a connection that can't be restored is
-// closed instead, so no later commit would skip its fsync.
-func (d *DB) resync(conn *sql.Conn) {
-	if _, err := conn.ExecContext(context.Background(), "PRAGMA synchronous=FULL"); err != nil {
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-	}
-	conn.Close()
 }
 
 // InsertEnv adds a new environment at revision 1 (e.Rev is set), with its
@@ -450,6 +349,9 @@ func labelsEqual(a, b map[string]string) bool {
 	return true
 }
 
+// isUnique reports whether err is SQLite's refusal of a duplicate key:
+// a primary key or a UNIQUE index.
 func isUnique(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint")
+	var se sqlite3.Error
+	return errors.As(err, &se) && (se.ExtendedCode == sqlite3.ErrConstraintUnique || se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey)
 }

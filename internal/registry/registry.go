@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
-	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // Sentinel errors; compare with errors.Is. They wrap the api sentinels of
@@ -60,11 +59,6 @@ type DB struct {
 	// all processes queue in the kernel (see Commit). Nil read-only.
 	writers  *os.File
 	lockPath string
-	// bootChecked: this process has made sure the event sequence is past
-	// what a power loss may have taken back (Commit). Guarded by writing.
-	bootChecked bool
-	// bootID is the boot this process runs in (linux.BootID).
-	bootID func() (string, error)
 }
 
 // writerLockByte is the byte of registry.lock that writers lock. The
@@ -80,6 +74,9 @@ const FileName = "registry.sqlite"
 // files the database's mode) and an existing one is tightened to 0600.
 // The caller has checked that root is the store's own directory.
 func Open(ctx context.Context, root string) (*DB, error) {
+	if registerErr != nil {
+		return nil, registerErr
+	}
 	path := filepath.Join(root, FileName)
 	// A new registry (no WAL yet) is switched to WAL and given its schema
 	// by one process at a time: the switch needs the database to itself,
@@ -102,9 +99,8 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	q.Set("_busy_timeout", "30000")
 	q.Set("_txlock", "immediate")
 	q.Set("_synchronous", "FULL")
-	if vfsName != "" {
-		q.Set("vfs", vfsName)
-	}
+	q.Set("vfs", vfsName)
+	q.Set("hostfork_registry", "1") // hf_conn_init's settings (driver.go)
 	q.Set("_foreign_keys", "1")
 	q.Set("_stmt_cache_size", strconv.Itoa(stmtCacheSize))
 	sdb, err := sql.Open(driverName, "file:"+path+"?"+q.Encode())
@@ -120,7 +116,7 @@ func Open(ctx context.Context, root string) (*DB, error) {
 		sdb.Close()
 		return nil, fmt.Errorf("opening registry lock: %w", err)
 	}
-	d := &DB{db: sdb, path: path, writing: make(chan struct{}, 1), writers: writers, lockPath: lockPath, bootID: linux.BootID}
+	d := &DB{db: sdb, path: path, writing: make(chan struct{}, 1), writers: writers, lockPath: lockPath}
 	if err := d.migrate(ctx, root, held); err != nil {
 		sdb.Close()
 		writers.Close()
@@ -290,9 +286,8 @@ func (d *DB) lockWriters(ctx context.Context) (func(), error) {
 // again from its beginning, in place (PRAGMA wal_checkpoint(RESTART), then
 // restartWAL). Reap and gc call it; ordinary launches leave it to SQLite's
 // automatic checkpoints. The WAL file keeps its size, so the commits that
-// follow overwrite it, and a commit's sync (an fdatasync, decision 73)
-// writes no inode: on a journaled filesystem, no journal commit. A WAL
-// grown past walTruncateBytes (a reader held back the automatic
+// follow overwrite it instead of allocating blocks again (decision 73). A
+// WAL grown past walTruncateBytes (a reader held back the automatic
 // checkpoints) is truncated to nothing instead (TRUNCATE).
 func (d *DB) Checkpoint(ctx context.Context) error {
 	if d.full {
@@ -313,33 +308,25 @@ func (d *DB) Checkpoint(ctx context.Context) error {
 }
 
 // restartWAL makes the WAL file itself start again after a complete
-// checkpoint, with one write: SQLite notes a restart only in the shared
-// index (-shm), and the next writer rewrites the file's header with new
-// salts. The next hostfork process would otherwise find the index gone
-// (the first connection of a process rebuilds it from the file), read
-// every frame of the checkpointed WAL as valid again, append after them,
-// and copy them into the database a second time at its next automatic
-// checkpoint. The write is the one the automatic checkpoint makes
-// (restartWALFile: the schema version written back, one frame). It
-// queues on the writers' lock like a commit, and is left to the next
-// writer if another connection holds SQLite's.
+// checkpoint, with one write: the schema version written back, one frame
+// at the file's start under a new header. SQLite notes a restart only in
+// the shared index (-shm), and the next writer rewrites the file's header.
+// Without this write the next hostfork process, which rebuilds the index
+// from the file (it is the first to map it), would read every frame of
+// the checkpointed WAL as valid again, append after them, and copy them
+// into the database a second time; and the new header's sync would be a
+// run's instead of reap's or gc's.
 func (d *DB) restartWAL(ctx context.Context) error {
-	unlock, err := d.queueWriter(ctx)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	conn, err := d.db.Conn(ctx)
-	if err != nil {
-		return classify(err)
-	}
-	defer conn.Close()
-	return conn.Raw(func(dc any) error {
-		if c, ok := dc.(*sqlite3.SQLiteConn); ok {
-			restartWALFile(c)
+	var b Batch
+	b.add(func(t *txn) error {
+		var v int
+		if err := t.tx.QueryRowContext(t.ctx, "PRAGMA user_version").Scan(&v); err != nil {
+			return err
 		}
-		return nil
+		_, err := t.tx.ExecContext(t.ctx, fmt.Sprintf("PRAGMA user_version = %d", v))
+		return err
 	})
+	return d.Commit(ctx, &b)
 }
 
 // walTruncateBytes is the WAL size past which Checkpoint truncates it,

@@ -40,6 +40,38 @@ func newEnv(id string) *api.Env {
 	return &api.Env{ID: id, State: api.EnvActive, CreatedAt: time.Now().UTC(), Labels: map[string]string{}}
 }
 
+// A second record under an id or a name already taken is api.ErrExists,
+// told apart by SQLite's constraint code, not by its message.
+func TestDuplicateIsErrExists(t *testing.T) {
+	d := open(t)
+	if err := commit(t, d, func(b *Batch) { b.InsertEnv(newEnv("e")) }); err != nil {
+		t.Fatal(err)
+	}
+	for name, fill := range map[string]func(b *Batch){
+		"environment": func(b *Batch) { b.InsertEnv(newEnv("e")) },
+		"command": func(b *Batch) {
+			b.InsertCommand(&api.Command{ID: "c", Env: "e", State: api.CommandRunning, CreatedAt: time.Now()})
+		},
+		"baseline": func(b *Batch) { b.InsertBaseline(&api.Baseline{Name: "b", CreatedAt: time.Now()}) },
+	} {
+		if name != "environment" {
+			if err := commit(t, d, fill); err != nil {
+				t.Fatalf("first %s: %v", name, err)
+			}
+		}
+		if err := commit(t, d, fill); !errors.Is(err, api.ErrExists) {
+			t.Errorf("a second %s: %v, want api.ErrExists", name, err)
+		}
+	}
+	// Any other constraint is not a duplicate.
+	err := commit(t, d, func(b *Batch) {
+		b.InsertCommand(&api.Command{ID: "c2", Env: "nosuch", State: api.CommandRunning, CreatedAt: time.Now()})
+	})
+	if err == nil || errors.Is(err, api.ErrExists) {
+		t.Errorf("a command of a missing environment: %v, want a foreign-key error that is not api.ErrExists", err)
+	}
+}
+
 func TestCompareAndSet(t *testing.T) {
 	d := open(t)
 	ctx := context.Background()
@@ -717,113 +749,6 @@ func TestDurationsInEvidence(t *testing.T) {
 	}
 	if out := durationsInEvidence(json.RawMessage(`not json`)); string(out) != "not json" {
 		t.Fatalf("unreadable evidence changed: %s", out)
-	}
-}
-
-// A NoSync commit (decision 62) is visible at once, also to another
-// connection, and leaves every pooled connection syncing again: a later
-// commit on the connection it used must not skip its fsync.
-func TestNoSyncCommitRestoresSync(t *testing.T) {
-	d := open(t)
-	ctx := context.Background()
-	for i := range 3 {
-		var b Batch
-		b.NoSync = true
-		b.InsertEnv(newEnv(fmt.Sprintf("e%d", i)))
-		if i == 1 {
-			// A failed precondition rolls back and restores too.
-			b.RequireEnv("nosuch", []api.EnvState{api.EnvActive}, "", 0)
-		}
-		err := d.Commit(ctx, &b)
-		if (i == 1) != (err != nil) {
-			t.Fatalf("commit %d: %v", i, err)
-		}
-	}
-	other, err := Open(ctx, filepath.Dir(d.path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	for _, id := range []string{"e0", "e2"} {
-		if _, err := other.Env(ctx, id); err != nil {
-			t.Fatalf("another connection reads %s: %v", id, err)
-		}
-	}
-	// Hold every connection the pool may have at once and ask each.
-	var conns []*sql.Conn
-	for range 4 {
-		c, err := d.db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		conns = append(conns, c)
-	}
-	for i, c := range conns {
-		var mode int
-		if err := c.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&mode); err != nil {
-			t.Fatal(err)
-		}
-		if mode != 2 {
-			t.Errorf("connection %d: synchronous=%d after a NoSync commit, want 2 (FULL)", i, mode)
-		}
-	}
-}
-
-// The first commit in a new boot moves the event sequence past what a
-// power loss may have taken back (decision 62): a NoSync commit's events
-// are visible before they are durable, and their numbers must never be
-// given to other events. Within one boot the sequence stays dense.
-func TestEventSequenceSkipsAtANewBoot(t *testing.T) {
-	ctx := context.Background()
-	root := t.TempDir()
-	openIn := func(boot string) *DB {
-		d, err := Open(ctx, root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.bootID = func() (string, error) { return boot, nil }
-		return d
-	}
-	event := func(d *DB, noSync bool) int64 {
-		t.Helper()
-		b := Batch{NoSync: noSync}
-		b.Event(api.Event{Kind: api.EventEnvCreated, Env: "e"})
-		if err := d.Commit(ctx, &b); err != nil {
-			t.Fatal(err)
-		}
-		last, err := d.LastEvent(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return last
-	}
-	a := openIn("boot-a")
-	first := event(a, false)
-	second := event(a, true)
-	a.Close()
-	if second != first+1 {
-		t.Fatalf("within a boot: seq %d then %d, want consecutive", first, second)
-	}
-	// Another process in the same boot: no jump.
-	a2 := openIn("boot-a")
-	third := event(a2, true)
-	a2.Close()
-	if third != second+1 {
-		t.Fatalf("a second process of the same boot: seq %d after %d, want %d", third, second, second+1)
-	}
-	// A new boot: its first commit (even a NoSync one) jumps, and syncs.
-	b := openIn("boot-b")
-	defer b.Close()
-	next := event(b, true)
-	if next <= third+lostEventsGap-1 {
-		t.Fatalf("first event of a new boot: seq %d after %d, want more than %d", next, third, third+lostEventsGap-1)
-	}
-	if after := event(b, true); after != next+1 {
-		t.Fatalf("the same boot goes on densely: %d after %d", after, next)
-	}
-	if v, ok, err := b.Setting(ctx, eventsBootKey); err != nil || !ok || v != "boot-b" {
-		t.Fatalf("%s = %q, %v, %v; want boot-b", eventsBootKey, v, ok, err)
 	}
 }
 
