@@ -14,6 +14,10 @@ type ReapAction struct {
 	Detail  string `json:"detail,omitempty"`
 }
 
+// ReapStopFailed is the action of a stop a reap attempted that did not
+// finish; the same item is listed as pending with the reason.
+const ReapStopFailed = "stop-failed"
+
 // ReapPending is something a reap could not settle, with the reason.
 type ReapPending struct {
 	Env    string `json:"env"`

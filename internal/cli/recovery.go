@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -27,7 +28,9 @@ guardian receipts and kernel evidence, stops environments whose deadline
 passed, whose owner is gone (owner-exit stop) or whose keeper is lost,
 completes interrupted stops and creations, and settles intents that never
 produced a resource. It is idempotent and safe beside live runs and other
-reapers. It exits 0 even with pending items; they are listed with reasons.
+reapers. It exits 0 even with pending items (they are listed with
+reasons), and 1 when a stop it attempted did not finish (action
+stop-failed, also listed as pending).
 
 With --watch it reaps every --interval (default 1m) until SIGINT or SIGTERM,
 printing one report per pass and carrying on after a failed pass: the way to
@@ -59,10 +62,13 @@ run the reaper under your own supervisor where there is no systemd timer
 				return err
 			}
 			if asJSON {
-				return printJSON(g.out, rep)
+				if err := printJSON(g.out, rep); err != nil {
+					return err
+				}
+			} else {
+				printReap(g, rep)
 			}
-			printReap(g, rep)
-			return nil
+			return reapFailed(rep)
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (with --watch: one object per line and pass)")
@@ -105,6 +111,21 @@ func reapWatch(ctx context.Context, g *globals, h backend, every time.Duration, 
 		case <-tick.C:
 		}
 	}
+}
+
+// reapFailed is the error of a reap one of whose stops did not finish
+// (exit 1); pending items alone are not a failure.
+func reapFailed(rep *hostfork.ReapReport) error {
+	n := 0
+	for _, a := range rep.Actions {
+		if a.Action == api.ReapStopFailed {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d stop(s) this reap attempted did not finish (listed as pending, with the reason); run 'hostfork reap' again, or see 'hostfork status ID': %w", n, hostfork.ErrUnverified)
 }
 
 func printReap(g *globals, rep *hostfork.ReapReport) {

@@ -158,7 +158,7 @@ func (e *Engine) reapEnv(ctx context.Context, env *api.Env, rep *api.ReapReport)
 				reason = dec
 			}
 			_, err := e.stopCommand(ctx, env, c, StopOptions{Reason: reason})
-			rep.Actions = append(rep.Actions, api.ReapAction{Env: env.ID, Command: c.ID, Action: "completed-stop", Detail: errText(err)})
+			reportStop(rep, env.ID, c.ID, "completed-stop", string(reason), err)
 		} else if c.Final() && dec != "" {
 			// Stopped, but the record missed its reason.
 			if c.StopReason == "" {
@@ -190,10 +190,27 @@ func (e *Engine) reapEnv(ctx context.Context, env *api.Env, rep *api.ReapReport)
 		if was == api.EnvStopping {
 			action = "completed-stop"
 		}
-		rep.Actions = append(rep.Actions, api.ReapAction{Env: env.ID, Action: action, Detail: string(a.Reason) + detailSuffix(errText(err))})
-		return err
+		reportStop(rep, env.ID, "", action, string(a.Reason), err)
+		return nil
 	}
 	return nil
+}
+
+// reportStop records a stop a reap carried out as action, or as
+// api.ReapStopFailed and pending when it did not finish: a stop that did
+// not finish is never reported done (issue 39, item 10), and `hostfork
+// reap` then exits 1.
+func reportStop(rep *api.ReapReport, env, cmd, action, reason string, err error) {
+	if err == nil {
+		rep.Actions = append(rep.Actions, api.ReapAction{Env: env, Command: cmd, Action: action, Detail: reason})
+		return
+	}
+	rep.Actions = append(rep.Actions, api.ReapAction{Env: env, Command: cmd, Action: api.ReapStopFailed, Detail: reason + detailSuffix(err.Error())})
+	what := "environment"
+	if cmd != "" {
+		what = "command " + cmd
+	}
+	rep.Pending = append(rep.Pending, api.ReapPending{Env: env, What: what, Reason: "its stop (" + reason + ") did not finish: " + err.Error()})
 }
 
 // stopIdle reports whether no stop of the command whose directory is dir
