@@ -1579,10 +1579,18 @@ func TestTruthSmallerUntruths(t *testing.T) {
 			t.Parallel()
 			c := newCLI(t)
 			file := filepath.Join(t.TempDir(), "leader")
-			env := strings.TrimSpace(c.mustRun("run", "--detach", "--tier", "subreaper", "--ttl", "5m", "--", "sh", "-c", writeIdentity(file)+"; exec sleep 300").stdout)
+			// A daemon that double-forked out from under its leader: once
+			// the guardian is lost, nothing proves it part of the tree, so
+			// the stop (which does end the proven leader) leaves the tree
+			// unverified.
+			script := filepath.Join(t.TempDir(), "daemon.sh")
+			if err := os.WriteFile(script, []byte(writeIdentity(file)+"; exec sleep 300\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env := strings.TrimSpace(c.mustRun("run", "--detach", "--tier", "subreaper", "--ttl", "5m", "--", "sh", "-c", "(setsid sh "+script+" &); exec sleep 301").stdout)
 			pid, st := identityFile(t, file)
 			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-			cmdID := c.commandOf(file).ID
+			cmdID := c.commandOf(script).ID
 			// --abandon does not release a tree that can be verified.
 			if r := c.run("stop", "--abandon", cmdID); r.code == 0 {
 				t.Errorf("stop --abandon of a verified live command: %v; want it refused", r)
@@ -1596,7 +1604,7 @@ func TestTruthSmallerUntruths(t *testing.T) {
 				t.Errorf("stop of a tree whose guardian is lost: %v; want non-zero (unverified)", r)
 			}
 			if !sameProcessAlive(pid, st) {
-				t.Fatalf("the workload died; the test needs an unverified tree")
+				t.Fatalf("the daemon died; the test needs an unverified tree")
 			}
 			if s := c.status(cmdID); s["tree_state"] != "unverified" {
 				t.Fatalf("tree %v (%v); want unverified", s["tree_state"], s["tree_evidence"])
@@ -1618,6 +1626,9 @@ func TestTruthSmallerUntruths(t *testing.T) {
 			ev, _ := s["tree_evidence"].(string)
 			if s["stop_reason"] != "abandoned" || !strings.Contains(ev, "abandon") || s["tree_state"] == "exited" {
 				t.Errorf("the abandoned command's record: stop reason %v, tree %v (%q); want abandoned, not exited, saying what was given up", s["stop_reason"], s["tree_state"], ev)
+			}
+			if s["leader_state"] == "live" {
+				t.Errorf("the abandoned command's record says its leader is live (state %v): the stop ended it", s["state"])
 			}
 			if what == "env" {
 				es := c.status(env)
@@ -1933,5 +1944,45 @@ func TestTruthStoreFirstUse(t *testing.T) {
 			}
 		}
 		d.run("stop", "--all")
+	}
+}
+
+// In the subreaper tier a lost guardian leaves no root for the tree
+// (issue 39, items 8 and 9): a stop still ends the leader whose identity
+// its guardian recorded (PID and start time, checked against the receipt
+// and re-checked through a pidfd) and the leader's descendants, says the
+// tree is unverified (nothing proves that nothing else escaped), and the
+// record no longer calls the dead leader live.
+func TestTruthSubreaperStopAfterGuardianLoss(t *testing.T) {
+	c := newCLI(t)
+	file := filepath.Join(t.TempDir(), "child")
+	script := filepath.Join(t.TempDir(), "child.sh")
+	if err := os.WriteFile(script, []byte(writeIdentity(file)+"; exec sleep 314\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.mustRun("run", "--detach", "--tier", "subreaper", "--ttl", "5m", "--", "sh", "-c", "sh "+script+" & exec sleep 315")
+	cpid, cst := identityFile(t, file)
+	t.Cleanup(func() { _ = syscall.Kill(cpid, syscall.SIGKILL) })
+	cmdID := c.commandOf("sleep 315").ID
+	s := c.status(cmdID)
+	lpid, _ := jsonAt(s, "workload.pid").(float64)
+	lst, _ := jsonAt(s, "workload.start_time").(float64)
+	if lpid == 0 || !sameProcessAlive(int(lpid), uint64(lst)) {
+		t.Fatalf("the leader is not recorded alive: %v", s["workload"])
+	}
+	t.Cleanup(func() { _ = syscall.Kill(int(lpid), syscall.SIGKILL) })
+	gpid, gst := guardianOf(t, c, cmdID)
+	if err := syscall.Kill(gpid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, "the guardian", gpid, gst, 10*time.Second)
+	r := c.run("stop", cmdID)
+	waitDead(t, "the leader", int(lpid), uint64(lst), 10*time.Second)
+	waitDead(t, "the leader's child", cpid, cst, 10*time.Second)
+	if r.code == 0 || !strings.Contains(r.stderr, "unverified") {
+		t.Errorf("stop after the guardian's loss: %v; want non-zero, saying the tree is unverified", r)
+	}
+	if s := c.status(cmdID); s["leader_state"] == "live" {
+		t.Errorf("the record calls the dead leader live: %v (%v)", s["leader_state"], s["tree_evidence"])
 	}
 }

@@ -131,6 +131,11 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 		return n, !same(c, n)
 	}
 	// The guardian is gone: its receipt can no longer change.
+	if n.LeaderState == api.PhaseLive && ev.LeaderGone {
+		// The recorded leader no longer exists, and nothing will report
+		// its exit: it ended, its status unobserved (issue 39, item 9).
+		n.LeaderState = api.PhaseExited
+	}
 	if r := ev.Receipt; r != nil && r.Complete {
 		n.TreeState = api.PhaseExited
 		n.TreeExitedAt = r.TreeExited

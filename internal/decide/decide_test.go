@@ -134,6 +134,16 @@ func TestCommand(t *testing.T) {
 			}},
 		{"guardian gone, cgroup populated", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupPopulated}, api.CommandRunning, api.PhaseLive, nil},
 		{"guardian gone, no cgroup", running, Evidence{BootID: "b1", Guardian: Gone}, api.CommandUnverified, api.PhaseUnverified, nil},
+		{"guardian gone, its leader too, no cgroup: the leader is not live", func() api.Command {
+			c := running
+			c.LeaderState = api.PhaseLive
+			return c
+		}(), Evidence{BootID: "b1", Guardian: Gone, LeaderGone: true}, api.CommandUnverified, api.PhaseUnverified,
+			func(t *testing.T, n api.Command) {
+				if n.LeaderState != api.PhaseExited || n.ExitCode != nil {
+					t.Fatalf("leader %s, exit code %v; want exited, status unobserved", n.LeaderState, n.ExitCode)
+				}
+			}},
 		{"another boot", running, Evidence{BootID: "b2", Guardian: Gone}, api.CommandExited, api.PhaseExited,
 			func(t *testing.T, n api.Command) {
 				if n.TreeEvidence != "boot id changed" {

@@ -61,6 +61,9 @@ func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
 		verifyLeader(c, &ev)
 	}
 	if ev.Guardian == decide.Gone {
+		if c.Workload != nil {
+			ev.LeaderGone = liveness(c.Workload) == decide.Gone
+		}
 		// Gone: its receipt can no longer change; the read above may
 		// predate its last writes.
 		var err error

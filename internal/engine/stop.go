@@ -68,12 +68,35 @@ func target(env *api.Env, c *api.Command) tree.Target {
 			t.Mount = m.Path
 		}
 	}
-	if c.Guardian != nil && guardianProven(env, c) == nil {
+	alive := c.Guardian != nil && linux.Assess(toLinux(c.Guardian)) == linux.Alive
+	if alive && guardianProven(env, c) == nil {
 		// A guardian makes itself its tree's subreaper before anything
 		// starts, or exits.
 		t.Roots, t.Subreapers = []linux.Identity{toLinux(c.Guardian)}, true
+	} else if !alive && c.Workload != nil && workloadProven(c) == nil {
+		// No guardian is left to be the tree's root: its leader, still
+		// the process its guardian recorded, is stopped with its
+		// descendants (issue 39, item 8).
+		t.Leaders = []linux.Identity{toLinux(c.Workload)}
 	}
 	return t
+}
+
+// workloadProven says whether the record's workload is the one its
+// guardian recorded in its receipt (registered by inode): a record alone
+// never names a process to signal.
+func workloadProven(c *api.Command) error {
+	if c.ProofIno == 0 {
+		return errNoProof
+	}
+	r, err := supervise.ReadReceipt(filepath.Join(c.Dir, "receipt"), c.ID, c.ProofDev, c.ProofIno)
+	if err != nil {
+		return err
+	}
+	if r.WorkloadPID != c.Workload.PID || r.WorkloadStart != c.Workload.StartTime || (c.Guardian != nil && r.BootID != c.Workload.BootID) {
+		return fmt.Errorf("the record's workload (pid %d) is not the one its guardian's receipt names (pid %d)", c.Workload.PID, r.WorkloadPID)
+	}
+	return nil
 }
 
 // guardianProven says whether the live process the record names as the
@@ -357,6 +380,14 @@ func (e *Engine) abandonCommand(ctx context.Context, env *api.Env, c *api.Comman
 	n := *c
 	n.State = api.CommandExited
 	n.StopReason = api.ReasonAbandoned
+	if n.LeaderState != api.PhaseExited {
+		// Released, not ended: a record that says exited must not say
+		// its leader is live (issue 39, item 9).
+		n.LeaderState = api.PhaseUnknown
+		if n.Workload != nil && liveness(n.Workload) == decide.Gone {
+			n.LeaderState = api.PhaseExited
+		}
+	}
 	n.TreeEvidence = "abandoned by the operator: its exit was never verified; processes it may have left are no longer owned"
 	now := time.Now().UTC()
 	n.TreeExitedAt = &now

@@ -63,6 +63,12 @@ type Target struct {
 	// themselves are not. Each is checked against its identity before its
 	// descendants are looked for.
 	Roots []linux.Identity
+	// Leaders are processes that belong to the tree themselves, with
+	// their live descendants: a command's leader when no guardian is left
+	// to be its root (issue 39, item 8). Each is a member only while it is
+	// the recorded process (boot id, PID, start time), re-checked through
+	// a pidfd like every member.
+	Leaders []linux.Identity
 	// Subreapers says that every root is its descendants' subreaper, as
 	// hostfork's guardians are: a process orphaned by the kill is handed
 	// to a root and so is still found from the roots down afterwards. Only
@@ -84,16 +90,26 @@ type Result struct {
 	Survivors []linux.Identity
 }
 
-// roots returns the PIDs of the roots that are still the recorded
-// processes.
+// roots returns the PIDs of the roots and leaders that are still the
+// recorded processes: the processes whose descendants are members.
 func (t Target) roots() []int {
 	var out []int
-	for _, r := range t.Roots {
+	for _, r := range append(slices.Clip(t.Roots), t.Leaders...) {
 		if linux.Assess(r) == linux.Alive {
 			out = append(out, r.PID)
 		}
 	}
 	return out
+}
+
+// isLeader reports whether pid is one of the target's leaders now.
+func (t Target) isLeader(pid int) bool {
+	for _, l := range t.Leaders {
+		if l.PID == pid && linux.Assess(l) == linux.Alive {
+			return true
+		}
+	}
+	return false
 }
 
 // rel is the cgroup relative to its mount ("/hostfork/e/commands/c").
@@ -151,7 +167,7 @@ func descendant(pid int, roots []int) bool {
 // member reports whether pid belongs to the tree now.
 func (t Target) member(pid int, roots []int) bool {
 	if slices.Contains(roots, pid) {
-		return false
+		return t.isLeader(pid)
 	}
 	return t.inCgroup(pid) || (len(roots) > 0 && descendant(pid, roots))
 }
@@ -189,9 +205,15 @@ func (t Target) members(roots []int) (pids []int, allIn bool, err error) {
 			}
 		}
 	}
+	for _, r := range roots {
+		if t.isLeader(r) {
+			pids = append(pids, r)
+			allIn = false
+		}
+	}
 	slices.Sort(pids)
 	pids = slices.Compact(pids)
-	return slices.DeleteFunc(pids, func(p int) bool { return slices.Contains(roots, p) }), allIn, nil
+	return slices.DeleteFunc(pids, func(p int) bool { return slices.Contains(roots, p) && !t.isLeader(p) }), allIn, nil
 }
 
 // maxDescendants bounds one walk along the children files; a tree that
@@ -524,7 +546,7 @@ func Kill(ctx context.Context, t Target) (Result, error) {
 // can't be lost by the kill (no roots, so no member is outside it, or
 // roots that are subreapers).
 func (t Target) killFirst() bool {
-	return t.Cgroup != "" && (len(t.Roots) == 0 || t.Subreapers)
+	return t.Cgroup != "" && len(t.Leaders) == 0 && (len(t.Roots) == 0 || t.Subreapers)
 }
 
 // killGroup is the kill of a tree that has a cgroup, given killFirst:

@@ -19,10 +19,18 @@ func TestWait(t *testing.T) {
 	}
 	w := New(f, dir)
 	defer w.Close()
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		_ = os.WriteFile(f, []byte("x"), 0o600)
-	}()
+	// Each change is made by a goroutine the test joins before it goes
+	// on, so nothing writes into the directory after the test ends.
+	change := func(fn func()) <-chan struct{} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(20 * time.Millisecond)
+			fn()
+		}()
+		return done
+	}
+	wrote := change(func() { _ = os.WriteFile(f, []byte("x"), 0o600) })
 	start := time.Now()
 	if err := w.Wait(context.Background(), nil, time.Minute); err != nil {
 		t.Fatal(err)
@@ -30,15 +38,18 @@ func TestWait(t *testing.T) {
 	if d := time.Since(start); d > 30*time.Second {
 		t.Fatalf("a write did not wake the waiter (%v)", d)
 	}
-	go func() {
-		time.Sleep(20 * time.Millisecond)
+	<-wrote
+	time.Sleep(10 * time.Millisecond)
+	w.drain() // the write's last events, so the next wait needs a new one
+	renamed := change(func() {
 		tmp := filepath.Join(dir, ".new")
 		_ = os.WriteFile(tmp, []byte("y"), 0o600)
 		_ = os.Rename(tmp, filepath.Join(dir, "other"))
-	}()
+	})
 	if err := w.Wait(context.Background(), nil, time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	<-renamed
 	done := make(chan struct{})
 	close(done)
 	if err := w.Wait(context.Background(), done, time.Minute); !errors.Is(err, ErrDone) {
