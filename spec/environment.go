@@ -123,19 +123,44 @@ func ParseSize(s string) (int64, error) {
 // fields are errors that name the line.
 func Parse(data []byte) (*Environment, error) {
 	var e Environment
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&e); err != nil {
-		if errors.Is(err, io.EOF) {
-			return &e, nil // an empty file is an empty request
-		}
-		return nil, fmt.Errorf("spec: %s: %w", strings.TrimPrefix(err.Error(), "yaml: "), ErrInvalid)
-	}
-	var extra any
-	if err := dec.Decode(&extra); err == nil {
-		return nil, fmt.Errorf("spec: more than one document in the file: %w", ErrInvalid)
+	if err := DecodeStrict(data, &e); err != nil {
+		return nil, fmt.Errorf("spec: %v: %w", err, ErrInvalid)
 	}
 	return &e, nil
+}
+
+// DecodeStrict decodes one YAML (or JSON) document into v, refusing
+// unknown fields and a second document; an empty document leaves v as
+// it is. Its error is one line that names each problem's line (the
+// decoder's own text spans several).
+func DecodeStrict(data []byte, v any) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			msgs := make([]string, len(te.Errors))
+			for i, m := range te.Errors {
+				// "line 1: field lifetme not found in type spec.Environment"
+				if at, rest, ok := strings.Cut(m, ": field "); ok {
+					if name, _, ok := strings.Cut(rest, " not found in type "); ok {
+						m = at + ": unknown field " + name + " (check its spelling; docs/spec.md lists the fields)"
+					}
+				}
+				msgs[i] = m
+			}
+			return errors.New(strings.Join(msgs, "; "))
+		}
+		return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	var extra any
+	if dec.Decode(&extra) == nil {
+		return errors.New("more than one document in the file")
+	}
+	return nil
 }
 
 // validateView checks the trees and view for what can be known without

@@ -97,6 +97,15 @@ retention: {trees: 24h, evidence: 168h}
 	if err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "bogus") {
 		t.Fatalf("unknown field error should name line and field: %v", err)
 	}
+	// One line, saying what to do, not the decoder's multi-line text
+	// (issue 39, item 14).
+	_, err = Parse([]byte("bogus: 1
+lifetme: {}
+"))
+	if err == nil || strings.ContainsAny(err.Error(), "\n") || strings.Contains(err.Error(), "unmarshal errors") ||
+		!strings.Contains(err.Error(), "line 1: unknown field bogus") || !strings.Contains(err.Error(), "line 2: unknown field lifetme") || !strings.Contains(err.Error(), "docs/spec.md") {
+		t.Fatalf("two unknown fields: %q", err)
+	}
 	_, err = Parse([]byte(`{"view": {"replce": {}}}`))
 	if err == nil || !strings.Contains(err.Error(), "replce") {
 		t.Fatalf("unknown nested json field: %v", err)

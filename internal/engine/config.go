@@ -1,14 +1,11 @@
 package engine
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/spec"
@@ -49,9 +46,7 @@ func (e *Engine) Config() (*Config, error) {
 		return nil, fmt.Errorf("reading %s: %w", ConfigFile, err)
 	}
 	if err == nil {
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(c); err != nil && err.Error() != "EOF" {
+		if err := spec.DecodeStrict(b, c); err != nil {
 			return nil, fmt.Errorf("%s: %v (fix the file or delete it to get the defaults back): %w", filepath.Join(e.root, ConfigFile), err, api.ErrStore)
 		}
 	}
