@@ -99,9 +99,7 @@ retention: {trees: 24h, evidence: 168h}
 	}
 	// One line, saying what to do, not the decoder's multi-line text
 	// (issue 39, item 14).
-	_, err = Parse([]byte("bogus: 1
-lifetme: {}
-"))
+	_, err = Parse([]byte("bogus: 1\nlifetme: {}\n"))
 	if err == nil || strings.ContainsAny(err.Error(), "\n") || strings.Contains(err.Error(), "unmarshal errors") ||
 		!strings.Contains(err.Error(), "line 1: unknown field bogus") || !strings.Contains(err.Error(), "line 2: unknown field lifetme") || !strings.Contains(err.Error(), "docs/spec.md") {
 		t.Fatalf("two unknown fields: %q", err)
