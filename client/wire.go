@@ -164,19 +164,6 @@ var causes = []struct {
 	{"closed", api.ErrClosed},
 }
 
-// Causes lists the cause names an error body may carry.
-func Causes() []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, c := range causes {
-		if !seen[c.name] {
-			seen[c.name] = true
-			out = append(out, c.name)
-		}
-	}
-	return out
-}
-
 // CauseOf names the sentinel err wraps ("" for none).
 func CauseOf(err error) string {
 	for _, c := range causes {

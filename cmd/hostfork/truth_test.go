@@ -101,15 +101,6 @@ func (b *bgHostfork) wait(t *testing.T) cliResult {
 	return cliResult{stdout: readFile(b.stdout), stderr: readFile(b.stderr), code: b.code}
 }
 
-func (b *bgHostfork) exited() bool {
-	select {
-	case <-b.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // nonEmptyLines are the lines of s with text.
 func nonEmptyLines(s string) []string {
 	var out []string
@@ -146,16 +137,6 @@ func (c *hostforkCLI) commandOf(needle string) psRow {
 		c.t.Fatalf("ps --all: %d commands run %q: %+v", len(found), needle, found)
 	}
 	return found[0]
-}
-
-// statusJSON is status --json of id decoded (any exit status), for the
-// checks that must also hold when status itself fails.
-func (c *hostforkCLI) statusJSON(id string) (map[string]any, cliResult) {
-	c.t.Helper()
-	r := c.run("status", "--json", id)
-	var m map[string]any
-	_ = json.Unmarshal([]byte(r.stdout), &m)
-	return m, r
 }
 
 // envJSON is the record of environment id as envs --all --json shows it.

@@ -118,10 +118,6 @@ func printEnv(w io.Writer, e *hostfork.EnvRecord) {
 	}
 }
 
-func printCommand(w io.Writer, c *hostfork.CommandRecord, in string) {
-	printCommandEnv(w, c, in, nil, false)
-}
-
 // specEnv is the explicit environment of an environment's spec.
 func specEnv(e *hostfork.EnvRecord) map[string]string {
 	var s struct {

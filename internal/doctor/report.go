@@ -3,7 +3,6 @@ package doctor
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -171,15 +170,6 @@ func human(n uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func join(s []string) string {

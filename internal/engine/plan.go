@@ -306,17 +306,6 @@ func (e *Engine) planLimits(p *spec.Plan) error {
 	return nil
 }
 
-// unenforced lists the limits a plan accepted without enforcement.
-func unenforced(p *spec.Plan) []string {
-	var out []string
-	for _, pl := range p.Limits {
-		if pl.Mechanism == "" {
-			out = append(out, pl.Resource+" "+pl.Value)
-		}
-	}
-	return out
-}
-
 // budget is what Create will ask the kernel to enforce.
 func budget(p *spec.Plan) limits.Budget {
 	b := limits.Budget{MemoryBytes: int64(p.Spec.Limits.Memory), CPUs: p.Spec.Limits.CPUs, Pids: p.Spec.Limits.Pids}

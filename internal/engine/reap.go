@@ -79,13 +79,6 @@ func detailSuffix(d string) string {
 	return ": " + d
 }
 
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
 // envFacts gathers what decide.Env needs about an environment, settling
 // its commands first.
 func (e *Engine) envFacts(ctx context.Context, env *api.Env, cmds []*api.Command) (decide.EnvFacts, []*api.Command) {

@@ -65,13 +65,6 @@ func (p *Pidfd) Signal(sig syscall.Signal) error {
 // Fd returns the descriptor, for polling.
 func (p *Pidfd) Fd() int { return p.fd }
 
-// Exited reports whether the process has exited (the pidfd polls readable).
-func (p *Pidfd) Exited() bool {
-	fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
-	n, err := ignoringEINTR2(func() (int, error) { return unix.Poll(fds, 0) })
-	return err == nil && n > 0
-}
-
 // Close releases the descriptor.
 func (p *Pidfd) Close() error {
 	if p == nil || p.fd < 0 {

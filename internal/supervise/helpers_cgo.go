@@ -39,13 +39,9 @@ const (
 	_ = uint(len(reasonCodes)-1-C.HF_R_MAX) + uint(C.HF_R_MAX-(len(reasonCodes)-1))
 )
 
-// cGuardianMode and cKeeperMode are the mode strings compiled into the C
+// cGuardianMode is the guardian's mode string compiled into the C
 // constructor.
 func cGuardianMode() string { return C.GoString(C.hf_guardian_mode()) }
-func cKeeperMode() string   { return C.GoString(C.hf_keeper_mode()) }
-
-// cReasonName is the C side's name of a reason code.
-func cReasonName(code int) string { return C.GoString(C.hf_reason_name(C.int(code))) }
 
 // NotDispatched is what runs if argv[1] names a helper mode and yet the Go
 // runtime started: the C constructor (hf_ctor.c) did not run (a libc that

@@ -72,7 +72,6 @@ int hf_reason_code(const char *name);
 
 /* Exposed for the Go-side consistency test. */
 const char *hf_guardian_mode(void);
-const char *hf_keeper_mode(void);
 
 /* ---- common helpers (hf_common.c) ---- */
 #define NS_PER_MS 1000000LL

@@ -17,7 +17,6 @@
 #include "hf.h"
 
 const char *hf_guardian_mode(void) { return HF_GUARDIAN_MODE; }
-const char *hf_keeper_mode(void) { return HF_KEEPER_MODE; }
 
 static const char *reason_names[HF_R_MAX + 1] = {
 	"", "user", "deadline", "idle", "owner-exit", "timeout", "cancelled",

@@ -365,18 +365,3 @@ func (c *Conn) SupportsPIDFDs(ctx context.Context) (bool, string, error) {
 	}
 	return MajorVersion(v) >= PIDFDsSince, v, nil
 }
-
-// SystemState is the manager's state as "systemctl is-system-running"
-// prints it: initializing, starting, running, degraded, stopping...
-func (c *Conn) SystemState(ctx context.Context) (string, error) {
-	var s string
-	err := c.call(ctx, true, func(ctx context.Context, l *link) error {
-		p, err := l.sd.SystemStateContext(ctx)
-		if err != nil {
-			return err
-		}
-		s, _ = p.Value.Value().(string)
-		return nil
-	})
-	return s, err
-}

@@ -353,12 +353,6 @@ func (c *Conn) KillUnit(ctx context.Context, name string, who Who, signal int32)
 	return nil
 }
 
-// Ref pins a loaded unit to this connection (like AddRef=yes at creation),
-// so that it stays loaded after it ends; use it again after a reconnect.
-func (c *Conn) Ref(ctx context.Context, name string) error {
-	return c.unitMethod(ctx, name, "Ref")
-}
-
 // Unref drops a reference taken by Ref or ScopeOptions.Ref, letting the
 // manager collect the unit once it ended.
 func (c *Conn) Unref(ctx context.Context, name string) error {

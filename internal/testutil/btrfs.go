@@ -26,15 +26,6 @@ func LoopBtrfs(t testing.TB, options string) string {
 	return mnt
 }
 
-// LoopExt4 makes a fresh 256 MiB ext4 filesystem for one test, as
-// LoopBtrfs does, and returns its mount point and its loop device
-// (/dev/loopN), whose queue settings the test may change: the device is
-// its own until cleanup detaches it.
-func LoopExt4(t testing.TB) (mnt, dev string) {
-	t.Helper()
-	return loopFS(t, "ext4", 256<<20, []string{"mkfs.ext4", "-q", "-F"}, "")
-}
-
 // loopFS makes a filesystem of type fstype with mkfs (the command and its
 // flags; the image path is appended) on a sparse image of size bytes,
 // attaches it to a loop device and mounts it with options.

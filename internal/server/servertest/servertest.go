@@ -208,9 +208,6 @@ func drain(lines <-chan string) {
 	}
 }
 
-// Done is closed when the server process has exited.
-func (s *Serve) Done() <-chan struct{} { return s.done }
-
 // Stderr is what the server wrote on stderr so far.
 func (s *Serve) Stderr() string { return s.stderr.String() }
 
