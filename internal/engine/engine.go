@@ -16,6 +16,7 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/store"
 )
 
 // Options configure an Engine.
@@ -56,7 +57,7 @@ type Engine struct {
 // Open validates the store at opts.Root (creating it if needed) and opens
 // its registry.
 func Open(ctx context.Context, opts Options) (*Engine, error) {
-	root, err := prepareStore(opts.Root)
+	root, err := store.Prepare(opts.Root)
 	if err != nil {
 		return nil, err
 	}
@@ -64,11 +65,11 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%v: %w", err, api.ErrStore)
 	}
-	if err := checkRegistry(ctx, root, reg); err != nil {
+	if err := store.CheckRegistry(ctx, root, reg); err != nil {
 		reg.Close()
 		return nil, err
 	}
-	ensureConfig(root)
+	store.EnsureConfig(root)
 	if opts.Exe == "" {
 		opts.Exe = "/proc/self/exe"
 	}

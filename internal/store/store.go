@@ -1,4 +1,4 @@
-package engine
+package store
 
 import (
 	"context"
@@ -53,7 +53,7 @@ var storeFiles = map[string]bool{
 // /tmp is accepted as an ancestor); the store and its top-level files are
 // made private (0700, 0600), also when they exist; "/" and a non-empty
 // directory that is not a hostfork store are refused.
-func prepareStore(root string) (string, error) {
+func Prepare(root string) (string, error) {
 	if root == "" {
 		var err error
 		if root, err = DefaultRoot(); err != nil {
@@ -274,7 +274,7 @@ func registryEmpty(d *safefs.Dir) bool {
 // checkRegistry refuses a registry that lost its records: an empty
 // database beside run directories (a truncated or replaced registry.sqlite
 // would otherwise be re-initialised and live environments vanish).
-func checkRegistry(ctx context.Context, root string, reg *registry.DB) error {
+func CheckRegistry(ctx context.Context, root string, reg *registry.DB) error {
 	inUse := func() (bool, error) {
 		has, err := reg.AnyEnv(ctx)
 		if err != nil {
@@ -309,7 +309,7 @@ func checkRegistry(ctx context.Context, root string, reg *registry.DB) error {
 }
 
 // ensureConfig writes the default configuration when the store has none.
-func ensureConfig(root string) {
+func EnsureConfig(root string) {
 	f, err := os.OpenFile(filepath.Join(root, ConfigFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		return // exists (or unwritable: Config reports that)

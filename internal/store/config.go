@@ -1,0 +1,63 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// ConfigFile is the store's configuration file, under the store root.
+const ConfigFile = "config.yaml"
+
+// Default retention, counted from an environment's confirmed stop.
+const (
+	DefaultRetainTrees    = 24 * time.Hour
+	DefaultRetainEvidence = 7 * 24 * time.Hour
+)
+
+const defaultConfig = `# hostfork store configuration.
+# Retention is counted from an environment's confirmed stop. Override it per
+# environment (retention: in a spec, --retain-trees / --retain-evidence) or
+# per call (hostfork gc --retain-trees / --retain-evidence). Nothing is
+# deleted until 'hostfork gc' runs.
+retention:
+  trees: 24h      # private trees (snapshots, overlay uppers, copies)
+  evidence: 168h  # records, logs, receipts, manifests, exports
+# Soft admission of agent workloads (run/exec --workload agent): the share
+# of logical cores and of available memory they may use; each reserves at
+# least 2 GiB. At least one slot always exists.
+admission:
+  share: 0.70
+`
+
+// Config is the parsed store configuration.
+type Config = api.StoreConfig
+
+// ReadConfig reads the configuration of the store at root, filling
+// defaults.
+func ReadConfig(root string) (*Config, error) {
+	c := &Config{}
+	b, err := os.ReadFile(filepath.Join(root, ConfigFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("reading %s: %w", ConfigFile, err)
+	}
+	if err == nil {
+		if err := spec.DecodeStrict(b, c); err != nil {
+			return nil, fmt.Errorf("%s: %v (fix the file or delete it to get the defaults back): %w", filepath.Join(root, ConfigFile), err, api.ErrStore)
+		}
+	}
+	if c.Retention.Trees == nil {
+		d := spec.Duration(DefaultRetainTrees)
+		c.Retention.Trees = &d
+	}
+	if c.Retention.Evidence == nil {
+		d := spec.Duration(DefaultRetainEvidence)
+		c.Retention.Evidence = &d
+	}
+	return c, nil
+}
