@@ -1967,3 +1967,26 @@ func TestTruthSubreaperStopAfterGuardianLoss(t *testing.T) {
 		t.Errorf("the record calls the dead leader live: %v (%v)", s["leader_state"], s["tree_evidence"])
 	}
 }
+
+// run --capture returns the command's final record (issue 39, library:
+// Capture gave OOM unknown while the stored record said oom: true): the
+// record it prints agrees with the registry's on the OOM kill.
+func TestTruthCaptureFinalRecord(t *testing.T) {
+	c := newCLI(t)
+	cleanupV1(t, c)
+	r := c.run("run", "--capture", "--memory", "64M", "--", "sh", "-c", "head -c 300M /dev/zero | tail -c 300M > /dev/null")
+	var out struct {
+		Command string         `json:"command"`
+		Record  map[string]any `json:"record"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Command == "" {
+		t.Fatalf("run --capture: %v\n%v", err, r)
+	}
+	stored := c.status(out.Command)
+	if stored["oom"] != true {
+		t.Fatalf("the stored record does not show the OOM kill (the test needs one): %v (%v)", stored["oom"], stored["oom_evidence"])
+	}
+	if out.Record["oom"] != stored["oom"] || out.Record["state"] != stored["state"] {
+		t.Errorf("run --capture's record: oom %v, state %v; the registry's: oom %v, state %v", out.Record["oom"], out.Record["state"], stored["oom"], stored["state"])
+	}
+}
