@@ -23,6 +23,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/habemus-papadum/hostfork"
@@ -93,7 +94,12 @@ type tools struct {
 // result's JSON text) or an error (a tool error with message, cause and
 // exit code).
 func add[In any](s *sdk.Server, t *tools, name, desc string, fn func(context.Context, In) (any, error)) {
-	sdk.AddTool(s, &sdk.Tool{Name: name, Description: desc}, func(ctx context.Context, _ *sdk.CallToolRequest, in In) (*sdk.CallToolResult, any, error) {
+	schema, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcp: the input schema of %s: %v", name, err))
+	}
+	plainTypes(schema)
+	sdk.AddTool(s, &sdk.Tool{Name: name, Description: desc, InputSchema: schema}, func(ctx context.Context, _ *sdk.CallToolRequest, in In) (*sdk.CallToolResult, any, error) {
 		v, err := fn(ctx, in)
 		if err != nil {
 			b, _ := json.Marshal(client.ErrorBody{Message: err.Error(), Cause: client.CauseOf(err), ExitCode: t.o.ExitCode(err)})
@@ -105,6 +111,28 @@ func add[In any](s *sdk.Server, t *tools, name, desc string, fn func(context.Con
 		}
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: string(b)}}}, nil, nil
 	})
+}
+
+// plainTypes gives every property of the schema one type: the inferred
+// schema of a slice or map allows null too (["null","array"]), which some
+// clients can't read (the MCP Inspector's CLI fails on it); an argument
+// left out is what an absent list means here.
+func plainTypes(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	if len(s.Types) == 2 && (s.Types[0] == "null" || s.Types[1] == "null") {
+		s.Type = s.Types[0]
+		if s.Type == "null" {
+			s.Type = s.Types[1]
+		}
+		s.Types = nil
+	}
+	for _, p := range s.Properties {
+		plainTypes(p)
+	}
+	plainTypes(s.Items)
+	plainTypes(s.AdditionalProperties)
 }
 
 func bounded(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -70,6 +70,22 @@ func TestMCP(t *testing.T) {
 	if got := strings.Join(names, ","); !strings.Contains(got, "run") || len(names) != 8 {
 		t.Fatalf("tools: %s", got)
 	}
+	// Plain schemas: a list argument is "type": "array", never
+	// ["null","array"], which the MCP Inspector's CLI can't read.
+	for _, tl := range tools.Tools {
+		raw, _ := json.Marshal(tl.InputSchema)
+		if strings.Contains(string(raw), `"null"`) {
+			t.Errorf("tool %s: its input schema allows null: %s", tl.Name, raw)
+		}
+		var sch struct {
+			Properties map[string]struct {
+				Type any `json:"type"`
+			} `json:"properties"`
+		}
+		if tl.Name == "run" && (json.Unmarshal(raw, &sch) != nil || sch.Properties["argv"].Type != "array") {
+			t.Errorf("tool run: argv is not a plain array: %s", raw)
+		}
+	}
 
 	var env api.Env
 	if eb := call(t, ctx, s, "create", map[string]any{"ttl": "5m", "purpose": "mcp test"}, &env); eb != nil {
