@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,18 +69,7 @@ func TestOtherUserCannotExhaust(t *testing.T) {
 	}
 	e := servertest.New(t)
 	u := testutil.NewUser(t, "hfcap", testutil.UserOptions{})
-	sockDir, err := os.MkdirTemp("", "hostfork-api-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	if err := os.Chmod(sockDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	s := e.Serve("--socket", filepath.Join(sockDir, "api.sock"))
-	if err := os.Chmod(s.Socket, 0o666); err != nil {
-		t.Fatal(err)
-	}
+	s := serveOpenToOthers(t, e)
 	cmd := exec.Command("setpriv", "--reuid="+u.Name, "--regid="+u.Name, "--clear-groups", "/usr/bin/python3", "-c", holder, s.Socket, "200")
 	stdin, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()

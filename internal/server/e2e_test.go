@@ -259,18 +259,11 @@ func errorBody(t *testing.T, what string, body []byte, cause string, exit int) {
 	}
 }
 
-// TestOtherUserRefused: a second, unprivileged user that the kernel lets
-// connect is refused by the server itself (403 JSON) on every endpoint; a
-// request with an Origin, a Referer or a foreign Host is refused too.
-func TestOtherUserRefused(t *testing.T) {
-	for _, tool := range []string{"curl", "setpriv"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testutil.Skip(t, tool+" not found")
-		}
-	}
-	e := servertest.New(t)
-	name := testutil.NewUser(t, "hfapi", testutil.UserOptions{}).Name
-	// A socket directory the other user can reach (the store is private).
+// serveOpenToOthers starts a server whose socket another user can
+// connect to: in a directory they can reach (the store is private), mode
+// 0666, so that only the server's own checks stand between them and it.
+func serveOpenToOthers(t *testing.T, e *servertest.Env) *servertest.Serve {
+	t.Helper()
 	sockDir, err := os.MkdirTemp("", "hostfork-api-")
 	if err != nil {
 		t.Fatal(err)
@@ -283,6 +276,21 @@ func TestOtherUserRefused(t *testing.T) {
 	if err := os.Chmod(s.Socket, 0o666); err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// TestOtherUserRefused: a second, unprivileged user that the kernel lets
+// connect is refused by the server itself (403 JSON) on every endpoint; a
+// request with an Origin, a Referer or a foreign Host is refused too.
+func TestOtherUserRefused(t *testing.T) {
+	for _, tool := range []string{"curl", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testutil.Skip(t, tool+" not found")
+		}
+	}
+	e := servertest.New(t)
+	name := testutil.NewUser(t, "hfapi", testutil.UserOptions{}).Name
+	s := serveOpenToOthers(t, e)
 	c := newClient(t, s)
 	ctx := ctxFor(t, time.Minute)
 	env, err := c.CreateEnv(ctx, map[string]any{"lifetime": map[string]any{"max_runtime": "5m"}})
