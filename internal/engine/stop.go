@@ -86,14 +86,11 @@ func target(env *api.Env, c *api.Command) tree.Target {
 // guardian recorded in its receipt (registered by inode): a record alone
 // never names a process to signal.
 func workloadProven(c *api.Command) error {
-	if c.ProofIno == 0 {
-		return errNoProof
-	}
-	r, err := supervise.ReadReceipt(filepath.Join(c.Dir, "receipt"), c.ID, c.ProofDev, c.ProofIno)
+	r, err := receiptOf(c)
 	if err != nil {
 		return err
 	}
-	if r.WorkloadPID != c.Workload.PID || r.WorkloadStart != c.Workload.StartTime || (c.Guardian != nil && r.BootID != c.Workload.BootID) {
+	if r.WorkloadPID != c.Workload.PID || r.WorkloadStart != c.Workload.StartTime || (c.Guardian != nil && c.Guardian.BootID != c.Workload.BootID) {
 		return fmt.Errorf("the record's workload (pid %d) is not the one its guardian's receipt names (pid %d)", c.Workload.PID, r.WorkloadPID)
 	}
 	return nil
