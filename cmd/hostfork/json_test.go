@@ -131,11 +131,9 @@ var opaqueTypes = map[reflect.Type]string{
 // rawShapes are json.RawMessage fields whose content has a Go type.
 // Others (a tree's storage record) are documented as "object".
 var rawShapes = map[string]reflect.Type{
-	"env.spec":           reflect.TypeFor[spec.Environment](),
-	"env.view":           reflect.TypeFor[spec.ViewPlan](),
-	"env.limits":         reflect.TypeFor[limits.Group](),
-	"env.limit_evidence": reflect.TypeFor[limits.Evidence](),
-	"env.limits_now":     reflect.TypeFor[limits.Evidence](),
+	"env.spec":   reflect.TypeFor[spec.Environment](),
+	"env.view":   reflect.TypeFor[spec.ViewPlan](),
+	"env.limits": reflect.TypeFor[limits.Group](),
 }
 
 var (

@@ -474,6 +474,57 @@ func TestTruthEscapedTree(t *testing.T) {
 		})
 	})
 
+	// The escapee leaves the cgroup and the guardian is killed (issue 39,
+	// item 5): the empty cgroup is no proof, so the record says
+	// unverified, never exited, and ps keeps the command.
+	t.Run("run-detach/guardian-killed", func(t *testing.T) {
+		c := c.with(t)
+		dir := t.TempDir()
+		esc, file := escapeScript(t, dir, c.parent), filepath.Join(dir, "escapee")
+		env := strings.TrimSpace(c.mustRun("run", "--detach", "--ttl", "5m", "--", "sh", "-c", "sh "+esc+" "+file+" & exec sleep 300").stdout)
+		pid, st := escapee(t, c, file)
+		cmdID := c.commandOf(file).ID
+		g, _ := c.status(cmdID)["guardian"].(map[string]any)
+		gpid, _ := g["pid"].(float64)
+		if gpid <= 0 {
+			t.Fatalf("no guardian pid in %v", c.status(cmdID))
+		}
+		gst := startTime(int(gpid))
+		if !sameProcessAlive(int(gpid), gst) {
+			t.Fatalf("guardian %v is not running", gpid)
+		}
+		if err := syscall.Kill(int(gpid), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the guardian is gone", func() string {
+			if sameProcessAlive(int(gpid), gst) {
+				return "alive"
+			}
+			return ""
+		})
+		// The leader (sleep 300) is this test's to end: kill it, so the
+		// workload's cgroup holds nothing and only the escapee lives.
+		w, _ := c.status(cmdID)["workload"].(map[string]any)
+		lp, _ := w["pid"].(float64)
+		lst, _ := w["start_time"].(float64)
+		if lp <= 0 {
+			t.Fatalf("no workload identity in %v", c.status(cmdID))
+		}
+		if sameProcessAlive(int(lp), uint64(lst)) {
+			_ = syscall.Kill(int(lp), syscall.SIGKILL)
+		}
+		checkStillShown(t, c, cmdID, env, pid, st)
+		if s := c.status(cmdID); s["state"] != "unverified" || s["tree_state"] != "unverified" {
+			t.Errorf("guardian killed, cgroup empty, escapee alive: state %v, tree %v (%v); want unverified", s["state"], s["tree_state"], s["tree_evidence"])
+		}
+		// Nothing can name the escapee now (its only witness is gone), so
+		// the stop can't end it: it must not claim success.
+		r := c.run("stop", cmdID)
+		if s := c.status(cmdID); sameProcessAlive(pid, st) && (r.code == 0 || s["tree_state"] == "exited") {
+			t.Errorf("stop with the escapee alive: exit %d, tree %v (%v); want non-zero and not exited", r.code, s["tree_state"], s["tree_evidence"])
+		}
+	})
+
 	// Nobody but the guardian is left at the timeout: its own tree stop
 	// (the C helpers) must find the escapee among its descendants.
 	t.Run("run-detach/timeout", func(t *testing.T) {

@@ -99,8 +99,8 @@ type Evidence struct {
 // only the guardian can know it and a receipt can't vouch for a live
 // guardian. A guardian that is alive means the tree is live. A guardian
 // gone without a complete receipt: another boot proves the former lifetime
-// ended; an empty cgroup is the kernel's proof for its members; anything
-// else is unverified.
+// ended; anything else is unverified, an empty cgroup included (it can't
+// vouch for members that moved themselves out of it).
 func Command(c api.Command, ev Evidence) (api.Command, bool) {
 	if c.Final() {
 		return c, false
@@ -182,14 +182,11 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 	}
 	switch ev.Workload {
 	case GroupEmpty:
-		n.TreeState = api.PhaseExited
-		n.TreeEvidence = "cgroup empty (guardian lost: a process that moved itself out of the cgroup would not be seen)"
-		n.TreeExitedAt = &now
-		if n.LeaderState != api.PhaseExited {
-			n.LeaderState = api.PhaseUnknown
-		}
-		n.State = api.CommandExited
-		finishOOM(&n, ev)
+		// Not proof: the guardian was the only witness of members that
+		// moved themselves out of the cgroup (issue 39, item 5).
+		n.TreeState = api.PhaseUnverified
+		n.TreeEvidence = "cgroup empty, but the guardian was lost without a receipt: a process that moved itself out of the cgroup would not be seen"
+		n.State = api.CommandUnverified
 	case GroupPopulated:
 		n.TreeState = api.PhaseLive
 		n.TreeEvidence = "cgroup populated (guardian lost)"

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -305,7 +304,8 @@ func (e *Engine) reconcile(ctx context.Context, env *api.Env, cmds []*api.Comman
 	}
 	env.LimitsNow = nil
 	if g := limitGroup(env); g != nil && !env.State.Final() {
-		env.LimitsNow, _ = json.Marshal(g.Evidence())
+		ev := g.Evidence()
+		env.LimitsNow = &ev
 	}
 	boot, _ := linux.BootID()
 	env.OwnerAlive = livenessText(liveness(env.Owner))

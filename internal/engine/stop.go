@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -420,7 +419,7 @@ func stopKeeper(ctx context.Context, id *api.Identity) {
 type envFinish struct {
 	reason     api.StopReason
 	cleanup    []string
-	evidence   json.RawMessage
+	evidence   *api.LimitsEvidence
 	result     string // the systemd manager's
 	stopped    time.Time
 	facts      map[int64]registry.Fact
@@ -481,9 +480,8 @@ func (e *Engine) finishEnv(ctx context.Context, env *api.Env, reason api.StopRea
 		}
 	}
 	if lg := limitGroup(env); lg != nil {
-		if ev, err := json.Marshal(lg.Evidence()); err == nil {
-			f.evidence = ev
-		}
+		ev := lg.Evidence()
+		f.evidence = &ev
 		if err := lg.Remove(ctx); err != nil {
 			f.cleanup = append(f.cleanup, err.Error())
 		}
