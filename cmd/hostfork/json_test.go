@@ -113,6 +113,7 @@ var jsonShapes = []struct {
 	{"doctor_plan", reflect.TypeFor[doctor.PlanSummary]()},
 	{"doctor_check", reflect.TypeFor[doctor.Check]()},
 	{"support_plan", reflect.TypeFor[support.Plan]()},
+	{"support_units", reflect.TypeFor[support.Units]()},
 	{"support_file", reflect.TypeFor[support.File]()},
 	{"support_install", reflect.TypeFor[support.InstallResult]()},
 	{"support_status", reflect.TypeFor[support.Status]()},
