@@ -2041,3 +2041,82 @@ func TestTruthCaptureFinalRecord(t *testing.T) {
 		t.Errorf("run --capture's record: oom %v, state %v; the registry's: oom %v, state %v", out.Record["oom"], out.Record["state"], stored["oom"], stored["state"])
 	}
 }
+
+// TestTruthSupervisorsOutOfOOMChoice: a memory budget's OOM kill takes a
+// workload, never its guardian (the witness its record depends on) or the
+// keeper: on cgroup v1 they are not in the budget's memory group, and
+// where privilege allows (CAP_SYS_RESOURCE) they run with oom_score_adj
+// -1000; the workload keeps the caller's value. Repeated OOM kills all
+// leave verified records.
+func TestTruthSupervisorsOutOfOOMChoice(t *testing.T) {
+	c := newCLI(t)
+	cleanupV1(t, c)
+	dir := t.TempDir()
+	env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m", "--memory", "32M", "--scratch", dir).stdout)
+	for i := 0; i < 6; i++ {
+		r := c.run("exec", env, "--", "sh", "-c", "head -c 96M /dev/zero | tail -c 96M > /dev/null")
+		if r.code != 137 {
+			t.Errorf("OOM run %d: %v; want 137 with its status observed", i, r)
+		}
+	}
+	c.mustRun("exec", "--detach", env, "--", "sleep", "300")
+	var sleeper string
+	for _, row := range c.ps(true) {
+		if row.State != "exited" {
+			sleeper = row.ID
+		} else if s := c.status(row.ID); s["tree_state"] != "exited" {
+			t.Errorf("command %s after its OOM kill: tree %v (%v)", row.ID, s["tree_state"], s["tree_evidence"])
+		}
+	}
+	s := c.status(sleeper)
+	g, _ := s["guardian"].(map[string]any)
+	w, _ := s["workload"].(map[string]any)
+	k, _ := c.status(env)["keeper"].(map[string]any)
+	pidOf := func(who string, id map[string]any) int {
+		pid, _ := id["pid"].(float64)
+		if pid <= 0 {
+			t.Fatalf("no %s pid: %v", who, id)
+		}
+		return int(pid)
+	}
+	memGroup := func(pid int) string {
+		for _, l := range strings.Split(readFile(fmt.Sprintf("/proc/%d/cgroup", pid)), "\n") {
+			if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "memory" {
+				return f[2]
+			}
+		}
+		return ""
+	}
+	adj := func(pid int) string {
+		return strings.TrimSpace(readFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid)))
+	}
+	wl := pidOf("workload", w)
+	privileged := capEffective(t)&(1<<unix.CAP_SYS_RESOURCE) != 0
+	for who, pid := range map[string]int{"guardian": pidOf("guardian", g), "keeper": pidOf("keeper", k)} {
+		if m := memGroup(wl); m != "" && strings.Contains(m, env) && strings.Contains(memGroup(pid), env) {
+			t.Errorf("the %s is in the environment's v1 memory group %s", who, memGroup(pid))
+		}
+		if a := adj(pid); privileged && a != "-1000" {
+			t.Errorf("%s oom_score_adj %s, want -1000", who, a)
+		}
+	}
+	if a, own := adj(wl), adj(os.Getpid()); a != own {
+		t.Errorf("workload oom_score_adj %s, want %s (the caller's)", a, own)
+	}
+	c.mustRun("stop", env)
+}
+
+// capEffective is this process's effective capability set.
+func capEffective(t *testing.T) uint64 {
+	for _, l := range strings.Split(readFile("/proc/self/status"), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no CapEff in /proc/self/status")
+	return 0
+}

@@ -88,6 +88,10 @@ func (e *Engine) envFacts(ctx context.Context, env *api.Env, cmds []*api.Command
 		f.Keeper = liveness(env.Keeper)
 	}
 	f.Decided = readDecision(filepath.Join(env.RunDir, "stop-decision"))
+	if env.Tier == api.TierCgroup2 && env.CgroupPath != "" {
+		_, err := os.Stat(env.CgroupPath)
+		f.GroupGone = errors.Is(err, os.ErrNotExist)
+	}
 	settled := make([]*api.Command, 0, len(cmds))
 	for _, c := range cmds {
 		n, _ := e.settleCommand(ctx, env, c)

@@ -425,6 +425,10 @@ static int dup_onto(int from, int to)
 }
 
 /* child_exec runs in the new child; it never returns. */
+/* The oom_score_adj the guardian inherited, which the workload gets back
+ * (the guardian itself is protected: hf_oom_protect). */
+static char oom_adj[HF_OOM_ADJ_LEN];
+
 static void child_exec(int in, int out, int err, int nsfd, int report)
 {
 	struct child_err ce = {STEP_START, 0};
@@ -456,6 +460,8 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	if (cfg.cwd && cfg.cwd[0] && chdir(cfg.cwd) < 0)
 		goto fail;
 	reset_signals();
+	if (oom_adj[0])
+		hf_write_fileat(AT_FDCWD, "/proc/self/oom_score_adj", oom_adj);
 	execve(cfg.path, cfg.argv, cfg.envp);
 fail:
 	ce.err = errno;
@@ -1295,6 +1301,7 @@ int hf_guardian_main(void)
 	}
 	if (fcntl(HF_FD_DIR, F_GETFD) >= 0)
 		hf_log_dirfd = HF_FD_DIR;
+	hf_oom_protect(oom_adj);
 	/* A subreaper before anything can be orphaned to us. */
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
 		hf_log("guardian: PR_SET_CHILD_SUBREAPER: %s", hf_errstr(errno));

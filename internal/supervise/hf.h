@@ -84,6 +84,8 @@ const char *hf_errstr(int err);
 int hf_read_file(const char *path, char *buf, size_t cap);
 int hf_read_fileat(int dirfd, const char *path, char *buf, size_t cap);
 int hf_write_fileat(int dirfd, const char *path, const char *val);
+#define HF_OOM_ADJ_LEN 16
+void hf_oom_protect(char orig[HF_OOM_ADJ_LEN]);
 int hf_parse_i64(const char *s, int64_t *out);
 int hf_read_stat(pid_t pid, char *state, pid_t *ppid, uint64_t *start);
 int hf_read_stat_full(pid_t pid, char *state, pid_t *ppid, int *threads, uint64_t *start);

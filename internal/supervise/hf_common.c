@@ -139,6 +139,22 @@ int hf_write_fileat(int dirfd, const char *path, const char *val)
 	return w == (ssize_t)n ? 0 : -1;
 }
 
+/* hf_oom_protect takes a supervisor out of the OOM killer's choice
+ * (oom_score_adj -1000; it takes privilege, so unprivileged it stays as
+ * it is): a cgroup's OOM must take a workload, never its witness. The
+ * inherited value is kept in orig for the workload. */
+void hf_oom_protect(char orig[HF_OOM_ADJ_LEN])
+{
+	orig[0] = 0;
+	int fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t n = read(fd, orig, HF_OOM_ADJ_LEN - 1);
+	close(fd);
+	orig[n > 0 ? n : 0] = 0;
+	hf_write_fileat(AT_FDCWD, "/proc/self/oom_score_adj", "-1000");
+}
+
 int hf_parse_i64(const char *s, int64_t *out)
 {
 	int neg = 0;

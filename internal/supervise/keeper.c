@@ -526,6 +526,8 @@ int hf_keeper_main(void)
 		if (fl >= 0)
 			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
 	}
+	char oom_adj[HF_OOM_ADJ_LEN];
+	hf_oom_protect(oom_adj); /* the keeper runs nothing: nobody needs it back */
 	for (int i = 0; i < MAX_SLOTS; i++)
 		slots[i] = -1;
 	int r = hf_read_msg(HF_KFD_CONFIG, &cfgmsg);
