@@ -638,10 +638,12 @@ func (e *Engine) stopEnvLocked(ctx context.Context, env *api.Env, opts StopOptio
 		<-closed
 		return e.abandonEnv(ctx, env)
 	}
-	errs := e.stopCommands(ctx, env, reason, opts)
+	tried := map[string]bool{}
+	errs := e.stopCommands(ctx, env, reason, opts, tried)
 	cerr := <-closed
-	// A launch that registered before admission closed is stopped too.
-	errs = append(errs, e.stopCommands(ctx, env, reason, opts)...)
+	// A launch that registered before admission closed is stopped too
+	// (only those: the first pass's failures are said once).
+	errs = append(errs, e.stopCommands(ctx, env, reason, opts, tried)...)
 	fin := e.finishEnv(ctx, env, reason, "")
 	if fin.incomplete != nil {
 		errs = append(errs, fin.incomplete)
@@ -689,7 +691,7 @@ func (e *Engine) stopEnvLocked(ctx context.Context, env *api.Env, opts StopOptio
 }
 
 // stopCommands stops every live command of env in parallel.
-func (e *Engine) stopCommands(ctx context.Context, env *api.Env, reason api.StopReason, opts StopOptions) []error {
+func (e *Engine) stopCommands(ctx context.Context, env *api.Env, reason api.StopReason, opts StopOptions, tried map[string]bool) []error {
 	cmds, err := e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
 	if err != nil {
 		return []error{err}
@@ -698,9 +700,10 @@ func (e *Engine) stopCommands(ctx context.Context, env *api.Env, reason api.Stop
 	results := make(chan result, len(cmds))
 	pending := 0
 	for _, c := range cmds {
-		if c.Final() {
+		if c.Final() || tried[c.ID] {
 			continue
 		}
+		tried[c.ID] = true
 		pending++
 		go func(c *api.Command) {
 			_, err := e.stopCommand(ctx, env, c, StopOptions{Reason: reason, Grace: opts.Grace})
