@@ -189,7 +189,7 @@ func (s *soak) one(r *rand.Rand) {
 			return
 		}
 		// The environment may have expired or been stopped since.
-		kind, args, want = "exec-true/"+via, append(host, "exec", env, "--", "true"), []int{0, 1, 3, 4, 124, 125}
+		kind, args, want = "exec-true/"+via, append(host, "exec", env, "--", "true"), []int{0, 1, 3, 4, 122, 124}
 	case p < 75:
 		ttl := *ttlMax/3 + time.Duration(r.Int64N(int64(*ttlMax*2/3)))
 		kind, args = "detach/"+via, append(host, "run", "--detach", "--label", "soak=1", "--ttl", ttl.Round(time.Second).String(), "--", "sleep", "3600")
@@ -213,6 +213,10 @@ func (s *soak) one(r *rand.Rand) {
 	s.lat[kind] = append(s.lat[kind], ms)
 	if killed(err) {
 		s.counts[kind+" killed"]++ // a chaos SIGKILL of the call itself
+		return
+	}
+	if via == "serve" && code == 125 && strings.Contains(out, "hostfork server") {
+		s.counts[kind+" server-down"]++ // the chaos killed serve; it restarts
 		return
 	}
 	if !slices.Contains(want, code) {
