@@ -27,6 +27,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/cli"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
@@ -903,15 +904,13 @@ func waitReceiptComplete(t *testing.T, c *hostforkCLI, env string) string {
 		}
 		id, dir = f[0], f[1]
 		b := readFile(filepath.Join(dir, "receipt"))
-		if !strings.Contains(b, `"complete":true`) {
-			return "receipt: " + strings.Trim(b, "\x00 \n")
+		r, err := supervise.ParseReceipt([]byte(b))
+		if err != nil || !r.Complete {
+			return fmt.Sprintf("receipt: %q (%v)", strings.Trim(b, "\x00 \n"), err)
 		}
 		// A receipt is final only once its guardian is gone: until then
 		// readers rightly call the tree live.
-		var r struct {
-			Guardian int `json:"guardian_pid"`
-		}
-		if json.Unmarshal([]byte(strings.Trim(b, "\x00 \n")), &r) == nil && r.Guardian > 0 {
+		if r.Guardian > 0 {
 			if err := syscall.Kill(r.Guardian, 0); err == nil {
 				if st, err := linux.ReadStat(r.Guardian); err == nil && st.State != 'Z' {
 					return "the guardian " + strconv.Itoa(r.Guardian) + " is still running"

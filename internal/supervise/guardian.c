@@ -150,70 +150,47 @@ static char rec_buf[16 << 10];
  * launcher is there to record the result durably (its control channel is
  * closed): a launcher that is alive commits the result to the registry
  * before it returns. */
+static int64_t ns_of(const struct timespec *ts) { return (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec; }
+
 static void write_receipt(void)
 {
-	struct hf_sb b = {rec_buf, 0, sizeof rec_buf - 1};
-	hf_sb_s(&b, "{\"command_id\":");
-	hf_sb_str(&b, cfg.command_id, 1600);
-	hf_sb_s(&b, ",\"env_id\":");
-	hf_sb_str(&b, cfg.env_id, 1600);
-	hf_sb_s(&b, ",\"boot_id\":");
-	hf_sb_str(&b, R.boot_id, 128);
-	hf_sb_s(&b, ",\"guardian_pid\":");
-	hf_sb_i64(&b, self_pid);
-	hf_sb_s(&b, ",\"proof_dev\":");
-	hf_sb_u64(&b, R.dev);
-	hf_sb_s(&b, ",\"proof_ino\":");
-	hf_sb_u64(&b, R.ino);
-	if (leader_pid > 0) {
-		hf_sb_s(&b, ",\"workload_pid\":");
-		hf_sb_i64(&b, leader_pid);
-	}
-	if (R.workload_start) {
-		hf_sb_s(&b, ",\"workload_start\":");
-		hf_sb_u64(&b, R.workload_start);
-	}
-	if (R.start_error[0]) {
-		hf_sb_s(&b, ",\"start_error\":");
-		hf_sb_str(&b, R.start_error, 4096);
-	}
-	if (R.has_leader) {
-		hf_sb_s(&b, ",\"leader_exited_at\":");
-		hf_sb_time(&b, &R.leader_at);
-	}
-	if (R.has_code) {
-		hf_sb_s(&b, ",\"exit_code\":");
-		hf_sb_i64(&b, R.code);
-	}
-	if (R.has_signal) {
-		hf_sb_s(&b, ",\"signal\":");
-		hf_sb_i64(&b, R.signal);
-	}
-	if (stop_reason) {
-		hf_sb_s(&b, ",\"stop_reason\":");
-		hf_sb_str(&b, hf_reason_name(stop_reason), 64);
-	}
+	struct hf_kv b = {rec_buf, 0, sizeof rec_buf, '\n'};
+	hf_kv(&b, "command_id", cfg.command_id);
+	hf_kv(&b, "env_id", cfg.env_id);
+	hf_kv(&b, "boot_id", R.boot_id);
+	hf_kv_i64(&b, "guardian_pid", self_pid);
+	hf_kv_u64(&b, "proof_dev", R.dev);
+	hf_kv_u64(&b, "proof_ino", R.ino);
+	if (leader_pid > 0)
+		hf_kv_i64(&b, "workload_pid", leader_pid);
+	if (R.workload_start)
+		hf_kv_u64(&b, "workload_start", R.workload_start);
+	if (R.start_error[0])
+		hf_kv(&b, "start_error", R.start_error);
+	if (R.has_leader)
+		hf_kv_i64(&b, "leader_exited_at", ns_of(&R.leader_at));
+	if (R.has_code)
+		hf_kv_i64(&b, "exit_code", R.code);
+	if (R.has_signal)
+		hf_kv_i64(&b, "signal", R.signal);
+	if (stop_reason)
+		hf_kv(&b, "stop_reason", hf_reason_name(stop_reason));
 	if (R.after_stop)
-		hf_sb_s(&b, ",\"stopped_by_hostfork\":true");
-	if (R.outsiders) {
-		hf_sb_s(&b, ",\"outside_cgroup\":");
-		hf_sb_i64(&b, R.outsiders);
-	}
+		hf_kv(&b, "stopped_by_hostfork", "true");
+	if (R.outsiders)
+		hf_kv_i64(&b, "outside_cgroup", R.outsiders);
 	if (R.unstable)
-		hf_sb_s(&b, ",\"membership_unstable\":true");
+		hf_kv(&b, "membership_unstable", "true");
 	if (output_truncated)
-		hf_sb_s(&b, ",\"output_truncated\":true");
+		hf_kv(&b, "output_truncated", "true");
 	if (leader_oom >= 0)
-		hf_sb_s(&b, leader_oom ? ",\"leader_oom\":true" : ",\"leader_oom\":false");
-	if (leader_oom_stale_ms > 0) {
-		hf_sb_s(&b, ",\"leader_oom_stale_ms\":");
-		hf_sb_i64(&b, leader_oom_stale_ms);
-	}
-	if (R.has_tree) {
-		hf_sb_s(&b, ",\"tree_exited_at\":");
-		hf_sb_time(&b, &R.tree_at);
-	}
-	hf_sb_s(&b, R.complete ? ",\"complete\":true}\n" : ",\"complete\":false}\n");
+		hf_kv(&b, "leader_oom", leader_oom ? "true" : "false");
+	if (leader_oom_stale_ms > 0)
+		hf_kv_i64(&b, "leader_oom_stale_ms", leader_oom_stale_ms);
+	if (R.has_tree)
+		hf_kv_i64(&b, "tree_exited_at", ns_of(&R.tree_at));
+	hf_kv(&b, "complete", R.complete ? "true" : "false");
+	hf_kv_end(&b);
 	/* Padding: the text never shrinks, and from the first write on it
 	 * rarely grows, so a concurrent reader does not see new text cut at an
 	 * old file size (ReadReceipt retries a torn read anyway). */
@@ -246,36 +223,22 @@ static void emit(const char *kind, pid_t pid, uint64_t start, const int *code,
 	static char buf[8192];
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
-	struct hf_sb b = {buf, 0, sizeof buf};
-	hf_sb_s(&b, "{\"ev\":");
-	hf_sb_str(&b, kind, 64);
-	if (pid > 0) {
-		hf_sb_s(&b, ",\"pid\":");
-		hf_sb_i64(&b, pid);
-	}
-	if (start) {
-		hf_sb_s(&b, ",\"start\":");
-		hf_sb_u64(&b, start);
-	}
-	if (code) {
-		hf_sb_s(&b, ",\"code\":");
-		hf_sb_i64(&b, *code);
-	}
-	if (sig) {
-		hf_sb_s(&b, ",\"signal\":");
-		hf_sb_i64(&b, *sig);
-	}
-	if (reason) {
-		hf_sb_s(&b, ",\"reason\":");
-		hf_sb_str(&b, hf_reason_name(reason), 64);
-	}
-	if (error && error[0]) {
-		hf_sb_s(&b, ",\"error\":");
-		hf_sb_str(&b, error, 4096);
-	}
-	hf_sb_s(&b, ",\"at\":");
-	hf_sb_time(&b, &now);
-	hf_sb_s(&b, "}\n");
+	struct hf_kv b = {buf, 0, sizeof buf, ' '};
+	hf_kv(&b, "ev", kind);
+	if (pid > 0)
+		hf_kv_i64(&b, "pid", pid);
+	if (start)
+		hf_kv_u64(&b, "start", start);
+	if (code)
+		hf_kv_i64(&b, "code", *code);
+	if (sig)
+		hf_kv_i64(&b, "signal", *sig);
+	if (reason)
+		hf_kv(&b, "reason", hf_reason_name(reason));
+	if (error && error[0])
+		hf_kv(&b, "error", error);
+	hf_kv_i64(&b, "at", ns_of(&now));
+	b.p[b.len - 1] = '\n';
 	hf_write_all(HF_FD_EVENTS, b.p, b.len);
 }
 

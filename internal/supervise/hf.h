@@ -101,17 +101,17 @@ struct hf_msg {
 int hf_read_msg(int fd, struct hf_msg *m);
 void hf_free_msg(struct hf_msg *m);
 
-/* JSON writing into a fixed buffer. */
-struct hf_sb {
+/* key=value fields into a fixed buffer, each followed by sep; values are
+ * percent-encoded (fields.go). A field that does not fit is left out. */
+struct hf_kv {
 	char *p;
 	size_t len, cap;
+	char sep;
 };
-void hf_sb_raw(struct hf_sb *b, const char *s, size_t n);
-void hf_sb_s(struct hf_sb *b, const char *s);
-void hf_sb_u64(struct hf_sb *b, uint64_t v);
-void hf_sb_i64(struct hf_sb *b, int64_t v);
-void hf_sb_str(struct hf_sb *b, const char *s, size_t max);
-void hf_sb_time(struct hf_sb *b, const struct timespec *ts);
+void hf_kv(struct hf_kv *b, const char *key, const char *val);
+void hf_kv_i64(struct hf_kv *b, const char *key, int64_t v);
+void hf_kv_u64(struct hf_kv *b, const char *key, uint64_t v);
+void hf_kv_end(struct hf_kv *b);
 
 /* ---- the tree-stop mechanism (hf_tree.c; internal/tree is its Go twin) ---- */
 #define HF_MAX_ROOTS 1024

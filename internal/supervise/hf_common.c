@@ -280,106 +280,45 @@ void hf_free_msg(struct hf_msg *m)
 	m->buf = NULL;
 }
 
-/* ---- JSON ---- */
+/* ---- key=value fields (protocol.go, fields.go) ---- */
 
-void hf_sb_raw(struct hf_sb *b, const char *s, size_t n)
+void hf_kv(struct hf_kv *b, const char *key, const char *val)
 {
-	if (n > b->cap - b->len)
-		n = b->cap - b->len;
-	memcpy(b->p + b->len, s, n);
+	size_t n = strlen(key);
+	if (b->len + n + 3 * strlen(val) + 3 > b->cap)
+		return;
+	memcpy(b->p + b->len, key, n);
 	b->len += n;
+	b->p[b->len++] = '=';
+	for (const unsigned char *s = (const unsigned char *)val; *s; s++) {
+		if (*s <= ' ' || *s == '%' || *s == 0x7f)
+			b->len += (size_t)snprintf(b->p + b->len, 4, "%%%02X", *s);
+		else
+			b->p[b->len++] = (char)*s;
+	}
+	b->p[b->len++] = b->sep;
 }
 
-void hf_sb_s(struct hf_sb *b, const char *s) { hf_sb_raw(b, s, strlen(s)); }
-
-void hf_sb_u64(struct hf_sb *b, uint64_t v)
+void hf_kv_i64(struct hf_kv *b, const char *key, int64_t v)
 {
 	char t[24];
-	int i = sizeof t;
-	do {
-		t[--i] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	hf_sb_raw(b, t + i, sizeof t - (size_t)i);
+	snprintf(t, sizeof t, "%lld", (long long)v);
+	hf_kv(b, key, t);
 }
 
-void hf_sb_i64(struct hf_sb *b, int64_t v)
+void hf_kv_u64(struct hf_kv *b, const char *key, uint64_t v)
 {
-	if (v < 0) {
-		hf_sb_raw(b, "-", 1);
-		hf_sb_u64(b, (uint64_t)0 - (uint64_t)v);
-	} else {
-		hf_sb_u64(b, (uint64_t)v);
-	}
+	char t[24];
+	snprintf(t, sizeof t, "%llu", (unsigned long long)v);
+	hf_kv(b, key, t);
 }
 
-/* hf_sb_str writes s as a JSON string, with at most max bytes of escaped
- * content. Other bytes pass through: valid UTF-8 stays as it is (invalid
- * UTF-8 becomes U+FFFD in Go's decoder). */
-void hf_sb_str(struct hf_sb *b, const char *s, size_t max)
+/* hf_kv_end appends "end=" and the FNV-1a hash of the text before it. */
+void hf_kv_end(struct hf_kv *b)
 {
-	static const char hex[] = "0123456789abcdef";
-	size_t used = 0;
-	hf_sb_raw(b, "\"", 1);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		char e[6];
-		size_t n = 0;
-		if (c == '"' || c == '\\') {
-			e[n++] = '\\';
-			e[n++] = (char)c;
-		} else if (c == '\n') {
-			e[n++] = '\\';
-			e[n++] = 'n';
-		} else if (c == '\t') {
-			e[n++] = '\\';
-			e[n++] = 't';
-		} else if (c < 0x20 || c == 0x7f) {
-			memcpy(e, "\\u00", 4);
-			e[4] = hex[c >> 4];
-			e[5] = hex[c & 15];
-			n = 6;
-		} else {
-			e[n++] = (char)c;
-		}
-		if (used + n > max)
-			break;
-		hf_sb_raw(b, e, n);
-		used += n;
-	}
-	hf_sb_raw(b, "\"", 1);
-}
-
-/* hf_sb_time writes ts as Go's time.RFC3339Nano in UTC, quoted. */
-void hf_sb_time(struct hf_sb *b, const struct timespec *ts)
-{
-	int64_t s = ts->tv_sec, days = s / 86400, rem = s % 86400;
-	if (rem < 0) {
-		rem += 86400;
-		days--;
-	}
-	/* Civil date from days since 1970-01-01 (H. Hinnant's algorithm). */
-	int64_t z = days + 719468;
-	int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-	int64_t doe = z - era * 146097;
-	int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-	int64_t y = yoe + era * 400;
-	int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-	int64_t mp = (5 * doy + 2) / 153;
-	int64_t d = doy - (153 * mp + 2) / 5 + 1;
-	int64_t m = mp < 10 ? mp + 3 : mp - 9;
-	if (m <= 2)
-		y++;
-	char t[64];
-	int n = snprintf(t, sizeof t, "\"%04lld-%02lld-%02lldT%02lld:%02lld:%02lld",
-	    (long long)y, (long long)m, (long long)d, (long long)(rem / 3600),
-	    (long long)(rem / 60 % 60), (long long)(rem % 60));
-	if (ts->tv_nsec > 0) {
-		n += snprintf(t + n, sizeof t - (size_t)n, ".%09ld", (long)ts->tv_nsec);
-		while (t[n - 1] == '0')
-			n--;
-	}
-	t[n++] = 'Z';
-	t[n++] = '"';
-	hf_sb_raw(b, t, (size_t)n);
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < b->len; i++)
+		h = (h ^ (unsigned char)b->p[i]) * 16777619u;
+	if (b->len + 14 <= b->cap)
+		b->len += (size_t)snprintf(b->p + b->len, 15, "end=%08x\n", h);
 }
