@@ -436,7 +436,7 @@ static int open_view(char *msg, size_t cap, int *err)
 {
 	int pfd = (int)syscall(SYS_pidfd_open, cfg.view_pid, 0);
 	uint64_t start = 0;
-	if (pfd < 0 || hf_read_stat(cfg.view_pid, NULL, NULL, &start) < 0 || (cfg.view_start && start != cfg.view_start)) {
+	if (pfd < 0 || hf_read_stat(cfg.view_pid, NULL, NULL, NULL, &start) < 0 || (cfg.view_start && start != cfg.view_start)) {
 		*err = ESRCH;
 		snprintf(msg, cap, "joining the view: the environment's keeper (pid %d) is gone", cfg.view_pid);
 		if (pfd >= 0)
@@ -1115,52 +1115,12 @@ static int tees_done(void)
  * start time. The registry is settled by the next reader. */
 static void finish_environment(void)
 {
-	if (cfg.guardians[0]) {
-		static char procs[65536];
-		char p[HF_MAX_PATH + 32];
-		snprintf(p, sizeof p, "%s/cgroup.procs", cfg.guardians);
-		int len = hf_read_file(p, procs, sizeof procs);
-		struct hf_tree g;
-		memset(&g, 0, sizeof g);
-		snprintf(g.cgroup, sizeof g.cgroup, "%s", cfg.guardians);
-		snprintf(g.mount, sizeof g.mount, "%s", cfg.mount);
-		int64_t cur = -1;
-		for (int i = 0; len > 0 && i <= len; i++) {
-			char c = i < len ? procs[i] : '\n';
-			if (c >= '0' && c <= '9') {
-				cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
-			} else if (cur > 0) {
-				pid_t pid = (pid_t)cur;
-				cur = -1;
-				if (pid == self_pid)
-					continue;
-				int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-				if (fd < 0)
-					continue;
-				/* Still a guardian of this environment after the open. */
-				char cg[HF_MAX_PATH + 32];
-				snprintf(cg, sizeof cg, "/proc/%d/cgroup", (int)pid);
-				static char b[8192];
-				const char *rel = cfg.guardians + strlen(cfg.mount);
-				int in = 0;
-				if (hf_read_file(cg, b, sizeof b) > 0) {
-					char *l = strstr(b, "0::");
-					if (l) {
-						l += 3;
-						size_t lr = strcspn(l, "\n");
-						in = lr == strlen(rel) && !strncmp(l, rel, lr);
-					}
-				}
-				if (in)
-					hf_queue_stop(fd, HF_R_COMPLETED, 0, cfg.grace_ns);
-				close(fd);
-			}
-		}
-	}
+	if (cfg.guardians[0])
+		hf_stop_guardians(cfg.mount, cfg.guardians, self_pid, HF_R_COMPLETED, cfg.grace_ns, NULL);
 	if (cfg.view_pid > 0) {
 		int fd = (int)syscall(SYS_pidfd_open, cfg.view_pid, 0);
 		uint64_t start = 0;
-		if (fd >= 0 && hf_read_stat(cfg.view_pid, NULL, NULL, &start) == 0 && start == cfg.view_start)
+		if (fd >= 0 && hf_read_stat(cfg.view_pid, NULL, NULL, NULL, &start) == 0 && start == cfg.view_start)
 			hf_queue_stop(fd, HF_R_COMPLETED, 0, cfg.grace_ns);
 		if (fd >= 0)
 			close(fd);
@@ -1385,7 +1345,7 @@ int hf_guardian_main(void)
 	last_activity = hf_mono_now();
 	if (cfg.idle_ns > 0)
 		idle_poll(), last_activity = hf_mono_now();
-	hf_read_stat(pid, NULL, NULL, &R.workload_start);
+	hf_read_stat(pid, NULL, NULL, NULL, &R.workload_start);
 	write_receipt();
 	emit("started", pid, R.workload_start, NULL, NULL, 0, NULL);
 

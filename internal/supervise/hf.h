@@ -85,8 +85,8 @@ int hf_read_file(const char *path, char *buf, size_t cap);
 int hf_read_fileat(int dirfd, const char *path, char *buf, size_t cap);
 int hf_write_fileat(int dirfd, const char *path, const char *val);
 int hf_parse_i64(const char *s, int64_t *out);
-int hf_read_stat(pid_t pid, char *state, pid_t *ppid, uint64_t *start);
-int hf_read_stat_full(pid_t pid, char *state, pid_t *ppid, int *threads, uint64_t *start);
+/* hf_read_stat reads /proc/PID/stat; each out pointer may be NULL. */
+int hf_read_stat(pid_t pid, char *state, int *threads, pid_t *ppid, uint64_t *start);
 int hf_copy_bounded(char *dst, size_t cap, const char *src);
 
 /* A NUL-framed message: 'R' then "key=value\0" strings, ended by "\0". */
@@ -113,7 +113,7 @@ void hf_kv_i64(struct hf_kv *b, const char *key, int64_t v);
 void hf_kv_u64(struct hf_kv *b, const char *key, uint64_t v);
 void hf_kv_end(struct hf_kv *b);
 
-/* ---- the tree-stop mechanism (hf_tree.c; internal/tree is its Go twin) ---- */
+/* ---- the tree stop (hf_tree.c; internal/tree has the same rules) ---- */
 #define HF_MAX_ROOTS 1024
 #define HF_MAX_MEMBERS 65536
 struct hf_tree {
@@ -121,30 +121,35 @@ struct hf_tree {
 	 * cgroup2 mount it lies under (to read /proc/PID/cgroup). */
 	char cgroup[HF_MAX_PATH + 1];
 	char mount[HF_MAX_PATH + 1];
-	/* The live descendants of these processes are members too (the roots
-	 * themselves are not): a guardian is its tree's subreaper. */
+	/* The live descendants of these subreapers are members too (the roots
+	 * themselves are not). */
 	pid_t roots[HF_MAX_ROOTS];
 	int nroots;
-	/* State of one stop. */
-	int froze;        /* this stop froze the cgroup */
-	int stable;       /* membership was stable at the last kill */
-	int outsiders;    /* members found outside the cgroup at the last kill */
+	/* The last kill: membership outside the cgroup was stable before it,
+	 * and this many members were outside the cgroup. */
+	int stable, outsiders;
 };
-/* hf_tree_list lists the members into out (at most max) and returns how
- * many there are. */
+/* hf_in_cgroup: 1 when pid's cgroup2 group is group (under mount), 2 when
+ * it is below group, else 0. */
+int hf_in_cgroup(pid_t pid, const char *mount, const char *group);
+/* hf_tree_list lists the members into out (at most max), sorted, and
+ * returns how many it listed. */
 int hf_tree_list(struct hf_tree *t, pid_t *out, int max);
 /* hf_tree_signal sends sig to every member through a pidfd, re-checking
  * membership after the open; returns the number signalled. */
 int hf_tree_signal(struct hf_tree *t, int sig);
-/* hf_tree_kill quiesces (freeze the cgroup, SIGSTOP members outside it),
- * lists until two listings agree (bounded), SIGKILLs every member
- * (cgroup.kill, and each member through a pidfd), then thaws what it froze.
- * Returns the number of members it killed. */
+/* hf_tree_kill writes cgroup.kill, stops (SIGSTOP) the members outside
+ * the cgroup until two listings agree and SIGKILLs them; returns the
+ * number of members it found. */
 int hf_tree_kill(struct hf_tree *t);
 /* hf_tree_populated reports whether any member remains. */
 int hf_tree_populated(struct hf_tree *t);
 /* hf_queue_stop sends a queued SIGTERM stop request (see HF_STOP_NOTICE). */
 int hf_queue_stop(int pidfd, int reason, int notice, int64_t grace_ns);
+/* hf_stop_guardians queues a stop to every process of the guardians group
+ * (but skip), each checked through a pidfd to be in the group, and adds
+ * them to roots (when not NULL). */
+void hf_stop_guardians(const char *mount, const char *group, pid_t skip, int reason, int64_t grace, struct hf_tree *roots);
 
 int hf_guardian_main(void);
 int hf_keeper_main(void);

@@ -169,10 +169,9 @@ int hf_copy_bounded(char *dst, size_t cap, const char *src)
 	return 0;
 }
 
-/* hf_read_stat_full parses /proc/PID/stat; fields are counted from the last
- * ')', since the command name may contain spaces and parentheses. Each out
- * pointer may be NULL. */
-int hf_read_stat_full(pid_t pid, char *state, pid_t *ppid, int *threads, uint64_t *start)
+/* hf_read_stat counts fields from the last ')', since the command name may
+ * contain spaces and parentheses. */
+int hf_read_stat(pid_t pid, char *state, int *threads, pid_t *ppid, uint64_t *start)
 {
 	static char b[2048];
 	char path[48];
@@ -219,7 +218,6 @@ int hf_read_stat_full(pid_t pid, char *state, pid_t *ppid, int *threads, uint64_
 	return -1;
 }
 
-int hf_read_stat(pid_t pid, char *state, pid_t *ppid, uint64_t *start) { return hf_read_stat_full(pid, state, ppid, NULL, start); }
 
 /* ---- NUL-framed messages ---- */
 

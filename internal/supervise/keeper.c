@@ -441,62 +441,19 @@ static void ready(const char *line)
 	hf_write_all(HF_KFD_READY, b, (size_t)n);
 }
 
-/* in_group reports whether pid is in the cgroup2 group at path (exactly). */
-static int in_group(pid_t pid, const char *path)
-{
-	static char b[8192];
-	char p[48];
-	size_t lm = strlen(kc.mount);
-	if (strncmp(path, kc.mount, lm))
-		return 0;
-	const char *rel = path + lm;
-	snprintf(p, sizeof p, "/proc/%d/cgroup", (int)pid);
-	if (hf_read_file(p, b, sizeof b) <= 0)
-		return 0;
-	char *l = strstr(b, "0::");
-	if (!l)
-		return 0;
-	l += 3;
-	size_t lr = strcspn(l, "\n");
-	return lr == strlen(rel) && !strncmp(l, rel, lr);
-}
-
 /* stop_commands ends every command of the environment: each guardian is
  * asked to stop its tree with the reason and the grace (its receipt then
  * carries the reason); what is left after the grace is killed. */
 static void stop_commands(int reason, int64_t grace)
 {
-	static char procs[65536];
 	static struct hf_tree t;
-	char p[HF_MAX_PATH + 32];
 	if (!kc.commands[0])
 		return;
 	memset(&t, 0, sizeof t);
 	snprintf(t.cgroup, sizeof t.cgroup, "%s", kc.commands);
 	snprintf(t.mount, sizeof t.mount, "%s", kc.mount);
-	if (kc.guardians[0]) {
-		snprintf(p, sizeof p, "%s/cgroup.procs", kc.guardians);
-		int len = hf_read_file(p, procs, sizeof procs);
-		int64_t cur = -1;
-		for (int i = 0; len > 0 && i <= len; i++) {
-			char c = i < len ? procs[i] : '\n';
-			if (c >= '0' && c <= '9') {
-				cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
-			} else if (cur > 0) {
-				pid_t pid = (pid_t)cur;
-				cur = -1;
-				int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-				if (fd < 0)
-					continue;
-				if (in_group(pid, kc.guardians)) {
-					hf_queue_stop(fd, reason, 0, grace);
-					if (t.nroots < HF_MAX_ROOTS)
-						t.roots[t.nroots++] = pid;
-				}
-				close(fd);
-			}
-		}
-	}
+	if (kc.guardians[0])
+		hf_stop_guardians(kc.mount, kc.guardians, 0, reason, grace, &t);
 	int64_t end = hf_mono_now() + grace + 1000 * NS_PER_MS;
 	while (hf_mono_now() < end && hf_tree_populated(&t)) {
 		struct timespec ts = {0, 10 * 1000000L};
