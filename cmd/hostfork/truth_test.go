@@ -644,13 +644,16 @@ func TestTruthEndedByHostfork(t *testing.T) {
 		if rec["oom"] != true {
 			t.Errorf("the record: oom %v (%v), want true", rec["oom"], rec["oom_evidence"])
 		}
-		// A guardian that did not get the CPU for more than 20 ms around
-		// the kill can't tell the OOM killer's kill from another
-		// (decision 79): 137, a warning, and the record saying so, never
-		// a wrong claim. Anything else must be the attribution.
+		// A guardian that did not get the CPU around the kill (or could not
+		// read the counter, or never kept a sample) can't tell the OOM
+		// killer's kill from another (decision 79): 137, a warning, and
+		// the record saying so, never a wrong claim. Anything else must be
+		// the attribution. Which of the two happens depends on the load;
+		// the age the guardian gives is reported, not checked, since a
+		// guardian that never kept a sample counts it from the start.
 		if ms, ok := staleOOMSample(fmt.Sprint(rec["oom_evidence"])); ok && r.code == 137 {
-			if ms <= 20 || rec["stopped_by_hostfork"] == true || rec["stop_reason"] != nil && rec["stop_reason"] != "" {
-				t.Errorf("left unknown with a sample %d ms old (want over 20), or with a stop reason %v, stopped_by_hostfork %v", ms, rec["stop_reason"], rec["stopped_by_hostfork"])
+			if rec["stopped_by_hostfork"] == true || rec["stop_reason"] != nil && rec["stop_reason"] != "" {
+				t.Errorf("left unknown (a sample %d ms old) with a stop reason %v, stopped_by_hostfork %v", ms, rec["stop_reason"], rec["stopped_by_hostfork"])
 			}
 			t.Logf("the guardian's sample was %d ms old: the attribution is unknown, as it must be", ms)
 			return
