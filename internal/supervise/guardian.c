@@ -68,9 +68,8 @@ static struct {
 	int njoin;
 	const char *path, *cwd; /* valid until the release is unmapped */
 	char **argv, **envp;
-	int pipe_mode, inherit_mode, owner_stop, foreground, view_pid, auto_stop;
-	uint64_t view_start;
-	int64_t deadline_ns, timeout_ns, grace_ns, idle_ns;
+	int pipe_mode, inherit_mode, owner_stop, foreground, auto_stop;
+	int64_t view_pid, view_start, deadline_ns, timeout_ns, grace_ns, idle_ns;
 	char oom_file[HF_MAX_PATH + 1]; /* the command's own file with an oom_kill line */
 } cfg;
 
@@ -262,6 +261,28 @@ static int parse_release(struct hf_msg *m)
 		return -1;
 	cfg.argv = (char **)(void *)(buf + at);
 	cfg.envp = cfg.argv + nargv + 1;
+	static const struct hf_key keys[] = {
+		{"command_id", 's', cfg.command_id, sizeof cfg.command_id, 0},
+		{"env_id", 's', cfg.env_id, sizeof cfg.env_id, 0},
+		{"path", 'p', &cfg.path, 0, 0},
+		{"cwd", 'p', &cfg.cwd, 0, 0},
+		{"output", 'f', &cfg.pipe_mode, 0, "pipe"},
+		{"output", 'f', &cfg.inherit_mode, 0, "inherit"},
+		{"workload_cgroup", 's', cfg.cgroup, sizeof cfg.cgroup, 0},
+		{"cgroup_mount", 's', cfg.mount, sizeof cfg.mount, 0},
+		{"guardians_cgroup", 's', cfg.guardians, sizeof cfg.guardians, 0},
+		{"oom_file", 's', cfg.oom_file, sizeof cfg.oom_file, 0},
+		{"deadline_mono_ns", 'i', &cfg.deadline_ns, 0, 0},
+		{"timeout_mono_ns", 'i', &cfg.timeout_ns, 0, 0},
+		{"grace_ns", 'i', &cfg.grace_ns, 0, 0},
+		{"idle_ns", 'i', &cfg.idle_ns, INT64_MAX, 0},
+		{"owner_exit", 'f', &cfg.owner_stop, 0, "stop"},
+		{"foreground", 'f', &cfg.foreground, 0, "1"},
+		{"auto_stop", 'f', &cfg.auto_stop, 0, "1"},
+		{"view_pid", 'i', &cfg.view_pid, INT_MAX, 0},
+		{"view_start", 'i', &cfg.view_start, INT64_MAX, 0},
+		{0, 0, 0, 0, 0},
+	};
 	size_t ia = 0, ie = 0;
 	char *next;
 	for (char *p = buf + 1; *p; p = next) {
@@ -272,70 +293,17 @@ static int parse_release(struct hf_msg *m)
 			return -1;
 		}
 		*v++ = 0;
-		int64_t n;
-		if (!strcmp(p, "argv")) {
+		int r = 1;
+		if (!strcmp(p, "argv"))
 			cfg.argv[ia++] = v;
-		} else if (!strcmp(p, "env")) {
+		else if (!strcmp(p, "env"))
 			cfg.envp[ie++] = v;
-		} else if (!strcmp(p, "command_id")) {
-			if (hf_copy_bounded(cfg.command_id, sizeof cfg.command_id, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "env_id")) {
-			if (hf_copy_bounded(cfg.env_id, sizeof cfg.env_id, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "path")) {
-			cfg.path = v;
-		} else if (!strcmp(p, "cwd")) {
-			cfg.cwd = v;
-		} else if (!strcmp(p, "output")) {
-			cfg.pipe_mode = !strcmp(v, "pipe");
-			cfg.inherit_mode = !strcmp(v, "inherit");
-		} else if (!strcmp(p, "workload_cgroup")) {
-			if (hf_copy_bounded(cfg.cgroup, sizeof cfg.cgroup, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "cgroup_mount")) {
-			if (hf_copy_bounded(cfg.mount, sizeof cfg.mount, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "guardians_cgroup")) {
-			if (hf_copy_bounded(cfg.guardians, sizeof cfg.guardians, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "oom_file")) {
-			if (hf_copy_bounded(cfg.oom_file, sizeof cfg.oom_file, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "v1_join")) {
-			if (cfg.njoin >= HF_MAX_JOIN || hf_copy_bounded(cfg.join[cfg.njoin], sizeof cfg.join[0], v) < 0)
-				return -1;
-			cfg.njoin++;
-		} else if (!strcmp(p, "deadline_mono_ns")) {
-			if (hf_parse_i64(v, &cfg.deadline_ns) < 0)
-				return -1;
-		} else if (!strcmp(p, "timeout_mono_ns")) {
-			if (hf_parse_i64(v, &cfg.timeout_ns) < 0)
-				return -1;
-		} else if (!strcmp(p, "grace_ns")) {
-			if (hf_parse_i64(v, &cfg.grace_ns) < 0)
-				return -1;
-		} else if (!strcmp(p, "idle_ns")) {
-			if (hf_parse_i64(v, &cfg.idle_ns) < 0 || cfg.idle_ns < 0)
-				return -1;
-		} else if (!strcmp(p, "owner_exit")) {
-			cfg.owner_stop = !strcmp(v, "stop");
-		} else if (!strcmp(p, "foreground")) {
-			cfg.foreground = !strcmp(v, "1");
-		} else if (!strcmp(p, "auto_stop")) {
-			cfg.auto_stop = !strcmp(v, "1");
-		} else if (!strcmp(p, "view_pid")) {
-			if (hf_parse_i64(v, &n) < 0 || n < 0 || n > INT_MAX)
-				return -1;
-			cfg.view_pid = (int)n;
-		} else if (!strcmp(p, "view_start")) {
-			if (hf_parse_i64(v, &n) < 0 || n < 0)
-				return -1;
-			cfg.view_start = (uint64_t)n;
-		} else {
+		else if (!strcmp(p, "v1_join"))
+			r = cfg.njoin < HF_MAX_JOIN && hf_copy_bounded(cfg.join[cfg.njoin++], sizeof cfg.join[0], v) == 0 ? 1 : -1;
+		else if ((r = hf_set_key(keys, p, v)) == 0)
 			hf_log("release: unknown key %.64s", p);
+		if (r <= 0)
 			return -1;
-		}
 	}
 	cfg.argv[ia] = NULL;
 	cfg.envp[ie] = NULL;
@@ -427,24 +395,22 @@ fail:
 	_exit(127);
 }
 
-/* open_view returns a pidfd of the environment's keeper, verified to be
- * the recorded process (its start time), through which the workload
- * joins the view: setns(pidfd, CLONE_NEWNS), Linux 5.8. Joining through
- * the pidfd, not /proc/PID/ns/mnt, leaves no window in which the PID could
- * name another process: if the keeper exits, setns fails. */
-static int open_view(char *msg, size_t cap, int *err)
+/* keeper_pidfd returns a pidfd of the environment's keeper, verified to be
+ * the recorded process (its start time), or -1. The workload joins the
+ * view through it: setns(pidfd, CLONE_NEWNS), Linux 5.8, leaves no window
+ * in which the PID could name another process (if the keeper exits, setns
+ * fails). */
+static int keeper_pidfd(void)
 {
-	int pfd = (int)syscall(SYS_pidfd_open, cfg.view_pid, 0);
-	uint64_t start = 0;
-	if (pfd < 0 || hf_read_stat(cfg.view_pid, NULL, NULL, NULL, &start) < 0 || (cfg.view_start && start != cfg.view_start)) {
-		*err = ESRCH;
-		snprintf(msg, cap, "joining the view: the environment's keeper (pid %d) is gone", cfg.view_pid);
-		if (pfd >= 0)
-			close(pfd);
-		return -1;
+	struct hf_stat st;
+	int fd = (int)syscall(SYS_pidfd_open, (pid_t)cfg.view_pid, 0);
+	if (fd >= 0 && (hf_read_stat((pid_t)cfg.view_pid, &st) < 0 || (cfg.view_start && st.start != (uint64_t)cfg.view_start))) {
+		close(fd);
+		fd = -1;
 	}
-	fcntl(pfd, F_SETFD, FD_CLOEXEC);
-	return pfd;
+	if (fd >= 0)
+		fcntl(fd, F_SETFD, FD_CLOEXEC);
+	return fd;
 }
 
 /* ---- the workload's clone ---- */
@@ -490,8 +456,11 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 			return -1;
 		}
 	}
-	if (cfg.view_pid > 0 && (nsfd = open_view(msg, cap, err)) < 0)
+	if (cfg.view_pid > 0 && (nsfd = keeper_pidfd()) < 0) {
+		*err = ESRCH;
+		snprintf(msg, cap, "joining the view: the environment's keeper (pid %d) is gone", (int)cfg.view_pid);
 		goto out;
+	}
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		*err = errno;
 		snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(*err));
@@ -605,18 +574,10 @@ static uint64_t io_total(void)
 	int n = hf_tree_list(t, m, 4096);
 	for (int i = 0; i < n && i < 4096; i++) {
 		char path[48];
+		uint64_t r, w;
 		snprintf(path, sizeof path, "/proc/%d/io", (int)m[i]);
-		if (hf_read_file(path, b, sizeof b) <= 0)
-			continue;
-		for (char *line = b; line && *line;) {
-			int64_t v;
-			char *nl = strchr(line, '\n');
-			if (nl)
-				*nl = 0;
-			if ((!strncmp(line, "rchar: ", 7) || !strncmp(line, "wchar: ", 7)) && hf_parse_i64(line + 7, &v) == 0)
-				sum += (uint64_t)v;
-			line = nl ? nl + 1 : NULL;
-		}
+		if (hf_read_file(path, b, sizeof b) > 0 && hf_keyed(b, "rchar: ", 10, &r) == 0 && hf_keyed(b, "wchar: ", 10, &w) == 0)
+			sum += r + w;
 	}
 	return sum;
 }
@@ -744,64 +705,26 @@ static void on_timer(void)
 static int64_t oom_count(void)
 {
 	static char b[2048];
-	if (!cfg.oom_file[0] || hf_read_file(cfg.oom_file, b, sizeof b) <= 0)
+	uint64_t v;
+	if (!cfg.oom_file[0] || hf_read_file(cfg.oom_file, b, sizeof b) <= 0 || hf_keyed(b, "oom_kill ", 10, &v) < 0)
 		return -1;
-	for (char *line = b; line && *line;) {
-		char *nl = strchr(line, '\n');
-		if (nl)
-			*nl = 0;
-		int64_t v;
-		if (!strncmp(line, "oom_kill ", 9) && hf_parse_i64(line + 9, &v) == 0)
-			return v;
-		line = nl ? nl + 1 : NULL;
-	}
-	return -1;
+	return (int64_t)v;
 }
 
 /* leader_untouched reports whether the leader is, now, neither dying nor
  * dead: no SIGKILL pending (the OOM killer sends it before it counts the
- * kill), not exiting (PF_EXITING, stat field 9), not a zombie. */
+ * kill), not exiting (PF_EXITING), not a zombie. */
 static int leader_untouched(void)
 {
 	static char b[4096];
 	char path[48];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)leader_pid);
-	int n = hf_read_file(path, b, sizeof b);
-	if (n <= 0)
-		return 0;
-	char *p = memrchr(b, ')', (size_t)n);
-	if (!p || p + 2 >= b + n)
-		return 0;
-	p += 2; /* field 3, the state */
-	if (*p == 'Z' || *p == 'X' || *p == 'x')
-		return 0;
-	for (int field = 3; field < 9 && p; field++) {
-		p = strchr(p, ' ');
-		if (p)
-			p++;
-	}
-	int64_t flags;
-	char *end = p ? strchr(p, ' ') : NULL;
-	if (!end)
-		return 0;
-	*end = 0;
-	if (hf_parse_i64(p, &flags) < 0 || (flags & 0x4)) /* PF_EXITING */
-		return 0;
+	struct hf_stat st;
+	uint64_t pnd, shd;
 	snprintf(path, sizeof path, "/proc/%d/status", (int)leader_pid);
-	if (hf_read_file(path, b, sizeof b) <= 0)
+	if (hf_read_stat(leader_pid, &st) < 0 || strchr("ZXx", st.state) || (st.flags & 0x4) /* PF_EXITING */ ||
+	    hf_read_file(path, b, sizeof b) <= 0 || hf_keyed(b, "SigPnd:", 16, &pnd) < 0 || hf_keyed(b, "ShdPnd:", 16, &shd) < 0)
 		return 0;
-	for (char *line = b; line && *line;) {
-		char *nl = strchr(line, '\n');
-		if (nl)
-			*nl = 0;
-		if (!strncmp(line, "SigPnd:", 7) || !strncmp(line, "ShdPnd:", 7)) {
-			unsigned long long mask = strtoull(line + 7, NULL, 16);
-			if (mask & (1ULL << (SIGKILL - 1)))
-				return 0;
-		}
-		line = nl ? nl + 1 : NULL;
-	}
-	return 1;
+	return !((pnd | shd) & (1ULL << (SIGKILL - 1)));
 }
 
 /* oom_sample takes a sample while the leader lives untouched: read first,
@@ -1117,13 +1040,10 @@ static void finish_environment(void)
 {
 	if (cfg.guardians[0])
 		hf_stop_guardians(cfg.mount, cfg.guardians, self_pid, HF_R_COMPLETED, cfg.grace_ns, NULL);
-	if (cfg.view_pid > 0) {
-		int fd = (int)syscall(SYS_pidfd_open, cfg.view_pid, 0);
-		uint64_t start = 0;
-		if (fd >= 0 && hf_read_stat(cfg.view_pid, NULL, NULL, NULL, &start) == 0 && start == cfg.view_start)
-			hf_queue_stop(fd, HF_R_COMPLETED, 0, cfg.grace_ns);
-		if (fd >= 0)
-			close(fd);
+	int fd = cfg.view_pid > 0 ? keeper_pidfd() : -1;
+	if (fd >= 0) {
+		hf_queue_stop(fd, HF_R_COMPLETED, 0, cfg.grace_ns);
+		close(fd);
 	}
 }
 
@@ -1345,7 +1265,9 @@ int hf_guardian_main(void)
 	last_activity = hf_mono_now();
 	if (cfg.idle_ns > 0)
 		idle_poll(), last_activity = hf_mono_now();
-	hf_read_stat(pid, NULL, NULL, NULL, &R.workload_start);
+	struct hf_stat wst;
+	if (hf_read_stat(pid, &wst) == 0)
+		R.workload_start = wst.start;
 	write_receipt();
 	emit("started", pid, R.workload_start, NULL, NULL, 0, NULL);
 

@@ -85,8 +85,26 @@ int hf_read_file(const char *path, char *buf, size_t cap);
 int hf_read_fileat(int dirfd, const char *path, char *buf, size_t cap);
 int hf_write_fileat(int dirfd, const char *path, const char *val);
 int hf_parse_i64(const char *s, int64_t *out);
-/* hf_read_stat reads /proc/PID/stat; each out pointer may be NULL. */
-int hf_read_stat(pid_t pid, char *state, int *threads, pid_t *ppid, uint64_t *start);
+struct hf_stat {
+	char state;
+	pid_t ppid;
+	unsigned flags;
+	int threads;
+	uint64_t start;
+};
+int hf_read_stat(pid_t pid, struct hf_stat *st);
+int hf_keyed(const char *buf, const char *key, int base, uint64_t *out);
+/* A key of a message and where its value goes: 's' copied into dst (arg
+ * bytes), 'p' pointed to, 'f' a flag set when the value is eq, 'i' an
+ * int64 (between 0 and arg when arg is not 0). */
+struct hf_key {
+	const char *name;
+	char kind;
+	void *dst;
+	size_t arg;
+	const char *eq;
+};
+int hf_set_key(const struct hf_key *keys, const char *key, const char *val);
 int hf_copy_bounded(char *dst, size_t cap, const char *src);
 
 /* A NUL-framed message: 'R' then "key=value\0" strings, ended by "\0". */

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -171,53 +172,63 @@ int hf_copy_bounded(char *dst, size_t cap, const char *src)
 
 /* hf_read_stat counts fields from the last ')', since the command name may
  * contain spaces and parentheses. */
-int hf_read_stat(pid_t pid, char *state, int *threads, pid_t *ppid, uint64_t *start)
+int hf_read_stat(pid_t pid, struct hf_stat *st)
 {
 	static char b[2048];
 	char path[48];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	int n = hf_read_file(path, b, sizeof b);
-	if (n <= 0)
+	char *p = n > 0 ? memrchr(b, ')', (size_t)n) : NULL;
+	int ppid;
+	unsigned long long start;
+	/* Fields 3 (state), 4 (ppid), 9 (flags), 20 (threads), 22 (start). */
+	if (!p || sscanf(p + 1, " %c %d %*s %*s %*s %*s %u %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %d %*s %llu",
+	              &st->state, &ppid, &st->flags, &st->threads, &start) != 5)
 		return -1;
-	char *p = memrchr(b, ')', (size_t)n);
-	if (!p || p + 2 >= b + n)
-		return -1;
-	p += 2;
-	/* p is field 3 (state); ppid is field 4, num_threads field 20,
-	 * starttime field 22. */
-	for (int field = 3; field <= 22; field++) {
-		char *end = p;
-		while (*end && *end != ' ')
-			end++;
-		if (end == p)
-			return -1;
-		if (field == 3 && state)
-			*state = *p;
-		if (field == 4 || field == 20 || field == 22) {
-			char c = *end;
-			*end = 0;
-			int64_t v;
-			int bad = hf_parse_i64(p, &v) < 0;
-			*end = c;
-			if (bad)
-				return -1;
-			if (field == 4 && ppid)
-				*ppid = (pid_t)v;
-			if (field == 20 && threads)
-				*threads = (int)v;
-			if (field == 22) {
-				if (start)
-					*start = (uint64_t)v;
-				return 0;
-			}
+	st->ppid = (pid_t)ppid;
+	st->start = (uint64_t)start;
+	return 0;
+}
+
+/* hf_keyed finds the line of buf that starts with key and parses the
+ * number after it (base 10 or 16). */
+int hf_keyed(const char *buf, const char *key, int base, uint64_t *out)
+{
+	size_t n = strlen(key);
+	for (const char *l = buf; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		if (!strncmp(l, key, n)) {
+			char *end;
+			errno = 0;
+			*out = strtoull(l + n, &end, base);
+			return end == l + n || errno ? -1 : 0;
 		}
-		if (!*end)
-			return -1;
-		p = end + 1;
 	}
 	return -1;
 }
 
+/* hf_set_key stores val where the entries of keys named key say; it
+ * returns 1 when one was set, 0 for an unknown key, -1 for a bad value. */
+int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
+{
+	int found = 0;
+	for (const struct hf_key *k = keys; k->name; k++) {
+		int64_t n;
+		if (strcmp(k->name, key))
+			continue;
+		found = 1;
+		if (k->kind == 's' && hf_copy_bounded(k->dst, k->arg, val) < 0)
+			return -1;
+		if (k->kind == 'p')
+			*(const char **)k->dst = val;
+		if (k->kind == 'f')
+			*(int *)k->dst = !strcmp(val, k->eq);
+		if (k->kind == 'i' && (hf_parse_i64(val, &n) < 0 || (k->arg && (n < 0 || n > (int64_t)k->arg))))
+			return -1;
+		if (k->kind == 'i')
+			*(int64_t *)k->dst = n;
+	}
+	return found;
+}
 
 /* ---- NUL-framed messages ---- */
 

@@ -157,7 +157,7 @@ static void list_cgroup(const char *path)
 /* alive: not a zombie, or a zombie thread-group leader whose other threads
  * live on (after the main thread's pthread_exit, stat says Z and
  * num_threads still counts the others). */
-static int alive(char st, int threads) { return st != 'X' && (st != 'Z' || threads > 1); }
+static int alive(struct hf_stat *st) { return st->state != 'X' && (st->state != 'Z' || st->threads > 1); }
 
 static int is_root(struct hf_tree *t, pid_t pid)
 {
@@ -171,12 +171,12 @@ static int is_root(struct hf_tree *t, pid_t pid)
 static int descendant(struct hf_tree *t, pid_t pid)
 {
 	for (int n = 0; n < 4096 && pid > 1; n++) {
-		pid_t pp;
-		if (hf_read_stat(pid, NULL, NULL, &pp, NULL) < 0)
+		struct hf_stat st;
+		if (hf_read_stat(pid, &st) < 0)
 			return 0;
-		if (is_root(t, pp))
+		if (is_root(t, st.ppid))
 			return 1;
-		pid = pp;
+		pid = st.ppid;
 	}
 	return 0;
 }
@@ -214,9 +214,8 @@ static void queue_children(pid_t tid, const char *name, void *arg)
 static void add_descendant(pid_t pid, const char *name, void *arg)
 {
 	(void)name, (void)arg;
-	char st;
-	int threads;
-	if (hf_read_stat(pid, &st, &threads, NULL, NULL) == 0 && alive(st, threads) && !is_root(L.t, pid) && descendant(L.t, pid))
+	struct hf_stat st;
+	if (hf_read_stat(pid, &st) == 0 && alive(&st) && !is_root(L.t, pid) && descendant(L.t, pid))
 		add_out(pid, NULL);
 }
 
@@ -238,16 +237,16 @@ static void list_descendants(struct hf_tree *t)
 	for (int i = 0; i < t->nroots; i++)
 		queue_pid(t->roots[i], NULL);
 	for (int i = 0; have && i < bfs_n && bfs_n < HF_MAX_MEMBERS; i++) {
-		char st, name[16];
-		int threads;
-		if (hf_read_stat(bfs_q[i], &st, &threads, NULL, NULL) < 0 || !alive(st, threads))
+		char name[16];
+		struct hf_stat st;
+		if (hf_read_stat(bfs_q[i], &st) < 0 || !alive(&st))
 			continue; /* gone, or a dead zombie */
 		if (i >= t->nroots)
 			add_out(bfs_q[i], NULL);
 		snprintf(name, sizeof name, "%d", (int)bfs_q[i]);
 		L.dir = name;
 		snprintf(p, sizeof p, "/proc/%s/task", name);
-		if (threads == 1 && st != 'Z')
+		if (st.threads == 1 && st.state != 'Z')
 			queue_children(0, name, NULL);
 		else
 			each_entry(p, 0, queue_children, NULL);
