@@ -950,22 +950,6 @@ static void tee_flush(struct tee *t)
 		tee_close_fwd(t);
 }
 
-/* artifact_write writes all of p, or fails (-1, errno set). */
-static int artifact_write(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* fs_full reports whether fd's filesystem has less than 128 KiB left for
  * this user. */
 static int fs_full(int fd)
@@ -988,7 +972,7 @@ static void tee_read(struct tee *t)
 		 * failed write (a full store) the file stays the exact prefix it
 		 * holds, and the receipt says it is cut; the reader still gets
 		 * everything. */
-		if (t->file >= 0 && artifact_write(t->file, t->buf, (size_t)n) < 0) {
+		if (t->file >= 0 && hf_write_all(t->file, t->buf, (size_t)n) < 0) {
 			hf_log("writing the output file: %s; it is cut here", hf_errstr(errno));
 			output_truncated = 1;
 			close(t->file);
@@ -1125,17 +1109,9 @@ int hf_guardian_main(void)
 	 * a SIGTERM that arrives at the gate ends the guardian there, before
 	 * anything starts (see the gate below). */
 	sigset_t mask;
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGCHLD);
-	sigaddset(&mask, SIGTERM);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
+	hf_helper_start(&mask, 1, HF_FD_PARENT);
 	self_pid = getpid();
 	ensure_std_fds();
-	for (int fd = HF_FD_CONTROL; fd <= HF_FD_PARENT; fd++) {
-		int fl = fcntl(fd, F_GETFD);
-		if (fl >= 0)
-			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
-	}
 	if (fcntl(HF_FD_DIR, F_GETFD) >= 0)
 		hf_log_dirfd = HF_FD_DIR;
 	/* A subreaper before anything can be orphaned to us. */
@@ -1143,12 +1119,6 @@ int hf_guardian_main(void)
 		hf_log("guardian: PR_SET_CHILD_SUBREAPER: %s", hf_errstr(errno));
 		return 125;
 	}
-	static const int ignored[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2, SIGWINCH};
-	struct sigaction ign;
-	memset(&ign, 0, sizeof ign);
-	ign.sa_handler = SIG_IGN;
-	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
-		sigaction(ignored[i], &ign, NULL);
 
 	/* The gate: nothing runs until the launcher has durably registered our
 	 * identity and sends the release. EOF here is an aborted launch. A

@@ -8,6 +8,7 @@
 #ifndef HOSTFORK_HF_H
 #define HOSTFORK_HF_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -76,7 +77,11 @@ const char *hf_guardian_mode(void);
 /* ---- common helpers (hf_common.c) ---- */
 #define NS_PER_MS 1000000LL
 int64_t hf_mono_now(void);
-void hf_write_all(int fd, const char *p, size_t n);
+/* hf_helper_start blocks SIGTERM (and SIGCHLD with chld) for a signalfd
+ * on mask, ignores the signals of a terminal or a gone reader, and makes
+ * descriptors 3 to last close-on-exec. */
+void hf_helper_start(sigset_t *mask, int chld, int last);
+int hf_write_all(int fd, const char *p, size_t n); /* 0, or -1 with errno */
 void hf_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void hf_log_to(int fd);
 extern int hf_log_dirfd; /* guardian: create guardian.log here on first use */

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -46,17 +47,37 @@ int64_t hf_mono_now(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-void hf_write_all(int fd, const char *p, size_t n)
+int hf_write_all(int fd, const char *p, size_t n)
 {
 	while (n > 0) {
 		ssize_t w = write(fd, p, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return;
-		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
 		p += w;
 		n -= (size_t)w;
+	}
+	return 0;
+}
+
+void hf_helper_start(sigset_t *mask, int chld, int last)
+{
+	static const int ignored[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2, SIGWINCH};
+	struct sigaction ign;
+	memset(&ign, 0, sizeof ign);
+	ign.sa_handler = SIG_IGN;
+	sigemptyset(mask);
+	sigaddset(mask, SIGTERM);
+	if (chld)
+		sigaddset(mask, SIGCHLD);
+	sigprocmask(SIG_BLOCK, mask, NULL);
+	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+		sigaction(ignored[i], &ign, NULL);
+	for (int fd = 3; fd <= last; fd++) {
+		int fl = fcntl(fd, F_GETFD);
+		if (fl >= 0)
+			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
 	}
 }
 
