@@ -370,7 +370,7 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	for (int i = 0; i < cfg.njoin; i++) {
 		char p[HF_MAX_PATH + 32];
 		snprintf(p, sizeof p, "%s/cgroup.procs", cfg.join[i]);
-		if (hf_write_fileat(AT_FDCWD, p, "0") < 0) {
+		if (hf_write_file(p, "0") < 0) {
 			ce.step = STEP_LIMITS;
 			goto fail;
 		}

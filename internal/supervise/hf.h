@@ -16,22 +16,11 @@
 #define HF_GUARDIAN_MODE "__hostfork_guardian"
 #define HF_KEEPER_MODE "__hostfork_keeper"
 
-/* Descriptor numbers in the guardian (protocol.go, fd*). */
-#define HF_FD_CONTROL 3
-#define HF_FD_EVENTS 4
-#define HF_FD_RECEIPT 5
-#define HF_FD_STDIN 6
-#define HF_FD_STDOUT 7
-#define HF_FD_STDERR 8
-#define HF_FD_FWDOUT 9
-#define HF_FD_FWDERR 10
-#define HF_FD_DIR 11
-#define HF_FD_PARENT 12
-
-/* Descriptor numbers in the keeper (keeper.go, kfd*). */
-#define HF_KFD_CONFIG 3
-#define HF_KFD_READY 4
-#define HF_KFD_OWNER 5
+/* Descriptor numbers in the guardian (protocol.go, fd*) and the keeper
+ * (keeper.go, kfd*). */
+enum { HF_FD_CONTROL = 3, HF_FD_EVENTS, HF_FD_RECEIPT, HF_FD_STDIN, HF_FD_STDOUT, HF_FD_STDERR,
+	HF_FD_FWDOUT, HF_FD_FWDERR, HF_FD_DIR, HF_FD_PARENT };
+enum { HF_KFD_CONFIG = 3, HF_KFD_READY, HF_KFD_OWNER };
 
 /* Control messages (protocol.go, msg*). */
 #define HF_MSG_RELEASE 'R'
@@ -54,20 +43,9 @@
  */
 #define HF_STOP_NOTICE (1 << 8)
 #define HF_GRACE_SHIFT 9
-enum {
-	HF_R_NONE = 0,
-	HF_R_USER = 1,
-	HF_R_DEADLINE = 2,
-	HF_R_IDLE = 3,
-	HF_R_OWNER_EXIT = 4,
-	HF_R_TIMEOUT = 5,
-	HF_R_CANCELLED = 6,
-	HF_R_COMPLETED = 7,
-	HF_R_KEEPER_LOST = 8,
-	HF_R_LIMIT = 9,
-	HF_R_ABANDONED = 10,
-	HF_R_MAX = 10,
-};
+/* Stop reasons (protocol.go, reasonCodes). */
+enum { HF_R_NONE, HF_R_USER, HF_R_DEADLINE, HF_R_IDLE, HF_R_OWNER_EXIT, HF_R_TIMEOUT, HF_R_CANCELLED,
+	HF_R_COMPLETED, HF_R_KEEPER_LOST, HF_R_LIMIT, HF_R_ABANDONED, HF_R_MAX = HF_R_ABANDONED };
 const char *hf_reason_name(int code);
 int hf_reason_code(const char *name);
 
@@ -83,12 +61,10 @@ int64_t hf_mono_now(void);
 void hf_helper_start(sigset_t *mask, int chld, int last);
 int hf_write_all(int fd, const char *p, size_t n); /* 0, or -1 with errno */
 void hf_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void hf_log_to(int fd);
 extern int hf_log_dirfd; /* guardian: create guardian.log here on first use */
 const char *hf_errstr(int err);
 int hf_read_file(const char *path, char *buf, size_t cap);
-int hf_read_fileat(int dirfd, const char *path, char *buf, size_t cap);
-int hf_write_fileat(int dirfd, const char *path, const char *val);
+int hf_write_file(const char *path, const char *val);
 int hf_parse_i64(const char *s, int64_t *out);
 struct hf_stat {
 	char state;

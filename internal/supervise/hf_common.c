@@ -85,8 +85,6 @@ int hf_log_dirfd = -1;
 static int log_fd = 2;
 static int log_opened;
 
-void hf_log_to(int fd) { log_fd = fd, log_opened = 1; }
-
 void hf_log(const char *fmt, ...)
 {
 	static char b[1024];
@@ -121,34 +119,22 @@ const char *hf_errstr(int err)
 	return b;
 }
 
-int hf_read_fileat(int dirfd, const char *path, char *buf, size_t cap)
+int hf_read_file(const char *path, char *buf, size_t cap)
 {
-	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = 0;
 	size_t len = 0;
-	while (len < cap - 1) {
-		ssize_t n = read(fd, buf + len, cap - 1 - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			close(fd);
-			return -1;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	close(fd);
+	while (fd >= 0 && len < cap - 1 && ((n = read(fd, buf + len, cap - 1 - len)) > 0 || (n < 0 && errno == EINTR)))
+		len += n > 0 ? (size_t)n : 0;
+	if (fd >= 0)
+		close(fd);
 	buf[len] = 0;
-	return (int)len;
+	return fd < 0 || n < 0 ? -1 : (int)len;
 }
 
-int hf_read_file(const char *path, char *buf, size_t cap) { return hf_read_fileat(AT_FDCWD, path, buf, cap); }
-
-int hf_write_fileat(int dirfd, const char *path, const char *val)
+int hf_write_file(const char *path, const char *val)
 {
-	int fd = openat(dirfd, path, O_WRONLY | O_CLOEXEC);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	size_t n = strlen(val);
@@ -163,22 +149,12 @@ int hf_write_fileat(int dirfd, const char *path, const char *val)
 
 int hf_parse_i64(const char *s, int64_t *out)
 {
-	int neg = 0;
-	uint64_t v = 0;
-	if (*s == '-') {
-		neg = 1;
-		s++;
-	}
-	if (!*s)
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (!((s[0] >= '0' && s[0] <= '9') || (s[0] == '-' && s[1] >= '0' && s[1] <= '9')) || *end || errno)
 		return -1;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9' || v > (uint64_t)INT64_MAX / 10)
-			return -1;
-		v = v * 10 + (uint64_t)(*s - '0');
-		if (v > (uint64_t)INT64_MAX)
-			return -1;
-	}
-	*out = neg ? -(int64_t)v : (int64_t)v;
+	*out = v;
 	return 0;
 }
 

@@ -62,42 +62,25 @@ int hf_in_cgroup(pid_t pid, const char *mount, const char *group)
 
 static int in_cgroup(struct hf_tree *t, pid_t pid) { return t->cgroup[0] && hf_in_cgroup(pid, t->mount, t->cgroup); }
 
-static int add_member(pid_t *out, int n, int max, pid_t pid)
+/* each_pid calls fn for every positive number in buf (NUL-terminated). */
+static void each_pid(const char *buf, void (*fn)(pid_t))
 {
-	if (n < max)
-		out[n] = pid;
-	return n + 1;
-}
-
-/* each_pid calls fn(pid, arg) for every positive decimal number in buf. */
-static void each_pid(const char *buf, int len, void (*fn)(pid_t, void *), void *arg)
-{
-	int64_t cur = -1;
-	for (int i = 0; len > 0 && i <= len; i++) {
-		char c = i < len ? buf[i] : '\n';
-		if (c >= '0' && c <= '9') {
-			cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
-			if (cur > 1 << 30)
-				cur = 1 << 30;
-		} else if (cur > 0) {
-			fn((pid_t)cur, arg);
-			cur = -1;
-		} else {
-			cur = -1;
-		}
+	for (const char *p = buf; *p;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end > p && v > 0 && v < 1 << 30)
+			fn((pid_t)v);
+		p = end > p ? end : p + 1;
 	}
 }
 
-/* each_entry calls fn(id, arg) for every entry of the directory at path
- * whose name is a positive number, or (dirs) every subdirectory with its
- * name in name; it returns -1 when the directory can't be opened. */
-static int each_entry(const char *path, int dirs, void (*fn)(pid_t, const char *, void *), void *arg)
+/* each_entry calls fn with the name of every entry of the directory at
+ * path that is a number, or (dirs) a subdirectory. */
+static int each_entry(const char *path, int dirs, void (*fn)(const char *))
 {
 	char buf[8192];
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	for (;;) {
+	for (; fd >= 0;) {
 		long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -109,15 +92,13 @@ static int each_entry(const char *path, int dirs, void (*fn)(pid_t, const char *
 			unsigned char type = (unsigned char)buf[off + 18];
 			const char *name = buf + off + 19;
 			off += reclen;
-			int64_t v;
-			if (dirs && type == 4 /* DT_DIR */ && name[0] != '.')
-				fn(0, name, arg);
-			else if (!dirs && name[0] >= '1' && name[0] <= '9' && hf_parse_i64(name, &v) == 0)
-				fn((pid_t)v, name, arg);
+			if (dirs ? type == 4 /* DT_DIR */ && name[0] != '.' : name[0] >= '1' && name[0] <= '9')
+				fn(name);
 		}
 	}
-	close(fd);
-	return 0;
+	if (fd >= 0)
+		close(fd);
+	return fd;
 }
 
 /* A listing in progress. */
@@ -125,19 +106,23 @@ static struct listing {
 	struct hf_tree *t;
 	pid_t *out;
 	int n, max, depth;
-	const char *dir;
+	const char *dir, *group;
 } L;
 
-static void add_out(pid_t pid, void *arg) { (void)arg, L.n = add_member(L.out, L.n, L.max, pid); }
+static void add_out(pid_t pid)
+{
+	if (L.n < L.max)
+		L.out[L.n] = pid;
+	L.n++;
+}
 
 /* list_cgroup adds the processes of the group at path and of every group
  * below it. */
 static void list_cgroup(const char *path);
-static void list_subgroup(pid_t id, const char *name, void *arg)
+static void list_subgroup(const char *name)
 {
-	(void)id;
 	char p[HF_MAX_PATH + 64];
-	snprintf(p, sizeof p, "%s/%s", (const char *)arg, name);
+	snprintf(p, sizeof p, "%s/%s", L.group, name);
 	list_cgroup(p);
 }
 
@@ -145,13 +130,14 @@ static void list_cgroup(const char *path)
 {
 	static char procs[65536];
 	char p[HF_MAX_PATH + 64];
-	if (L.depth >= 16)
-		return;
 	snprintf(p, sizeof p, "%s/cgroup.procs", path);
-	each_pid(procs, hf_read_file(p, procs, sizeof procs), add_out, NULL);
-	L.depth++;
-	each_entry(path, 1, list_subgroup, (void *)path);
-	L.depth--;
+	if (L.depth >= 16 || hf_read_file(p, procs, sizeof procs) < 0)
+		return;
+	each_pid(procs, add_out);
+	const char *parent = L.group;
+	L.depth++, L.group = path;
+	each_entry(path, 1, list_subgroup);
+	L.depth--, L.group = parent;
 }
 
 /* alive: not a zombie, or a zombie thread-group leader whose other threads
@@ -190,33 +176,31 @@ static int is_member(struct hf_tree *t, pid_t pid)
 static pid_t bfs_q[HF_MAX_MEMBERS];
 static int bfs_n;
 
-static void queue_pid(pid_t pid, void *arg)
+static void queue_pid(pid_t pid)
 {
-	(void)arg;
 	if (bfs_n < HF_MAX_MEMBERS)
 		bfs_q[bfs_n++] = pid;
 }
 
 /* queue_children queues the children of one thread of process L.dir; a
  * file too large to read whole sends the listing to the /proc walk. */
-static void queue_children(pid_t tid, const char *name, void *arg)
+static void queue_children(const char *name)
 {
-	(void)tid, (void)arg;
 	static char b[65536];
 	char p[96];
 	snprintf(p, sizeof p, "/proc/%s/task/%s/children", L.dir, name);
 	int n = hf_read_file(p, b, sizeof b);
-	each_pid(b, n, queue_pid, NULL);
+	each_pid(n > 0 ? b : "", queue_pid);
 	if (n >= (int)sizeof b - 1)
 		bfs_n = HF_MAX_MEMBERS;
 }
 
-static void add_descendant(pid_t pid, const char *name, void *arg)
+static void add_descendant(const char *name)
 {
-	(void)name, (void)arg;
+	pid_t pid = (pid_t)atoi(name);
 	struct hf_stat st;
 	if (hf_read_stat(pid, &st) == 0 && alive(&st) && !is_root(L.t, pid) && descendant(L.t, pid))
-		add_out(pid, NULL);
+		add_out(pid);
 }
 
 /* list_descendants adds the live descendants of the roots, following the
@@ -235,24 +219,24 @@ static void list_descendants(struct hf_tree *t)
 	}
 	bfs_n = 0;
 	for (int i = 0; i < t->nroots; i++)
-		queue_pid(t->roots[i], NULL);
+		queue_pid(t->roots[i]);
 	for (int i = 0; have && i < bfs_n && bfs_n < HF_MAX_MEMBERS; i++) {
 		char name[16];
 		struct hf_stat st;
 		if (hf_read_stat(bfs_q[i], &st) < 0 || !alive(&st))
 			continue; /* gone, or a dead zombie */
 		if (i >= t->nroots)
-			add_out(bfs_q[i], NULL);
+			add_out(bfs_q[i]);
 		snprintf(name, sizeof name, "%d", (int)bfs_q[i]);
 		L.dir = name;
 		snprintf(p, sizeof p, "/proc/%s/task", name);
 		if (st.threads == 1 && st.state != 'Z')
-			queue_children(0, name, NULL);
+			queue_children(name);
 		else
-			each_entry(p, 0, queue_children, NULL);
+			each_entry(p, 0, queue_children);
 	}
 	if (!have || bfs_n >= HF_MAX_MEMBERS)
-		each_entry("/proc", 0, add_descendant, NULL);
+		each_entry("/proc", 0, add_descendant);
 }
 
 static int cmp_pid(const void *a, const void *b)
@@ -316,7 +300,7 @@ int hf_tree_kill(struct hf_tree *t)
 	int total, ignored;
 	snprintf(p, sizeof p, "%s/cgroup.kill", t->cgroup);
 	if (t->cgroup[0])
-		hf_write_fileat(AT_FDCWD, p, "1");
+		hf_write_file(p, "1");
 	int n = outside(t, members, &total);
 	t->stable = 0;
 	for (int round = 0; round < 10 && !t->stable; round++) {
@@ -360,9 +344,8 @@ static struct {
 	struct hf_tree *roots;
 } G;
 
-static void stop_one(pid_t pid, void *arg)
+static void stop_one(pid_t pid)
 {
-	(void)arg;
 	int fd = pid == G.skip ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
 	if (fd < 0)
 		return;
@@ -381,5 +364,6 @@ void hf_stop_guardians(const char *mount, const char *group, pid_t skip, int rea
 	char p[HF_MAX_PATH + 32];
 	G.mount = mount, G.group = group, G.skip = skip, G.reason = reason, G.grace = grace, G.roots = roots;
 	snprintf(p, sizeof p, "%s/cgroup.procs", group);
-	each_pid(procs, hf_read_file(p, procs, sizeof procs), stop_one, NULL);
+	if (hf_read_file(p, procs, sizeof procs) >= 0)
+		each_pid(procs, stop_one);
 }
