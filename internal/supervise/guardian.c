@@ -1,16 +1,9 @@
 /*
- * The guardian: one small supervisor per command (DESIGN.md, "Linux
- * execution: who owns what"). It is a hidden mode of every binary that links
- * package supervise: hf_ctor (hf_ctor.c) runs as an ELF constructor, before
- * the Go runtime starts, and calls hf_guardian_main when argv[1] is
- * HF_GUARDIAN_MODE.
- *
- * The guardian is single-threaded: one poll loop over a signalfd (SIGCHLD,
- * SIGTERM), a timerfd (deadline, timeout, idle and stop timers), the control
- * pipe and, in pipe mode, the tee pipes. It uses no heap: static buffers,
- * plus one anonymous mapping for the release message that is unmapped once
- * the workload runs. Its tree stops use hf_tree.c, the same rules as
- * internal/tree. The wire format is documented in protocol.go.
+ * The guardian: one small supervisor per command, a hidden mode of every
+ * binary that links package supervise (hf_ctor.c; doc.go). Single-threaded:
+ * one poll loop over a signalfd (SIGCHLD, SIGTERM), a timerfd, the control
+ * pipe and, in pipe mode, the tee pipes; no heap. Its tree stops are
+ * hf_tree.c's; its wire format is documented in protocol.go.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -73,24 +66,16 @@ static struct {
 	char oom_file[HF_MAX_PATH + 1]; /* the command's own file with an oom_kill line */
 } cfg;
 
-/* OOM attribution: the command's oom_kill counter, sampled every
- * OOM_SAMPLE while the leader lives; a leader dead of SIGKILL was the OOM
- * killer's victim when the counter rose since the last sample (a child's
- * earlier kill does not count). -1: unknown. */
+/* OOM attribution (decisions 49, 79): the command's oom_kill counter,
+ * sampled every OOM_SAMPLE while the leader lives; a leader dead of
+ * SIGKILL was the OOM killer's victim when the counter rose since the last
+ * sample (-1: unknown). When the guardian first sees the leader dying or
+ * dead more than OOM_FRESH after its last kept sample (it was starved), or
+ * can't read the counter, or never kept a sample, the receipt has
+ * leader_oom_stale_ms (that age) and no leader_oom. */
 #define OOM_SAMPLE (10 * NS_PER_MS)
 static int64_t oom_last = -1, oom_next = INT64_MAX;
 static int leader_oom = -1;
-/* The sampling tells a child's OOM kill from a later kill of the leader
- * only while the guardian gets the CPU: a kill from elsewhere soon after
- * a child's, before the next sample, reads as the leader's OOM kill. When
- * the guardian first sees the leader dying or dead (a sample that finds
- * it touched since the last one it kept, else its reaping) more than
- * OOM_FRESH after the last sample it kept (a starved guardian), or can't
- * read the counter at the reaping, or never kept a sample, it leaves the
- * attribution unknown: the receipt then has leader_oom_stale_ms, the age
- * of its last sample (from the workload's start if none), and no
- * leader_oom. The first sight, not the reaping, bounds the kill: an OOM
- * victim with a large heap takes milliseconds to exit. */
 #define OOM_FRESH (2 * OOM_SAMPLE)
 static int64_t oom_last_at, oom_touched_at, leader_oom_stale_ms;
 
@@ -157,27 +142,27 @@ static void write_receipt(void)
 	hf_kv(&b, "command_id", cfg.command_id);
 	hf_kv(&b, "env_id", cfg.env_id);
 	hf_kv(&b, "boot_id", R.boot_id);
-	hf_kv_i64(&b, "guardian_pid", self_pid);
-	hf_kv_u64(&b, "proof_dev", R.dev);
-	hf_kv_u64(&b, "proof_ino", R.ino);
+	hf_kvf(&b, "guardian_pid", "%d", (int)self_pid);
+	hf_kvf(&b, "proof_dev", "%llu", (unsigned long long)R.dev);
+	hf_kvf(&b, "proof_ino", "%llu", (unsigned long long)R.ino);
 	if (leader_pid > 0)
-		hf_kv_i64(&b, "workload_pid", leader_pid);
+		hf_kvf(&b, "workload_pid", "%d", (int)leader_pid);
 	if (R.workload_start)
-		hf_kv_u64(&b, "workload_start", R.workload_start);
+		hf_kvf(&b, "workload_start", "%llu", (unsigned long long)R.workload_start);
 	if (R.start_error[0])
 		hf_kv(&b, "start_error", R.start_error);
 	if (R.has_leader)
-		hf_kv_i64(&b, "leader_exited_at", ns_of(&R.leader_at));
+		hf_kvf(&b, "leader_exited_at", "%lld", (long long)ns_of(&R.leader_at));
 	if (R.has_code)
-		hf_kv_i64(&b, "exit_code", R.code);
+		hf_kvf(&b, "exit_code", "%d", (int)R.code);
 	if (R.has_signal)
-		hf_kv_i64(&b, "signal", R.signal);
+		hf_kvf(&b, "signal", "%d", (int)R.signal);
 	if (stop_reason)
 		hf_kv(&b, "stop_reason", hf_reason_name(stop_reason));
 	if (R.after_stop)
 		hf_kv(&b, "stopped_by_hostfork", "true");
 	if (R.outsiders)
-		hf_kv_i64(&b, "outside_cgroup", R.outsiders);
+		hf_kvf(&b, "outside_cgroup", "%d", (int)R.outsiders);
 	if (R.unstable)
 		hf_kv(&b, "membership_unstable", "true");
 	if (output_truncated)
@@ -185,9 +170,9 @@ static void write_receipt(void)
 	if (leader_oom >= 0)
 		hf_kv(&b, "leader_oom", leader_oom ? "true" : "false");
 	if (leader_oom_stale_ms > 0)
-		hf_kv_i64(&b, "leader_oom_stale_ms", leader_oom_stale_ms);
+		hf_kvf(&b, "leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
 	if (R.has_tree)
-		hf_kv_i64(&b, "tree_exited_at", ns_of(&R.tree_at));
+		hf_kvf(&b, "tree_exited_at", "%lld", (long long)ns_of(&R.tree_at));
 	hf_kv(&b, "complete", R.complete ? "true" : "false");
 	hf_kv_end(&b);
 	/* Padding: the text never shrinks, and from the first write on it
@@ -225,18 +210,18 @@ static void emit(const char *kind, pid_t pid, uint64_t start, const int *code,
 	struct hf_kv b = {buf, 0, sizeof buf, ' '};
 	hf_kv(&b, "ev", kind);
 	if (pid > 0)
-		hf_kv_i64(&b, "pid", pid);
+		hf_kvf(&b, "pid", "%d", (int)pid);
 	if (start)
-		hf_kv_u64(&b, "start", start);
+		hf_kvf(&b, "start", "%llu", (unsigned long long)start);
 	if (code)
-		hf_kv_i64(&b, "code", *code);
+		hf_kvf(&b, "code", "%d", (int)*code);
 	if (sig)
-		hf_kv_i64(&b, "signal", *sig);
+		hf_kvf(&b, "signal", "%d", (int)*sig);
 	if (reason)
 		hf_kv(&b, "reason", hf_reason_name(reason));
 	if (error && error[0])
 		hf_kv(&b, "error", error);
-	hf_kv_i64(&b, "at", ns_of(&now));
+	hf_kvf(&b, "at", "%lld", (long long)ns_of(&now));
 	b.p[b.len - 1] = '\n';
 	hf_write_all(HF_FD_EVENTS, b.p, b.len);
 }
@@ -560,18 +545,8 @@ static uint64_t io_total(void)
 {
 	static pid_t m[4096];
 	static char b[1024];
-	static struct hf_tree cg;
 	uint64_t sum = 0;
-	/* With a cgroup, its members are the tree (cheap to list); the /proc
-	 * walk is for the subreaper tier only. */
-	struct hf_tree *t = &tree;
-	if (tree.cgroup[0]) {
-		memcpy(cg.cgroup, tree.cgroup, sizeof cg.cgroup);
-		memcpy(cg.mount, tree.mount, sizeof cg.mount);
-		cg.nroots = 0;
-		t = &cg;
-	}
-	int n = hf_tree_list(t, m, 4096);
+	int n = hf_tree_list(&tree, m, 4096);
 	for (int i = 0; i < n && i < 4096; i++) {
 		char path[48];
 		uint64_t r, w;

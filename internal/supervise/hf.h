@@ -108,8 +108,7 @@ struct hf_kv {
 	char sep;
 };
 void hf_kv(struct hf_kv *b, const char *key, const char *val);
-void hf_kv_i64(struct hf_kv *b, const char *key, int64_t v);
-void hf_kv_u64(struct hf_kv *b, const char *key, uint64_t v);
+void hf_kvf(struct hf_kv *b, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void hf_kv_end(struct hf_kv *b);
 
 /* ---- the tree stop (hf_tree.c; internal/tree has the same rules) ---- */

@@ -305,17 +305,13 @@ void hf_kv(struct hf_kv *b, const char *key, const char *val)
 	b->p[b->len++] = b->sep;
 }
 
-void hf_kv_i64(struct hf_kv *b, const char *key, int64_t v)
+void hf_kvf(struct hf_kv *b, const char *key, const char *fmt, ...)
 {
-	char t[24];
-	snprintf(t, sizeof t, "%lld", (long long)v);
-	hf_kv(b, key, t);
-}
-
-void hf_kv_u64(struct hf_kv *b, const char *key, uint64_t v)
-{
-	char t[24];
-	snprintf(t, sizeof t, "%llu", (unsigned long long)v);
+	char t[32];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(t, sizeof t, fmt, ap);
+	va_end(ap);
 	hf_kv(b, key, t);
 }
 

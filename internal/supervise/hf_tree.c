@@ -1,21 +1,11 @@
 /*
  * The tree stop of the C helpers: internal/tree's rules (its package doc;
- * tree_table_test.go runs one table of cases against both) for a tree whose
- * roots are subreapers, which is all the C ever stops: a guardian is its
- * tree's root, and the keeper stops the guardians' trees.
- *
- *   - membership is the whole cgroup2 subtree (nested groups included) and
- *     every live descendant of the roots (a process that left the cgroup is
- *     handed to a root when its parent dies, so it is still found), found
- *     through the children files from the roots down (all of /proc is
- *     walked only on a kernel without them);
- *   - every signal goes through a pidfd, opened first and then re-checked
- *     for membership, so a PID reused after an exit is never signalled;
- *   - the kill starts with cgroup.kill (atomic against forks), with no
- *     listing before it; members outside the cgroup are then stopped
- *     (SIGSTOP) until two listings agree, and every listed member is
- *     killed. Nothing is frozen. The caller repeats it while members
- *     remain.
+ * supervise's TestTreeStopTable runs one table against both) for trees
+ * whose roots are subreapers, the only ones the C stops: a guardian is its
+ * tree's root, the keeper stops the guardians' trees. The kill starts with
+ * cgroup.kill; members outside the cgroup are stopped (SIGSTOP) until two
+ * listings agree, then killed; nothing is frozen; the caller repeats the
+ * kill while members remain.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
