@@ -724,17 +724,15 @@ static void oom_sample(void)
 
 static void leader_exited(int status)
 {
-	int v;
 	clock_gettime(CLOCK_REALTIME, &R.leader_at);
 	R.has_leader = 1;
 	leader_alive = 0;
 	oom_next = INT64_MAX;
 	R.after_stop = stop_phase > 0 || notified;
 	if (WIFSIGNALED(status)) {
-		v = WTERMSIG(status);
 		R.has_signal = 1;
-		R.signal = v;
-		if (v == SIGKILL && cfg.oom_file[0]) {
+		R.signal = WTERMSIG(status);
+		if (R.signal == SIGKILL && cfg.oom_file[0]) {
 			/* oom_last_at is the workload's start until a sample is
 			 * kept; the first sight is never before the last sample. */
 			int64_t now = oom_count(), seen = oom_touched_at ? oom_touched_at : hf_mono_now();
@@ -746,15 +744,12 @@ static void leader_exited(int status)
 			else
 				leader_oom_stale_ms = age / NS_PER_MS > 0 ? age / NS_PER_MS : 1;
 		}
-		write_receipt();
-		emit("leader", 0, 0, NULL, &v, stop_reason, NULL);
 	} else {
-		v = WEXITSTATUS(status);
 		R.has_code = 1;
-		R.code = v;
-		write_receipt();
-		emit("leader", 0, 0, &v, NULL, stop_reason, NULL);
+		R.code = WEXITSTATUS(status);
 	}
+	write_receipt();
+	emit("leader", 0, 0, R.has_code ? &R.code : NULL, R.has_signal ? &R.signal : NULL, stop_reason, NULL);
 }
 
 /* reap waits for every child that has exited, adopted orphans included;
