@@ -40,8 +40,10 @@ int hf_in_cgroup(pid_t pid, const char *mount, const char *group)
 	snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
 	if (hf_read_file(path, b, sizeof b) <= 0)
 		return 0;
-	char *rel = strstr(b, "0::");
-	if (!rel || (rel != b && rel[-1] != '\n'))
+	char *rel = b;
+	while ((rel = strstr(rel, "0::")) && rel != b && rel[-1] != '\n')
+		rel += 3;
+	if (!rel)
 		return 0;
 	rel += 3;
 	size_t lr = strcspn(rel, "\n"), lw = strlen(want);
