@@ -16,7 +16,11 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/retention"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
+	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/view"
 	"github.com/habemus-papadum/hostfork/spec"
@@ -119,7 +123,7 @@ func (e *Engine) Create(ctx context.Context, p *spec.Plan, cs *CommandSpec) (*ap
 		}
 	}
 	if !c.rec.AutoStop {
-		e.writeManifest(ctx, c.rec.ID)
+		e.reg.WriteManifest(ctx, c.rec.ID)
 	}
 	return c.rec, r, nil
 }
@@ -142,7 +146,7 @@ func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]
 	rec := &api.Env{
 		ID: id, State: api.EnvCreating, CreatedAt: now, BootID: boot,
 		Purpose: p.Spec.Purpose, Labels: labels, Tier: p.Tier,
-		RunDir: filepath.Join(e.root, "runs", id), OwnerExit: p.OwnerExit, Owner: toAPI(self),
+		RunDir: filepath.Join(e.root, "runs", id), OwnerExit: p.OwnerExit, Owner: records.ToAPI(self),
 		UntilStopped: p.UntilStopped, AutoStop: l != nil && l.cs.AutoStop,
 		TTL: p.MaxRuntime, Grace: p.Grace, IdleTimeout: p.Spec.Lifetime.IdleTimeout,
 		Trees: []api.Tree{}, CleanupErrors: []string{}, Commands: nil,
@@ -290,7 +294,7 @@ func (c *creation) build(ctx context.Context) error {
 			k, err := e.createScope(ctx, rec, p, ks)
 			c.keeper = k
 			if k != nil {
-				rec.Keeper = toAPI(k.ID)
+				rec.Keeper = records.ToAPI(k.ID)
 			}
 			if err != nil {
 				return err
@@ -309,7 +313,7 @@ func (c *creation) build(ctx context.Context) error {
 				return err
 			}
 			c.keeper = k
-			rec.Keeper = toAPI(k.ID)
+			rec.Keeper = records.ToAPI(k.ID)
 		}
 		if c.lg != nil {
 			// The keeper counts against the budget (v1: join by PID).
@@ -376,7 +380,7 @@ func (c *creation) activate(ctx context.Context, l *launch) error {
 			}
 		}
 	}
-	settleAll(&b, c.intents, override)
+	records.SettleAll(&b, c.intents, override)
 	if l != nil {
 		l.register(&b, &next)
 	}
@@ -428,7 +432,7 @@ func (c *creation) abandon(cause error, l *launch) {
 	if ins, err := e.reg.Intents(ctx, registry.IntentFilter{EnvID: rec.ID, Kind: registry.KindTree, Open: true}); err == nil {
 		for _, in := range ins {
 			if in.State == registry.IntentPending {
-				if f, ok := e.removeUnrecordedTree(ctx, in, &cleanup); ok {
+				if f, ok := retention.RemoveUnrecordedTree(ctx, e.root, in, &cleanup); ok {
 					treeFacts[in.ID] = f
 				}
 			}
@@ -463,10 +467,10 @@ func (c *creation) abandon(cause error, l *launch) {
 			}
 			if ins[i].CommandID != "" && l != nil && ins[i].CommandID == l.rec.ID && ins[i].Kind == registry.KindDir {
 				// The command's directory stays as evidence.
-				override[ins[i].ID] = registry.Fact{Exists: true, Identity: pathIdentity(ins[i].Target)}
+				override[ins[i].ID] = registry.Fact{Exists: true, Identity: records.PathIdentity(ins[i].Target)}
 			}
 		}
-		settleAll(&b, ptrs(ins), override)
+		records.SettleAll(&b, records.Ptrs(ins), override)
 		if l != nil {
 			l.failInBatch(ctx, &b, cause)
 		}
@@ -475,13 +479,50 @@ func (c *creation) abandon(cause error, l *launch) {
 			break
 		}
 	}
-	e.writeManifest(ctx, rec.ID)
+	e.reg.WriteManifest(ctx, rec.ID)
 }
 
-func ptrs(ins []registry.Intent) []*registry.Intent {
-	out := make([]*registry.Intent, len(ins))
-	for i := range ins {
-		out[i] = &ins[i]
+// abandonInterrupted finishes a creation whose creator died: whatever the
+// ledger shows was made is killed and removed (exact targets only), and the
+// environment is recorded as failed.
+func (e *Engine) abandonInterrupted(ctx context.Context, env *api.Env) {
+	ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: env.ID, Open: true})
+	for _, in := range ins {
+		if in.Kind == registry.KindTree && in.State == registry.IntentCreated {
+			found := false
+			for _, t := range env.Trees {
+				if t.HostPath == in.Target || safefs.Within(in.Target, t.HostPath) {
+					found = true
+				}
+			}
+			if !found {
+				// The identity is only in the intent: rebuild the record.
+				var st storage.Tree
+				if json.Unmarshal([]byte(in.Identity), &st) == nil {
+					raw, _ := json.Marshal(st)
+					env.Trees = append(env.Trees, api.Tree{Name: filepath.Base(in.Target), Kind: string(st.Kind), HostPath: st.Path, Storage: raw, State: api.TreeAllocated})
+				}
+			}
+		}
 	}
-	return out
+	c := &creation{e: e, rec: env}
+	if env.CgroupPath != "" {
+		c.madeCg = true
+	}
+	c.lg = limitGroup(env)
+	if env.Keeper != nil {
+		// Not our child: end it through its verified identity.
+		supervise.StopKeeper(ctx, records.ToLinux(env.Keeper))
+	}
+	var l *launch
+	cmds, _ := e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
+	why := "creation interrupted: its creator exited before the environment was active"
+	for _, cmd := range cmds {
+		if !cmd.Final() {
+			if n, _ := e.settleCommand(ctx, env, cmd); n != nil && !n.Final() {
+				_, _ = e.stopCommand(ctx, env, n, StopOptions{Reason: api.ReasonOwnerExit})
+			}
+		}
+	}
+	c.abandon(errors.New(why), l)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/store"
 )
@@ -39,7 +40,7 @@ type Capabilities = api.Capabilities
 // Engine is one open store.
 type Engine struct {
 	root string
-	reg  *records
+	reg  *records.Records
 	opts Options
 
 	capOnce sync.Once
@@ -74,7 +75,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		opts.Exe = "/proc/self/exe"
 	}
 	opts.Root = root
-	return &Engine{root: root, reg: newRecords(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
+	return &Engine{root: root, reg: records.New(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
 }
 
 // Root is the store directory.

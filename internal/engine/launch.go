@@ -17,6 +17,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
@@ -171,7 +172,7 @@ func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 	rec := &api.Command{
 		ID: id, Env: env.ID, State: api.CommandReserved, CreatedAt: time.Now().UTC(),
 		Purpose: purpose, Labels: labels, Argv: cs.Argv, Cwd: cs.Cwd, Output: cs.Output, Dir: dir,
-		Tier: env.Tier, Launcher: toAPI(self), LeaderState: api.PhasePending, TreeState: api.PhasePending,
+		Tier: env.Tier, Launcher: records.ToAPI(self), LeaderState: api.PhasePending, TreeState: api.PhasePending,
 		WorkloadKind: cs.Workload, Admission: l.decision, Timeout: api.Duration(cs.Timeout),
 		CleanupErrors: []string{},
 	}
@@ -226,7 +227,7 @@ func (l *launch) resolve(env *api.Env) error {
 	l.envv = envv
 	l.policy, l.note, l.keys = policy, note, keys
 	if env.Keeper != nil {
-		p, err := linux.OpenVerified(toLinux(env.Keeper))
+		p, err := linux.OpenVerified(records.ToLinux(env.Keeper))
 		if err != nil {
 			return fmt.Errorf("environment %s: its keeper is gone (%v); new commands are refused (stop it and create a new one): %w", env.ID, err, api.ErrEnvNotActive)
 		}
@@ -417,7 +418,7 @@ func (l *launch) startGuardian(env *api.Env, ss supervise.StartSpec, join bool) 
 		}
 	}
 	fault.Point(fault.GuardianStarted)
-	rec.Guardian = toAPI(g.ID)
+	rec.Guardian = records.ToAPI(g.ID)
 	rec.State = api.CommandRunning
 	now := time.Now().UTC()
 	rec.StartedAt = &now
@@ -552,7 +553,7 @@ func (l *launch) register(b *registry.Batch, env *api.Env) {
 	old := *l.rec
 	old.State, old.Rev = api.CommandReserved, 1
 	b.UpdateCommand(&old, l.rec)
-	settleAll(b, l.intents, nil)
+	records.SettleAll(b, l.intents, nil)
 }
 
 // release opens the gate and starts watching the guardian.
@@ -676,17 +677,17 @@ func (l *launch) abort(cause error) error {
 		for _, in := range l.intents {
 			if in.Kind == registry.KindDir {
 				if _, err := os.Lstat(in.Target); err == nil {
-					override[in.ID] = registry.Fact{Exists: true, Identity: pathIdentity(in.Target)}
+					override[in.ID] = registry.Fact{Exists: true, Identity: records.PathIdentity(in.Target)}
 				}
 			}
 		}
-		settleAll(&b, l.intents, override)
+		records.SettleAll(&b, l.intents, override)
 		if err := l.e.reg.Commit(ctx, &b); err == nil || !errors.Is(err, registry.ErrConflict) {
 			break
 		}
 	}
 	if cur, err := l.e.reg.Command(ctx, l.rec.ID); err == nil {
-		writeCommandRecord(cur)
+		records.WriteCommandRecord(cur)
 	}
 	return cause
 }

@@ -325,15 +325,6 @@ func budget(p *spec.Plan) limits.Budget {
 	return b
 }
 
-// systemdBus is the manager hostfork talks to: the system manager for
-// root, the user's manager otherwise.
-func systemdBus() systemd.Bus {
-	if os.Geteuid() == 0 {
-		return systemd.SystemBus
-	}
-	return systemd.UserBus
-}
-
 // systemdBooted reports whether this host (this PID namespace) runs
 // systemd as its init.
 func systemdBooted() bool {
@@ -348,9 +339,9 @@ func probeSystemd(ctx context.Context) (version string, pidfds bool, reason stri
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := systemd.Connect(ctx, systemdBus(), systemd.Options{CallTimeout: 3 * time.Second})
+	c, err := systemd.Connect(ctx, systemd.DefaultBus(), systemd.Options{CallTimeout: 3 * time.Second})
 	if err != nil {
-		return "", false, "no systemd manager answers on " + systemdBus().String() + ": " + err.Error()
+		return "", false, "no systemd manager answers on " + systemd.DefaultBus().String() + ": " + err.Error()
 	}
 	defer c.Close()
 	pidfds, version, err = c.SupportsPIDFDs(ctx)

@@ -13,6 +13,7 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/decide"
 	"github.com/habemus-papadum/hostfork/internal/limits"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
@@ -329,7 +330,7 @@ func (r *Running) finish() {
 	for try := 0; try < 8; try++ {
 		var b registry.Batch
 		b.UpdateCommand(&base, cur)
-		settleAll(&b, r.intents, nil)
+		records.SettleAll(&b, r.intents, nil)
 		if r.autoStop {
 			envCur, eerr := e.reg.Env(ctx, r.env.ID)
 			if eerr != nil {
@@ -382,8 +383,8 @@ func (r *Running) finish() {
 	snapshot.Capture = maps.Clone(cur.Capture)
 	r.mu.Unlock()
 	if r.autoStop {
-		e.writeManifest(ctx, r.env.ID)
+		e.reg.WriteManifest(ctx, r.env.ID)
 	} else {
-		writeCommandRecord(&snapshot)
+		records.WriteCommandRecord(&snapshot)
 	}
 }

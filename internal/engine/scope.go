@@ -43,7 +43,7 @@ func (e *Engine) planScope(ctx context.Context, p *spec.Plan) error {
 // scope around it, then moves it into the scope's keeper/ group and makes
 // commands/ beside it, so the scope root holds no process.
 func (e *Engine) createScope(ctx context.Context, rec *api.Env, p *spec.Plan, ks *supervise.KeeperSpec) (*supervise.Keeper, error) {
-	bus := systemdBus()
+	bus := systemd.DefaultBus()
 	c, err := systemd.Connect(ctx, bus, systemd.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to systemd on %s: %w", bus, err)
@@ -117,7 +117,7 @@ func stopScope(ctx context.Context, env *api.Env) error {
 	if env.Unit == "" {
 		return nil
 	}
-	c, err := systemd.Connect(ctx, systemdBus(), systemd.Options{})
+	c, err := systemd.Connect(ctx, systemd.DefaultBus(), systemd.Options{})
 	if err != nil {
 		return fmt.Errorf("connecting to systemd to stop %s: %w", env.Unit, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/decide"
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/tree"
@@ -53,16 +54,16 @@ func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
 	ev := decide.Evidence{Now: time.Now(), BootID: boot}
 	ev.Receipt = readReceipt(c)
 	if c.Guardian == nil {
-		ev.Launcher = liveness(c.Launcher)
+		ev.Launcher = records.Liveness(c.Launcher)
 		return ev
 	}
-	ev.Guardian = liveness(c.Guardian)
+	ev.Guardian = records.Liveness(c.Guardian)
 	if ev.Guardian == decide.Alive {
 		verifyLeader(c, &ev)
 	}
 	if ev.Guardian == decide.Gone {
 		if c.Workload != nil {
-			ev.LeaderGone = liveness(c.Workload) == decide.Gone
+			ev.LeaderGone = records.Liveness(c.Workload) == decide.Gone
 		}
 		// Gone: its receipt can no longer change; the read above may
 		// predate its last writes.
@@ -74,7 +75,7 @@ func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
 				ev.Unnamed = true
 			case errors.Is(err, supervise.ErrNoReceipt):
 				ev.Unreleased = true
-				ev.StopDecision = readDecision(filepath.Join(c.Dir, "stop-decision"))
+				ev.StopDecision = records.ReadDecision(filepath.Join(c.Dir, "stop-decision"))
 			}
 		}
 		if (ev.Receipt == nil || !ev.Receipt.Complete) && c.CgroupPath != "" {
@@ -99,7 +100,7 @@ func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
 // workload no longer exists.
 func verifyLeader(c *api.Command, ev *decide.Evidence) {
 	if c.Workload != nil {
-		ev.LeaderGone = liveness(c.Workload) == decide.Gone
+		ev.LeaderGone = records.Liveness(c.Workload) == decide.Gone
 		return
 	}
 	r := ev.Receipt
@@ -222,17 +223,17 @@ func (e *Engine) commitCommand(ctx context.Context, env *api.Env, cur, n *api.Co
 		override := map[int64]registry.Fact{}
 		for _, in := range ins {
 			if in.Kind == registry.KindDir {
-				override[in.ID] = registry.Fact{Exists: true, Identity: pathIdentity(in.Target)}
+				override[in.ID] = registry.Fact{Exists: true, Identity: records.PathIdentity(in.Target)}
 			}
 		}
-		settleAll(&b, ptrs(ins), override)
+		records.SettleAll(&b, records.Ptrs(ins), override)
 	}
 	b.UpdateCommand(cur, n)
 	if err := e.reg.Commit(ctx, &b); err != nil {
 		return err
 	}
 	if n.Final() {
-		writeCommandRecord(n)
+		records.WriteCommandRecord(n)
 	}
 	return nil
 }

@@ -11,16 +11,15 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/plan"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/retention"
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/view"
 	"github.com/habemus-papadum/hostfork/spec"
 )
-
-// poolName is the allocation area beside a Btrfs source.
-const poolName = ".hostfork-trees"
 
 // treeDest chooses where a tree is allocated: snapshots and copies of a
 // btrfs source go into the allocation area beside the source, on its
@@ -29,7 +28,7 @@ const poolName = ".hostfork-trees"
 func (e *Engine) treeDest(envID, name, kind string, src *baselineInfo) string {
 	leaf := envID + "-" + name
 	if src != nil && src.fstype == "btrfs" && kind != spec.KindOverlay {
-		return filepath.Join(filepath.Dir(src.path), poolName, leaf)
+		return filepath.Join(filepath.Dir(src.path), records.PoolName, leaf)
 	}
 	return filepath.Join(e.root, "trees", leaf)
 }
@@ -89,7 +88,7 @@ func (e *Engine) removeTrees(ctx context.Context, envID string, trees []api.Tree
 		if t.State != api.TreeAllocated {
 			continue
 		}
-		if err := e.removeTree(ctx, envID, t); err != nil {
+		if err := retention.RemoveTree(ctx, e.root, envID, t); err != nil {
 			errs = append(errs, fmt.Sprintf("removing tree %s: %v", t.Name, err))
 			continue
 		}

@@ -1,10 +1,12 @@
-package engine
+package records
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/atomicfile"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
@@ -19,26 +21,35 @@ type Manifest struct {
 	Commands []*api.Command `json:"commands"`
 }
 
-// writeManifest rewrites runs/<id>/manifest.json from the registry
+// WriteManifest rewrites runs/<id>/manifest.json from the registry
 // (temporary file + rename). Failures are ignored: the manifest is a
 // readable copy, never a second writer.
-func (e *Engine) writeManifest(ctx context.Context, envID string) {
-	env, err := e.reg.Env(ctx, envID)
+func (reg *Records) WriteManifest(ctx context.Context, envID string) {
+	env, err := reg.Env(ctx, envID)
 	if err != nil {
 		return
 	}
-	cmds, err := e.reg.Commands(ctx, registry.CommandQuery{Env: envID})
+	cmds, err := reg.Commands(ctx, registry.CommandQuery{Env: envID})
 	if err != nil {
 		return
 	}
 	r := RedactEnv(*env)
-	writeJSONAtomic(filepath.Join(env.RunDir, "manifest.json"), Manifest{Env: &r, Commands: cmds})
+	WriteJSON(filepath.Join(env.RunDir, "manifest.json"), Manifest{Env: &r, Commands: cmds})
 }
 
-// writeCommandRecord rewrites runs/<env>/commands/<cid>/record.json.
-func writeCommandRecord(c *api.Command) {
+// WriteCommandRecord rewrites runs/<env>/commands/<cid>/record.json.
+func WriteCommandRecord(c *api.Command) {
 	if c == nil || c.Dir == "" {
 		return
 	}
-	writeJSONAtomic(filepath.Join(c.Dir, "record.json"), c)
+	WriteJSON(filepath.Join(c.Dir, "record.json"), c)
+}
+
+// WriteJSON writes v as indented JSON, atomically (atomicfile.Replace,
+// mode 0600); failures are ignored: these are readable copies of what the
+// registry holds durably (manifests, command records, export records).
+func WriteJSON(dst string, v any) {
+	if b, err := json.MarshalIndent(v, "", "  "); err == nil {
+		_ = atomicfile.Replace(dst, append(b, '\n'), 0o600)
+	}
 }

@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/export"
+	"github.com/habemus-papadum/hostfork/internal/reap"
+	"github.com/habemus-papadum/hostfork/internal/retention"
+	"github.com/habemus-papadum/hostfork/internal/usage"
+)
+
+// The store-wide passes live in their own packages (internal/reap,
+// internal/retention, internal/export, internal/usage); the engine opens
+// them on its records and hands them the few operations of its own they
+// need (ops).
+
+// Reap settles what crashes interrupted (reap.Reaper.Reap).
+func (e *Engine) Reap(ctx context.Context) (*api.ReapReport, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	return reap.New(e.root, e.reg, ops{e}).Reap(ctx)
+}
+
+// GC applies retention (retention.Collector.GC).
+func (e *Engine) GC(ctx context.Context, opts retention.GCOptions) (*api.GCReport, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	return retention.New(e.root, e.reg).GC(ctx, opts)
+}
+
+// Export copies an environment's tree out to dest (export.Exporter.Export).
+func (e *Engine) Export(ctx context.Context, envID, tree, dest string, opts export.ExportOptions) (*api.ExportResult, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	return export.New(e.root, e.reg, e.opts.Exe).Export(ctx, envID, tree, dest, opts)
+}
+
+// Usage measures the store (usage.Meter.Usage).
+func (e *Engine) Usage(ctx context.Context) (*api.Usage, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	return usage.New(e.root, e.reg, ops{e}).Usage(ctx)
+}
+
+// BtrfsSizes measures every allocated Btrfs tree (usage.Meter.BtrfsSizes).
+func (e *Engine) BtrfsSizes(ctx context.Context) ([]api.BtrfsSize, error) {
+	return usage.New(e.root, e.reg, ops{e}).BtrfsSizes(ctx)
+}
+
+// ops is the engine as reap.Engine and usage.Reader see it.
+type ops struct{ e *Engine }
+
+func (o ops) EnvFacts(ctx context.Context, env *api.Env, cmds []*api.Command) (decide.EnvFacts, []*api.Command) {
+	return o.e.envFacts(ctx, env, cmds)
+}
+
+func (o ops) StopCommand(ctx context.Context, env *api.Env, c *api.Command, reason api.StopReason) error {
+	_, err := o.e.stopCommand(ctx, env, c, StopOptions{Reason: reason})
+	return err
+}
+
+func (o ops) StopEnv(ctx context.Context, env *api.Env, reason api.StopReason) error {
+	_, err := o.e.stopEnvLocked(ctx, env, StopOptions{Reason: reason})
+	return err
+}
+
+func (o ops) AbandonCreation(ctx context.Context, env *api.Env) { o.e.abandonInterrupted(ctx, env) }
+
+func (o ops) Launching(id string) bool { return o.e.runningOf(id) != nil }
+
+func (o ops) Reconcile(ctx context.Context, env *api.Env) *api.Env {
+	return o.e.reconcile(ctx, env, nil, false)
+}
+
+func (o ops) Commands(ctx context.Context, f api.CommandFilter) ([]api.Command, error) {
+	return o.e.Commands(ctx, f)
+}
