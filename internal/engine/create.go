@@ -16,6 +16,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/planner"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/retention"
@@ -31,7 +32,7 @@ import (
 type creation struct {
 	e       *Engine
 	p       *spec.Plan
-	infos   map[string]*baselineInfo
+	infos   map[string]*planner.Source
 	rec     *api.Env
 	intents []*registry.Intent
 	treeIn  map[string]*registry.Intent // by tree name
@@ -69,7 +70,7 @@ func (e *Engine) Create(ctx context.Context, p *spec.Plan, cs *CommandSpec) (*ap
 	// trees' sources again.
 	check := *p
 	check.Unsupported, check.Trees, check.Notes = nil, nil, nil
-	infos, err := e.planView(ctx, &check)
+	infos, err := e.plans().PlanView(ctx, &check)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -131,7 +132,7 @@ func (e *Engine) Create(ctx context.Context, p *spec.Plan, cs *CommandSpec) (*ap
 // reserveEnv records the environment (state creating) and an intent for
 // every resource its creation will make, with the first command's
 // reservation when there is one: one commit.
-func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]*baselineInfo, l *launch) (*creation, error) {
+func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]*planner.Source, l *launch) (*creation, error) {
 	boot, err := linux.BootID()
 	if err != nil {
 		return nil, err
@@ -176,7 +177,7 @@ func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]
 		add(registry.KindScope, "systemd:hostfork-"+id+".scope")
 	}
 	if !p.Spec.Limits.Empty() {
-		lh, err := e.limitHost(p)
+		lh, err := e.plans().LimitHost(p)
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +212,7 @@ func lhOf(e *Engine, p *spec.Plan) *limits.Host {
 	if p.Spec.Limits.Empty() {
 		return nil
 	}
-	lh, _ := e.limitHost(p)
+	lh, _ := e.plans().LimitHost(p)
 	return lh
 }
 
@@ -336,7 +337,7 @@ func (c *creation) makeLimits() error {
 	if p.Spec.Limits.Empty() {
 		return nil
 	}
-	lh, err := c.e.limitHost(p)
+	lh, err := c.e.plans().LimitHost(p)
 	if err != nil {
 		return err
 	}
@@ -345,7 +346,7 @@ func (c *creation) makeLimits() error {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
-	g, err := lh.Create(rec.ID, rec.CgroupPath, budget(p))
+	g, err := lh.Create(rec.ID, rec.CgroupPath, planner.Budget(p))
 	if err != nil {
 		return fmt.Errorf("applying limits: %w", err)
 	}

@@ -15,29 +15,6 @@ import (
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
-// planScope fills the plan for the systemd-scope tier.
-func (e *Engine) planScope(ctx context.Context, p *spec.Plan) error {
-	version, pidfds, reason := probeSystemd(ctx)
-	if reason != "" {
-		return fmt.Errorf("the systemd-scope ownership tier was requested but %s; use --tier cgroup2 or subreaper: %w", reason, api.ErrUnsupported)
-	}
-	cm, err := cgroup.FindMount()
-	if err != nil || cm.Hybrid {
-		return fmt.Errorf("the systemd-scope tier needs a unified cgroup2 hierarchy managed by systemd: %w", api.ErrUnsupported)
-	}
-	p.Tier = api.TierSystemdScope
-	p.ScopeManager = "systemd " + version
-	if pidfds {
-		p.TierNote = "transient scope with Delegate=yes, its first process handed over as a PIDFD; the manager enforces the deadline (SIGTERM at max_runtime-grace, SIGKILL at max_runtime)"
-	} else {
-		p.TierNote = fmt.Sprintf("transient scope with Delegate=yes; systemd %s takes no PIDFDs at scope creation (needs %d), so its first process, hostfork's own unreaped keeper child whose PID can't be reused before it is reaped, is handed over by PID; the manager enforces the deadline", version, systemd.PIDFDsSince)
-	}
-	if p.MaxRuntime > 0 {
-		p.DeadlineEnforcer = "the systemd manager (RuntimeMaxUSec = max_runtime - grace, TimeoutStopUSec = grace), with guardian timers too; 'hostfork reap' is the backstop"
-	}
-	return nil
-}
-
 // createScope makes the environment a transient scope: it starts the
 // environment's keeper (its anchor, also without a view), creates the
 // scope around it, then moves it into the scope's keeper/ group and makes

@@ -6,9 +6,11 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/decide"
 	"github.com/habemus-papadum/hostfork/internal/export"
+	"github.com/habemus-papadum/hostfork/internal/planner"
 	"github.com/habemus-papadum/hostfork/internal/reap"
 	"github.com/habemus-papadum/hostfork/internal/retention"
 	"github.com/habemus-papadum/hostfork/internal/usage"
+	"github.com/habemus-papadum/hostfork/spec"
 )
 
 // The store-wide passes live in their own packages (internal/reap,
@@ -80,4 +82,31 @@ func (o ops) Reconcile(ctx context.Context, env *api.Env) *api.Env {
 
 func (o ops) Commands(ctx context.Context, f api.CommandFilter) ([]api.Command, error) {
 	return o.e.Commands(ctx, f)
+}
+
+// plans is the store's planner (internal/planner).
+func (e *Engine) plans() *planner.Planner { return planner.New(e.root, e.reg, e.Capabilities) }
+
+// Plan validates s against this host and resolves it (planner.Planner.Plan).
+func (e *Engine) Plan(ctx context.Context, s spec.Environment) (*spec.Plan, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	return e.plans().Plan(ctx, s)
+}
+
+// AddBaseline registers a prepared directory or Btrfs subvolume under
+// name (planner.Planner.AddBaseline).
+func (e *Engine) AddBaseline(ctx context.Context, name, path string) (*api.Baseline, error) {
+	return e.plans().AddBaseline(ctx, name, path)
+}
+
+// Baselines lists registered baselines.
+func (e *Engine) Baselines(ctx context.Context) ([]*api.Baseline, error) {
+	return e.plans().Baselines(ctx)
+}
+
+// RemoveBaseline unregisters a baseline (planner.Planner.RemoveBaseline).
+func (e *Engine) RemoveBaseline(ctx context.Context, name string) error {
+	return e.plans().RemoveBaseline(ctx, name)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/plan"
+	"github.com/habemus-papadum/hostfork/internal/planner"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/retention"
@@ -25,10 +26,10 @@ import (
 // btrfs source go into the allocation area beside the source, on its
 // filesystem (a snapshot must, and a copy can then reflink); everything
 // else goes under the store (decision 18).
-func (e *Engine) treeDest(envID, name, kind string, src *baselineInfo) string {
+func (e *Engine) treeDest(envID, name, kind string, src *planner.Source) string {
 	leaf := envID + "-" + name
-	if src != nil && src.fstype == "btrfs" && kind != spec.KindOverlay {
-		return filepath.Join(filepath.Dir(src.path), records.PoolName, leaf)
+	if src != nil && src.FSType == "btrfs" && kind != spec.KindOverlay {
+		return filepath.Join(filepath.Dir(src.Path), records.PoolName, leaf)
 	}
 	return filepath.Join(e.root, "trees", leaf)
 }
@@ -37,7 +38,7 @@ func (e *Engine) treeDest(envID, name, kind string, src *baselineInfo) string {
 // private, never through a symlink). Their intents were recorded with the
 // environment; their identities are recorded with its activation. On
 // error the trees made so far are returned so the caller can remove them.
-func (e *Engine) allocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, infos map[string]*baselineInfo, intents map[string]*registry.Intent) ([]api.Tree, error) {
+func (e *Engine) allocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, infos map[string]*planner.Source, intents map[string]*registry.Intent) ([]api.Tree, error) {
 	out := []api.Tree{}
 	for _, pt := range p.Trees {
 		in := intents[pt.Name]
@@ -56,8 +57,8 @@ func (e *Engine) allocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, 
 		}
 		req := storage.Request{Dest: dest, Source: pt.Source, Pool: pool}
 		if info := infos[pt.Name]; info != nil {
-			req.Source = info.path
-			req.SourceID = &safefs.FileID{Dev: info.dev, Ino: info.ino, FSID: info.fsid}
+			req.Source = info.Path
+			req.SourceID = &safefs.FileID{Dev: info.Dev, Ino: info.Ino, FSID: info.FSID}
 		}
 		t, err := b.Prepare(ctx, req)
 		pool.Close()

@@ -102,6 +102,15 @@ func (d *Dir) Stat() (unix.Stat_t, error) {
 	return st, nil
 }
 
+// FSType returns the magic number (statfs' f_type) of d's filesystem.
+func (d *Dir) FSType() (int64, error) {
+	var sf unix.Statfs_t
+	if err := linux.IgnoringEINTR(func() error { return unix.Fstatfs(d.fd, &sf) }); err != nil {
+		return 0, err
+	}
+	return int64(sf.Type), nil
+}
+
 // Close closes the descriptor. Closing a closed or nil Dir does nothing.
 func (d *Dir) Close() error {
 	if d == nil || d.fd < 0 {
