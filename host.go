@@ -10,6 +10,7 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/engine"
 	"github.com/habemus-papadum/hostfork/internal/export"
+	"github.com/habemus-papadum/hostfork/internal/launchenv"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/retention"
 	"github.com/habemus-papadum/hostfork/spec"
@@ -266,10 +267,10 @@ func (h *Host) RecaptureHostShell(ctx context.Context) error { return h.e.Recapt
 // LookPath resolves a program on the host the way a launch without a view
 // does, so a caller can reject a missing executable before creating
 // anything.
-func LookPath(argv0 string, env []string) (string, error) { return engine.LookPath(argv0, env) }
+func LookPath(argv0 string, env []string) (string, error) { return launchenv.LookPath(argv0, env) }
 
 // InheritedEnv is os.Environ() without Git redirections (GIT_DIR, ...).
-func InheritedEnv() []string { return engine.InheritedEnv() }
+func InheritedEnv() []string { return launchenv.InheritedEnv() }
 
 // RedactEnv returns env with the values of its spec's explicit
 // environment variables replaced by "<redacted>" (for output read by more

@@ -13,8 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/admission"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/fault"
+	"github.com/habemus-papadum/hostfork/internal/launchenv"
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/records"
@@ -24,7 +26,7 @@ import (
 
 // WorkloadAgent marks a command as an agent workload: it takes part in
 // admission (DESIGN.md, "Not overload the host").
-const WorkloadAgent = "agent"
+const WorkloadAgent = admission.WorkloadAgent
 
 // CommandSpec is one command to launch.
 type CommandSpec struct {
@@ -87,7 +89,7 @@ type launch struct {
 	cwd          string
 	envv         []string
 	path         string
-	view         *viewRoot
+	view         *launchenv.ViewRoot
 	keeperPID    int
 	keeperStart  uint64
 	deadlineMono time.Duration
@@ -126,7 +128,7 @@ func (e *Engine) newLaunch(ctx context.Context, cs *CommandSpec) (*launch, error
 	}
 	l := &launch{e: e, cs: cs}
 	if cs.Workload == WorkloadAgent {
-		rel, d, err := e.admitCommand(ctx, cs.Admit, cs.OnAdmissionWait)
+		rel, d, err := e.admission().Admit(ctx, cs.Admit, cs.OnAdmissionWait)
 		if err != nil {
 			return nil, err
 		}
@@ -232,7 +234,7 @@ func (l *launch) resolve(env *api.Env) error {
 			return fmt.Errorf("environment %s: its keeper is gone (%v); new commands are refused (stop it and create a new one): %w", env.ID, err, api.ErrEnvNotActive)
 		}
 		defer p.Close()
-		v, err := openViewRoot(env.Keeper.PID)
+		v, err := launchenv.OpenViewRoot(env.Keeper.PID)
 		if err != nil {
 			return fmt.Errorf("environment %s: its view can't be entered: %v: %w", env.ID, err, api.ErrEnvNotActive)
 		}
@@ -240,10 +242,10 @@ func (l *launch) resolve(env *api.Env) error {
 		defer func() { l.view.Close(); l.view = nil }()
 	}
 	if l.view != nil {
-		if l.path, err = l.view.lookPath(cs.Argv[0], envv); err != nil {
+		if l.path, err = l.view.LookPath(cs.Argv[0], envv); err != nil {
 			return err
 		}
-	} else if l.path, err = LookPath(cs.Argv[0], envv); err != nil {
+	} else if l.path, err = launchenv.LookPath(cs.Argv[0], envv); err != nil {
 		return err
 	}
 	cwd := cs.Cwd
@@ -257,7 +259,7 @@ func (l *launch) resolve(env *api.Env) error {
 		}
 		ok := false
 		if l.view != nil {
-			ok = l.view.isDir(cwd)
+			ok = l.view.IsDir(cwd)
 		} else if st, err := os.Stat(cwd); err == nil && st.IsDir() {
 			ok = true
 		}
@@ -270,7 +272,7 @@ func (l *launch) resolve(env *api.Env) error {
 		}
 	} else if wd, err := os.Getwd(); err == nil {
 		cwd = wd
-		if l.view != nil && !l.view.isDir(cwd) {
+		if l.view != nil && !l.view.IsDir(cwd) {
 			cwd = "/"
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/admission"
 	"github.com/habemus-papadum/hostfork/internal/decide"
 	"github.com/habemus-papadum/hostfork/internal/export"
 	"github.com/habemus-papadum/hostfork/internal/planner"
@@ -109,4 +110,27 @@ func (e *Engine) Baselines(ctx context.Context) ([]*api.Baseline, error) {
 // RemoveBaseline unregisters a baseline (planner.Planner.RemoveBaseline).
 func (e *Engine) RemoveBaseline(ctx context.Context, name string) error {
 	return e.plans().RemoveBaseline(ctx, name)
+}
+
+// admission is the store's admission (internal/admission).
+func (e *Engine) admission() *admission.Admission { return admission.New(e.root, e.reg, ops{e}) }
+
+// Paused reports whether new admission is paused.
+func (e *Engine) Paused(ctx context.Context) (bool, error) { return e.admission().Paused(ctx) }
+
+// SetPaused pauses or resumes admission; running work continues.
+func (e *Engine) SetPaused(ctx context.Context, paused bool) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	return e.admission().SetPaused(ctx, paused)
+}
+
+// Capacity samples the host and the live agent workloads and computes the
+// admission capacity (admission.Admission.Capacity).
+func (e *Engine) Capacity(ctx context.Context) (*api.CapacityReport, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	return e.admission().Capacity(ctx)
 }
