@@ -13,6 +13,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/evidence"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
@@ -46,7 +47,7 @@ type creation struct {
 // (cgroup.Group.Remove), as does a failed creation.
 const (
 	cgCommands  = "commands"
-	cgGuardians = "guardians"
+	cgGuardians = evidence.GuardiansGroup
 	cgKeeper    = "keeper"
 )
 
@@ -510,7 +511,7 @@ func (e *Engine) abandonInterrupted(ctx context.Context, env *api.Env) {
 	if env.CgroupPath != "" {
 		c.madeCg = true
 	}
-	c.lg = limitGroup(env)
+	c.lg = evidence.LimitGroup(env)
 	if env.Keeper != nil {
 		// Not our child: end it through its verified identity.
 		supervise.StopKeeper(ctx, records.ToLinux(env.Keeper))

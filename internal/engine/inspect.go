@@ -13,6 +13,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/evidence"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
@@ -326,7 +327,7 @@ func (e *Engine) reconcile(ctx context.Context, env *api.Env, cmds []*api.Comman
 		}
 	}
 	env.LimitsNow = nil
-	if g := limitGroup(env); g != nil && !env.State.Final() {
+	if g := evidence.LimitGroup(env); g != nil && !env.State.Final() {
 		env.LimitsNow, _ = json.Marshal(g.Evidence())
 	}
 	boot, _ := linux.BootID()

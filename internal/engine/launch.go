@@ -15,6 +15,7 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/admission"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/evidence"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/launchenv"
 	"github.com/habemus-papadum/hostfork/internal/limits"
@@ -189,7 +190,7 @@ func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 		rec.CgroupPath = filepath.Join(env.CgroupPath, cgCommands, id)
 	}
 	if env.Limits != nil && lh == nil {
-		if g := limitGroup(env); g != nil {
+		if g := evidence.LimitGroup(env); g != nil {
 			l.lg = g
 		}
 	}
@@ -424,7 +425,7 @@ func (l *launch) startGuardian(env *api.Env, ss supervise.StartSpec, join bool) 
 	rec.State = api.CommandRunning
 	now := time.Now().UTC()
 	rec.StartedAt = &now
-	if notes := unenforcedOf(env); notes != "" {
+	if notes := evidence.Unenforced(env); notes != "" {
 		rec.LimitsNote = notes
 	}
 	return nil
@@ -757,7 +758,7 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 		return nil, fmt.Errorf("registering the command: %w", err)
 	}
 	l.reserved()
-	if err := l.prepare(ctx, env, limitGroup(env)); err != nil {
+	if err := l.prepare(ctx, env, evidence.LimitGroup(env)); err != nil {
 		return nil, l.abort(err)
 	}
 	var b2 registry.Batch

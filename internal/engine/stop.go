@@ -13,6 +13,7 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/evidence"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/lockfile"
@@ -45,67 +46,6 @@ func (e *Engine) grace(env *api.Env, opts StopOptions) time.Duration {
 		g = 0
 	}
 	return g
-}
-
-// target is the tree-stop target of a command; its guardian is a root
-// only when guardianProven.
-func target(env *api.Env, c *api.Command) tree.Target {
-	t := tree.Target{Cgroup: c.CgroupPath}
-	if t.Cgroup != "" {
-		if m, err := cgroup.FindMount(); err == nil {
-			t.Mount = m.Path
-		}
-	}
-	alive := c.Guardian != nil && linux.Assess(records.ToLinux(c.Guardian)) == linux.Alive
-	if alive && guardianProven(env, c) == nil {
-		// A guardian makes itself its tree's subreaper before anything
-		// starts, or exits.
-		t.Roots, t.Subreapers = []linux.Identity{records.ToLinux(c.Guardian)}, true
-	} else if !alive && c.Workload != nil && workloadProven(c) == nil {
-		// No guardian is left to be the tree's root: its leader, still
-		// the process its guardian recorded, is stopped with its
-		// descendants (issue 39, item 8).
-		t.Leaders = []linux.Identity{records.ToLinux(c.Workload)}
-	}
-	return t
-}
-
-// workloadProven says whether the record's workload is the one its
-// guardian recorded in its receipt (registered by inode): a record alone
-// never names a process to signal.
-func workloadProven(c *api.Command) error {
-	r, err := receiptOf(c)
-	if err != nil {
-		return err
-	}
-	if r.WorkloadPID != c.Workload.PID || r.WorkloadStart != c.Workload.StartTime || (c.Guardian != nil && c.Guardian.BootID != c.Workload.BootID) {
-		return fmt.Errorf("the record's workload (pid %d) is not the one its guardian's receipt names (pid %d)", c.Workload.PID, r.WorkloadPID)
-	}
-	return nil
-}
-
-// guardianProven says whether the live process the record names as the
-// command's guardian is hostfork's guardian of it, not merely a process
-// with the same PID and start time (a record can be edited): in the cgroup
-// tiers it must be in its environment's guardians group, where only
-// guardians are started; without a cgroup, the guardian's own receipt
-// (registered by inode) must name it. Nothing is signalled or treated as a
-// tree's root without this proof.
-func guardianProven(env *api.Env, c *api.Command) error {
-	if c.Guardian == nil {
-		return errors.New("no guardian is recorded")
-	}
-	if env != nil && env.CgroupPath != "" && c.CgroupPath != "" {
-		m, err := cgroup.FindMount()
-		if err != nil {
-			return fmt.Errorf("the cgroup2 mount can't be found: %v", err)
-		}
-		if !tree.InGroup(c.Guardian.PID, m.Path, filepath.Join(env.CgroupPath, cgGuardians)) {
-			return fmt.Errorf("pid %d is not in the environment's guardians group", c.Guardian.PID)
-		}
-		return nil
-	}
-	return guardianMatchesReceipt(c)
 }
 
 // StopCommand stops one command tree: it tells the guardian the decided
@@ -177,7 +117,7 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 		// signalled or killed (the evidence proves the exit).
 		return cur, fmt.Errorf("stopping %s: recorded in another boot, yet not settled: %w", cur.ID, api.ErrUnverified)
 	}
-	rcpt := readReceipt(cur)
+	rcpt := evidence.Receipt(cur)
 	var rr api.StopReason
 	if rcpt != nil {
 		rr = rcpt.StopReason
@@ -186,7 +126,7 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 	if cur.Tier == api.TierSubreaper && cur.Guardian != nil {
 		// Without a cgroup the guardian is the tree's only witness: the
 		// recorded identity must be the one its own receipt names.
-		if err := guardianMatchesReceipt(cur); err != nil {
+		if err := evidence.GuardianMatchesReceipt(cur); err != nil {
 			return cur, fmt.Errorf("not stopping %s: %v: %w", cur.ID, err, api.ErrUnverified)
 		}
 	}
@@ -202,14 +142,14 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 	// one signalled.
 	if cur.Guardian != nil {
 		if p, err := linux.OpenVerified(records.ToLinux(cur.Guardian)); err == nil {
-			if guardianProven(env, cur) == nil {
+			if evidence.GuardianProven(env, cur) == nil {
 				_ = p.SignalValue(syscall.SIGTERM, supervise.StopValue(reason, true, grace))
 			}
 			p.Close()
 		}
 	}
 	fault.Point(fault.StopRecorded)
-	res, stopErr := tree.Stop(ctx, target(env, cur), grace)
+	res, stopErr := tree.Stop(ctx, evidence.Target(env, cur), grace)
 	fault.Point(fault.StopKilled)
 	// The guardian now reaps what is left and writes its receipt.
 	waitGone(ctx, cur.Guardian, 2*time.Second)
@@ -260,7 +200,7 @@ func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, r
 			// first final record stands.
 			return cur, nil
 		}
-		ev := e.evidence(env, cur)
+		ev := evidence.Gather(env, cur)
 		n, _ := decide.Command(*cur, ev)
 		if n.StopReason == "" && !(n.Final() && n.LeaderState == api.PhaseExited && !n.StoppedByHostfork && res.Signalled == 0 && res.Killed == 0) {
 			n.StopReason = reason
@@ -303,22 +243,6 @@ func waitGone(ctx context.Context, id *api.Identity, limit time.Duration) {
 	}
 	defer p.Close()
 	p.WaitExit(ctx, limit)
-}
-
-// guardianMatchesReceipt checks the recorded guardian against the receipt
-// the guardian itself wrote through its registered proof file.
-func guardianMatchesReceipt(c *api.Command) error {
-	if c.ProofIno == 0 {
-		return errors.New("no receipt was registered")
-	}
-	r, err := supervise.ReadReceipt(filepath.Join(c.Dir, "receipt"), c.ID, c.ProofDev, c.ProofIno)
-	if err != nil {
-		return fmt.Errorf("its receipt can't vouch for it: %w", err)
-	}
-	if r.Guardian != c.Guardian.PID || r.BootID != c.Guardian.BootID {
-		return fmt.Errorf("the record names pid %d but the guardian's receipt names pid %d", c.Guardian.PID, r.Guardian)
-	}
-	return nil
 }
 
 // abandonCommand releases an unverified command's record without proof of
@@ -414,7 +338,7 @@ func (e *Engine) finishEnv(ctx context.Context, env *api.Env, reason api.StopRea
 			f.cleanup = append(f.cleanup, err.Error())
 		}
 	}
-	if lg := limitGroup(env); lg != nil {
+	if lg := evidence.LimitGroup(env); lg != nil {
 		if ev, err := json.Marshal(lg.Evidence()); err == nil {
 			f.evidence = ev
 		}

@@ -1,7 +1,6 @@
-package engine
+package evidence
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,20 +14,19 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/records"
-	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/tree"
 )
 
-// readReceipt reads and verifies a command's receipt (nil: none readable).
-func readReceipt(c *api.Command) *decide.Receipt {
-	r, _ := receiptOf(c)
+// Receipt reads and verifies a command's receipt (nil: none readable).
+func Receipt(c *api.Command) *decide.Receipt {
+	r, _ := ReceiptOf(c)
 	return r
 }
 
-// receiptOf is readReceipt with the reason there is none (os.ErrNotExist,
+// ReceiptOf is readReceipt with the reason there is none (os.ErrNotExist,
 // supervise.ErrNoReceipt, ...).
-func receiptOf(c *api.Command) (*decide.Receipt, error) {
+func ReceiptOf(c *api.Command) (*decide.Receipt, error) {
 	if c.ProofIno == 0 {
 		return nil, errNoProof
 	}
@@ -44,15 +42,19 @@ func receiptOf(c *api.Command) (*decide.Receipt, error) {
 	}, nil
 }
 
+// GuardiansGroup is the subgroup of an environment's cgroup where only
+// guardians are started.
+const GuardiansGroup = "guardians"
+
 // errNoProof: the record names no receipt (no proof file registered).
 var errNoProof = errors.New("no receipt registered")
 
-// evidence gathers what can be known about command c now (DESIGN.md: each
+// Gather gathers what can be known about command c now (DESIGN.md: each
 // assessment rechecks current evidence; nothing is cached).
-func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
+func Gather(env *api.Env, c *api.Command) decide.Evidence {
 	boot, _ := linux.BootID()
 	ev := decide.Evidence{Now: time.Now(), BootID: boot}
-	ev.Receipt = readReceipt(c)
+	ev.Receipt = Receipt(c)
 	if c.Guardian == nil {
 		ev.Launcher = records.Liveness(c.Launcher)
 		return ev
@@ -68,7 +70,7 @@ func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
 		// Gone: its receipt can no longer change; the read above may
 		// predate its last writes.
 		var err error
-		ev.Receipt, err = receiptOf(c)
+		ev.Receipt, err = ReceiptOf(c)
 		if ev.Receipt == nil && c.ProofIno != 0 {
 			switch {
 			case errors.Is(err, os.ErrNotExist):
@@ -88,7 +90,7 @@ func (e *Engine) evidence(env *api.Env, c *api.Command) decide.Evidence {
 				ev.Workload = decide.GroupPopulated
 			}
 		}
-		e.oomEvidence(env, c, limitGroup(env), &ev)
+		OOM(env, c, LimitGroup(env), &ev)
 	}
 	return ev
 }
@@ -126,11 +128,11 @@ func verifyLeader(c *api.Command, ev *decide.Evidence) {
 	}
 }
 
-// oomEvidence reads the command's own OOM-kill counter (its v1 memory
+// OOM reads the command's own OOM-kill counter (its v1 memory
 // group, or its cgroup2 group's memory.events): OOM is true when the
 // kernel killed a process of it, false when the counter proves it did not,
 // and unknown when it can't be read — never inferred from a signal.
-func (e *Engine) oomEvidence(env *api.Env, c *api.Command, g *limits.Group, ev *decide.Evidence) {
+func OOM(env *api.Env, c *api.Command, g *limits.Group, ev *decide.Evidence) {
 	if g == nil || c.OOMBaseline == nil {
 		return
 	}
@@ -144,7 +146,8 @@ func (e *Engine) oomEvidence(env *api.Env, c *api.Command, g *limits.Group, ev *
 	ev.OOMEvidence = fmt.Sprintf("the command's own oom_kill counter was %d at start, %d after its tree exited", *c.OOMBaseline, *n)
 }
 
-func limitGroup(env *api.Env) *limits.Group {
+// LimitGroup is the environment's recorded limit group (nil: none).
+func LimitGroup(env *api.Env) *limits.Group {
 	if env == nil || len(env.Limits) == 0 {
 		return nil
 	}
@@ -155,10 +158,10 @@ func limitGroup(env *api.Env) *limits.Group {
 	return &g
 }
 
-// unenforcedOf says which of an environment's requested limits are not
+// Unenforced says which of an environment's requested limits are not
 // enforced (accepted with --allow-weaker): the run says so at its start and
 // the record keeps it.
-func unenforcedOf(env *api.Env) string {
+func Unenforced(env *api.Env) string {
 	var s struct {
 		Limits struct {
 			Memory      any     `json:"memory"`
@@ -170,7 +173,7 @@ func unenforcedOf(env *api.Env) string {
 	if len(env.Spec) == 0 || json.Unmarshal(env.Spec, &s) != nil || !s.Limits.AllowWeaker {
 		return ""
 	}
-	g := limitGroup(env)
+	g := LimitGroup(env)
 	var missing []string
 	has := func(r limits.Resource) bool { return g != nil && g.Mechanisms[r] != "" }
 	if s.Limits.Memory != nil && s.Limits.Memory != "0" && !has(limits.Memory) {
@@ -188,90 +191,79 @@ func unenforcedOf(env *api.Env) string {
 	return fmt.Sprintf("NOT enforced on this host (accepted with --allow-weaker): %v", missing)
 }
 
-// removeCommandGroups removes a finished command's own cgroups (its
-// cgroup2 group, its v1 memory group) and returns what could not be
-// removed. A v1 memory group whose OOM-kill counter moved stays until its
-// environment ends: cgroup v1 counts a kill in the victim's group only, so
-// the environment's limit evidence sums its commands' groups then.
-func (e *Engine) removeCommandGroups(ctx context.Context, c *api.Command, g *limits.Group) []string {
-	var errs []string
-	if c.CgroupPath != "" {
-		if err := cgroup.Open(c.CgroupPath).Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err.Error())
+// Target is the tree-stop target of a command; its guardian is a root
+// only when guardianProven.
+func Target(env *api.Env, c *api.Command) tree.Target {
+	t := tree.Target{Cgroup: c.CgroupPath}
+	if t.Cgroup != "" {
+		if m, err := cgroup.FindMount(); err == nil {
+			t.Mount = m.Path
 		}
 	}
-	if g != nil && g.Mechanisms[limits.Memory] == limits.Cgroup1 && c.OOM != nil && *c.OOM {
-		return errs
+	alive := c.Guardian != nil && linux.Assess(records.ToLinux(c.Guardian)) == linux.Alive
+	if alive && GuardianProven(env, c) == nil {
+		// A guardian makes itself its tree's subreaper before anything
+		// starts, or exits.
+		t.Roots, t.Subreapers = []linux.Identity{records.ToLinux(c.Guardian)}, true
+	} else if !alive && c.Workload != nil && WorkloadProven(c) == nil {
+		// No guardian is left to be the tree's root: its leader, still
+		// the process its guardian recorded, is stopped with its
+		// descendants (issue 39, item 8).
+		t.Leaders = []linux.Identity{records.ToLinux(c.Workload)}
 	}
-	if g != nil {
-		if err := g.RemoveCommand(ctx, c.ID); err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	return errs
+	return t
 }
 
-// commitCommand records n over cur (compare-and-set). A final record
-// goes with its command's cgroups removed and its intents settled in the
-// same commit (the command's directory stays: it is evidence), and its
-// readable snapshot written once committed.
-func (e *Engine) commitCommand(ctx context.Context, env *api.Env, cur, n *api.Command) error {
-	var b registry.Batch
-	if n.Final() {
-		n.CleanupErrors = append(append([]string{}, n.CleanupErrors...), e.removeCommandGroups(ctx, n, limitGroup(env))...)
-		ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: n.Env, CommandID: n.ID, Open: true})
-		override := map[int64]registry.Fact{}
-		for _, in := range ins {
-			if in.Kind == registry.KindDir {
-				override[in.ID] = registry.Fact{Exists: true, Identity: records.PathIdentity(in.Target)}
-			}
-		}
-		records.SettleAll(&b, records.Ptrs(ins), override)
-	}
-	b.UpdateCommand(cur, n)
-	if err := e.reg.Commit(ctx, &b); err != nil {
+// WorkloadProven says whether the record's workload is the one its
+// guardian recorded in its receipt (registered by inode): a record alone
+// never names a process to signal.
+func WorkloadProven(c *api.Command) error {
+	r, err := ReceiptOf(c)
+	if err != nil {
 		return err
 	}
-	if n.Final() {
-		records.WriteCommandRecord(n)
+	if r.WorkloadPID != c.Workload.PID || r.WorkloadStart != c.Workload.StartTime || (c.Guardian != nil && c.Guardian.BootID != c.Workload.BootID) {
+		return fmt.Errorf("the record's workload (pid %d) is not the one its guardian's receipt names (pid %d)", c.Workload.PID, r.WorkloadPID)
 	}
 	return nil
 }
 
-// settleCommand assesses c from its evidence and, if the facts changed,
-// records them with a compare-and-set (and, for a final record, removes
-// its cgroups and settles its intents in the same commit). On a conflict
-// it reads the newer record and decides again, so a newer decision is
-// never rolled back. A command this process launched is left to its
-// watcher. The returned record is what the evidence shows, also when it
-// could not be recorded (err says why).
-func (e *Engine) settleCommand(ctx context.Context, env *api.Env, c *api.Command) (*api.Command, error) {
-	if c.Final() {
-		return c, nil
+// GuardianProven says whether the live process the record names as the
+// command's guardian is hostfork's guardian of it, not merely a process
+// with the same PID and start time (a record can be edited): in the cgroup
+// tiers it must be in its environment's guardians group, where only
+// guardians are started; without a cgroup, the guardian's own receipt
+// (registered by inode) must name it. Nothing is signalled or treated as a
+// tree's root without this proof.
+func GuardianProven(env *api.Env, c *api.Command) error {
+	if c.Guardian == nil {
+		return errors.New("no guardian is recorded")
 	}
-	if r := e.runningOf(c.ID); r != nil {
-		rec := r.Record()
-		return &rec, nil
+	if env != nil && env.CgroupPath != "" && c.CgroupPath != "" {
+		m, err := cgroup.FindMount()
+		if err != nil {
+			return fmt.Errorf("the cgroup2 mount can't be found: %v", err)
+		}
+		if !tree.InGroup(c.Guardian.PID, m.Path, filepath.Join(env.CgroupPath, GuardiansGroup)) {
+			return fmt.Errorf("pid %d is not in the environment's guardians group", c.Guardian.PID)
+		}
+		return nil
 	}
-	cur := c
-	for try := 0; try < 5; try++ {
-		ev := e.evidence(env, cur)
-		n, changed := decide.Command(*cur, ev)
-		if !changed {
-			return &n, nil
-		}
-		err := e.commitCommand(ctx, env, cur, &n)
-		if err == nil {
-			return &n, nil
-		}
-		if !errors.Is(err, registry.ErrConflict) {
-			// Recording failed (e.g. a full disk): report the observation
-			// anyway; the receipt stays the durable evidence.
-			return &n, err
-		}
-		if cur, err = e.reg.Command(ctx, c.ID); err != nil {
-			return nil, err
-		}
+	return GuardianMatchesReceipt(c)
+}
+
+// GuardianMatchesReceipt checks the recorded guardian against the receipt
+// the guardian itself wrote through its registered proof file.
+func GuardianMatchesReceipt(c *api.Command) error {
+	if c.ProofIno == 0 {
+		return errors.New("no receipt was registered")
 	}
-	return cur, registry.ErrConflict
+	r, err := supervise.ReadReceipt(filepath.Join(c.Dir, "receipt"), c.ID, c.ProofDev, c.ProofIno)
+	if err != nil {
+		return fmt.Errorf("its receipt can't vouch for it: %w", err)
+	}
+	if r.Guardian != c.Guardian.PID || r.BootID != c.Guardian.BootID {
+		return fmt.Errorf("the record names pid %d but the guardian's receipt names pid %d", c.Guardian.PID, r.Guardian)
+	}
+	return nil
 }
