@@ -223,7 +223,7 @@ func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 // keeper's root.
 func (l *launch) resolve(env *api.Env) error {
 	e, cs := l.e, l.cs
-	envv, policy, note, keys, err := e.commandEnv(context.Background(), env, cs)
+	envv, policy, note, keys, err := launchenv.CommandEnv(context.Background(), e.hostShellCacheDir(), env.Spec, launchenv.CommandSpec{Env: cs.Env, EnvSet: cs.EnvSet, EnvPolicy: cs.EnvPolicy})
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,15 @@ package engine
 
 import (
 	"context"
+	"iter"
+	"os"
+	"path/filepath"
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/admission"
 	"github.com/habemus-papadum/hostfork/internal/decide"
 	"github.com/habemus-papadum/hostfork/internal/export"
+	"github.com/habemus-papadum/hostfork/internal/launchenv"
 	"github.com/habemus-papadum/hostfork/internal/planner"
 	"github.com/habemus-papadum/hostfork/internal/reap"
 	"github.com/habemus-papadum/hostfork/internal/retention"
@@ -133,4 +137,49 @@ func (e *Engine) Capacity(ctx context.Context) (*api.CapacityReport, error) {
 		return nil, err
 	}
 	return e.admission().Capacity(ctx)
+}
+
+// hostShellCacheDir is where the login-shell capture is cached.
+func (e *Engine) hostShellCacheDir() string { return filepath.Join(e.root, "cache") }
+
+// RecaptureHostShell captures the login shell's environment again and
+// replaces the cached capture that the host-shell and toolchain policies
+// use. A failed capture leaves the cache as it was.
+func (e *Engine) RecaptureHostShell(ctx context.Context) error {
+	_, err := launchenv.HostShell(ctx, launchenv.HostShellOptions{CacheDir: e.hostShellCacheDir(), Refresh: true, Inherited: os.Environ()})
+	return err
+}
+
+// EventsSince reads up to limit events after sequence since (limit <= 0:
+// all).
+func (e *Engine) EventsSince(ctx context.Context, since int64, limit int) ([]api.Event, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	return e.reg.Events(ctx, since, limit)
+}
+
+// LastEvent is the highest event sequence so far.
+func (e *Engine) LastEvent(ctx context.Context) (int64, error) {
+	if err := e.checkOpen(); err != nil {
+		return 0, err
+	}
+	return e.reg.LastEvent(ctx)
+}
+
+// Events yields the events after sequence since, in order, following new
+// ones with follow until ctx ends or the engine is closed
+// (records.Records.Stream).
+func (e *Engine) Events(ctx context.Context, since int64, follow bool) iter.Seq2[api.Event, error] {
+	return func(yield func(api.Event, error) bool) {
+		if err := e.checkOpen(); err != nil {
+			yield(api.Event{}, err)
+			return
+		}
+		for ev, err := range e.reg.Stream(ctx, since, follow, e.closed) {
+			if !yield(ev, err) {
+				return
+			}
+		}
+	}
 }
