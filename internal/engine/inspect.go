@@ -7,9 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/decide"
@@ -148,16 +147,17 @@ func canStop(c *api.Command) bool {
 		return true
 	}
 	if c.CgroupPath != "" {
-		return unix.Access(filepath.Join(c.CgroupPath, "cgroup.kill"), unix.W_OK) == nil
+		return linux.Writable(filepath.Join(c.CgroupPath, "cgroup.kill"))
 	}
 	if c.Guardian == nil {
 		return false
 	}
-	var st unix.Stat_t
-	if unix.Stat("/proc/"+strconv.Itoa(c.Guardian.PID), &st) != nil {
+	fi, err := os.Stat("/proc/" + strconv.Itoa(c.Guardian.PID))
+	if err != nil {
 		return false
 	}
-	return int(st.Uid) == os.Geteuid()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
 }
 
 // Command reads one command (by exact id), settled and computed.

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/admission"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
@@ -22,6 +20,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
 
@@ -306,7 +305,7 @@ func (l *launch) prepare(ctx context.Context, env *api.Env, lg *limits.Group) er
 	if err := os.Mkdir(rec.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating command directory: %w", err)
 	}
-	dirf, err := os.OpenFile(rec.Dir, unix.O_PATH|unix.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	dirf, err := safefs.OpenPathDir(rec.Dir)
 	if err != nil {
 		return fmt.Errorf("opening command directory: %w", err)
 	}
@@ -341,9 +340,9 @@ func (l *launch) outputs(ss *supervise.StartSpec, open func(name string, flag in
 	}
 	// The receipt is rewritten in place as facts arrive: its blocks are
 	// allocated now, so a full filesystem can't cut it later.
-	_ = unix.Fallocate(int(receipt.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, 4096)
-	var rst unix.Stat_t
-	if err := unix.Fstat(int(receipt.Fd()), &rst); err != nil {
+	_ = safefs.Preallocate(receipt, 4096)
+	rst, err := safefs.IDOf(receipt)
+	if err != nil {
 		return fmt.Errorf("stat receipt: %w", err)
 	}
 	rec.ProofDev, rec.ProofIno = rst.Dev, rst.Ino
@@ -462,16 +461,15 @@ func (l *launch) early(env *api.Env) (bool, error) {
 	if noEarlyLaunch {
 		return false, nil
 	}
-	parent, err := os.OpenFile(filepath.Join(env.RunDir, "commands"), unix.O_PATH|unix.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	parent, err := safefs.OpenPathDir(filepath.Join(env.RunDir, "commands"))
 	if err != nil {
 		return false, fmt.Errorf("opening the environment's commands directory: %w", err)
 	}
-	probe, err := unix.Openat(int(parent.Fd()), ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	first, err := safefs.OpenUnnamed(parent, "receipt", os.O_RDWR)
 	if err != nil {
 		parent.Close()
 		return false, nil
 	}
-	first := os.NewFile(uintptr(probe), "receipt")
 	l.opened = append(l.opened, parent)
 	ss := supervise.StartSpec{Parent: parent}
 	err = l.outputs(&ss, func(name string, flag int) (*os.File, error) {
@@ -480,11 +478,7 @@ func (l *launch) early(env *api.Env) (bool, error) {
 			first = nil
 			return f, nil
 		}
-		fd, err := unix.Openat(int(parent.Fd()), ".", unix.O_TMPFILE|unix.O_CLOEXEC|flag, 0o600)
-		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: filepath.Join(env.RunDir, "commands"), Err: err}
-		}
-		return os.NewFile(uintptr(fd), name), nil
+		return safefs.OpenUnnamed(parent, name, flag)
 	})
 	if err == nil {
 		l.guardianGroup(env, &ss)
@@ -509,7 +503,7 @@ func (l *launch) place(env *api.Env) error {
 	if err := os.Mkdir(rec.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating command directory: %w", err)
 	}
-	dir, err := os.OpenFile(rec.Dir, unix.O_PATH|unix.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	dir, err := safefs.OpenPathDir(rec.Dir)
 	if err != nil {
 		return fmt.Errorf("opening command directory: %w", err)
 	}
@@ -518,9 +512,7 @@ func (l *launch) place(env *api.Env) error {
 	// named, and a receipt without a name that the guardian's release
 	// never came (decide.Evidence.Unnamed).
 	name := func(nf namedFile) error {
-		// An unnamed file is named through its /proc link (AT_EMPTY_PATH
-		// would need CAP_DAC_READ_SEARCH).
-		if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", nf.f.Fd()), int(dir.Fd()), nf.name, unix.AT_SYMLINK_FOLLOW); err != nil {
+		if err := safefs.LinkUnnamed(nf.f, dir, nf.name); err != nil {
 			return fmt.Errorf("naming the command's %s file: %w", nf.name, &os.PathError{Op: "link", Path: filepath.Join(rec.Dir, nf.name), Err: err})
 		}
 		return nil
