@@ -18,6 +18,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/planner"
+	"github.com/habemus-papadum/hostfork/internal/provision"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/retention"
@@ -46,9 +47,9 @@ type creation struct {
 // guardians, and (with a view) its keeper. A stop removes them by name
 // (cgroup.Group.Remove), as does a failed creation.
 const (
-	cgCommands  = "commands"
-	cgGuardians = evidence.GuardiansGroup
-	cgKeeper    = "keeper"
+	cgCommands  = records.CommandsGroup
+	cgGuardians = records.GuardiansGroup
+	cgKeeper    = records.KeeperGroup
 )
 
 var envSubgroups = []string{cgCommands, cgGuardians, cgKeeper}
@@ -187,7 +188,7 @@ func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]
 		}
 	}
 	for _, pt := range p.Trees {
-		c.treeIn[pt.Name] = add(registry.KindTree, e.treeDest(id, pt.Name, pt.Kind, infos[pt.Name]))
+		c.treeIn[pt.Name] = add(registry.KindTree, provision.TreeDest(e.root, id, pt.Name, pt.Kind, infos[pt.Name]))
 	}
 	var b registry.Batch
 	b.Now = now
@@ -254,12 +255,12 @@ func (c *creation) build(ctx context.Context) error {
 	var ops []supervise.KeeperOp
 	var treeFiles []*os.File
 	if p.View != nil {
-		trees, err := e.allocateTrees(ctx, rec, p, c.infos, c.treeIn)
+		trees, err := provision.AllocateTrees(ctx, rec, p, c.infos, c.treeIn)
 		rec.Trees = trees
 		if err != nil {
 			return err
 		}
-		vops, files, err := viewOps(ctx, p, trees)
+		vops, files, err := provision.ViewOps(ctx, p, trees)
 		if err != nil {
 			return err
 		}
@@ -293,7 +294,7 @@ func (c *creation) build(ctx context.Context) error {
 			ks.CgroupMount = m.Path
 		}
 		if scope {
-			k, err := e.createScope(ctx, rec, p, ks)
+			k, err := provision.CreateScope(ctx, rec, p, ks)
 			c.keeper = k
 			if k != nil {
 				rec.Keeper = records.ToAPI(k.ID)
@@ -407,7 +408,7 @@ func (c *creation) abandon(cause error, l *launch) {
 		c.keeper.Kill()
 	}
 	if rec.Unit != "" {
-		if err := stopScope(ctx, rec); err != nil {
+		if err := provision.StopScope(ctx, rec); err != nil {
 			cleanup = append(cleanup, err.Error())
 		}
 	}
@@ -426,7 +427,7 @@ func (c *creation) abandon(cause error, l *launch) {
 			cleanup = append(cleanup, err.Error())
 		}
 	}
-	cleanup = append(cleanup, e.removeTrees(ctx, rec.ID, rec.Trees)...)
+	cleanup = append(cleanup, provision.RemoveTrees(ctx, e.root, rec.ID, rec.Trees)...)
 	// Trees whose identity was never recorded (made, but not yet in the
 	// record): exact allocation destinations are removed; anything else
 	// stays pending for a person to check.

@@ -17,6 +17,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/lockfile"
+	"github.com/habemus-papadum/hostfork/internal/provision"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
@@ -328,7 +329,7 @@ func (e *Engine) finishEnv(ctx context.Context, env *api.Env, reason api.StopRea
 		supervise.StopKeeper(ctx, records.ToLinux(env.Keeper))
 	}
 	if env.Unit != "" && !otherBoot {
-		if err := stopScope(ctx, env); err != nil {
+		if err := provision.StopScope(ctx, env); err != nil {
 			f.cleanup = append(f.cleanup, err.Error())
 		}
 		f.result = env.ManagerResult

@@ -42,10 +42,6 @@ func ReceiptOf(c *api.Command) (*decide.Receipt, error) {
 	}, nil
 }
 
-// GuardiansGroup is the subgroup of an environment's cgroup where only
-// guardians are started.
-const GuardiansGroup = "guardians"
-
 // errNoProof: the record names no receipt (no proof file registered).
 var errNoProof = errors.New("no receipt registered")
 
@@ -244,7 +240,7 @@ func GuardianProven(env *api.Env, c *api.Command) error {
 		if err != nil {
 			return fmt.Errorf("the cgroup2 mount can't be found: %v", err)
 		}
-		if !tree.InGroup(c.Guardian.PID, m.Path, filepath.Join(env.CgroupPath, GuardiansGroup)) {
+		if !tree.InGroup(c.Guardian.PID, m.Path, filepath.Join(env.CgroupPath, records.GuardiansGroup)) {
 			return fmt.Errorf("pid %d is not in the environment's guardians group", c.Guardian.PID)
 		}
 		return nil

@@ -1,4 +1,4 @@
-package engine
+package provision
 
 import (
 	"context"
@@ -10,16 +10,17 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/systemd"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
-// createScope makes the environment a transient scope: it starts the
+// CreateScope makes the environment a transient scope: it starts the
 // environment's keeper (its anchor, also without a view), creates the
 // scope around it, then moves it into the scope's keeper/ group and makes
 // commands/ beside it, so the scope root holds no process.
-func (e *Engine) createScope(ctx context.Context, rec *api.Env, p *spec.Plan, ks *supervise.KeeperSpec) (*supervise.Keeper, error) {
+func CreateScope(ctx context.Context, rec *api.Env, p *spec.Plan, ks *supervise.KeeperSpec) (*supervise.Keeper, error) {
 	bus := systemd.DefaultBus()
 	c, err := systemd.Connect(ctx, bus, systemd.Options{})
 	if err != nil {
@@ -71,11 +72,11 @@ func (e *Engine) createScope(ctx context.Context, rec *api.Env, p *spec.Plan, ks
 		return k, err
 	}
 	rec.CgroupPath = systemd.CgroupPath(cm.Path, root, s.State.ControlGroup)
-	kg, err := cgroup.Create(filepath.Join(rec.CgroupPath, cgKeeper))
+	kg, err := cgroup.Create(filepath.Join(rec.CgroupPath, records.KeeperGroup))
 	if err != nil {
 		return k, fmt.Errorf("in the delegated scope: %w", err)
 	}
-	for _, sub := range envSubgroups[:2] {
+	for _, sub := range []string{records.CommandsGroup, records.GuardiansGroup} {
 		if _, err := cgroup.Create(filepath.Join(rec.CgroupPath, sub)); err != nil {
 			return k, fmt.Errorf("in the delegated scope: %w", err)
 		}
@@ -87,10 +88,10 @@ func (e *Engine) createScope(ctx context.Context, rec *api.Env, p *spec.Plan, ks
 	return k, nil
 }
 
-// stopScope asks the manager to stop the environment's scope and records
+// StopScope asks the manager to stop the environment's scope and records
 // the manager's result. Processes are already stopped by the cgroup
 // protocol; this ends the keeper and the unit.
-func stopScope(ctx context.Context, env *api.Env) error {
+func StopScope(ctx context.Context, env *api.Env) error {
 	if env.Unit == "" {
 		return nil
 	}

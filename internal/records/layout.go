@@ -5,6 +5,14 @@ import (
 	"strings"
 )
 
+// The subgroups of an environment's cgroup: its commands' groups, the
+// guardians (only guardians are started there) and the keeper.
+const (
+	CommandsGroup  = "commands"
+	GuardiansGroup = "guardians"
+	KeeperGroup    = "keeper"
+)
+
 // PoolName is the allocation area beside a Btrfs source.
 const PoolName = ".hostfork-trees"
 
