@@ -330,6 +330,18 @@ func (d *Dir) Lchmod(name string, perm os.FileMode) error {
 	return nil
 }
 
+// Lchown sets the owner and group of name (one component) in d without
+// following it if it is a symbolic link.
+func (d *Dir) Lchown(name string, uid, gid int) error {
+	if err := checkName(d, name); err != nil {
+		return err
+	}
+	if err := linux.IgnoringEINTR(func() error { return unix.Fchownat(d.fd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+		return pathErr("chown", d.join(name), err)
+	}
+	return nil
+}
+
 // Rename renames oldName in d to newName in to (one component each),
 // never replacing anything (renameat2 RENAME_NOREPLACE): an existing
 // newName is ErrExists.
