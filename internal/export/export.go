@@ -9,13 +9,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/records"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/view"
@@ -193,7 +193,7 @@ func Sweep(root string, rep *api.ReapReport) {
 		if !ok || InProgress(filepath.Join(root, "runs", env), "") {
 			continue
 		}
-		if syscall.Rmdir(v) == nil {
+		if safefs.RemoveEmptyDir(v) == nil {
 			rep.Actions = append(rep.Actions, api.ReapAction{Env: env, Action: "removed-export-view", Detail: v})
 		}
 	}

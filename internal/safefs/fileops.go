@@ -47,3 +47,7 @@ func IDOf(f *os.File) (FileID, error) {
 	}
 	return FileID{Dev: st.Dev, Ino: st.Ino}, nil
 }
+
+// RemoveEmptyDir removes the empty directory at path (rmdir(2)): never a
+// file, never a directory with anything in it.
+func RemoveEmptyDir(path string) error { return unix.Rmdir(path) }
