@@ -60,8 +60,15 @@ func (e *Engine) BtrfsSizes(ctx context.Context) ([]api.BtrfsSize, error) {
 	return usage.New(e.root, e.reg, ops{e}).BtrfsSizes(ctx)
 }
 
-// ops is the engine as reap.Engine and usage.Reader see it.
+// ops is the engine as reap.Engine, usage.Reader and admission.Reader see
+// it.
 type ops struct{ e *Engine }
+
+var (
+	_ reap.Engine      = ops{}
+	_ usage.Reader     = ops{}
+	_ admission.Reader = ops{}
+)
 
 func (o ops) EnvFacts(ctx context.Context, env *api.Env, cmds []*api.Command) (decide.EnvFacts, []*api.Command) {
 	return o.e.envFacts(ctx, env, cmds)
