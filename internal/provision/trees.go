@@ -1,4 +1,4 @@
-package engine
+package provision
 
 import (
 	"context"
@@ -11,7 +11,10 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/plan"
+	"github.com/habemus-papadum/hostfork/internal/planner"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/retention"
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
@@ -19,26 +22,23 @@ import (
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
-// poolName is the allocation area beside a Btrfs source.
-const poolName = ".hostfork-trees"
-
-// treeDest chooses where a tree is allocated: snapshots and copies of a
+// TreeDest chooses where a tree is allocated: snapshots and copies of a
 // btrfs source go into the allocation area beside the source, on its
 // filesystem (a snapshot must, and a copy can then reflink); everything
 // else goes under the store (decision 18).
-func (e *Engine) treeDest(envID, name, kind string, src *baselineInfo) string {
+func TreeDest(root, envID, name, kind string, src *planner.Source) string {
 	leaf := envID + "-" + name
-	if src != nil && src.fstype == "btrfs" && kind != spec.KindOverlay {
-		return filepath.Join(filepath.Dir(src.path), poolName, leaf)
+	if src != nil && src.FSType == "btrfs" && kind != spec.KindOverlay {
+		return filepath.Join(filepath.Dir(src.Path), records.PoolName, leaf)
 	}
-	return filepath.Join(e.root, "trees", leaf)
+	return filepath.Join(root, "trees", leaf)
 }
 
-// allocateTrees prepares each planned tree in its allocation area (made
+// AllocateTrees prepares each planned tree in its allocation area (made
 // private, never through a symlink). Their intents were recorded with the
 // environment; their identities are recorded with its activation. On
 // error the trees made so far are returned so the caller can remove them.
-func (e *Engine) allocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, infos map[string]*baselineInfo, intents map[string]*registry.Intent) ([]api.Tree, error) {
+func AllocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, infos map[string]*planner.Source, intents map[string]*registry.Intent) ([]api.Tree, error) {
 	out := []api.Tree{}
 	for _, pt := range p.Trees {
 		in := intents[pt.Name]
@@ -57,8 +57,8 @@ func (e *Engine) allocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, 
 		}
 		req := storage.Request{Dest: dest, Source: pt.Source, Pool: pool}
 		if info := infos[pt.Name]; info != nil {
-			req.Source = info.path
-			req.SourceID = &safefs.FileID{Dev: info.dev, Ino: info.ino, FSID: info.fsid}
+			req.Source = info.Path
+			req.SourceID = &safefs.FileID{Dev: info.Dev, Ino: info.Ino, FSID: info.FSID}
 		}
 		t, err := b.Prepare(ctx, req)
 		pool.Close()
@@ -79,17 +79,17 @@ func (e *Engine) allocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, 
 	return out, nil
 }
 
-// removeTrees deletes trees (identity-checked by the backend); it is used
+// RemoveTrees deletes trees (identity-checked by the backend); it is used
 // only to undo a failed creation. Errors are returned as text for the
 // record.
-func (e *Engine) removeTrees(ctx context.Context, envID string, trees []api.Tree) []string {
+func RemoveTrees(ctx context.Context, root, envID string, trees []api.Tree) []string {
 	var errs []string
 	for i := range trees {
 		t := &trees[i]
 		if t.State != api.TreeAllocated {
 			continue
 		}
-		if err := e.removeTree(ctx, envID, t); err != nil {
+		if err := retention.RemoveTree(ctx, root, envID, t); err != nil {
 			errs = append(errs, fmt.Sprintf("removing tree %s: %v", t.Name, err))
 			continue
 		}
@@ -98,12 +98,12 @@ func (e *Engine) removeTrees(ctx context.Context, envID string, trees []api.Tree
 	return errs
 }
 
-// viewOps turns the planned rules and the allocated trees into the view's
+// ViewOps turns the planned rules and the allocated trees into the view's
 // operations. Each tree is opened by descriptor and checked against its
 // record first; its mounts name those descriptors as the keeper will see
 // them (/proc/self/fd/N, from supervise.KeeperFirstFile on), and the files
 // are returned to be handed to the keeper (the caller closes them).
-func viewOps(ctx context.Context, p *spec.Plan, trees []api.Tree) (ops []view.Op, files []*os.File, err error) {
+func ViewOps(ctx context.Context, p *spec.Plan, trees []api.Tree) (ops []view.Op, files []*os.File, err error) {
 	defer func() {
 		if err != nil {
 			for _, f := range files {

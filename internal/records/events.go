@@ -1,4 +1,4 @@
-package engine
+package records
 
 import (
 	"context"
@@ -12,45 +12,24 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/watch"
 )
 
-// EventsSince reads up to limit events after sequence since (limit <= 0:
-// all).
-func (e *Engine) EventsSince(ctx context.Context, since int64, limit int) ([]api.Event, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
-	return e.reg.Events(ctx, since, limit)
-}
-
-// LastEvent is the highest event sequence so far.
-func (e *Engine) LastEvent(ctx context.Context) (int64, error) {
-	if err := e.checkOpen(); err != nil {
-		return 0, err
-	}
-	return e.reg.LastEvent(ctx)
-}
-
-// Events yields the events after sequence since, in order; with follow it
+// Stream yields the events after sequence since, in order; with follow it
 // keeps yielding new ones as they are committed, until ctx ends (the
-// iteration then ends with ctx's error) or the engine is closed
+// iteration then ends with ctx's error) or closed is closed
 // (ErrClosed). A consumer that resumes with the last sequence it saw
 // misses nothing and sees nothing twice: events are written in the same
 // transaction as the change they report. New commits are noticed through
 // inotify on the registry's WAL, with a periodic poll as the backstop.
-func (e *Engine) Events(ctx context.Context, since int64, follow bool) iter.Seq2[api.Event, error] {
+func (r *Records) Stream(ctx context.Context, since int64, follow bool, closed <-chan struct{}) iter.Seq2[api.Event, error] {
 	return func(yield func(api.Event, error) bool) {
-		if err := e.checkOpen(); err != nil {
-			yield(api.Event{}, err)
-			return
-		}
 		var w *watch.Watcher
 		if follow {
-			w = newWALWatch(e.root)
+			w = newWALWatch(r.root)
 			defer w.Close()
 		}
 		for {
-			evs, err := e.reg.Events(ctx, since, 1000)
+			evs, err := r.DB.Events(ctx, since, 1000)
 			if err != nil {
-				if e.isClosed() {
+				if isClosed(closed) {
 					err = api.ErrClosed
 				}
 				yield(api.Event{}, err)
@@ -68,7 +47,7 @@ func (e *Engine) Events(ctx context.Context, since int64, follow bool) iter.Seq2
 			if !follow {
 				return
 			}
-			if err := w.Wait(ctx, e.closed, 250*time.Millisecond); err != nil {
+			if err := w.Wait(ctx, closed, 250*time.Millisecond); err != nil {
 				if errors.Is(err, watch.ErrDone) {
 					err = api.ErrClosed
 				}
@@ -84,4 +63,13 @@ func (e *Engine) Events(ctx context.Context, since int64, follow bool) iter.Seq2
 // created or replaced.
 func newWALWatch(root string) *watch.Watcher {
 	return watch.New(filepath.Join(root, registry.FileName+"-wal"), root)
+}
+
+func isClosed(closed <-chan struct{}) bool {
+	select {
+	case <-closed:
+		return true
+	default:
+		return false
+	}
 }

@@ -1,4 +1,4 @@
-package engine
+package provision
 
 import (
 	"context"
@@ -10,40 +10,18 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/systemd"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
-// planScope fills the plan for the systemd-scope tier.
-func (e *Engine) planScope(ctx context.Context, p *spec.Plan) error {
-	version, pidfds, reason := probeSystemd(ctx)
-	if reason != "" {
-		return fmt.Errorf("the systemd-scope ownership tier was requested but %s; use --tier cgroup2 or subreaper: %w", reason, api.ErrUnsupported)
-	}
-	cm, err := cgroup.FindMount()
-	if err != nil || cm.Hybrid {
-		return fmt.Errorf("the systemd-scope tier needs a unified cgroup2 hierarchy managed by systemd: %w", api.ErrUnsupported)
-	}
-	p.Tier = api.TierSystemdScope
-	p.ScopeManager = "systemd " + version
-	if pidfds {
-		p.TierNote = "transient scope with Delegate=yes, its first process handed over as a PIDFD; the manager enforces the deadline (SIGTERM at max_runtime-grace, SIGKILL at max_runtime)"
-	} else {
-		p.TierNote = fmt.Sprintf("transient scope with Delegate=yes; systemd %s takes no PIDFDs at scope creation (needs %d), so its first process, hostfork's own unreaped keeper child whose PID can't be reused before it is reaped, is handed over by PID; the manager enforces the deadline", version, systemd.PIDFDsSince)
-	}
-	if p.MaxRuntime > 0 {
-		p.DeadlineEnforcer = "the systemd manager (RuntimeMaxUSec = max_runtime - grace, TimeoutStopUSec = grace), with guardian timers too; 'hostfork reap' is the backstop"
-	}
-	return nil
-}
-
-// createScope makes the environment a transient scope: it starts the
+// CreateScope makes the environment a transient scope: it starts the
 // environment's keeper (its anchor, also without a view), creates the
 // scope around it, then moves it into the scope's keeper/ group and makes
 // commands/ beside it, so the scope root holds no process.
-func (e *Engine) createScope(ctx context.Context, rec *api.Env, p *spec.Plan, ks *supervise.KeeperSpec) (*supervise.Keeper, error) {
-	bus := systemdBus()
+func CreateScope(ctx context.Context, rec *api.Env, p *spec.Plan, ks *supervise.KeeperSpec) (*supervise.Keeper, error) {
+	bus := systemd.DefaultBus()
 	c, err := systemd.Connect(ctx, bus, systemd.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to systemd on %s: %w", bus, err)
@@ -94,11 +72,11 @@ func (e *Engine) createScope(ctx context.Context, rec *api.Env, p *spec.Plan, ks
 		return k, err
 	}
 	rec.CgroupPath = systemd.CgroupPath(cm.Path, root, s.State.ControlGroup)
-	kg, err := cgroup.Create(filepath.Join(rec.CgroupPath, cgKeeper))
+	kg, err := cgroup.Create(filepath.Join(rec.CgroupPath, records.KeeperGroup))
 	if err != nil {
 		return k, fmt.Errorf("in the delegated scope: %w", err)
 	}
-	for _, sub := range envSubgroups[:2] {
+	for _, sub := range []string{records.CommandsGroup, records.GuardiansGroup} {
 		if _, err := cgroup.Create(filepath.Join(rec.CgroupPath, sub)); err != nil {
 			return k, fmt.Errorf("in the delegated scope: %w", err)
 		}
@@ -110,14 +88,14 @@ func (e *Engine) createScope(ctx context.Context, rec *api.Env, p *spec.Plan, ks
 	return k, nil
 }
 
-// stopScope asks the manager to stop the environment's scope and records
+// StopScope asks the manager to stop the environment's scope and records
 // the manager's result. Processes are already stopped by the cgroup
 // protocol; this ends the keeper and the unit.
-func stopScope(ctx context.Context, env *api.Env) error {
+func StopScope(ctx context.Context, env *api.Env) error {
 	if env.Unit == "" {
 		return nil
 	}
-	c, err := systemd.Connect(ctx, systemdBus(), systemd.Options{})
+	c, err := systemd.Connect(ctx, systemd.DefaultBus(), systemd.Options{})
 	if err != nil {
 		return fmt.Errorf("connecting to systemd to stop %s: %w", env.Unit, err)
 	}

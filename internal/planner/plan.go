@@ -1,4 +1,4 @@
-package engine
+package planner
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/plan"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/systemd"
@@ -40,16 +41,26 @@ func v1LimitParent(mount, v2 string) string {
 	return V1LimitParent
 }
 
+// Planner plans environments for one store.
+type Planner struct {
+	root string
+	reg  *records.Records
+	caps func() api.Capabilities // the host's ownership tiers, probed once
+}
+
+// New is the planner of the store at root; caps reports the host's
+// ownership tiers.
+func New(root string, reg *records.Records, caps func() api.Capabilities) *Planner {
+	return &Planner{root: root, reg: reg, caps: caps}
+}
+
 // Plan validates s against this host and resolves it. Errors are for
 // malformed requests; what the host can't do is listed in Unsupported.
-func (e *Engine) Plan(ctx context.Context, s spec.Environment) (*spec.Plan, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
+func (e *Planner) Plan(ctx context.Context, s spec.Environment) (*spec.Plan, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	caps := e.Capabilities()
+	caps := e.caps()
 	p := &spec.Plan{
 		Spec:         s,
 		MaxRuntime:   s.Lifetime.MaxRuntime,
@@ -87,7 +98,7 @@ func (e *Engine) Plan(ctx context.Context, s spec.Environment) (*spec.Plan, erro
 	if p.MaxRuntime > 0 && p.DeadlineEnforcer == "" {
 		p.DeadlineEnforcer = "guardian timers (and the keeper's, with a view): independent of the registry, storage and caller; 'hostfork reap' is the backstop"
 	}
-	if _, err := e.planView(ctx, p); err != nil {
+	if _, err := e.PlanView(ctx, p); err != nil {
 		return nil, err
 	}
 	if err := e.planLimits(p); err != nil {
@@ -96,21 +107,21 @@ func (e *Engine) Plan(ctx context.Context, s spec.Environment) (*spec.Plan, erro
 	return p, nil
 }
 
-// baselineInfo is what inspecting a tree's source found.
-type baselineInfo struct {
-	path   string
-	kind   string
-	fstype string
-	dev    uint64
-	ino    uint64
-	fsid   uint64
+// Source is what inspecting a tree's source found.
+type Source struct {
+	Path   string
+	Kind   string
+	FSType string
+	Dev    uint64
+	Ino    uint64
+	FSID   uint64
 }
 
-// planView plans the view and its trees; it returns what each tree's
+// PlanView plans the view and its trees; it returns what each tree's
 // source is (Create inspects them again).
-func (e *Engine) planView(ctx context.Context, p *spec.Plan) (map[string]*baselineInfo, error) {
+func (e *Planner) PlanView(ctx context.Context, p *spec.Plan) (map[string]*Source, error) {
 	s := &p.Spec
-	infos := map[string]*baselineInfo{}
+	infos := map[string]*Source{}
 	if s.View.Empty() {
 		return infos, nil
 	}
@@ -216,7 +227,7 @@ func anyShared(mounts []view.MountEntry) bool {
 }
 
 // planTree checks one tree against the host and the registered baselines.
-func (e *Engine) planTree(ctx context.Context, p *spec.Plan, t *spec.PlannedTree) (*baselineInfo, error) {
+func (e *Planner) planTree(ctx context.Context, p *spec.Plan, t *spec.PlannedTree) (*Source, error) {
 	src := t.Source
 	if t.Baseline != "" {
 		b, err := e.reg.Baseline(ctx, t.Baseline)
@@ -235,7 +246,7 @@ func (e *Engine) planTree(ctx context.Context, p *spec.Plan, t *spec.PlannedTree
 	}
 	if t.Baseline != "" {
 		b, _ := e.reg.Baseline(ctx, t.Baseline)
-		if b != nil && (b.Device != info.dev || b.Inode != info.ino) {
+		if b != nil && (b.Device != info.Dev || b.Inode != info.Ino) {
 			p.Unsupported = append(p.Unsupported, fmt.Sprintf("tree %s: baseline %s at %s is no longer the directory registered (device/inode changed); re-register it", t.Name, t.Baseline, src))
 		}
 	}
@@ -244,8 +255,8 @@ func (e *Engine) planTree(ctx context.Context, p *spec.Plan, t *spec.PlannedTree
 		t.Consistency = "point-in-time writable snapshot of the subvolume; independent of the source after creation"
 		if !kernelHas("btrfs") {
 			p.Unsupported = append(p.Unsupported, fmt.Sprintf("tree %s: the kernel has no btrfs support (load the btrfs module), and kind btrfs never falls back to another mechanism", t.Name))
-		} else if info.kind != BaselineSubvolume {
-			p.Unsupported = append(p.Unsupported, fmt.Sprintf("tree %s: kind btrfs needs a btrfs subvolume, but %s is a directory on %s; prepare a subvolume and register it ('hostfork baseline add'), or choose kind overlay or copy explicitly", t.Name, src, info.fstype))
+		} else if info.Kind != BaselineSubvolume {
+			p.Unsupported = append(p.Unsupported, fmt.Sprintf("tree %s: kind btrfs needs a btrfs subvolume, but %s is a directory on %s; prepare a subvolume and register it ('hostfork baseline add'), or choose kind overlay or copy explicitly", t.Name, src, info.FSType))
 		}
 	case spec.KindOverlay:
 		t.Consistency = "live overlay over the source: the source must stay unchanged while the tree is in use (operator-declared stable); reopening needs the source"
@@ -258,13 +269,14 @@ func (e *Engine) planTree(ctx context.Context, p *spec.Plan, t *spec.PlannedTree
 	return info, nil
 }
 
-func (e *Engine) limitHost(p *spec.Plan) (*limits.Host, error) {
-	v1 := v1LimitParent(e.Capabilities().CgroupMount, p.CgroupParent)
+// LimitHost detects the resource controllers a plan's limits use.
+func (e *Planner) LimitHost(p *spec.Plan) (*limits.Host, error) {
+	v1 := v1LimitParent(e.caps().CgroupMount, p.CgroupParent)
 	return limits.Detect(limits.Config{V2Parent: p.CgroupParent, V1Parent: v1, EnableV2: p.CgroupParent != ""})
 }
 
 // planLimits resolves the requested budget against the host's controllers.
-func (e *Engine) planLimits(p *spec.Plan) error {
+func (e *Planner) planLimits(p *spec.Plan) error {
 	l := p.Spec.Limits
 	if l.Empty() {
 		return nil
@@ -272,7 +284,7 @@ func (e *Engine) planLimits(p *spec.Plan) error {
 	if cores := linux.AllowedCPUs(); l.CPUs > float64(cores) {
 		return fmt.Errorf("cpus %g is more than this host's %d cores; give at most %d: %w", l.CPUs, cores, cores, api.ErrInvalid)
 	}
-	lh, err := e.limitHost(p)
+	lh, err := e.LimitHost(p)
 	if err != nil {
 		return fmt.Errorf("detecting resource controllers: %w", err)
 	}
@@ -306,8 +318,8 @@ func (e *Engine) planLimits(p *spec.Plan) error {
 	return nil
 }
 
-// budget is what Create will ask the kernel to enforce.
-func budget(p *spec.Plan) limits.Budget {
+// Budget is what Create will ask the kernel to enforce.
+func Budget(p *spec.Plan) limits.Budget {
 	b := limits.Budget{MemoryBytes: int64(p.Spec.Limits.Memory), CPUs: p.Spec.Limits.CPUs, Pids: p.Spec.Limits.Pids}
 	for _, pl := range p.Limits {
 		if pl.Mechanism != "" {
@@ -325,13 +337,27 @@ func budget(p *spec.Plan) limits.Budget {
 	return b
 }
 
-// systemdBus is the manager hostfork talks to: the system manager for
-// root, the user's manager otherwise.
-func systemdBus() systemd.Bus {
-	if os.Geteuid() == 0 {
-		return systemd.SystemBus
+// planScope fills the plan for the systemd-scope tier.
+func (e *Planner) planScope(ctx context.Context, p *spec.Plan) error {
+	version, pidfds, reason := probeSystemd(ctx)
+	if reason != "" {
+		return fmt.Errorf("the systemd-scope ownership tier was requested but %s; use --tier cgroup2 or subreaper: %w", reason, api.ErrUnsupported)
 	}
-	return systemd.UserBus
+	cm, err := cgroup.FindMount()
+	if err != nil || cm.Hybrid {
+		return fmt.Errorf("the systemd-scope tier needs a unified cgroup2 hierarchy managed by systemd: %w", api.ErrUnsupported)
+	}
+	p.Tier = api.TierSystemdScope
+	p.ScopeManager = "systemd " + version
+	if pidfds {
+		p.TierNote = "transient scope with Delegate=yes, its first process handed over as a PIDFD; the manager enforces the deadline (SIGTERM at max_runtime-grace, SIGKILL at max_runtime)"
+	} else {
+		p.TierNote = fmt.Sprintf("transient scope with Delegate=yes; systemd %s takes no PIDFDs at scope creation (needs %d), so its first process, hostfork's own unreaped keeper child whose PID can't be reused before it is reaped, is handed over by PID; the manager enforces the deadline", version, systemd.PIDFDsSince)
+	}
+	if p.MaxRuntime > 0 {
+		p.DeadlineEnforcer = "the systemd manager (RuntimeMaxUSec = max_runtime - grace, TimeoutStopUSec = grace), with guardian timers too; 'hostfork reap' is the backstop"
+	}
+	return nil
 }
 
 // systemdBooted reports whether this host (this PID namespace) runs
@@ -348,9 +374,9 @@ func probeSystemd(ctx context.Context) (version string, pidfds bool, reason stri
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := systemd.Connect(ctx, systemdBus(), systemd.Options{CallTimeout: 3 * time.Second})
+	c, err := systemd.Connect(ctx, systemd.DefaultBus(), systemd.Options{CallTimeout: 3 * time.Second})
 	if err != nil {
-		return "", false, "no systemd manager answers on " + systemdBus().String() + ": " + err.Error()
+		return "", false, "no systemd manager answers on " + systemd.DefaultBus().String() + ": " + err.Error()
 	}
 	defer c.Close()
 	pidfds, version, err = c.SupportsPIDFDs(ctx)

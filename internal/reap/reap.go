@@ -1,9 +1,8 @@
-package engine
+package reap
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,18 +10,48 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/export"
+	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
-	"github.com/habemus-papadum/hostfork/internal/lockfile"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
-	"github.com/habemus-papadum/hostfork/internal/safefs"
-	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/retention"
 	"github.com/habemus-papadum/hostfork/internal/systemd"
 )
+
+// Engine is what a reap needs of the engine: the operations it finishes
+// on an environment it holds the lock of.
+type Engine interface {
+	// EnvFacts gathers what decide.Env needs about an environment,
+	// settling its commands first.
+	EnvFacts(ctx context.Context, env *api.Env, cmds []*api.Command) (decide.EnvFacts, []*api.Command)
+	// StopCommand stops one command of env for reason.
+	StopCommand(ctx context.Context, env *api.Env, c *api.Command, reason api.StopReason) error
+	// StopEnv stops env for reason (its lock is held).
+	StopEnv(ctx context.Context, env *api.Env, reason api.StopReason) error
+	// AbandonCreation finishes a creation whose creator died: what the
+	// ledger shows was made is killed and removed, and the environment
+	// is recorded as failed.
+	AbandonCreation(ctx context.Context, env *api.Env)
+	// Launching reports whether this process launched command id and
+	// still watches it.
+	Launching(id string) bool
+}
+
+// Reaper settles one store.
+type Reaper struct {
+	root string
+	reg  *records.Records
+	eng  Engine
+}
+
+// New is the reaper of the store at root.
+func New(root string, reg *records.Records, eng Engine) *Reaper {
+	return &Reaper{root: root, reg: reg, eng: eng}
+}
 
 // Reap reconciles what the ledger recorded with what exists and finishes
 // interrupted work: it settles command records from receipts and kernel
@@ -34,10 +63,7 @@ import (
 // under its own lock, every record change is a compare-and-set, and
 // nothing a live or unverified owner might use is deleted. What it cannot
 // settle is reported as pending, with the reason.
-func (e *Engine) Reap(ctx context.Context) (*api.ReapReport, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
+func (e *Reaper) Reap(ctx context.Context) (*api.ReapReport, error) {
 	rep := &api.ReapReport{Actions: []api.ReapAction{}, Pending: []api.ReapPending{}}
 	envs, err := e.reg.Envs(ctx, registry.EnvQuery{States: []api.EnvState{api.EnvCreating, api.EnvActive, api.EnvStopping}})
 	if err != nil {
@@ -49,7 +75,7 @@ func (e *Engine) Reap(ctx context.Context) (*api.ReapReport, error) {
 			rep.Pending = append(rep.Pending, api.ReapPending{Env: env.ID, What: "environment", Reason: err.Error()})
 		}
 	}
-	e.sweepExports(rep)
+	export.Sweep(e.root, rep)
 	// Intents of finished environments and commands that were never
 	// settled.
 	if err := e.reapIntents(ctx, rep); err != nil {
@@ -61,7 +87,7 @@ func (e *Engine) Reap(ctx context.Context) (*api.ReapReport, error) {
 }
 
 // recordReap puts the reap's actions in the event log.
-func (e *Engine) recordReap(ctx context.Context, rep *api.ReapReport) {
+func (e *Reaper) recordReap(ctx context.Context, rep *api.ReapReport) {
 	if len(rep.Actions) == 0 {
 		return
 	}
@@ -79,44 +105,10 @@ func detailSuffix(d string) string {
 	return ": " + d
 }
 
-// envFacts gathers what decide.Env needs about an environment, settling
-// its commands first.
-func (e *Engine) envFacts(ctx context.Context, env *api.Env, cmds []*api.Command) (decide.EnvFacts, []*api.Command) {
-	boot, _ := linux.BootID()
-	f := decide.EnvFacts{NowMono: linux.MonotonicNow(), BootID: boot, Owner: liveness(env.Owner)}
-	if env.Keeper != nil {
-		f.Keeper = liveness(env.Keeper)
-	}
-	f.Decided = readDecision(filepath.Join(env.RunDir, "stop-decision"))
-	if env.Tier == api.TierCgroup2 && env.CgroupPath != "" {
-		_, err := os.Stat(env.CgroupPath)
-		f.GroupGone = errors.Is(err, os.ErrNotExist)
-	}
-	settled := make([]*api.Command, 0, len(cmds))
-	for _, c := range cmds {
-		n, _ := e.settleCommand(ctx, env, c)
-		if n == nil {
-			n = c
-		}
-		settled = append(settled, n)
-		f.Commands = append(f.Commands, *n)
-	}
-	return f, settled
-}
-
-// lockReason is what a report says of a lock not taken: busy, or why
-// it could not be taken at all.
-func lockReason(err error, busy string) string {
-	if errors.Is(err, lockfile.ErrBusy) {
-		return busy
-	}
-	return err.Error()
-}
-
-func (e *Engine) reapEnv(ctx context.Context, env *api.Env, rep *api.ReapReport) error {
-	unlock, err := envLock(env.RunDir, 5*time.Second)
+func (e *Reaper) reapEnv(ctx context.Context, env *api.Env, rep *api.ReapReport) error {
+	unlock, err := records.EnvLock(env.RunDir, 5*time.Second)
 	if err != nil {
-		rep.Pending = append(rep.Pending, api.ReapPending{Env: env.ID, What: "environment", Reason: lockReason(err, "another reaper or stop holds it")})
+		rep.Pending = append(rep.Pending, api.ReapPending{Env: env.ID, What: "environment", Reason: records.LockReason(err, "another reaper or stop holds it")})
 		return nil
 	}
 	defer unlock()
@@ -136,7 +128,7 @@ func (e *Engine) reapEnv(ctx context.Context, env *api.Env, rep *api.ReapReport)
 	for _, c := range cmds {
 		before[c.ID] = c.Rev
 	}
-	f, settled := e.envFacts(ctx, env, cmds)
+	f, settled := e.eng.EnvFacts(ctx, env, cmds)
 	boot, _ := linux.BootID()
 	for _, c := range settled {
 		if c.Rev != before[c.ID] {
@@ -148,13 +140,13 @@ func (e *Engine) reapEnv(ctx context.Context, env *api.Env, rep *api.ReapReport)
 		// A stop of this command was decided (its reason is recorded) but
 		// not carried out: its stopper died. Finish it, unless a stop is in
 		// progress.
-		dec := readDecision(filepath.Join(c.Dir, "stop-decision"))
+		dec := records.ReadDecision(filepath.Join(c.Dir, "stop-decision"))
 		if !c.Final() && (c.StopReason != "" || dec != "") && c.Guardian != nil && c.Guardian.BootID == boot && stopIdle(c.Dir) {
 			reason := c.StopReason
 			if reason == "" {
 				reason = dec
 			}
-			_, err := e.stopCommand(ctx, env, c, StopOptions{Reason: reason})
+			err := e.eng.StopCommand(ctx, env, c, reason)
 			reportStop(rep, env.ID, c.ID, "completed-stop", string(reason), err)
 		} else if c.Final() && dec != "" {
 			// Stopped, but the record missed its reason.
@@ -178,11 +170,12 @@ func (e *Engine) reapEnv(ctx context.Context, env *api.Env, rep *api.ReapReport)
 		rep.Pending = append(rep.Pending, api.ReapPending{Env: env.ID, What: "environment", Reason: a.Pending})
 		return nil
 	case a.AbandonCreation:
-		e.abandonInterrupted(ctx, env, rep)
+		e.eng.AbandonCreation(ctx, env)
+		rep.Actions = append(rep.Actions, api.ReapAction{Env: env.ID, Action: "abandoned-creation"})
 		return nil
 	case a.Stop:
 		was := env.State
-		_, err := e.stopEnvLocked(ctx, env, StopOptions{Reason: a.Reason})
+		err := e.eng.StopEnv(ctx, env, a.Reason)
 		action := "stopped"
 		if was == api.EnvStopping {
 			action = "completed-stop"
@@ -215,58 +208,12 @@ func reportStop(rep *api.ReapReport, env, cmd, action, reason string, err error)
 func stopIdle(dir string) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // one attempt, no waiting
-	unlock, err := stopLock(ctx, dir)
+	unlock, err := records.StopLock(ctx, dir)
 	if err != nil {
 		return false
 	}
 	unlock()
 	return true
-}
-
-// abandonInterrupted finishes a creation whose creator died: whatever the
-// ledger shows was made is killed and removed (exact targets only), and the
-// environment is recorded as failed.
-func (e *Engine) abandonInterrupted(ctx context.Context, env *api.Env, rep *api.ReapReport) {
-	ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: env.ID, Open: true})
-	for _, in := range ins {
-		if in.Kind == registry.KindTree && in.State == registry.IntentCreated {
-			found := false
-			for _, t := range env.Trees {
-				if t.HostPath == in.Target || safefs.Within(in.Target, t.HostPath) {
-					found = true
-				}
-			}
-			if !found {
-				// The identity is only in the intent: rebuild the record.
-				var st storage.Tree
-				if json.Unmarshal([]byte(in.Identity), &st) == nil {
-					raw, _ := json.Marshal(st)
-					env.Trees = append(env.Trees, api.Tree{Name: filepath.Base(in.Target), Kind: string(st.Kind), HostPath: st.Path, Storage: raw, State: api.TreeAllocated})
-				}
-			}
-		}
-	}
-	c := &creation{e: e, rec: env}
-	if env.CgroupPath != "" {
-		c.madeCg = true
-	}
-	c.lg = limitGroup(env)
-	if env.Keeper != nil {
-		// Not our child: end it through its verified identity.
-		stopKeeper(ctx, env.Keeper)
-	}
-	var l *launch
-	cmds, _ := e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
-	why := "creation interrupted: its creator exited before the environment was active"
-	for _, cmd := range cmds {
-		if !cmd.Final() {
-			if n, _ := e.settleCommand(ctx, env, cmd); n != nil && !n.Final() {
-				_, _ = e.stopCommand(ctx, env, n, StopOptions{Reason: api.ReasonOwnerExit})
-			}
-		}
-	}
-	c.abandon(errors.New(why), l)
-	rep.Actions = append(rep.Actions, api.ReapAction{Env: env.ID, Action: "abandoned-creation"})
 }
 
 // reapIntents settles ledger entries of finished environments and of
@@ -276,7 +223,7 @@ func (e *Engine) abandonInterrupted(ctx context.Context, env *api.Env, rep *api.
 // settle is reported as pending on every pass. An environment with work to
 // do is handled under its lock, with its intents read again there, so that
 // concurrent reapers neither repeat nor race each other's settlements.
-func (e *Engine) reapIntents(ctx context.Context, rep *api.ReapReport) error {
+func (e *Reaper) reapIntents(ctx context.Context, rep *api.ReapReport) error {
 	ins, err := e.reg.Intents(ctx, registry.IntentFilter{Open: true})
 	if err != nil {
 		return err
@@ -307,9 +254,9 @@ func (e *Engine) reapIntents(ctx context.Context, rep *api.ReapReport) error {
 		if err != nil {
 			continue
 		}
-		unlock, err := envLock(env.RunDir, 5*time.Second)
+		unlock, err := records.EnvLock(env.RunDir, 5*time.Second)
 		if err != nil {
-			rep.Pending = append(rep.Pending, api.ReapPending{Env: id, What: "environment", Reason: lockReason(err, "another reaper or gc holds it")})
+			rep.Pending = append(rep.Pending, api.ReapPending{Env: id, What: "environment", Reason: records.LockReason(err, "another reaper or gc holds it")})
 			continue
 		}
 		// Re-read under the lock: another reaper may have settled them.
@@ -330,7 +277,7 @@ func (e *Engine) reapIntents(ctx context.Context, rep *api.ReapReport) error {
 // intentDue reports whether reapIntent has something to do with in: its
 // owner (the command, else the environment) is finished, and the intent is
 // pending, names a cgroup, or names a target that is gone.
-func (e *Engine) intentDue(ctx context.Context, in registry.Intent, envState api.EnvState) bool {
+func (e *Reaper) intentDue(ctx context.Context, in registry.Intent, envState api.EnvState) bool {
 	if retained(in) {
 		return false
 	}
@@ -341,7 +288,7 @@ func (e *Engine) intentDue(ctx context.Context, in registry.Intent, envState api
 		if err != nil {
 			return envState.Final()
 		}
-		return c.Final() && e.runningOf(c.ID) == nil
+		return c.Final() && !e.eng.Launching(c.ID)
 	}
 	return envState.Final()
 }
@@ -356,14 +303,14 @@ func retained(in registry.Intent) bool {
 	return err == nil
 }
 
-func (e *Engine) settleOne(ctx context.Context, id int64, f registry.Fact) {
+func (e *Reaper) settleOne(ctx context.Context, id int64, f registry.Fact) {
 	var b registry.Batch
 	b.SettleIntent(id, f)
 	_ = e.reg.Commit(ctx, &b)
 }
 
 // reapIntent settles one due intent, or reports why it can't.
-func (e *Engine) reapIntent(ctx context.Context, env *api.Env, in registry.Intent, rep *api.ReapReport) {
+func (e *Reaper) reapIntent(ctx context.Context, env *api.Env, in registry.Intent, rep *api.ReapReport) {
 	if in.Kind == registry.KindScope {
 		e.reapScopeIntent(ctx, in, rep)
 		return
@@ -376,7 +323,7 @@ func (e *Engine) reapIntent(ctx context.Context, env *api.Env, in registry.Inten
 	pend := func(what, reason string) {
 		rep.Pending = append(rep.Pending, api.ReapPending{Env: in.EnvID, What: what, Reason: reason})
 	}
-	if !missing && (in.Kind == registry.KindCgroup || in.Kind == registry.KindCgroupV1) && !onCgroupFS(in.Target) {
+	if !missing && (in.Kind == registry.KindCgroup || in.Kind == registry.KindCgroupV1) && !cgroup.OnCgroupFS(in.Target) {
 		// A ledger entry can only name a cgroup: whatever else is at the
 		// path is not hostfork's to remove.
 		pend(in.Kind+" "+in.Target, "the path is not on a cgroup filesystem; hostfork removes nothing else for a cgroup intent (check the registry)")
@@ -407,15 +354,8 @@ func (e *Engine) reapIntent(ctx context.Context, env *api.Env, in registry.Inten
 			pend("cgroup "+in.Target, "still has processes after its environment stopped")
 			return
 		}
-		if ents, err := os.ReadDir(in.Target); err == nil {
-			for _, ent := range ents {
-				if ent.IsDir() {
-					_ = unix.Rmdir(filepath.Join(in.Target, ent.Name()))
-				}
-			}
-		}
-		if err := unix.Rmdir(in.Target); err != nil && err != unix.ENOENT {
-			pend("cgroup "+in.Target, (&os.PathError{Op: "rmdir", Path: in.Target, Err: err}).Error())
+		if err := limits.RemoveV1Dir(in.Target); err != nil {
+			pend("cgroup "+in.Target, err.Error())
 			return
 		}
 		e.settleOne(ctx, in.ID, registry.Fact{Exists: false})
@@ -423,14 +363,14 @@ func (e *Engine) reapIntent(ctx context.Context, env *api.Env, in registry.Inten
 	case in.State == registry.IntentPending && in.Kind == registry.KindDir:
 		// The directory exists: the creation got that far. It is
 		// evidence, kept and now recorded.
-		e.settleOne(ctx, in.ID, registry.Fact{Exists: true, Identity: pathIdentity(in.Target)})
+		e.settleOne(ctx, in.ID, registry.Fact{Exists: true, Identity: records.PathIdentity(in.Target)})
 		act("intent-recorded", in.Target)
 	case in.State == registry.IntentPending && in.Kind == registry.KindTree:
 		// Its identity was never recorded, but the intent names the exact
 		// destination, which allocation creates exclusively and uniquely
 		// (<env>-<tree> in an allocation area): that is identity enough.
 		var why []string
-		f, ok := e.removeUnrecordedTree(ctx, in, &why)
+		f, ok := retention.RemoveUnrecordedTree(ctx, e.root, in, &why)
 		if !ok {
 			pend("tree "+in.Target, "preparation was interrupted before its identity was recorded: "+strings.Join(why, "; "))
 			return
@@ -446,9 +386,9 @@ func (e *Engine) reapIntent(ctx context.Context, env *api.Env, in registry.Inten
 // manager: a unit that is gone or ended is released; a running one is
 // stopped (its environment is finished); an unreachable manager leaves it
 // pending.
-func (e *Engine) reapScopeIntent(ctx context.Context, in registry.Intent, rep *api.ReapReport) {
+func (e *Reaper) reapScopeIntent(ctx context.Context, in registry.Intent, rep *api.ReapReport) {
 	unit := strings.TrimPrefix(in.Target, "systemd:")
-	c, err := systemd.Connect(ctx, systemdBus(), systemd.Options{})
+	c, err := systemd.Connect(ctx, systemd.DefaultBus(), systemd.Options{})
 	if err != nil {
 		rep.Pending = append(rep.Pending, api.ReapPending{Env: in.EnvID, What: "scope " + unit, Reason: "no systemd manager answers: " + err.Error()})
 		return
@@ -472,44 +412,4 @@ func (e *Engine) reapScopeIntent(ctx context.Context, in registry.Intent, rep *a
 		state = "abandoned"
 	}
 	rep.Actions = append(rep.Actions, api.ReapAction{Env: in.EnvID, Action: "intent-" + state, Detail: "scope " + unit})
-}
-
-// removeUnrecordedTree removes the destination of a tree whose identity
-// was never recorded (its preparation was interrupted) when it is exactly
-// a destination hostfork allocates, and returns the fact to settle its
-// intent with. A path it can't vouch for, or can't remove, is reported in
-// cleanup and its intent stays pending (ok false).
-func (e *Engine) removeUnrecordedTree(ctx context.Context, in registry.Intent, cleanup *[]string) (registry.Fact, bool) {
-	if _, err := os.Lstat(in.Target); errors.Is(err, os.ErrNotExist) {
-		return registry.Fact{Exists: false}, true
-	}
-	if !e.isAllocationDest(in.EnvID, in.Target) {
-		*cleanup = append(*cleanup, "tree "+in.Target+": its identity was never recorded and the path is not one hostfork allocates; check it and remove it by hand")
-		return registry.Fact{}, false
-	}
-	if err := storage.RemoveUnrecorded(ctx, in.Target); err != nil {
-		*cleanup = append(*cleanup, "tree "+in.Target+": "+err.Error())
-		return registry.Fact{}, false
-	}
-	return registry.Fact{Exists: false}, true
-}
-
-// onCgroupFS reports whether path is on a cgroup (v1 or v2) filesystem.
-func onCgroupFS(path string) bool {
-	var st unix.Statfs_t
-	if unix.Statfs(path, &st) != nil {
-		return false
-	}
-	return st.Type == unix.CGROUP2_SUPER_MAGIC || st.Type == unix.CGROUP_SUPER_MAGIC
-}
-
-// isAllocationDest reports whether p is a tree destination hostfork
-// allocates for envID: <root>/trees/<env>-<tree> or
-// <dir>/.hostfork-trees/<env>-<tree> (see treeDest).
-func (e *Engine) isAllocationDest(envID, p string) bool {
-	if filepath.Clean(p) != p || !strings.HasPrefix(filepath.Base(p), envID+"-") {
-		return false
-	}
-	dir := filepath.Dir(p)
-	return dir == filepath.Join(e.root, "trees") || filepath.Base(dir) == poolName
 }

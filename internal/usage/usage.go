@@ -1,4 +1,4 @@
-package engine
+package usage
 
 import (
 	"context"
@@ -11,20 +11,40 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/retention"
 	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/store"
 )
+
+// Reader is what Usage needs of the engine: environments and live
+// commands as every reader sees them, settled from their evidence.
+type Reader interface {
+	// Reconcile settles an environment that is not final (its stop is
+	// due and quiet: it reads, and is recorded, stopped).
+	Reconcile(ctx context.Context, env *api.Env) *api.Env
+	Commands(ctx context.Context, f api.CommandFilter) ([]api.Command, error)
+}
+
+// Meter measures one store.
+type Meter struct {
+	root string
+	reg  *records.Records
+	eng  Reader
+}
+
+// New is the meter of the store at root.
+func New(root string, reg *records.Records, eng Reader) *Meter {
+	return &Meter{root: root, reg: reg, eng: eng}
+}
 
 // Usage measures the store. It reads records and file sizes; it changes
 // nothing.
-func (e *Engine) Usage(ctx context.Context) (*api.Usage, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
-	cfg, err := e.Config()
+func (e *Meter) Usage(ctx context.Context) (*api.Usage, error) {
+	cfg, err := store.ReadConfig(e.root)
 	if err != nil {
 		return nil, err
 	}
@@ -37,20 +57,20 @@ func (e *Engine) Usage(ctx context.Context) (*api.Usage, error) {
 	// whose stop is due and quiet reads (and is recorded) stopped.
 	for i, env := range envs {
 		if !env.State.Final() {
-			envs[i] = e.reconcile(ctx, env, nil, false)
+			envs[i] = e.eng.Reconcile(ctx, env)
 		}
 	}
 	pools := map[string]*api.PoolUsage{}
 	addPool := func(p string) *api.PoolUsage {
-		var fs unix.Statfs_t
-		if unix.Statfs(p, &fs) != nil {
+		fs, err := linux.StatFS(p)
+		if err != nil {
 			return nil
 		}
 		key := p
 		if pu, ok := pools[key]; ok {
 			return pu
 		}
-		pu := &api.PoolUsage{Path: p, FSType: storage.FSName(int64(fs.Type)), TotalBytes: fs.Blocks * uint64(fs.Bsize), FreeBytes: fs.Bavail * uint64(fs.Bsize)}
+		pu := &api.PoolUsage{Path: p, FSType: storage.FSName(fs.Type), TotalBytes: fs.TotalBytes, FreeBytes: fs.FreeBytes}
 		pools[key] = pu
 		return pu
 	}
@@ -80,9 +100,9 @@ func (e *Engine) Usage(ctx context.Context) (*api.Usage, error) {
 				deletedSnapshots++
 			}
 		}
-		u.ExportBytes += dirBytes(filepath.Join(env.RunDir, "exports"))
+		u.ExportBytes += retention.DirBytes(filepath.Join(env.RunDir, "exports"))
 		if env.State.Final() && env.StoppedAt != nil {
-			keepTrees, keepEvidence := retentionFor(env, cfg, GCOptions{})
+			keepTrees, keepEvidence := retention.RetentionFor(env, cfg, retention.GCOptions{})
 			age := time.Since(*env.StoppedAt)
 			due := (allocated > 0 && age >= keepTrees) || age >= keepEvidence
 			if due {
@@ -100,7 +120,7 @@ func (e *Engine) Usage(ctx context.Context) (*api.Usage, error) {
 	if u.CleanupBacklog > 0 {
 		u.OldestBacklog = api.Duration(oldest.Round(time.Second))
 	}
-	cmds, err := e.Commands(ctx, api.CommandFilter{Live: true})
+	cmds, err := e.eng.Commands(ctx, api.CommandFilter{Live: true})
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +167,7 @@ func (e *Engine) Usage(ctx context.Context) (*api.Usage, error) {
 // Btrfs tree with `btrfs filesystem du` (expensive: it walks the tree's
 // extents; qgroups are never enabled for it). Each figure carries the time
 // it was measured.
-func (e *Engine) BtrfsSizes(ctx context.Context) ([]api.BtrfsSize, error) {
+func (e *Meter) BtrfsSizes(ctx context.Context) ([]api.BtrfsSize, error) {
 	envs, err := e.reg.Envs(ctx, registry.EnvQuery{})
 	if err != nil {
 		return nil, err

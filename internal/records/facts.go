@@ -1,4 +1,4 @@
-package engine
+package records
 
 import (
 	"encoding/json"
@@ -12,9 +12,9 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
-// pathIdentity is the identity record of a directory or file: its path,
+// PathIdentity is the identity record of a directory or file: its path,
 // device and inode.
-func pathIdentity(p string) string {
+func PathIdentity(p string) string {
 	st, err := os.Lstat(p)
 	if err != nil {
 		return ""
@@ -27,9 +27,9 @@ func pathIdentity(p string) string {
 	return string(b)
 }
 
-// recordedInode reads the inode (and device, when recorded) of an
+// RecordedInode reads the inode (and device, when recorded) of an
 // intent's identity record.
-func recordedInode(identity string) (dev, ino uint64, ok bool) {
+func RecordedInode(identity string) (dev, ino uint64, ok bool) {
 	var id struct {
 		Dev   *uint64 `json:"dev"`
 		Inode uint64  `json:"inode"`
@@ -57,7 +57,7 @@ func factOf(in registry.Intent) registry.Fact {
 		return registry.Fact{Exists: in.State == registry.IntentCreated || in.State == registry.IntentPending}
 	}
 	if in.State == registry.IntentCreated {
-		if dev, ino, ok := recordedInode(in.Identity); ok {
+		if dev, ino, ok := RecordedInode(in.Identity); ok {
 			s := st.Sys().(*syscall.Stat_t)
 			if s.Ino != ino || (dev != 0 && s.Dev != dev) {
 				// Something else is there now: the recorded resource
@@ -69,7 +69,7 @@ func factOf(in registry.Intent) registry.Fact {
 	f := registry.Fact{Exists: true}
 	switch in.Kind {
 	case registry.KindDir:
-		f.Identity = pathIdentity(in.Target)
+		f.Identity = PathIdentity(in.Target)
 	case registry.KindCgroup:
 		if s, ok := st.Sys().(*syscall.Stat_t); ok {
 			b, _ := json.Marshal(map[string]any{"inode": s.Ino})
@@ -79,8 +79,8 @@ func factOf(in registry.Intent) registry.Fact {
 	return f
 }
 
-// settleAll adds to b the settlement of every intent, observed now.
-func settleAll(b *registry.Batch, ins []*registry.Intent, override map[int64]registry.Fact) {
+// SettleAll adds to b the settlement of every intent, observed now.
+func SettleAll(b *registry.Batch, ins []*registry.Intent, override map[int64]registry.Fact) {
 	for _, in := range ins {
 		if in == nil || in.ID == 0 {
 			continue
@@ -102,26 +102,26 @@ func settleAll(b *registry.Batch, ins []*registry.Intent, override map[int64]reg
 	}
 }
 
-func toLinux(id *api.Identity) linux.Identity {
+func ToLinux(id *api.Identity) linux.Identity {
 	if id == nil {
 		return linux.Identity{}
 	}
 	return linux.Identity{BootID: id.BootID, PID: id.PID, StartTime: id.StartTime}
 }
 
-func toAPI(id linux.Identity) *api.Identity {
+func ToAPI(id linux.Identity) *api.Identity {
 	if !id.Valid() {
 		return nil
 	}
 	return &api.Identity{BootID: id.BootID, PID: id.PID, StartTime: id.StartTime}
 }
 
-// liveness is a recorded process's liveness, in decide's terms.
-func liveness(id *api.Identity) decide.Liveness {
+// Liveness is a recorded process's liveness, in decide's terms.
+func Liveness(id *api.Identity) decide.Liveness {
 	if id == nil {
 		return decide.Unverified
 	}
-	switch linux.Assess(toLinux(id)) {
+	switch linux.Assess(ToLinux(id)) {
 	case linux.Alive:
 		return decide.Alive
 	case linux.Gone:
@@ -130,7 +130,7 @@ func liveness(id *api.Identity) decide.Liveness {
 	return decide.Unverified
 }
 
-func livenessText(l decide.Liveness) string {
+func LivenessText(l decide.Liveness) string {
 	switch l {
 	case decide.Alive:
 		return "alive"
@@ -138,4 +138,13 @@ func livenessText(l decide.Liveness) string {
 		return "gone"
 	}
 	return "unverified"
+}
+
+// Ptrs points at each intent of ins.
+func Ptrs(ins []registry.Intent) []*registry.Intent {
+	out := make([]*registry.Intent, len(ins))
+	for i := range ins {
+		out[i] = &ins[i]
+	}
+	return out
 }

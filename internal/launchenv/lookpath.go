@@ -1,4 +1,4 @@
-package engine
+package launchenv
 
 import (
 	"fmt"
@@ -9,15 +9,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
-	"github.com/habemus-papadum/hostfork/internal/launchenv"
 )
 
 // InheritedEnv is os.Environ() without Git redirections
-// (launchenv.IsGitRedirection).
+// (IsGitRedirection).
 func InheritedEnv() []string {
 	var out []string
 	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); !launchenv.IsGitRedirection(k) {
+		if k, _, _ := strings.Cut(kv, "="); !IsGitRedirection(k) {
 			out = append(out, kv)
 		}
 	}
@@ -66,23 +65,25 @@ func LookPath(argv0 string, env []string) (string, error) {
 	return "", fmt.Errorf("%q not found in PATH: %w (install it or give its full path)", argv0, api.ErrExecutableNotFound)
 }
 
-// viewRoot is a descriptor of a view's root: the keeper's /proc/PID/root,
+// ViewRoot is a descriptor of a view's root: the keeper's /proc/PID/root,
 // through which paths are resolved as the workload will see them
 // (openat2 RESOLVE_IN_ROOT: absolute symlinks and ".." stay inside).
-type viewRoot struct{ fd int }
+type ViewRoot struct{ fd int }
 
-func openViewRoot(keeperPID int) (*viewRoot, error) {
+// OpenViewRoot opens the root of the view kept by keeperPID.
+func OpenViewRoot(keeperPID int) (*ViewRoot, error) {
 	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root", keeperPID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: fmt.Sprintf("/proc/%d/root", keeperPID), Err: err}
 	}
-	return &viewRoot{fd: fd}, nil
+	return &ViewRoot{fd: fd}, nil
 }
 
-func (v *viewRoot) Close() { unix.Close(v.fd) }
+// Close releases the descriptor.
+func (v *ViewRoot) Close() { unix.Close(v.fd) }
 
 // stat resolves p inside the view, following symlinks as the view does.
-func (v *viewRoot) stat(p string) (unix.Stat_t, error) {
+func (v *ViewRoot) stat(p string) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	fd, err := unix.Openat2(v.fd, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
 	if err != nil {
@@ -93,9 +94,9 @@ func (v *viewRoot) stat(p string) (unix.Stat_t, error) {
 	return st, err
 }
 
-// lookPath resolves argv0 inside the view; the returned path is the one
+// LookPath resolves argv0 inside the view; the returned path is the one
 // the guardian execs there.
-func (v *viewRoot) lookPath(argv0 string, env []string) (string, error) {
+func (v *ViewRoot) LookPath(argv0 string, env []string) (string, error) {
 	check := func(p string) (bool, error) {
 		st, err := v.stat(p)
 		if err != nil {
@@ -130,8 +131,8 @@ func (v *viewRoot) lookPath(argv0 string, env []string) (string, error) {
 	return "", fmt.Errorf("%q not found in PATH inside the environment's view: %w (install it or give its full path)", argv0, api.ErrExecutableNotFound)
 }
 
-// isDir reports whether p is a directory inside the view.
-func (v *viewRoot) isDir(p string) bool {
+// IsDir reports whether p is a directory inside the view.
+func (v *ViewRoot) IsDir(p string) bool {
 	st, err := v.stat(p)
 	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
 }

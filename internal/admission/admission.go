@@ -1,4 +1,4 @@
-package engine
+package admission
 
 import (
 	"context"
@@ -10,9 +10,15 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/admit"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/lockfile"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/store"
 	"github.com/habemus-papadum/hostfork/internal/tree"
 )
+
+// WorkloadAgent marks a command as an agent workload: it takes part in
+// admission.
+const WorkloadAgent = "agent"
 
 // Admission modes.
 const (
@@ -23,17 +29,32 @@ const (
 
 const pausedKey = "admission.paused"
 
+// Reader is what admission needs of the engine: the live commands, as
+// every reader sees them.
+type Reader interface {
+	Commands(ctx context.Context, f api.CommandFilter) ([]api.Command, error)
+}
+
+// Admission admits commands on one store's host.
+type Admission struct {
+	root string
+	reg  *records.Records
+	eng  Reader
+}
+
+// New is the admission of the store at root.
+func New(root string, reg *records.Records, eng Reader) *Admission {
+	return &Admission{root: root, reg: reg, eng: eng}
+}
+
 // Paused reports whether new admission is paused.
-func (e *Engine) Paused(ctx context.Context) (bool, error) {
+func (e *Admission) Paused(ctx context.Context) (bool, error) {
 	v, _, err := e.reg.Setting(ctx, pausedKey)
 	return v == "1", err
 }
 
 // SetPaused pauses or resumes admission. Running work continues either way.
-func (e *Engine) SetPaused(ctx context.Context, paused bool) error {
-	if err := e.checkOpen(); err != nil {
-		return err
-	}
+func (e *Admission) SetPaused(ctx context.Context, paused bool) error {
 	v := "0"
 	if paused {
 		v = "1"
@@ -45,15 +66,12 @@ func (e *Engine) SetPaused(ctx context.Context, paused bool) error {
 
 // Capacity samples the host and the live agent workloads and computes the
 // free slots.
-func (e *Engine) Capacity(ctx context.Context) (*api.CapacityReport, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
-	cfg, err := e.Config()
+func (e *Admission) Capacity(ctx context.Context) (*api.CapacityReport, error) {
+	cfg, err := store.ReadConfig(e.root)
 	if err != nil {
 		return nil, err
 	}
-	cmds, err := e.Commands(ctx, api.CommandFilter{Live: true})
+	cmds, err := e.eng.Commands(ctx, api.CommandFilter{Live: true})
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +109,7 @@ func (e *Engine) Capacity(ctx context.Context) (*api.CapacityReport, error) {
 	}
 	capa, err := admit.Compute(in)
 	if err != nil {
-		return nil, fmt.Errorf("admission: %v (check admission.share in %s): %w", err, ConfigFile, api.ErrStore)
+		return nil, fmt.Errorf("admission: %v (check admission.share in %s): %w", err, store.ConfigFile, api.ErrStore)
 	}
 	rep.Capacity = capa
 	rep.Paused, err = e.Paused(ctx)
@@ -100,7 +118,7 @@ func (e *Engine) Capacity(ctx context.Context) (*api.CapacityReport, error) {
 
 // admission serializes admission decisions across processes until the
 // admitted command is registered (and so counted as live).
-func (e *Engine) admissionLock(ctx context.Context) (func(), error) {
+func (e *Admission) admissionLock(ctx context.Context) (func(), error) {
 	l, err := lockfile.Acquire(ctx, filepath.Join(e.root, "admission.lock"))
 	if err != nil {
 		return nil, err
@@ -108,10 +126,10 @@ func (e *Engine) admissionLock(ctx context.Context) (func(), error) {
 	return l.Release, nil
 }
 
-// admitCommand blocks (mode wait), refuses (fail) or passes (skip) a new
+// Admit blocks (mode wait), refuses (fail) or passes (skip) a new
 // agent workload. On admission it returns with the admission lock held;
 // the caller releases it once the command is registered.
-func (e *Engine) admitCommand(ctx context.Context, mode string, onWait func(reason string)) (release func(), decision string, err error) {
+func (e *Admission) Admit(ctx context.Context, mode string, onWait func(reason string)) (release func(), decision string, err error) {
 	m, err := admit.ParseMode(mode)
 	if err != nil {
 		return nil, "", fmt.Errorf("%v: %w", err, api.ErrInvalid)

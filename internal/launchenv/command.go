@@ -1,28 +1,15 @@
-package engine
+package launchenv
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 
 	"github.com/habemus-papadum/hostfork/api"
-	"github.com/habemus-papadum/hostfork/internal/launchenv"
 	"github.com/habemus-papadum/hostfork/spec"
 )
-
-// hostShellCacheDir is where the login-shell capture is cached.
-func (e *Engine) hostShellCacheDir() string { return filepath.Join(e.root, "cache") }
-
-// RecaptureHostShell captures the login shell's environment again and
-// replaces the cached capture that the host-shell and toolchain policies
-// use. A failed capture leaves the cache as it was.
-func (e *Engine) RecaptureHostShell(ctx context.Context) error {
-	_, err := launchenv.HostShell(ctx, launchenv.HostShellOptions{CacheDir: e.hostShellCacheDir(), Refresh: true, Inherited: os.Environ()})
-	return err
-}
 
 // launchOf is the launch part (env_policy, env) of a stored request; what
 // does not decode is left out.
@@ -34,16 +21,26 @@ func launchOf(raw json.RawMessage) spec.Launch {
 	return full.Launch
 }
 
-// commandEnv resolves a command's environment (DESIGN.md, "Launch
+// CommandSpec is what resolving one command's environment reads of its
+// request.
+type CommandSpec struct {
+	Env       []string // an explicit environment, used as given
+	EnvSet    []string // variables set on top of it
+	EnvPolicy string
+}
+
+// CommandEnv resolves a command's environment (DESIGN.md, "Launch
 // environment policy"). An explicit cs.Env is used as given; otherwise the
 // policy is the command's EnvPolicy, else the environment spec's
 // env_policy, else inherit. The spec's env, then cs.EnvSet, are applied
 // last. note is set when the policy could not be followed (the login-shell
 // capture failed and the environment was left unchanged). keys names the
 // variables set explicitly.
-func (e *Engine) commandEnv(ctx context.Context, envRec *api.Env, cs *CommandSpec) (env []string, policy, note string, keys []string, err error) {
-	launch := launchOf(envRec.Spec)
-	explicit := append(launchenv.ExplicitFromMap(launch.Env), cs.EnvSet...)
+// cacheDir holds the login-shell capture; envSpec is the environment's
+// stored request.
+func CommandEnv(ctx context.Context, cacheDir string, envSpec json.RawMessage, cs CommandSpec) (env []string, policy, note string, keys []string, err error) {
+	launch := launchOf(envSpec)
+	explicit := append(ExplicitFromMap(launch.Env), cs.EnvSet...)
 	for _, kv := range explicit {
 		k, _, _ := cutEq(kv)
 		keys = append(keys, k)
@@ -51,7 +48,7 @@ func (e *Engine) commandEnv(ctx context.Context, envRec *api.Env, cs *CommandSpe
 	sort.Strings(keys)
 	if cs.Env != nil {
 		// Given explicitly: kept exactly, Git variables included.
-		env, err := launchenv.Merge(cs.Env, explicit)
+		env, err := Merge(cs.Env, explicit)
 		if err != nil {
 			return nil, "", "", nil, fmt.Errorf("%v: %w", err, api.ErrInvalid)
 		}
@@ -67,19 +64,19 @@ func (e *Engine) commandEnv(ctx context.Context, envRec *api.Env, cs *CommandSpe
 	if !spec.ValidEnvPolicy(policy) {
 		return nil, "", "", nil, fmt.Errorf("environment policy %q: use inherit, clean, host-shell or toolchain: %w", policy, api.ErrInvalid)
 	}
-	in := launchenv.Input{Policy: policy, Inherited: os.Environ(), Explicit: explicit}
+	in := Input{Policy: policy, Inherited: os.Environ(), Explicit: explicit}
 	if policy == spec.EnvClean {
-		in.Account, _ = launchenv.CurrentAccount()
+		in.Account, _ = CurrentAccount()
 	}
-	if launchenv.NeedsShell(policy) {
-		snap, err := launchenv.HostShell(ctx, launchenv.HostShellOptions{CacheDir: e.hostShellCacheDir(), Inherited: in.Inherited})
+	if NeedsShell(policy) {
+		snap, err := HostShell(ctx, HostShellOptions{CacheDir: cacheDir, Inherited: in.Inherited})
 		if err != nil {
 			in.ShellErr = err
 		} else {
 			in.Shell = snap.Env
 		}
 	}
-	res, err := launchenv.Resolve(in)
+	res, err := Resolve(in)
 	if err != nil {
 		return nil, "", "", nil, fmt.Errorf("%v: %w", err, api.ErrInvalid)
 	}

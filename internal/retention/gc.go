@@ -1,4 +1,4 @@
-package engine
+package retention
 
 import (
 	"context"
@@ -11,11 +11,13 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/export"
 	"github.com/habemus-papadum/hostfork/internal/fault"
-	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/store"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -32,9 +34,9 @@ type GCOptions struct {
 	Force []string
 }
 
-// retentionFor resolves an environment's retention: per call, then the
+// RetentionFor resolves an environment's retention: per call, then the
 // environment's own spec, then the store configuration.
-func retentionFor(env *api.Env, cfg *Config, opts GCOptions) (trees, evidence time.Duration) {
+func RetentionFor(env *api.Env, cfg *store.Config, opts GCOptions) (trees, evidence time.Duration) {
 	trees, evidence = time.Duration(*cfg.Retention.Trees), time.Duration(*cfg.Retention.Evidence)
 	var s spec.Environment
 	if len(env.Spec) > 0 && json.Unmarshal(env.Spec, &s) == nil {
@@ -54,17 +56,25 @@ func retentionFor(env *api.Env, cfg *Config, opts GCOptions) (trees, evidence ti
 	return trees, evidence
 }
 
+// Collector applies retention to one store.
+type Collector struct {
+	root string
+	reg  *records.Records
+}
+
+// New is the collector of the store at root.
+func New(root string, reg *records.Records) *Collector {
+	return &Collector{root: root, reg: reg}
+}
+
 // GC applies retention to stopped environments: private trees first, then
 // evidence (records, logs, receipts, manifests, exports) once no tree of
 // the environment remains. The decisions are pure (decide.Retention) over
 // facts gathered under the environment's lock; every deletion checks
 // containment in the store's own directories and the recorded identity
 // first, whatever the registry says. Borrowed baselines are never deleted.
-func (e *Engine) GC(ctx context.Context, opts GCOptions) (*api.GCReport, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
-	cfg, err := e.Config()
+func (e *Collector) GC(ctx context.Context, opts GCOptions) (*api.GCReport, error) {
+	cfg, err := store.ReadConfig(e.root)
 	if err != nil {
 		return nil, err
 	}
@@ -113,10 +123,10 @@ func (e *Engine) GC(ctx context.Context, opts GCOptions) (*api.GCReport, error) 
 	return rep, nil
 }
 
-func (e *Engine) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg *Config, opts GCOptions, force bool, rep *api.GCReport) {
-	unlock, err := envLock(env.RunDir, 5*time.Second)
+func (e *Collector) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg *store.Config, opts GCOptions, force bool, rep *api.GCReport) {
+	unlock, err := records.EnvLock(env.RunDir, 5*time.Second)
 	if err != nil {
-		rep.Held = append(rep.Held, api.GCItem{Env: env.ID, What: "environment", Reason: lockReason(err, "another reaper, gc or stop holds it")})
+		rep.Held = append(rep.Held, api.GCItem{Env: env.ID, What: "environment", Reason: records.LockReason(err, "another reaper, gc or stop holds it")})
 		return
 	}
 	defer unlock()
@@ -125,7 +135,7 @@ func (e *Engine) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg *C
 		return
 	}
 	f := decide.RetentionFacts{Now: time.Now(), StoppedAt: env.StoppedAt, Force: force}
-	f.KeepTrees, f.KeepEvidence = retentionFor(env, cfg, opts)
+	f.KeepTrees, f.KeepEvidence = RetentionFor(env, cfg, opts)
 	// Every command must be proven finished: live or unverified owners
 	// keep their evidence.
 	cmds, _ := e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
@@ -156,7 +166,7 @@ func (e *Engine) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg *C
 				rep.Deleted = append(rep.Deleted, item)
 				continue
 			}
-			if err := e.removeTree(ctx, env.ID, t); err != nil {
+			if err := RemoveTree(ctx, e.root, env.ID, t); err != nil {
 				item.Reason = err.Error()
 				rep.Errors = append(rep.Errors, item)
 				continue
@@ -165,7 +175,7 @@ func (e *Engine) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg *C
 			changed = true
 			rep.Deleted = append(rep.Deleted, item)
 		default: // evidence
-			item.Path, item.Bytes = env.RunDir, dirBytes(env.RunDir)
+			item.Path, item.Bytes = env.RunDir, DirBytes(env.RunDir)
 			if left := allocatedTrees(env); left != "" && !opts.DryRun {
 				// The record is what names the tree for a later gc (or
 				// a person): it goes only with the last tree.
@@ -188,7 +198,7 @@ func (e *Engine) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg *C
 			}
 			var b registry.Batch
 			ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: env.ID, Open: true})
-			settleAll(&b, ptrs(ins), nil)
+			records.SettleAll(&b, records.Ptrs(ins), nil)
 			b.DeleteEnv(env.ID)
 			if err := e.reg.Commit(ctx, &b); err != nil {
 				item.Reason = "files deleted, record kept: " + err.Error()
@@ -215,7 +225,7 @@ func allocatedTrees(env *api.Env) string {
 }
 
 // recordTrees records deleted trees (and settles their intents).
-func (e *Engine) recordTrees(ctx context.Context, env *api.Env, rep *api.GCReport) bool {
+func (e *Collector) recordTrees(ctx context.Context, env *api.Env, rep *api.GCReport) bool {
 	for try := 0; try < 5; try++ {
 		cur, err := e.reg.Env(ctx, env.ID)
 		if err != nil {
@@ -226,10 +236,10 @@ func (e *Engine) recordTrees(ctx context.Context, env *api.Env, rep *api.GCRepor
 		var b registry.Batch
 		b.UpdateEnv(cur, &n)
 		ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: env.ID, Kind: registry.KindTree, Open: true})
-		settleAll(&b, ptrs(ins), nil)
+		records.SettleAll(&b, records.Ptrs(ins), nil)
 		err = e.reg.Commit(ctx, &b)
 		if err == nil {
-			e.writeManifest(ctx, env.ID)
+			e.reg.WriteManifest(ctx, env.ID)
 			return true
 		}
 		if !errors.Is(err, registry.ErrConflict) {
@@ -240,17 +250,17 @@ func (e *Engine) recordTrees(ctx context.Context, env *api.Env, rep *api.GCRepor
 	return false
 }
 
-// removeTree deletes one allocated tree of environment envID through its
+// RemoveTree deletes one allocated tree of environment envID through its
 // storage backend, which checks the recorded identities first. Whatever
 // the record says, only an exact allocation destination of that
 // environment is removed (<root>/trees/<env>-<tree>, or <env>-<tree> in an
 // allocation area), with the tree's data inside it.
-func (e *Engine) removeTree(ctx context.Context, envID string, t *api.Tree) error {
+func RemoveTree(ctx context.Context, root, envID string, t *api.Tree) error {
 	var st storage.Tree
 	if err := json.Unmarshal(t.Storage, &st); err != nil {
 		return fmt.Errorf("unreadable tree record: %w", err)
 	}
-	if !e.isAllocationDest(envID, st.Dest) || !safefs.Within(st.Dest, st.Path) {
+	if !records.IsAllocationDest(root, envID, st.Dest) || !safefs.Within(st.Dest, st.Path) {
 		return fmt.Errorf("the record names %s (data %s), which is not an allocation of environment %s: refusing to delete it: %w", st.Dest, st.Path, envID, safefs.ErrIdentityMismatch)
 	}
 	b, err := storage.ForKind(st.Kind)
@@ -264,7 +274,7 @@ func (e *Engine) removeTree(ctx context.Context, envID string, t *api.Tree) erro
 // removeEvidence deletes an environment's run directory — only if it is
 // <store>/runs/<id> and still the directory recorded when it was made
 // (device and inode), walked by descriptors without following a symlink.
-func (e *Engine) removeEvidence(ctx context.Context, env *api.Env) error {
+func (e *Collector) removeEvidence(ctx context.Context, env *api.Env) error {
 	want := filepath.Join(e.root, "runs", env.ID)
 	if filepath.Clean(env.RunDir) != want {
 		return fmt.Errorf("the record names run directory %s, which is not %s: refusing to delete it: %w", env.RunDir, want, safefs.ErrIdentityMismatch)
@@ -276,7 +286,7 @@ func (e *Engine) removeEvidence(ctx context.Context, env *api.Env) error {
 	var id safefs.FileID
 	for _, in := range ins {
 		if in.CommandID == "" && in.Target == want {
-			if dev, ino, ok := recordedInode(in.Identity); ok {
+			if dev, ino, ok := records.RecordedInode(in.Identity); ok {
 				id = safefs.FileID{Dev: dev, Ino: ino}
 			}
 		}
@@ -302,9 +312,29 @@ func (e *Engine) removeEvidence(ctx context.Context, env *api.Env) error {
 	return runs.RemoveTree(env.ID, id)
 }
 
+// RemoveUnrecordedTree removes the destination of a tree whose identity
+// was never recorded (its preparation was interrupted) when it is exactly
+// a destination hostfork allocates, and returns the fact to settle its
+// intent with. A path it can't vouch for, or can't remove, is reported in
+// cleanup and its intent stays pending (ok false).
+func RemoveUnrecordedTree(ctx context.Context, root string, in registry.Intent, cleanup *[]string) (registry.Fact, bool) {
+	if _, err := os.Lstat(in.Target); errors.Is(err, os.ErrNotExist) {
+		return registry.Fact{Exists: false}, true
+	}
+	if !records.IsAllocationDest(root, in.EnvID, in.Target) {
+		*cleanup = append(*cleanup, "tree "+in.Target+": its identity was never recorded and the path is not one hostfork allocates; check it and remove it by hand")
+		return registry.Fact{}, false
+	}
+	if err := storage.RemoveUnrecorded(ctx, in.Target); err != nil {
+		*cleanup = append(*cleanup, "tree "+in.Target+": "+err.Error())
+		return registry.Fact{}, false
+	}
+	return registry.Fact{Exists: false}, true
+}
+
 // treeHold says why a tree must be kept although its retention passed.
-func (e *Engine) treeHold(env *api.Env, t *api.Tree, all []*api.Env) string {
-	if exportsInProgress(env.RunDir, t.Name) {
+func (e *Collector) treeHold(env *api.Env, t *api.Tree, all []*api.Env) string {
+	if export.InProgress(env.RunDir, t.Name) {
 		return "an export of this tree has not finished"
 	}
 	for _, o := range all {
@@ -320,28 +350,8 @@ func (e *Engine) treeHold(env *api.Env, t *api.Tree, all []*api.Env) string {
 	return ""
 }
 
-// exportsInProgress reports an unfinished export of tree (its marker file
-// is present and names a live process).
-func exportsInProgress(runDir, tree string) bool {
-	marks, _ := filepath.Glob(filepath.Join(runDir, "exports", "*"+tree+"*.inprogress"))
-	for _, m := range marks {
-		b, err := os.ReadFile(m)
-		if err != nil {
-			continue
-		}
-		var id linux.Identity
-		if json.Unmarshal(b, &id) != nil {
-			return true // unreadable: keep, never guess
-		}
-		if linux.Assess(id) != linux.Gone {
-			return true
-		}
-	}
-	return false
-}
-
-// dirBytes sums apparent file sizes below dir (0 if unreadable).
-func dirBytes(dir string) int64 {
+// DirBytes sums apparent file sizes below dir (0 if unreadable).
+func DirBytes(dir string) int64 {
 	var n int64
 	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil {

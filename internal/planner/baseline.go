@@ -1,4 +1,4 @@
-package engine
+package planner
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/registry"
@@ -26,7 +24,7 @@ const (
 // inspectSource looks at a directory without changing it, through the
 // descriptor safefs.OpenSource opens (links followed only where no other
 // user can have planted them); path in the result is the link-free one.
-func inspectSource(path string) (*baselineInfo, error) {
+func inspectSource(path string) (*Source, error) {
 	if !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("%s must be an absolute path: %w", path, api.ErrInvalid)
 	}
@@ -42,14 +40,14 @@ func inspectSource(path string) (*baselineInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	var fs unix.Statfs_t
-	if err := unix.Fstatfs(d.Fd(), &fs); err != nil {
+	fsType, err := d.FSType()
+	if err != nil {
 		return nil, &os.PathError{Op: "fstatfs", Path: path, Err: err}
 	}
-	b := &baselineInfo{path: d.Path(), kind: BaselineDirectory, fstype: storage.FSName(int64(fs.Type)), dev: st.Dev, ino: st.Ino, fsid: d.ID().FSID}
+	b := &Source{Path: d.Path(), Kind: BaselineDirectory, FSType: storage.FSName(fsType), Dev: st.Dev, Ino: st.Ino, FSID: d.ID().FSID}
 	// A btrfs subvolume's root directory always has inode 256.
-	if int64(fs.Type) == unix.BTRFS_SUPER_MAGIC && st.Ino == 256 {
-		b.kind = BaselineSubvolume
+	if fsType == storage.BtrfsMagic && st.Ino == 256 {
+		b.Kind = BaselineSubvolume
 	}
 	return b, nil
 }
@@ -72,7 +70,7 @@ func kernelHas(fs string) bool {
 // AddBaseline registers a prepared directory or Btrfs subvolume under name.
 // It is host preparation: it only looks at the path, never changes it, and
 // a baseline is never deleted by hostfork.
-func (e *Engine) AddBaseline(ctx context.Context, name, path string) (*api.Baseline, error) {
+func (e *Planner) AddBaseline(ctx context.Context, name, path string) (*api.Baseline, error) {
 	if !baselineName(name) {
 		return nil, fmt.Errorf("baseline name %q: use letters, digits, '.', '-', '_' (max 63): %w", name, api.ErrInvalid)
 	}
@@ -84,14 +82,14 @@ func (e *Engine) AddBaseline(ctx context.Context, name, path string) (*api.Basel
 	if err != nil {
 		return nil, err
 	}
-	abs = info.path
-	b := &api.Baseline{Name: name, Path: abs, Kind: info.kind, Device: info.dev, Inode: info.ino, FSType: info.fstype, CreatedAt: time.Now().UTC()}
-	if info.kind == BaselineSubvolume {
+	abs = info.Path
+	b := &api.Baseline{Name: name, Path: abs, Kind: info.Kind, Device: info.Dev, Inode: info.Ino, FSType: info.FSType, CreatedAt: time.Now().UTC()}
+	if info.Kind == BaselineSubvolume {
 		b.Offers = []string{spec.KindBtrfs, spec.KindOverlay, spec.KindCopy}
 		b.Notes = []string{"btrfs: writable point-in-time snapshots, usable after the baseline is deleted", "overlay: requires the subvolume to stay unchanged while in use"}
 	} else {
 		b.Offers = []string{spec.KindOverlay, spec.KindCopy}
-		b.Notes = []string{"not a btrfs subvolume (" + info.fstype + "): no snapshots; overlay needs the directory kept stable by the operator; copy is not atomic across the tree"}
+		b.Notes = []string{"not a btrfs subvolume (" + info.FSType + "): no snapshots; overlay needs the directory kept stable by the operator; copy is not atomic across the tree"}
 	}
 	var batch registry.Batch
 	batch.InsertBaseline(b)
@@ -115,14 +113,14 @@ func baselineName(s string) bool {
 }
 
 // Baselines lists registered baselines.
-func (e *Engine) Baselines(ctx context.Context) ([]*api.Baseline, error) {
+func (e *Planner) Baselines(ctx context.Context) ([]*api.Baseline, error) {
 	return e.reg.Baselines(ctx)
 }
 
 // RemoveBaseline unregisters a baseline. Its files are left alone; trees
 // already made from it keep working (snapshots and copies are independent;
 // an overlay still needs its lower, which the operator keeps).
-func (e *Engine) RemoveBaseline(ctx context.Context, name string) error {
+func (e *Planner) RemoveBaseline(ctx context.Context, name string) error {
 	var b registry.Batch
 	b.DeleteBaseline(name)
 	return e.reg.Commit(ctx, &b)

@@ -1,4 +1,4 @@
-package engine
+package records
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package engine
+package records
 
 import (
 	"bytes"
@@ -37,17 +37,17 @@ func TestWriteJSONAtomic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeJSONAtomic(dst, v)
+		WriteJSON(dst, v)
 		check("written", append(want, '\n'))
 	}
 	if got, _ := os.ReadFile(dst); !bytes.Contains(got, []byte(`"\u003c\u0026\u003e"`)) {
 		t.Fatalf("HTML characters are not escaped: %s", got)
 	}
 	before, _ := os.ReadFile(dst)
-	writeJSONAtomic(dst, Manifest{Env: &api.Env{Spec: json.RawMessage(`{`)}})
+	WriteJSON(dst, Manifest{Env: &api.Env{Spec: json.RawMessage(`{`)}})
 	check("a record that can't be encoded", before)
 
-	writeJSONAtomic(filepath.Join(dir, "missing", "manifest.json"), m)
+	WriteJSON(filepath.Join(dir, "missing", "manifest.json"), m)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package engine
+package records
 
 import (
 	"context"
@@ -8,22 +8,22 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
-// records is the registry as the engine reads it: every record's
+// Records is the registry as the engine reads it: every record's
 // directories are the store's own layout, derived from its ids, whatever
 // the row says. A row edited to name another directory (or an id that is
 // not one hostfork makes) can't make the engine write, lock or delete
 // anything outside <root>/runs (DESIGN.md, "Trust model").
-type records struct {
+type Records struct {
 	*registry.DB
 	root string
 	runs string // filepath.Join(root, "runs"), once
 }
 
-func newRecords(db *registry.DB, root string) *records {
-	return &records{DB: db, root: root, runs: filepath.Join(root, "runs")}
+func New(db *registry.DB, root string) *Records {
+	return &Records{DB: db, root: root, runs: filepath.Join(root, "runs")}
 }
 
-func (r *records) Env(ctx context.Context, id string) (*api.Env, error) {
+func (r *Records) Env(ctx context.Context, id string) (*api.Env, error) {
 	env, err := r.DB.Env(ctx, id)
 	if env != nil {
 		r.pinEnv(env)
@@ -31,7 +31,7 @@ func (r *records) Env(ctx context.Context, id string) (*api.Env, error) {
 	return env, err
 }
 
-func (r *records) Envs(ctx context.Context, q registry.EnvQuery) ([]*api.Env, error) {
+func (r *Records) Envs(ctx context.Context, q registry.EnvQuery) ([]*api.Env, error) {
 	envs, err := r.DB.Envs(ctx, q)
 	for _, env := range envs {
 		r.pinEnv(env)
@@ -39,7 +39,7 @@ func (r *records) Envs(ctx context.Context, q registry.EnvQuery) ([]*api.Env, er
 	return envs, err
 }
 
-func (r *records) Command(ctx context.Context, id string) (*api.Command, error) {
+func (r *Records) Command(ctx context.Context, id string) (*api.Command, error) {
 	c, err := r.DB.Command(ctx, id)
 	if c != nil {
 		r.pinCommand(c)
@@ -47,7 +47,7 @@ func (r *records) Command(ctx context.Context, id string) (*api.Command, error) 
 	return c, err
 }
 
-func (r *records) Commands(ctx context.Context, q registry.CommandQuery) ([]*api.Command, error) {
+func (r *Records) Commands(ctx context.Context, q registry.CommandQuery) ([]*api.Command, error) {
 	cmds, err := r.DB.Commands(ctx, q)
 	for _, c := range cmds {
 		r.pinCommand(c)
@@ -57,18 +57,18 @@ func (r *records) Commands(ctx context.Context, q registry.CommandQuery) ([]*api
 
 // runDir is an environment's run directory; an id hostfork would never
 // make names a path that does not exist.
-func (r *records) runDir(envID string) string {
+func (r *Records) runDir(envID string) string {
 	if !validID(envID) {
 		return r.runs + "/.invalid-id"
 	}
 	return r.runs + "/" + envID
 }
 
-func (r *records) pinEnv(env *api.Env) {
+func (r *Records) pinEnv(env *api.Env) {
 	env.RunDir = r.runDir(env.ID)
 }
 
-func (r *records) pinCommand(c *api.Command) {
+func (r *Records) pinCommand(c *api.Command) {
 	// Joined by hand: runDir is clean and a valid id has no separator, so
 	// this is filepath.Join without its Clean, which a listing of 10,000
 	// commands would pay three times each.

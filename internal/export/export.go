@@ -1,4 +1,4 @@
-package engine
+package export
 
 import (
 	"context"
@@ -9,16 +9,30 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/records"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/view"
 )
+
+// Exporter copies trees out of one store.
+type Exporter struct {
+	root string
+	reg  *records.Records
+	exe  string // re-executed as a temporary keeper
+}
+
+// New is the exporter of the store at root; exe is the program started as
+// a keeper to rebuild an overlay's view.
+func New(root string, reg *records.Records, exe string) *Exporter {
+	return &Exporter{root: root, reg: reg, exe: exe}
+}
 
 // ExportOptions configure Export.
 type ExportOptions struct {
@@ -35,10 +49,7 @@ type ExportOptions struct {
 // live/inconsistent) and after it stopped: a snapshot or copy is read
 // directly, an overlay through the live view or, when the keeper is gone,
 // through a view rebuilt from its recorded lower and upper.
-func (e *Engine) Export(ctx context.Context, envID, tree, dest string, opts ExportOptions) (*api.ExportResult, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
+func (e *Exporter) Export(ctx context.Context, envID, tree, dest string, opts ExportOptions) (*api.ExportResult, error) {
 	env, err := e.reg.Env(ctx, envID)
 	if err != nil {
 		return nil, err
@@ -143,13 +154,13 @@ func (e *Engine) Export(ctx context.Context, envID, tree, dest string, opts Expo
 // root on which a temporary keeper mounts an overlay tree for an export.
 const exportViewPrefix = ".export-view-"
 
-// sweepExports settles exports a crash interrupted (issue 39, item 12):
+// Sweep settles exports a crash interrupted (issue 39, item 12):
 // an in-progress marker whose process is gone becomes a failed export
 // record (unless the export recorded its own result) and goes; an export
 // view directory of an environment with no live export is removed (it is
 // empty: the mount was only ever in the temporary keeper's namespace).
-func (e *Engine) sweepExports(rep *api.ReapReport) {
-	marks, _ := filepath.Glob(filepath.Join(e.root, "runs", "*", "exports", "*.inprogress"))
+func Sweep(root string, rep *api.ReapReport) {
+	marks, _ := filepath.Glob(filepath.Join(root, "runs", "*", "exports", "*.inprogress"))
 	for _, m := range marks {
 		env := filepath.Base(filepath.Dir(filepath.Dir(m)))
 		b, err := os.ReadFile(m)
@@ -175,28 +186,28 @@ func (e *Engine) sweepExports(rep *api.ReapReport) {
 			rep.Actions = append(rep.Actions, api.ReapAction{Env: env, Action: "settled-export", Detail: "interrupted export " + stamp + " recorded as failed"})
 		}
 	}
-	views, _ := filepath.Glob(filepath.Join(e.root, exportViewPrefix+"*"))
+	views, _ := filepath.Glob(filepath.Join(root, exportViewPrefix+"*"))
 	for _, v := range views {
 		rest := strings.TrimPrefix(filepath.Base(v), exportViewPrefix)
 		env, _, ok := strings.Cut(rest, "-")
-		if !ok || exportsInProgress(filepath.Join(e.root, "runs", env), "") {
+		if !ok || InProgress(filepath.Join(root, "runs", env), "") {
 			continue
 		}
-		if syscall.Rmdir(v) == nil {
+		if safefs.RemoveEmptyDir(v) == nil {
 			rep.Actions = append(rep.Actions, api.ReapAction{Env: env, Action: "removed-export-view", Detail: v})
 		}
 	}
 }
 
 func recordExport(dir, stamp string, res *api.ExportResult) {
-	writeJSONAtomic(filepath.Join(dir, stamp+".json"), res)
+	records.WriteJSON(filepath.Join(dir, stamp+".json"), res)
 }
 
 // overlaySource returns a host path through which the merged overlay can
 // be read: the live keeper's view, or a temporary keeper that rebuilds the
 // view from the recorded lower and upper (the lower is verified first).
-func (e *Engine) overlaySource(ctx context.Context, env *api.Env, tr *api.Tree, st storage.Tree) (string, func(), error) {
-	if env.Keeper != nil && linux.Assess(toLinux(env.Keeper)) == linux.Alive && tr.WorkloadPath != "" {
+func (e *Exporter) overlaySource(ctx context.Context, env *api.Env, tr *api.Tree, st storage.Tree) (string, func(), error) {
+	if env.Keeper != nil && linux.Assess(records.ToLinux(env.Keeper)) == linux.Alive && tr.WorkloadPath != "" {
 		return view.RootPath(env.Keeper.PID, tr.WorkloadPath), func() {}, nil
 	}
 	b, err := storage.ForKind(st.Kind)
@@ -225,7 +236,7 @@ func (e *Engine) overlaySource(ctx context.Context, env *api.Env, tr *api.Tree, 
 		return "", nil, err
 	}
 	klog, _ := os.OpenFile(filepath.Join(env.RunDir, "export-keeper.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	k, err := supervise.StartKeeper(&supervise.KeeperSpec{Exe: e.opts.Exe, Log: klog, EnvID: env.ID, OwnerExit: api.OwnerExitStop, Ops: kops, Files: opened.Files})
+	k, err := supervise.StartKeeper(&supervise.KeeperSpec{Exe: e.exe, Log: klog, EnvID: env.ID, OwnerExit: api.OwnerExitStop, Ops: kops, Files: opened.Files})
 	if klog != nil {
 		klog.Close()
 	}
@@ -236,7 +247,7 @@ func (e *Engine) overlaySource(ctx context.Context, env *api.Env, tr *api.Tree, 
 	_ = k.Commit("", "")
 	cleanup := func() {
 		k.Detach() // owner-exit stop: the keeper exits and its mount goes
-		stopKeeper(context.Background(), toAPI(k.ID))
+		supervise.StopKeeper(context.Background(), k.ID)
 		os.Remove(tmp)
 	}
 	return view.RootPath(k.ID.PID, tmp), cleanup, nil
@@ -251,4 +262,24 @@ func countFiles(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// InProgress reports an unfinished export of tree (its marker file
+// is present and names a live process).
+func InProgress(runDir, tree string) bool {
+	marks, _ := filepath.Glob(filepath.Join(runDir, "exports", "*"+tree+"*.inprogress"))
+	for _, m := range marks {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		var id linux.Identity
+		if json.Unmarshal(b, &id) != nil {
+			return true // unreadable: keep, never guess
+		}
+		if linux.Assess(id) != linux.Gone {
+			return true
+		}
+	}
+	return false
 }
