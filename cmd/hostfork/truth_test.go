@@ -1004,6 +1004,26 @@ func checkStoppedFor(t *testing.T, who string, rec map[string]any, reason string
 	}
 }
 
+// TestTruthUsageAbandonedCreation: a creation whose creator was killed is
+// not an active environment in usage (reap abandons it); it counts in the
+// cleanup backlog until then (issue 39, item 14).
+func TestTruthUsageAbandonedCreation(t *testing.T) {
+	c := newCLI(t)
+	cmd := c.command("create", "--ttl", "5m")
+	cmd.Env = append(cmd.Env, "HOSTFORK_FAULT=create-cgroup")
+	if err := cmd.Run(); err == nil {
+		t.Fatal("create with its fault armed did not die")
+	}
+	var u map[string]any
+	if err := json.Unmarshal([]byte(c.mustRun("usage", "--json").stdout), &u); err != nil {
+		t.Fatal(err)
+	}
+	if u["active_envs"] != 0.0 || u["cleanup_backlog"] != 1.0 {
+		t.Errorf("usage after a killed creation: %v active environments, backlog %v; want 0 and 1", u["active_envs"], u["cleanup_backlog"])
+	}
+	c.mustRun("reap")
+}
+
 // TestTruthEnvState (class 10): readers say what they can prove now, and
 // nothing needs a reap: a detached run whose command ended is stopped
 // (completed) with its cgroups removed; an environment past its deadline

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
@@ -113,6 +114,10 @@ func (e *Exporter) Export(ctx context.Context, envID, tree, dest string, opts Ex
 		defer cleanup()
 	}
 	res.Source = src
+	if st.Kind == storage.KindOverlay && st.Overlay != nil {
+		// What was read, not the keeper's /proc path that reached it.
+		res.Source = st.Overlay.Upper + " over " + st.Overlay.Lower
+	}
 	fault.Point(fault.ExportCopying)
 	var total int64
 	if opts.Progress != nil {
@@ -135,6 +140,14 @@ func (e *Exporter) Export(ctx context.Context, envID, tree, dest string, opts Ex
 		res.Label = api.ExportLive
 	default:
 		res.Label = api.ExportComplete
+		if st.Kind == storage.KindOverlay && st.Overlay != nil {
+			// The lower is borrowed: changed in place since the tree was
+			// made, the merged tree is no longer what the environment saw.
+			if p := changedSince(st.Overlay.Lower, env.CreatedAt); p != "" {
+				res.Label = api.ExportLive
+				res.Note = "the overlay's lower changed in place after the environment was created (" + p + "): the merged tree mixes the environment's changes with later ones"
+			}
+		}
 	}
 	recordExport(expDir, stamp, res)
 	if cerr != nil {
@@ -197,6 +210,21 @@ func Sweep(root string, rep *api.ReapReport) {
 			rep.Actions = append(rep.Actions, api.ReapAction{Env: env, Action: "removed-export-view", Detail: v})
 		}
 	}
+}
+
+// RecordedBytes is what the retained exports of the environment whose run
+// directory is runDir copied out (their records' bytes), not the size of
+// the records themselves.
+func RecordedBytes(runDir string) int64 {
+	files, _ := filepath.Glob(filepath.Join(runDir, "exports", "*.json"))
+	var n int64
+	for _, f := range files {
+		var r api.ExportResult
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &r) == nil {
+			n += r.Bytes
+		}
+	}
+	return n
 }
 
 func recordExport(dir, stamp string, res *api.ExportResult) {
@@ -282,4 +310,25 @@ func InProgress(runDir, tree string) bool {
 		}
 	}
 	return false
+}
+
+// changedSince returns the first path under dir (not following symlinks)
+// whose inode changed after t, or "" when none did.
+func changedSince(dir string, t time.Time) string {
+	found := ""
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		fi, err := d.Info() // lstat: symlinks are not followed
+		if err != nil {
+			return nil
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && time.Unix(st.Ctim.Unix()).After(t) {
+			found = p
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	return found
 }

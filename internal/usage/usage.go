@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/export"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
@@ -79,7 +80,15 @@ func (e *Meter) Usage(ctx context.Context) (*api.Usage, error) {
 	deletedSnapshots := 0
 	for _, env := range envs {
 		switch env.State {
-		case api.EnvActive, api.EnvCreating, api.EnvStopping:
+		case api.EnvCreating:
+			// A creation whose creator is gone is not active: reap
+			// abandons it (issue 39, item 14).
+			if env.Due == "" {
+				u.ActiveEnvs++
+			} else {
+				u.CleanupBacklog++
+			}
+		case api.EnvActive, api.EnvStopping:
 			u.ActiveEnvs++
 		case api.EnvStopped:
 			u.RetainedEnvs++
@@ -100,7 +109,7 @@ func (e *Meter) Usage(ctx context.Context) (*api.Usage, error) {
 				deletedSnapshots++
 			}
 		}
-		u.ExportBytes += retention.DirBytes(filepath.Join(env.RunDir, "exports"))
+		u.ExportBytes += export.RecordedBytes(env.RunDir)
 		if env.State.Final() && env.StoppedAt != nil {
 			keepTrees, keepEvidence := retention.RetentionFor(env, cfg, retention.GCOptions{})
 			age := time.Since(*env.StoppedAt)
