@@ -2150,3 +2150,65 @@ func capEffective(t *testing.T) uint64 {
 	t.Fatal("no CapEff in /proc/self/status")
 	return 0
 }
+
+// TestTruthStuckGuardian (issue 39, item 7): a guardian stopped with
+// SIGSTOP can't enforce the deadline or reap its tree. The second clock
+// (reap, as 'reap --watch' or the support timer runs it) stops the
+// environment at its deadline; a stop ends the stuck guardian once every
+// child of it is a zombie, and records the tree exited, exit 0.
+func TestTruthStuckGuardian(t *testing.T) {
+	c := newCLI(t)
+	for _, how := range []string{"stop", "reap-after-deadline"} {
+		t.Run(how, func(t *testing.T) {
+			c := c.with(t)
+			dir := t.TempDir()
+			file := filepath.Join(dir, "ids")
+			ttl := "5m"
+			if how != "stop" {
+				ttl = "4s"
+			}
+			env := strings.TrimSpace(c.mustRun("run", "--detach", "--ttl", ttl, "--grace", "1s", "--", "sh", "-c",
+				"sleep 300 & echo $! $(cut -d' ' -f22 /proc/$!/stat) > "+file+".tmp && mv "+file+".tmp "+file+"; exec sleep 301").stdout)
+			pid, st := identityFile(t, file)
+			cmdID := c.commandOf(file).ID
+			g, _ := c.status(cmdID)["guardian"].(map[string]any)
+			gpid, _ := g["pid"].(float64)
+			if gpid <= 0 {
+				t.Fatalf("no guardian: %v", g)
+			}
+			if err := syscall.Kill(int(gpid), syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = syscall.Kill(int(gpid), syscall.SIGCONT) })
+			var r cliResult
+			if how == "stop" {
+				r = c.run("stop", env)
+			} else {
+				eventually(t, "the deadline passes", func() string {
+					if s := c.status(env); s["expired"] != true {
+						return fmt.Sprintf("expired %v", s["expired"])
+					}
+					return ""
+				})
+				r = c.run("reap")
+			}
+			if r.code != 0 {
+				t.Errorf("%s with the guardian stopped: %v", how, r)
+			}
+			if sameProcessAlive(pid, st) {
+				t.Errorf("the workload's sleep %d lives after %s", pid, how)
+			}
+			s := c.status(cmdID)
+			if s["state"] != "exited" || s["tree_state"] != "exited" {
+				t.Errorf("command after %s: state %v, tree %v (%v)", how, s["state"], s["tree_state"], s["tree_evidence"])
+			}
+			want := "user"
+			if how != "stop" {
+				want = "deadline"
+			}
+			if e := c.status(env); e["state"] != "stopped" || e["stop_reason"] != want {
+				t.Errorf("environment after %s: %v (%v), want stopped (%s)", how, e["state"], e["stop_reason"], want)
+			}
+		})
+	}
+}

@@ -153,6 +153,15 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 	fault.Point(fault.StopKilled)
 	// The guardian now reaps what is left and writes its receipt.
 	waitGone(ctx, cur.Guardian, 2*time.Second)
+	// A guardian that can't (stopped, its children zombies) is ended
+	// here: the zombies then go to init, and that is the tree's end.
+	stuck := false
+	if cur.Guardian != nil && len(res.Survivors) == 0 && tree.StuckWithZombies(records.ToLinux(cur.Guardian)) {
+		if p, err := linux.OpenVerified(records.ToLinux(cur.Guardian)); err == nil {
+			stuck = p.Signal(syscall.SIGKILL) == nil && p.WaitExit(ctx, 2*time.Second)
+			p.Close()
+		}
+	}
 	if r := e.runningOf(cur.ID); r != nil {
 		// This process launched it: its watcher records the result.
 		select {
@@ -164,7 +173,7 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 		records.DropDecision(decision, &rec)
 		return &rec, stopErrOf(&rec, res, stopErr)
 	}
-	final, err := e.recordStop(ctx, env, cur, reason, res)
+	final, err := e.recordStop(ctx, env, cur, reason, res, stuck)
 	if err != nil && final == nil {
 		return cur, err
 	}
@@ -192,7 +201,7 @@ func stopErrOf(rec *api.Command, res tree.Result, stopErr error) error {
 // recordStop records a stop's outcome: the first stop reason, and
 // whatever the evidence now proves. When the registry can't be written,
 // the decision is kept in the command's directory for the reaper.
-func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, reason api.StopReason, res tree.Result) (*api.Command, error) {
+func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, reason api.StopReason, res tree.Result, stuckKilled bool) (*api.Command, error) {
 	cur := c
 	for try := 0; try < 5; try++ {
 		if cur.Final() {
@@ -201,6 +210,7 @@ func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, r
 			return cur, nil
 		}
 		ev := evidence.Gather(env, cur)
+		ev.StuckGuardianKilled = stuckKilled && ev.Guardian == decide.Gone
 		n, _ := decide.Command(*cur, ev)
 		if n.StopReason == "" && !(n.Final() && n.LeaderState == api.PhaseExited && !n.StoppedByHostfork && res.Signalled == 0 && res.Killed == 0) {
 			n.StopReason = reason

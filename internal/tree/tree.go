@@ -738,3 +738,26 @@ func describe(ids []linux.Identity) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// StuckWithZombies reports whether the supervisor id is stopped (SIGSTOP,
+// or traced) with every child of it a zombie: as a subreaper its live
+// descendants would be its children or theirs, so its tree has ended and
+// only the stuck supervisor keeps the zombies from being reaped (issue 39,
+// item 7). A zombie whose other threads run is alive.
+func StuckWithZombies(id linux.Identity) bool {
+	st, err := linux.ReadStat(id.PID)
+	if err != nil || st.StartTime != id.StartTime || (st.State != 'T' && st.State != 't') {
+		return false
+	}
+	kids, _, ok := childrenOf(id.PID, st, make([]byte, 4096))
+	if !ok {
+		return false
+	}
+	for _, k := range kids {
+		ks, err := linux.ReadStat(k)
+		if err == nil && (ks.State != 'Z' || ks.Threads > 1) {
+			return false
+		}
+	}
+	return true
+}
