@@ -19,7 +19,7 @@ interface Command {
   timeout?: string;
 }
 interface Request {
-  spec?: Record<string, unknown>; // a hostfork spec, as JSON (docs/json.md)
+  spec?: Record<string, unknown>; // a hostfork spec (docs/spec.md), as JSON
   commands: Command[];
   export?: Record<string, string>; // tree name -> path on the node
   options?: { heartbeat_timeout?: string; node_pickup?: string; max_placements?: number };
