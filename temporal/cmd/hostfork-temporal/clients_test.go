@@ -169,6 +169,103 @@ func TestOutsideClients(t *testing.T) {
 	})
 }
 
+// TestTemporalCLI runs the `temporal` CLI commands of docs/temporal.md
+// ("From the temporal CLI") against the embedded server and a real worker.
+// The CLI is not part of CI (it is a large build of its own): it runs only
+// with HOSTFORK_TEMPORAL_CLI=path/to/temporal, e.g. after
+// `GOBIN=/tmp/tcli go install github.com/temporalio/cli/cmd/temporal@v1.5.1`.
+func TestTemporalCLI(t *testing.T) {
+	cli := os.Getenv("HOSTFORK_TEMPORAL_CLI")
+	if cli == "" {
+		t.Skip("needs the temporal CLI: set HOSTFORK_TEMPORAL_CLI=path/to/temporal")
+	}
+	c := newCluster(t)
+	c.node("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	temporalCLI := func(args ...string) (string, int) {
+		t.Helper()
+		args = append(args, "--address", c.srv.Address(), "--namespace", c.srv.Namespace())
+		out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
+		var ee *exec.ExitError
+		code := 0
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("$ temporal %s\n%s(exit %d)", strings.Join(args, " "), out, code)
+		return string(out), code
+	}
+	expect := func(out string, code, want int, has ...string) {
+		t.Helper()
+		if code != want {
+			t.Fatalf("exit %d, want %d", code, want)
+		}
+		for _, h := range has {
+			if !strings.Contains(out, h) {
+				t.Fatalf("the output has no %q", h)
+			}
+		}
+	}
+	out, code := temporalCLI("workflow", "start", "--type", "RunInEnvironment", "--task-queue", "hostfork", "--workflow-id", "build-42",
+		"--input", `{"spec":{"lifetime":{"max_runtime":"30m"}},"commands":[{"argv":["sh","-c","echo hello"]}]}`)
+	expect(out, code, 0, "build-42")
+	out, code = temporalCLI("workflow", "result", "--workflow-id", "build-42")
+	expect(out, code, 0, "COMPLETED", `"exit_status":0`)
+	out, code = temporalCLI("workflow", "execute", "--type", "RunInEnvironment", "--task-queue", "hostfork",
+		"--workflow-id", "build-43", "--input", `{"commands":[{"argv":["sh","-c","exit 3"]}]}`)
+	expect(out, code, 1, "FAILED", `exited with status 3`)
+	out, code = temporalCLI("workflow", "list", "--query", `WorkflowType="RunInEnvironment" AND ExecutionStatus="Failed"`)
+	expect(out, code, 0, "build-43")
+	if strings.Contains(out, "build-42") {
+		t.Fatal("the completed workflow is listed as failed")
+	}
+	out, code = temporalCLI("workflow", "describe", "--workflow-id", "build-43")
+	expect(out, code, 0, "FAILED")
+	out, code = temporalCLI("workflow", "result", "--workflow-id", "build-43", "-o", "json")
+	expect(out, code, 1)
+	var res struct {
+		Status     string `json:"status"`
+		CloseEvent struct {
+			Attrs struct {
+				Failure struct {
+					Info struct {
+						Type         string        `json:"type"`
+						NonRetryable bool          `json:"nonRetryable"`
+						Details      []flow.Result `json:"details"`
+					} `json:"applicationFailureInfo"`
+				} `json:"failure"`
+			} `json:"workflowExecutionFailedEventAttributes"`
+		} `json:"closeEvent"`
+	}
+	// The JSON, then the CLI's own log line on stderr.
+	if err := json.NewDecoder(strings.NewReader(out[strings.Index(out, "{"):])).Decode(&res); err != nil {
+		t.Fatal(err)
+	}
+	info := res.CloseEvent.Attrs.Failure.Info
+	if res.Status != "FAILED" || info.Type != flow.ErrCommandFailed || !info.NonRetryable || len(info.Details) != 1 ||
+		info.Details[0].ExitStatus != 3 || len(info.Details[0].Commands) != 1 {
+		t.Fatalf("result -o json: %+v", res)
+	}
+	out, code = temporalCLI("workflow", "start", "--type", "RunInEnvironment", "--task-queue", "hostfork", "--workflow-id", "build-44",
+		"--input", `{"commands":[{"argv":["sleep","1000"]}]}`)
+	expect(out, code, 0, "build-44")
+	n, rec, tree := c.liveCommand(ctx, "build-44", 1)
+	out, code = temporalCLI("workflow", "cancel", "--workflow-id", "build-44")
+	expect(out, code, 0)
+	out, code = temporalCLI("workflow", "result", "--workflow-id", "build-44")
+	expect(out, code, 1, "CANCELED")
+	for _, p := range tree {
+		if p.alive() {
+			t.Errorf("process %d of the cancelled command is still running", p.pid)
+		}
+	}
+	if _, got, err := n.h.Status(ctx, rec.ID); err != nil || got.StopReason != hostfork.ReasonCancelled {
+		t.Fatalf("the cancelled command's record: %+v (%v)", got, err)
+	}
+}
+
 // checkDocQuotes checks that docs/temporal.md quotes the example part of
 // the TypeScript file word for word.
 func checkDocQuotes(t *testing.T, file string) {
