@@ -223,7 +223,8 @@ func TestEnv(t *testing.T) {
 		{"auto-stop, one live", with(func(e *api.Env) { e.AutoStop = true }), EnvFacts{BootID: "b", Commands: []api.Command{done, live}}, false, "", false},
 		{"decided, unrecorded", base, EnvFacts{BootID: "b", Decided: api.ReasonUser}, true, api.ReasonUser, true},
 		{"decided, unrecorded, the deadline passed since", with(func(e *api.Env) { e.DeadlineMono = 10 }), EnvFacts{BootID: "b", NowMono: 10, Decided: api.ReasonUser}, true, api.ReasonUser, true},
-		{"group removed, nothing kept: stopped, reason unknown", with(func(e *api.Env) { e.Tier, e.DeadlineMono = api.TierCgroup2, 10 }), EnvFacts{BootID: "b", NowMono: 10, GroupGone: true}, true, api.ReasonUnknown, true},
+		{"group removed, nothing kept: stopped, reason unknown", with(func(e *api.Env) { e.Tier, e.DeadlineMono = api.TierCgroup2, 10 }), EnvFacts{BootID: "b", NowMono: 9, GroupGone: true}, true, api.ReasonUnknown, true},
+		{"group removed by a reader's quiet stop: its reason wins", with(func(e *api.Env) { e.Tier, e.AutoStop = api.TierCgroup2, true }), EnvFacts{BootID: "b", GroupGone: true, Commands: []api.Command{done}}, true, api.ReasonCompleted, true},
 		{"a scope's group goes by itself: no proof of a stop", with(func(e *api.Env) { e.Tier = api.TierSystemdScope }), EnvFacts{BootID: "b", GroupGone: true}, false, "", true},
 		{"stopping completes", with(func(e *api.Env) { e.State = api.EnvStopping; e.StopReason = api.ReasonIdle }), EnvFacts{BootID: "b"}, true, api.ReasonIdle, true},
 	}

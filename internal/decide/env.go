@@ -83,10 +83,6 @@ func Env(e api.Env, f EnvFacts) EnvAction {
 		// A kept decision outweighs a deadline that passed since: the
 		// stop came first (issue 39, item 6).
 		return stop(f.Decided, fmt.Sprintf("%s (decided, not yet recorded)", f.Decided))
-	case f.GroupGone && e.Tier == api.TierCgroup2:
-		// A stop removed its group but could record neither the state
-		// nor the decision (a full store): it is stopped, why is unknown.
-		return stop(api.ReasonUnknown, "its group was removed by a stop whose decision could not be recorded")
 	case e.DeadlineMono > 0 && f.NowMono >= e.DeadlineMono-e.Grace.D():
 		// The deadline's stop begins a grace before it (SIGTERM, then
 		// the kill at the deadline): a keeper or tree gone from then on
@@ -98,6 +94,13 @@ func Env(e api.Env, f EnvFacts) EnvAction {
 		return stop(api.ReasonKeeperLost, "its keeper is gone")
 	case e.AutoStop && len(f.Commands) > 0 && quiet:
 		return stop(api.ReasonCompleted, "its command's tree exited")
+	case f.GroupGone && e.Tier == api.TierCgroup2:
+		// Last: nothing else explains it. A stop removed its group but
+		// could record neither the state nor the decision (a full
+		// store): it is stopped, why is unknown. (A reader's quiet stop
+		// removes the group before it records, so a reason that explains
+		// the stop comes first.)
+		return stop(api.ReasonUnknown, "its group was removed by a stop whose decision could not be recorded")
 	}
 	return EnvAction{}
 }
