@@ -74,8 +74,8 @@ func (s *Server) OpenAPI() map[string]any {
 		}
 		op["responses"] = map[string]any{
 			strconv.Itoa(rt.status): map[string]any{"description": http.StatusText(rt.status), "content": content},
-			"4XX": map[string]any{"$ref": "#/components/responses/Error"},
-			"5XX": map[string]any{"$ref": "#/components/responses/Error"},
+			"4XX":                   map[string]any{"$ref": "#/components/responses/Error"},
+			"5XX":                   map[string]any{"$ref": "#/components/responses/Error"},
 		}
 		if paths[rt.path] == nil {
 			paths[rt.path] = map[string]any{}
@@ -94,8 +94,8 @@ func (s *Server) OpenAPI() map[string]any {
 		// which uid connected (SO_PEERCRED) and refuses other users
 		// (docs/security.md). OpenAPI has no scheme for that, so the one
 		// requirement is the empty one.
-		"security":   []any{map[string]any{}},
-		"paths":      paths,
+		"security": []any{map[string]any{}},
+		"paths":    paths,
 		"components": map[string]any{
 			"schemas": g.defs,
 			"responses": map[string]any{"Error": map[string]any{"description": "an error: its cause and exit code (docs/api.md, \"Errors\")",
