@@ -63,6 +63,10 @@ func (s *Server) OpenAPI() map[string]any {
 		if ct == "" {
 			ct = "application/json"
 		}
+		// The media type without its parameters: clients match it against
+		// what the server negotiates (Prometheus' text format adds its
+		// version, charset and escaping).
+		ct, _, _ = strings.Cut(ct, ";")
 		var content map[string]any
 		switch {
 		case rt.resp != nil:
