@@ -89,6 +89,11 @@ type Evidence struct {
 	// StopDecision is a stop's reason kept beside the command's evidence
 	// (its stop-decision file) by a stopper, before it signalled.
 	StopDecision api.StopReason
+	// StuckGuardianKilled: a stop found the guardian stopped (SIGSTOP),
+	// every child of it a zombie and no survivor, and killed it. A
+	// subreaper's live descendants are its children or theirs, so that
+	// proves the tree ended (issue 39, item 7).
+	StuckGuardianKilled bool
 }
 
 // Command decides what c's record becomes given ev. It returns the new
@@ -178,6 +183,17 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 			n.LeaderState = api.PhaseUnknown
 		}
 		n.State = api.CommandExited
+		return n, !same(c, n)
+	}
+	if ev.StuckGuardianKilled && ev.Workload != GroupPopulated {
+		n.TreeState = api.PhaseExited
+		n.TreeEvidence = "its guardian was stopped with only zombie children left; hostfork killed it"
+		n.TreeExitedAt = &now
+		if n.LeaderState != api.PhaseExited {
+			n.LeaderState = api.PhaseExited // a zombie: ended, its status unobserved
+		}
+		n.State = api.CommandExited
+		finishOOM(&n, ev)
 		return n, !same(c, n)
 	}
 	switch ev.Workload {

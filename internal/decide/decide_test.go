@@ -127,6 +127,8 @@ func TestCommand(t *testing.T) {
 		{"a readable receipt outweighs a missing name", running, Evidence{BootID: "b1", Guardian: Gone, Unnamed: true, Receipt: complete}, api.CommandExited, api.PhaseExited, nil},
 		{"start error", running, Evidence{BootID: "b1", Guardian: Gone, Receipt: &Receipt{StartError: "no", LeaderExited: &now, ExitCode: ip(127), TreeExited: &now, Complete: true}}, api.CommandFailed, api.PhaseExited, nil},
 		{"guardian gone, cgroup empty: no proof for members that left it", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupEmpty}, api.CommandUnverified, api.PhaseUnverified, nil},
+		{"a stuck guardian killed by a stop, its children all zombies", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupEmpty, StuckGuardianKilled: true}, api.CommandExited, api.PhaseExited, nil},
+		{"a stuck guardian killed, but its cgroup populated", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupPopulated, StuckGuardianKilled: true}, api.CommandRunning, api.PhaseLive, nil},
 		{"guardian gone, cgroup populated", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupPopulated}, api.CommandRunning, api.PhaseLive, nil},
 		{"guardian gone, no cgroup", running, Evidence{BootID: "b1", Guardian: Gone}, api.CommandUnverified, api.PhaseUnverified, nil},
 		{"guardian gone, its leader too, no cgroup: the leader is not live", func() api.Command {

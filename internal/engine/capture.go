@@ -196,12 +196,3 @@ func (r *Running) recordCapture(ctx context.Context, res *api.CaptureResult) {
 	}
 	res.Record = r.Record()
 }
-
-// writeJSONAtomic writes v as indented JSON, atomically (atomicfile.Replace,
-// mode 0600); failures are ignored: these are readable copies of what the
-// registry holds durably (manifests, command records, export records).
-func writeJSONAtomic(dst string, v any) {
-	if b, err := json.MarshalIndent(v, "", "  "); err == nil {
-		_ = atomicfile.Replace(dst, append(b, '\n'), 0o600)
-	}
-}
