@@ -182,6 +182,11 @@ func (h *Host) Events(ctx context.Context, since int64, follow bool) iter.Seq2[E
 // LastEvent is the sequence of the newest event (0: none yet).
 func (h *Host) LastEvent(ctx context.Context) (int64, error) { return h.e.LastEvent(ctx) }
 
+// EventCounts is how many events of each kind (and stop reason) the store
+// has recorded since it was made: monotonic store-level counters, kept
+// when retention deletes the records (the metrics' *_total series).
+func (h *Host) EventCounts(ctx context.Context) ([]EventCount, error) { return h.e.EventCounts(ctx) }
+
 // Reap reconciles the ledger with what exists and finishes interrupted
 // work (see `hostfork reap`). It is idempotent and safe beside live runs.
 func (h *Host) Reap(ctx context.Context) (*ReapReport, error) { return h.e.Reap(ctx) }

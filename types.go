@@ -34,6 +34,7 @@ type (
 type (
 	Event          = api.Event
 	EventKind      = api.EventKind
+	EventCount     = api.EventCount
 	Selector       = api.Selector
 	EnvFilter      = api.EnvFilter
 	CommandFilter  = api.CommandFilter

@@ -42,3 +42,12 @@ type Event struct {
 	Signal     *int       `json:"signal,omitempty"`
 	Detail     string     `json:"detail,omitempty"`
 }
+
+// EventCount is how many events of one kind and reason a store has
+// recorded since it was made. Counts never go down: they are written with
+// the events, and retention deletes records, not counts.
+type EventCount struct {
+	Kind   EventKind  `json:"kind"`
+	Reason StopReason `json:"reason,omitempty"`
+	Count  int64      `json:"count"`
+}

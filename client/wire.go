@@ -125,6 +125,9 @@ type VersionInfo struct {
 	Dirty     *bool  `json:"dirty"`
 	CommitAt  string `json:"commit_time,omitempty"`
 	Kind      string `json:"kind"`
+	// Link is "static" (the installed build), "dynamic" or "unknown"
+	// (hostfork version --json).
+	Link string `json:"link"`
 }
 
 // ErrorBody is the JSON body of every error response.

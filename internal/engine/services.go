@@ -174,6 +174,15 @@ func (e *Engine) LastEvent(ctx context.Context) (int64, error) {
 	return e.reg.LastEvent(ctx)
 }
 
+// EventCounts is how many events of each kind and reason the store has
+// ever recorded (registry.DB.EventCounts).
+func (e *Engine) EventCounts(ctx context.Context) ([]api.EventCount, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	return e.reg.EventCounts(ctx)
+}
+
 // Events yields the events after sequence since, in order, following new
 // ones with follow until ctx ends or the engine is closed
 // (records.Records.Stream).

@@ -333,6 +333,10 @@ func (t *txn) events(evs []api.Event) error {
 		if err != nil {
 			return fmt.Errorf("registry: recording event %s: %w", ev.Kind, err)
 		}
+		if _, err := t.tx.ExecContext(t.ctx, "INSERT INTO event_counts (kind, reason, n) VALUES (?, ?, 1) ON CONFLICT (kind, reason) DO UPDATE SET n = n + 1",
+			string(ev.Kind), string(ev.Reason)); err != nil {
+			return fmt.Errorf("registry: counting event %s: %w", ev.Kind, err)
+		}
 	}
 	return nil
 }

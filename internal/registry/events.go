@@ -160,3 +160,26 @@ func (d *DB) LastEvent(ctx context.Context) (int64, error) {
 	err := d.db.QueryRowContext(ctx, "SELECT max(seq) FROM events").Scan(&n)
 	return n.Int64, err
 }
+
+// EventCounts is how many events of each kind and reason were ever
+// recorded, in kind then reason order. The counts are written in the
+// transaction of the events they count and nothing deletes them, so they
+// never go down.
+func (d *DB) EventCounts(ctx context.Context) ([]api.EventCount, error) {
+	rows, err := d.db.QueryContext(ctx, "SELECT kind, reason, n FROM event_counts ORDER BY kind, reason")
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	defer rows.Close()
+	var out []api.EventCount
+	for rows.Next() {
+		var c api.EventCount
+		var kind, reason string
+		if err := rows.Scan(&kind, &reason, &c.Count); err != nil {
+			return nil, err
+		}
+		c.Kind, c.Reason = api.EventKind(kind), api.StopReason(reason)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}

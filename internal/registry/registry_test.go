@@ -329,6 +329,66 @@ func TestIntentsAndEvents(t *testing.T) {
 	}
 }
 
+// Event counts are written with the events, outlive the rows retention
+// deletes, and a store made before them has its existing events counted
+// once by the migration.
+func TestEventCountsOutliveRows(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	d, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
+	yes := true
+	for _, id := range []string{"e1", "e2"} {
+		e := newEnv(id)
+		c := &api.Command{ID: "c" + id, Env: id, State: api.CommandRunning, CreatedAt: time.Now().UTC()}
+		if err := commit(t, d, func(b *Batch) { b.InsertEnv(e); b.InsertCommand(c) }); err != nil {
+			t.Fatal(err)
+		}
+		done := *c
+		done.State, done.StopReason, done.OOM = api.CommandExited, api.ReasonLimit, &yes
+		stop := *e
+		stop.State, stop.StopReason = api.EnvStopped, api.ReasonCompleted
+		if err := commit(t, d, func(b *Batch) { b.UpdateCommand(c, &done); b.UpdateEnv(e, &stop) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := func() string {
+		t.Helper()
+		cs, err := d.EventCounts(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, c := range cs {
+			fmt.Fprintf(&b, "%s/%s=%d ", c.Kind, c.Reason, c.Count)
+		}
+		return b.String()
+	}
+	want := "command.started/=2 command.stop_decided/limit=2 command.tree_exited/limit=2 env.created/=2 env.stop_decided/completed=2 env.stopped/completed=2 oom/=2 "
+	if got := counts(); got != want {
+		t.Fatalf("counts %s\nwant   %s", got, want)
+	}
+	if err := commit(t, d, func(b *Batch) { b.DeleteEnv("e1") }); err != nil {
+		t.Fatal(err)
+	}
+	if got := counts(); got != want {
+		t.Fatalf("after retention deleted e1: %s\nwant %s", got, want)
+	}
+	if _, err := d.db.Exec("DROP TABLE event_counts; PRAGMA user_version = 4"); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if d, err = Open(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := counts(); got != want {
+		t.Fatalf("migrated from schema 4: %s\nwant %s", got, want)
+	}
+}
+
 func TestCommandEventDerivation(t *testing.T) {
 	now := time.Now()
 	code := 0
@@ -690,7 +750,7 @@ func TestMigrateFromV3(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to schema 3's indexes.
-	if _, err := d.db.Exec("DROP INDEX commands_env_state; CREATE INDEX commands_env ON commands(env_id); PRAGMA user_version = 3"); err != nil {
+	if _, err := d.db.Exec("DROP INDEX commands_env_state; CREATE INDEX commands_env ON commands(env_id); DROP TABLE event_counts; PRAGMA user_version = 3"); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()

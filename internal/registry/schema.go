@@ -111,6 +111,19 @@ CREATE INDEX events_env ON events(env_id);
 CREATE INDEX commands_env_state ON commands(env_id, state);
 DROP INDEX commands_env;
 `},
+	// 5: how many events of each kind and reason were ever recorded,
+	// counted in the transaction that writes them, so store-level
+	// counters (metrics) never go down, whatever retention deletes
+	// (decision 108). Existing events are counted once here.
+	{sql: `
+CREATE TABLE event_counts (
+	kind   TEXT NOT NULL,
+	reason TEXT NOT NULL DEFAULT '',
+	n      INTEGER NOT NULL,
+	PRIMARY KEY (kind, reason)
+) WITHOUT ROWID;
+INSERT INTO event_counts (kind, reason, n) SELECT kind, reason, count(*) FROM events GROUP BY kind, reason;
+`},
 }
 
 // SchemaVersion is the version this build writes.

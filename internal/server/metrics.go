@@ -6,7 +6,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,13 +17,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/api"
 )
 
 // scrapeTimeout bounds the library calls of one scrape.
 const scrapeTimeout = 20 * time.Second
 
 // Metric descriptions. Names follow cAdvisor and systemd_exporter; labels
-// are ids and fixed vocabularies only, never free-form labels.
+// are ids and fixed vocabularies only, never free-form labels, except in
+// hostfork_env_info, whose one series per environment carries them for
+// joins.
 var (
 	descEnvs         = prometheus.NewDesc("hostfork_envs", "Environments by recorded state.", []string{"state"}, nil)
 	descCommands     = prometheus.NewDesc("hostfork_commands", "Commands by record state (record_state).", []string{"state"}, nil)
@@ -34,6 +40,9 @@ var (
 	descUnverified   = prometheus.NewDesc("hostfork_unverified_trees", "Command trees whose exit can't be verified.", nil, nil)
 	descStoreBytes   = prometheus.NewDesc("hostfork_store_bytes", "Apparent size of the store's own files by kind: logs, exports, registry.", []string{"kind"}, nil)
 	descBacklog      = prometheus.NewDesc("hostfork_cleanup_backlog", "Stopped environments past their retention that gc has not handled.", nil, nil)
+	descOOMTotal     = prometheus.NewDesc("hostfork_oom_kills_total", "Commands a process of which the kernel's OOM killer killed, since the store was made (from the registry's event counts: kept across restarts and retention).", nil, nil)
+	descFinished     = prometheus.NewDesc("hostfork_commands_finished_total", "Commands whose whole tree exited, by stop reason (none: nothing stopped it), since the store was made (from the registry's event counts).", []string{"stop_reason"}, nil)
+	descCreatedTotal = prometheus.NewDesc("hostfork_envs_created_total", "Environments that became active, since the store was made (from the registry's event counts).", nil, nil)
 	descScrapeErrors = prometheus.NewDesc("hostfork_scrape_errors", "Sources of this scrape that failed (their series are omitted).", []string{"source"}, nil)
 )
 
@@ -47,6 +56,7 @@ func (s *Server) initMetrics() error {
 	for _, c := range []prometheus.Collector{
 		s.launches,
 		&collector{s: s},
+		&infoCollector{s: s},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
@@ -73,13 +83,78 @@ type collector struct{ s *Server }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descEnvs, descCommands, descMemory, descMemoryLimit, descOOMKills, descPids, descCPU,
-		descSlots, descPaused, descUnverified, descStoreBytes, descBacklog, descScrapeErrors} {
+		descSlots, descPaused, descUnverified, descStoreBytes, descBacklog, descOOMTotal, descFinished, descCreatedTotal, descScrapeErrors} {
 		ch <- d
 	}
 }
 
 func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
 	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+}
+
+// infoCollector writes hostfork_env_info: 1 for each environment the
+// registry holds, with its purpose and labels, to join the per-environment
+// series with (on env). Its label names depend on the environments'
+// labels, so it describes nothing (an unchecked collector).
+type infoCollector struct{ s *Server }
+
+func (c *infoCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c *infoCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	envs, err := c.s.h.Envs(ctx, hostfork.EnvFilter{})
+	if err != nil {
+		c.s.cfg.Logf("metrics: env info: %v", err)
+		return
+	}
+	names, keys := envInfoLabels(envs)
+	d := prometheus.NewDesc("hostfork_env_info", "1 for each environment the registry holds, with its purpose and labels (label_<key>, the key's other characters as _; \"\" where it has none).",
+		append([]string{"env", "purpose"}, names...), nil)
+	for i := range envs {
+		vals := []string{envs[i].ID, envs[i].Purpose}
+		for _, k := range keys {
+			vals = append(vals, envs[i].Labels[k])
+		}
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, 1, vals...)
+	}
+}
+
+// envInfoLabels is the union of the environments' label keys, as
+// Prometheus label names (label_ and the key, its characters outside
+// [a-zA-Z0-9_] as _) and the keys they stand for. Of keys that come out
+// the same, the first in sorted order is kept.
+func envInfoLabels(envs []hostfork.EnvRecord) (names, keys []string) {
+	all := map[string]bool{}
+	for i := range envs {
+		for k := range envs[i].Labels {
+			all[k] = true
+		}
+	}
+	sorted := make([]string, 0, len(all))
+	for k := range all {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	seen := map[string]bool{}
+	for _, k := range sorted {
+		n := "label_" + strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+				return r
+			}
+			return '_'
+		}, k)
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		names, keys = append(names, n), append(keys, k)
+	}
+	return names, keys
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -119,6 +194,35 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for st, v := range n {
 			gauge(ch, descCommands, float64(v), string(st))
+		}
+	}
+
+	if counts, err := h.EventCounts(ctx); err != nil {
+		failed("event_counts", err)
+	} else {
+		var created, oom int64
+		finished := map[string]int64{"none": 0}
+		for _, r := range enums[reflect.TypeFor[api.StopReason]()] {
+			finished[r] = 0
+		}
+		for _, n := range counts {
+			switch n.Kind {
+			case api.EventEnvCreated:
+				created += n.Count
+			case api.EventOOM:
+				oom += n.Count
+			case api.EventCommandTreeExit:
+				r := string(n.Reason)
+				if r == "" {
+					r = "none"
+				}
+				finished[r] += n.Count
+			}
+		}
+		counter(ch, descCreatedTotal, float64(created))
+		counter(ch, descOOMTotal, float64(oom))
+		for r, v := range finished {
+			counter(ch, descFinished, float64(v), r)
 		}
 	}
 

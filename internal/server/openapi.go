@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"reflect"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ var pathParam = regexp.MustCompile(`\{([a-z_]+)\}`)
 // of the bodies (package api, package client, spec.Environment).
 func (s *Server) OpenAPI() map[string]any {
 	g := &schemaGen{defs: map[string]any{}}
+	errSchema := g.schema(reflect.TypeOf(client.ErrorBody{}))
 	paths := map[string]map[string]any{}
 	for _, rt := range s.routes {
 		op := map[string]any{
@@ -61,6 +63,10 @@ func (s *Server) OpenAPI() map[string]any {
 		if ct == "" {
 			ct = "application/json"
 		}
+		// The media type without its parameters: clients match it against
+		// what the server negotiates (Prometheus' text format adds its
+		// version, charset and escaping).
+		ct, _, _ = strings.Cut(ct, ";")
 		var content map[string]any
 		switch {
 		case rt.resp != nil:
@@ -72,8 +78,8 @@ func (s *Server) OpenAPI() map[string]any {
 		}
 		op["responses"] = map[string]any{
 			strconv.Itoa(rt.status): map[string]any{"description": http.StatusText(rt.status), "content": content},
-			"default": map[string]any{"description": "an error (docs/api.md, \"Errors\")",
-				"content": map[string]any{"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(client.ErrorBody{}))}}},
+			"4XX":                   map[string]any{"$ref": "#/components/responses/Error"},
+			"5XX":                   map[string]any{"$ref": "#/components/responses/Error"},
 		}
 		if paths[rt.path] == nil {
 			paths[rt.path] = map[string]any{}
@@ -81,15 +87,24 @@ func (s *Server) OpenAPI() map[string]any {
 		paths[rt.path][strings.ToLower(rt.method)] = op
 	}
 	return map[string]any{
-		"openapi": "3.0.3",
+		"openapi": "3.1.0",
 		"info": map[string]any{
 			"title":       "hostfork serve",
 			"version":     client.APIVersion,
 			"description": "The local HTTP API of hostfork on a unix socket (docs/api.md). Every response carries the header " + client.VersionHeader + ": " + client.APIVersion + ".",
 		},
-		"servers":    []any{map[string]any{"url": "http://localhost", "description": "curl --unix-socket /var/lib/hostfork/api.sock http://localhost/v1/..."}},
-		"paths":      paths,
-		"components": map[string]any{"schemas": g.defs},
+		"servers": []any{map[string]any{"url": "http://localhost", "description": "curl --unix-socket /var/lib/hostfork/api.sock http://localhost/v1/..."}},
+		// No credentials travel in requests: the server asks the kernel
+		// which uid connected (SO_PEERCRED) and refuses other users
+		// (docs/security.md). OpenAPI has no scheme for that, so the one
+		// requirement is the empty one.
+		"security": []any{map[string]any{}},
+		"paths":    paths,
+		"components": map[string]any{
+			"schemas": g.defs,
+			"responses": map[string]any{"Error": map[string]any{"description": "an error: its cause and exit code (docs/api.md, \"Errors\")",
+				"content": map[string]any{"application/json": map[string]any{"schema": errSchema}}}},
+		},
 	}
 }
 
@@ -98,7 +113,7 @@ func operationID(rt route) string {
 	return strings.ToLower(rt.method) + "_" + strings.Trim(p, "_")
 }
 
-// schemaGen derives JSON Schemas (the OpenAPI 3.0 dialect) from Go types
+// schemaGen derives JSON Schemas (OpenAPI 3.1, JSON Schema 2020-12) from Go types
 // the way encoding/json writes them.
 type schemaGen struct {
 	defs map[string]any
@@ -113,6 +128,23 @@ var (
 )
 
 func (g *schemaGen) schema(t reflect.Type) map[string]any {
+	if t.Kind() == reflect.Pointer {
+		// encoding/json writes a nil pointer as null, whatever the type.
+		return nullable(g.schema(t.Elem()))
+	}
+	if vs, ok := enums[t]; ok {
+		var enum []any
+		for _, v := range vs {
+			enum = append(enum, v)
+		}
+		sch := map[string]any{"type": "string"}
+		if why, ok := emptyMeans[t]; ok {
+			enum = append(enum, "")
+			sch["description"] = `"": ` + why
+		}
+		sch["enum"] = enum
+		return sch
+	}
 	switch {
 	case t == timeType:
 		return map[string]any{"type": "string", "format": "date-time"}
@@ -124,16 +156,6 @@ func (g *schemaGen) schema(t reflect.Type) map[string]any {
 		return map[string]any{"description": "any JSON value"}
 	}
 	switch t.Kind() {
-	case reflect.Pointer:
-		s := g.schema(t.Elem())
-		if _, isRef := s["$ref"]; isRef {
-			return map[string]any{"allOf": []any{s}, "nullable": true}
-		}
-		out := map[string]any{"nullable": true}
-		for k, v := range s {
-			out[k] = v
-		}
-		return out
 	case reflect.Bool:
 		return map[string]any{"type": "boolean"}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
@@ -148,7 +170,7 @@ func (g *schemaGen) schema(t reflect.Type) map[string]any {
 		return map[string]any{"type": "string"}
 	case reflect.Slice, reflect.Array:
 		if t.Elem().Kind() == reflect.Uint8 {
-			return map[string]any{"type": "string", "format": "byte"}
+			return map[string]any{"type": "string", "contentEncoding": "base64"}
 		}
 		return map[string]any{"type": "array", "items": g.schema(t.Elem())}
 	case reflect.Map:
@@ -171,27 +193,59 @@ func (g *schemaGen) schema(t reflect.Type) map[string]any {
 	return map[string]any{}
 }
 
-func (g *schemaGen) object(t reflect.Type) map[string]any {
-	props := map[string]any{}
-	g.fields(t, props)
-	return map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+// nullable is s that also admits null, the OpenAPI 3.1 way: "null" in the
+// type array, or a $ref beside {"type": "null"} (decision 109).
+func nullable(s map[string]any) map[string]any {
+	if _, isRef := s["$ref"]; isRef {
+		return map[string]any{"anyOf": []any{s, map[string]any{"type": "null"}}}
+	}
+	typ, ok := s["type"].(string)
+	if !ok {
+		return s // any JSON value, null included
+	}
+	out := map[string]any{}
+	for k, v := range s {
+		out[k] = v
+	}
+	out["type"] = []any{typ, "null"}
+	if enum, ok := s["enum"].([]any); ok {
+		out["enum"] = append(append([]any{}, enum...), nil)
+	}
+	return out
 }
 
-func (g *schemaGen) fields(t reflect.Type, props map[string]any) {
+func (g *schemaGen) object(t reflect.Type) map[string]any {
+	props := map[string]any{}
+	var required []string
+	g.fields(t, props, &required, true)
+	out := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if len(required) > 0 {
+		sort.Strings(required)
+		out["required"] = required
+	}
+	return out
+}
+
+// fields adds t's fields as encoding/json writes them. A field is
+// required when encoding/json always writes it: no omitempty or omitzero,
+// and not promoted from an embedded pointer (always is false below one).
+// A slice or map that is always written may be null (a nil one is).
+func (g *schemaGen) fields(t reflect.Type, props map[string]any, required *[]string, always bool) {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		tag := f.Tag.Get("json")
 		if tag == "-" {
 			continue
 		}
-		name, _, _ := strings.Cut(tag, ",")
+		name, opts, _ := strings.Cut(tag, ",")
 		if f.Anonymous && name == "" {
 			ft := f.Type
 			if ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
+				g.fields(ft.Elem(), props, required, false)
+				continue
 			}
 			if ft.Kind() == reflect.Struct {
-				g.fields(ft, props)
+				g.fields(ft, props, required, always)
 				continue
 			}
 		}
@@ -201,6 +255,19 @@ func (g *schemaGen) fields(t reflect.Type, props map[string]any) {
 		if name == "" {
 			name = f.Name
 		}
-		props[name] = g.schema(f.Type)
+		omit := false
+		for _, o := range strings.Split(opts, ",") {
+			omit = omit || o == "omitempty" || o == "omitzero"
+		}
+		sch := g.schema(f.Type)
+		if !omit {
+			if k := f.Type.Kind(); k == reflect.Slice && f.Type != rawType || k == reflect.Map {
+				sch = nullable(sch)
+			}
+			if always {
+				*required = append(*required, name)
+			}
+		}
+		props[name] = sch
 	}
 }
