@@ -55,7 +55,7 @@ static int64_t exit_at; /* when the exit frame may go: the leader's output is in
 #define SETTLE (200 * NS_PER_MS) /* at most this long after the leader */
 static struct timespec last_in, last_out;
 static int64_t act_mono, receipt_due;
-static char obuf[CHUNK + 5];
+static char obuf[CHUNK];
 
 struct client {
 	int fd, hello, flags, closing, exit_sent;
@@ -417,16 +417,10 @@ static int wants_out(struct client *c)
 /* read_pty appends what the terminal shows to the log. */
 static void read_pty(void)
 {
-	for (;;) {
-		ssize_t n = read(master, obuf, CHUNK);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0) { /* EIO: no process holds the terminal any more */
-			pty_eof = 1;
-			return;
-		}
+	for (;;) { /* the pty gives 4 KiB a read: gather up to CHUNK a write */
+		ssize_t n = 0, r = 0;
+		while (n < CHUNK && ((r = read(master, obuf + n, (size_t)(CHUNK - n))) > 0 || (r < 0 && errno == EINTR)))
+			n += r > 0 ? r : 0;
 		for (ssize_t off = 0; off < n && logw >= 0;) {
 			ssize_t w = write(logw, obuf + off, (size_t)(n - off));
 			if (w < 0 && errno == EINTR)
@@ -441,7 +435,10 @@ static void read_pty(void)
 			off += w;
 			log_end += w;
 		}
-		activity(&last_out);
+		if (n > 0)
+			activity(&last_out);
+		if (r == 0 || (r < 0 && errno != EAGAIN))
+			pty_eof = 1; /* EIO: no process holds the terminal any more */
 		if (n < CHUNK)
 			return;
 	}
