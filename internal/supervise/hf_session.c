@@ -74,14 +74,10 @@ struct client {
 static struct client cl[MAXC];
 static int busy = -1; /* the client whose data frame is being written */
 
-static void put32(unsigned char *p, uint32_t v)
+static void put(unsigned char *p, uint64_t v, int n) /* n bytes, big-endian */
 {
-	p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-	put32(p, (uint32_t)(v >> 32));
-	put32(p + 4, (uint32_t)v);
+	while (n--)
+		p[n] = (unsigned char)v, v >>= 8;
 }
 
 int hf_session_key(const char *k, const char *v)
@@ -170,10 +166,7 @@ int hf_session_child(void)
 /* hf_session_started: the workload holds its ends now. */
 void hf_session_started(void)
 {
-	if (slave >= 0)
-		close(slave);
-	if (pin >= 0)
-		close(pin);
+	close(slave), close(pin); /* -1 when unused: EBADF */
 	slave = pin = -1;
 }
 
@@ -195,7 +188,7 @@ static void ctl_frame(struct client *c, char type, const void *p, uint32_t n)
 	}
 	unsigned char *h = (unsigned char *)c->ctl + c->ctl_len;
 	h[0] = (unsigned char)type;
-	put32(h + 1, n);
+	put(h + 1, n, 4);
 	memcpy(h + 5, p, n);
 	c->ctl_len += 5 + (int)n;
 }
@@ -256,7 +249,7 @@ static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
 		if (n != 9 || c->hello)
 			return fail(c, "bad hello frame");
 		uint64_t want = 0;
-		for (int i = 0; i < 8; i++)
+		for (int i = 0; i < 8; i++) /* big-endian */
 			want = want << 8 | (unsigned char)p[i];
 		c->flags = (unsigned char)p[8];
 		refresh_end();
@@ -266,8 +259,8 @@ static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
 		c->hello = 1;
 		unsigned char h[17];
 		h[0] = (unsigned char)mode;
-		put64(h + 1, (uint64_t)c->pos);
-		put64(h + 9, (uint64_t)log_end);
+		put(h + 1, (uint64_t)c->pos, 8);
+		put(h + 9, (uint64_t)log_end, 8);
 		return ctl_frame(c, 'H', h, sizeof h);
 	}
 	case 'd':
@@ -280,10 +273,9 @@ static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
 	case 'r': {
 		if (mode != HF_SESS_TTY)
 			return fail(c, "the command has no terminal to resize: start it with --tty");
-		struct winsize ws = {0};
-		ws.ws_col = (unsigned short)((unsigned char)p[0] << 8 | (unsigned char)p[1]);
-		ws.ws_row = (unsigned short)((unsigned char)p[2] << 8 | (unsigned char)p[3]);
-		if (n != 4 || !ws.ws_col || !ws.ws_row)
+		unsigned char *u = (unsigned char *)p;
+		struct winsize ws = {.ws_col = (unsigned short)(u[0] << 8 | u[1]), .ws_row = (unsigned short)(u[2] << 8 | u[3])};
+		if (n != 4 || !ws.ws_col || !ws.ws_row) /* p has IN_MAX bytes: read before the check */
 			return fail(c, "bad resize frame: give columns and rows above 0");
 		ioctl(master, TIOCSWINSZ, &ws);
 		return activity(&last_in);
@@ -344,6 +336,12 @@ static void on_readable(struct client *c)
 	}
 }
 
+/* exit_due: the exit frame may go (after the output the leader left). */
+static int exit_due(void)
+{
+	return leader_done && (pty_eof || hf_mono_now() >= exit_at);
+}
+
 /* on_writable sends control frames, then output from the log. */
 static void on_writable(struct client *c)
 {
@@ -380,21 +378,21 @@ static void on_writable(struct client *c)
 		if (log_end - c->pos > LAG_MAX) {
 			unsigned char k[8];
 			c->pos = log_end - SKIP_TO;
-			put64(k, (uint64_t)c->pos);
+			put(k, (uint64_t)c->pos, 8);
 			ctl_frame(c, 'k', k, 8);
 			continue;
 		}
 		if (c->pos < log_end) {
 			int64_t n = log_end - c->pos < CHUNK ? log_end - c->pos : CHUNK;
 			c->hdr[0] = 'o';
-			put32(c->hdr + 1, (uint32_t)n);
+			put(c->hdr + 1, (uint64_t)n, 4);
 			c->hdr_off = 0, c->hdr_len = 5, c->frame_left = (uint32_t)n;
 			continue;
 		}
-		if (leader_done && (pty_eof || hf_mono_now() >= exit_at)) {
+		if (exit_due()) {
 			unsigned char x[8];
-			put32(x, (uint32_t)exit_code);
-			put32(x + 4, (uint32_t)exit_sig);
+			put(x, (uint32_t)exit_code, 4);
+			put(x + 4, (uint32_t)exit_sig, 4);
 			ctl_frame(c, 'x', x, 8);
 			c->exit_sent = c->closing = 1;
 			continue;
@@ -411,7 +409,7 @@ blocked:
 static int wants_out(struct client *c)
 {
 	return c->hdr_off < c->hdr_len || c->frame_left || c->ctl_len || c->closing ||
-	    (c->hello && !c->exit_sent && (c->pos < log_end || leader_done));
+	    (c->hello && !c->exit_sent && (c->pos < log_end || exit_due()));
 }
 
 /* read_pty appends what the terminal shows to the log. */
@@ -594,14 +592,10 @@ int64_t hf_session_activity(int64_t now)
 
 void hf_session_receipt(struct hf_sb *b)
 {
-	if (last_in.tv_sec) {
-		hf_sb_s(b, ",\"last_input_at\":");
-		hf_sb_time(b, &last_in);
-	}
-	if (last_out.tv_sec) {
-		hf_sb_s(b, ",\"last_output_at\":");
-		hf_sb_time(b, &last_out);
-	}
+	if (last_in.tv_sec)
+		hf_sb_s(b, ",\"last_input_at\":"), hf_sb_time(b, &last_in);
+	if (last_out.tv_sec)
+		hf_sb_s(b, ",\"last_output_at\":"), hf_sb_time(b, &last_out);
 }
 
 /* hf_session_end: the tree is gone. What the pty still holds goes to the
