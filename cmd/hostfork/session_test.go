@@ -219,3 +219,34 @@ func TestSessionRunForegroundTTY(t *testing.T) {
 	tm.keys("b", "C-c")
 	tm.waitFor("b", "rc=130")
 }
+
+// exec --detach --tty and --stdin pipe start sessions in an existing
+// environment; a watcher (--no-stdin) sees the output and types nothing.
+func TestSessionExec(t *testing.T) {
+	c := newCLI(t)
+	env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m").stdout)
+	defer c.run("stop", env)
+	tty := strings.TrimSpace(c.mustRun("exec", "--detach", "--tty", env, "--", "sh", "-c", "while read l; do echo \"tty:$l\"; done").stdout)
+	pipe := strings.TrimSpace(c.mustRun("exec", "--detach", "--stdin", "pipe", env, "--", "tr", "a-z", "A-Z").stdout)
+	tm := newTmux(t, c)
+	tm.open("w", "attach", "--no-stdin", tty)
+	c.mustRun("send", tty, "one\n")
+	tm.waitFor("w", "tty:one")
+	tm.keys("w", "typed-by-watcher", "Enter")
+	c.mustRun("send", tty, "two\n")
+	tm.waitFor("w", "tty:two")
+	if log := c.mustRun("logs", tty).stdout; strings.Contains(log, "typed-by-watcher") {
+		t.Fatalf("a --no-stdin client's keys reached the terminal: %q", log)
+	}
+	c.mustRun("send", pipe, "hello\n")
+	if r := c.run("resize", pipe, "80", "24"); r.code != 122 || !strings.Contains(r.stderr, "start it with --tty") {
+		t.Fatalf("resize of a stdin pipe: %v", r)
+	}
+	c.mustRun("send", "--eof", pipe)
+	eventually(t, "the pipe command's output", func() string {
+		if r := c.run("logs", pipe); r.stdout != "HELLO\n" {
+			return r.String()
+		}
+		return ""
+	})
+}
