@@ -590,12 +590,11 @@ int64_t hf_session_activity(int64_t now)
 	return act_mono;
 }
 
-void hf_session_receipt(struct hf_sb *b)
+/* hf_session_times: the last input and output (CLOCK_REALTIME; zero:
+ * none), for the receipt. */
+void hf_session_times(struct timespec *in, struct timespec *out)
 {
-	if (last_in.tv_sec)
-		hf_sb_s(b, ",\"last_input_at\":"), hf_sb_time(b, &last_in);
-	if (last_out.tv_sec)
-		hf_sb_s(b, ",\"last_output_at\":"), hf_sb_time(b, &last_out);
+	*in = last_in, *out = last_out;
 }
 
 /* hf_session_end: the tree is gone. What the pty still holds goes to the
