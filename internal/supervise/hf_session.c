@@ -7,7 +7,7 @@
  *
  * Output: everything the pty shows is appended to the command's log (its
  * stdout file) first; each client is then served from the log by byte
- * offset (pread), so a client only costs a position and a few counters,
+ * offset (sendfile), so a client only costs a position and a few counters,
  * never a buffer of output, and a slow one never holds the workload back:
  * it lags in the log, and more than LAG_MAX behind it skips ahead with a
  * marker frame. Input: one client's frame at a time is written to the
