@@ -51,4 +51,10 @@ var (
 	// ErrExportFailed: an export did not produce a usable copy; the
 	// result says what was copied and where the partial copy is.
 	ErrExportFailed = errors.New("export failed")
+	// ErrNoSession: the command has no session to attach to, send to or
+	// resize (it was started without a terminal or a stdin pipe).
+	ErrNoSession = errors.New("command has no session: start it with --tty or --stdin pipe")
+	// ErrCommandFinished: the command's leader has exited, so its session
+	// is over (its output stays in its log).
+	ErrCommandFinished = errors.New("command has finished")
 )

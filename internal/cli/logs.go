@@ -32,23 +32,9 @@ follows the output until the command's tree has exited.`,
 				return usageErr("--offset needs --stream (each stream has its own offsets) and must not be negative")
 			}
 			ctx := c.Context()
-			kind, id, err := h.Resolve(ctx, args[0])
+			id, err := commandID(ctx, h, args[0])
 			if err != nil {
 				return err
-			}
-			if kind == "env" {
-				env, _, err := h.Status(ctx, id)
-				if err != nil {
-					return err
-				}
-				if len(env.Commands) != 1 {
-					ids := make([]string, len(env.Commands))
-					for i, c := range env.Commands {
-						ids[i] = c.ID
-					}
-					return usageErr("environment %s has %d commands; name one: %s", env.ID, len(env.Commands), strings.Join(ids, " "))
-				}
-				id = env.Commands[0].ID
 			}
 			_, rec, err := h.Status(ctx, id)
 			if err != nil {
@@ -99,4 +85,28 @@ follows the output until the command's tree has exited.`,
 	c.Flags().StringVar(&stream, "stream", "", "only stdout or only stderr (printed to stdout)")
 	c.Flags().Int64Var(&offset, "offset", 0, "start at this byte offset of the stream (with --stream)")
 	return c
+}
+
+// commandID resolves a command id (or prefix), or an environment's with
+// exactly one command (what run --detach prints), to a command's id.
+func commandID(ctx context.Context, h backend, arg string) (string, error) {
+	kind, id, err := h.Resolve(ctx, arg)
+	if err != nil {
+		return "", err
+	}
+	if kind != "env" {
+		return id, nil
+	}
+	env, _, err := h.Status(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if len(env.Commands) != 1 {
+		ids := make([]string, len(env.Commands))
+		for i, c := range env.Commands {
+			ids[i] = c.ID
+		}
+		return "", usageErr("environment %s has %d commands; name one: %s", env.ID, len(env.Commands), strings.Join(ids, " "))
+	}
+	return env.Commands[0].ID, nil
 }

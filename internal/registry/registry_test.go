@@ -377,7 +377,8 @@ func TestEventCountsOutliveRows(t *testing.T) {
 	if got := counts(); got != want {
 		t.Fatalf("after retention deleted e1: %s\nwant %s", got, want)
 	}
-	if _, err := d.db.Exec("DROP TABLE event_counts; PRAGMA user_version = 4"); err != nil {
+	if _, err := d.db.Exec("DROP TABLE event_counts; ALTER TABLE commands DROP COLUMN session; ALTER TABLE commands DROP COLUMN last_input_at; " +
+		"ALTER TABLE commands DROP COLUMN last_output_at; PRAGMA user_version = 4"); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
@@ -750,7 +751,8 @@ func TestMigrateFromV3(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to schema 3's indexes.
-	if _, err := d.db.Exec("DROP INDEX commands_env_state; CREATE INDEX commands_env ON commands(env_id); DROP TABLE event_counts; PRAGMA user_version = 3"); err != nil {
+	if _, err := d.db.Exec("DROP INDEX commands_env_state; CREATE INDEX commands_env ON commands(env_id); DROP TABLE event_counts; " +
+		"ALTER TABLE commands DROP COLUMN session; ALTER TABLE commands DROP COLUMN last_input_at; ALTER TABLE commands DROP COLUMN last_output_at; PRAGMA user_version = 3"); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()

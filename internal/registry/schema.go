@@ -124,6 +124,13 @@ CREATE TABLE event_counts (
 ) WITHOUT ROWID;
 INSERT INTO event_counts (kind, reason, n) SELECT kind, reason, count(*) FROM events GROUP BY kind, reason;
 `},
+	// 6: a command's session (tty or stdin pipe) and its last input and
+	// output times (docs/sessions.md).
+	{sql: `
+ALTER TABLE commands ADD COLUMN session TEXT NOT NULL DEFAULT '';
+ALTER TABLE commands ADD COLUMN last_input_at INTEGER;
+ALTER TABLE commands ADD COLUMN last_output_at INTEGER;
+`},
 }
 
 // SchemaVersion is the version this build writes.

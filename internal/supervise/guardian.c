@@ -171,6 +171,12 @@ static void write_receipt(void)
 		hf_kv(&b, "leader_oom", leader_oom ? "true" : "false");
 	if (leader_oom_stale_ms > 0)
 		hf_kvf(&b, "leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
+	struct timespec s_in, s_out;
+	hf_session_times(&s_in, &s_out);
+	if (s_in.tv_sec)
+		hf_kvf(&b, "last_input_at", "%lld", (long long)ns_of(&s_in));
+	if (s_out.tv_sec)
+		hf_kvf(&b, "last_output_at", "%lld", (long long)ns_of(&s_out));
 	if (R.has_tree)
 		hf_kvf(&b, "tree_exited_at", "%lld", (long long)ns_of(&R.tree_at));
 	hf_kv(&b, "complete", R.complete ? "true" : "false");
@@ -197,6 +203,16 @@ static void write_receipt(void)
 		while (fsync(HF_FD_RECEIPT) < 0 && errno == EINTR)
 			;
 	}
+}
+
+void hf_guardian_receipt(void)
+{
+	write_receipt();
+}
+
+void hf_guardian_truncated(void)
+{
+	output_truncated = 1;
 }
 
 /* emit writes one event line (protocol.go, Event). A dead launcher gives
@@ -285,7 +301,7 @@ static int parse_release(struct hf_msg *m)
 			cfg.envp[ie++] = v;
 		else if (!strcmp(p, "v1_join"))
 			r = cfg.njoin < HF_MAX_JOIN && hf_copy_bounded(cfg.join[cfg.njoin++], sizeof cfg.join[0], v) == 0 ? 1 : -1;
-		else if ((r = hf_set_key(keys, p, v)) == 0)
+		else if ((r = hf_session_key(p, v)) == 0 && (r = hf_set_key(keys, p, v)) == 0)
 			hf_log("release: unknown key %.64s", p);
 		if (r <= 0)
 			return -1;
@@ -348,7 +364,7 @@ static char oom_adj[HF_OOM_ADJ_LEN];
 static void child_exec(int in, int out, int err, int nsfd, int report)
 {
 	struct child_err ce = {STEP_START, 0};
-	if (setpgid(0, 0) < 0)
+	if (hf_session_child() < 0)
 		goto fail;
 	/* SIGTTOU is still ignored (inherited from the guardian). */
 	if (cfg.foreground && tcsetpgrp(in, getpid()) < 0)
@@ -567,6 +583,9 @@ static int64_t idle_check_at(void)
 {
 	if (cfg.idle_ns <= 0 || idle_fired || stop_phase != 0)
 		return INT64_MAX;
+	int64_t sa = hf_session_activity(hf_mono_now());
+	if (sa > last_activity)
+		last_activity = sa;
 	int64_t at = last_activity + cfg.idle_ns;
 	int64_t step = cfg.idle_ns / 8;
 	if (step < 100 * NS_PER_MS)
@@ -733,6 +752,7 @@ static void leader_exited(int status)
 	clock_gettime(CLOCK_REALTIME, &R.leader_at);
 	R.has_leader = 1;
 	leader_alive = 0;
+	hf_session_leader_exited(status);
 	oom_next = INT64_MAX;
 	R.after_stop = stop_phase > 0 || notified;
 	if (WIFSIGNALED(status)) {
@@ -1171,8 +1191,11 @@ int hf_guardian_main(void)
 		snprintf(msg, sizeof msg, "creating timerfd: %s", hf_errstr(errno));
 		return start_failed(msg, 125);
 	}
-	int serr = 0;
-	pid_t pid = start_workload(HF_FD_STDIN, out, err, msg, sizeof msg, &serr);
+	int serr = 0, in = HF_FD_STDIN;
+	if (hf_session_setup(&in, &out, &err, msg, sizeof msg) < 0)
+		return start_failed(msg, 125);
+	pid_t pid = start_workload(in, out, err, msg, sizeof msg, &serr);
+	hf_session_started();
 	release_done();
 	close(HF_FD_STDIN);
 	if (cfg.pipe_mode) {
@@ -1225,7 +1248,7 @@ int hf_guardian_main(void)
 			break;
 		oom_sample();
 		arm_timer();
-		struct pollfd pfd[7];
+		struct pollfd pfd[7 + HF_SESS_MAXC + 3];
 		int np = 0, ip_sig, ip_tim, ip_ctl = -1, ip_src[2] = {-1, -1}, ip_fwd[2] = {-1, -1};
 		ip_sig = np;
 		pfd[np++] = (struct pollfd){sfd, POLLIN, 0};
@@ -1245,7 +1268,9 @@ int hf_guardian_main(void)
 				pfd[np++] = (struct pollfd){t->src, POLLIN, 0};
 			}
 		}
-		if (poll(pfd, (nfds_t)np, -1) < 0) {
+		int ip_sess = np;
+		np += hf_session_pollfds(pfd + np, HF_SESS_MAXC + 3);
+		if (poll(pfd, (nfds_t)np, hf_session_poll_ms()) < 0) {
 			if (errno != EINTR)
 				hf_log("guardian: poll: %s", hf_errstr(errno));
 			continue;
@@ -1262,7 +1287,9 @@ int hf_guardian_main(void)
 			if (ip_fwd[i] >= 0 && pfd[ip_fwd[i]].revents)
 				tee_flush(&tees[i]);
 		}
+		hf_session_events(pfd + ip_sess, np - ip_sess);
 	}
+	hf_session_end();
 	clock_gettime(CLOCK_REALTIME, &R.tree_at);
 	/* Files mode: the artifacts are beside the receipt. */
 	if (!cfg.pipe_mode && !cfg.inherit_mode && fs_full(HF_FD_RECEIPT))
