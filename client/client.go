@@ -376,6 +376,16 @@ func (c *Client) StopEnv(ctx context.Context, id string, opts StopOptions, ropts
 	return &out, nil
 }
 
+// Extend moves an environment's deadline (POST /v1/envs/{id}/deadline):
+// later or earlier, within the store's lifetime.max.
+func (c *Client) Extend(ctx context.Context, id string, req api.DeadlineRequest) (*api.Env, error) {
+	var out api.Env
+	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(id)+"/deadline", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Export copies one of the environment's trees to dest (absolute, must
 // not exist), created by the server.
 func (c *Client) Export(ctx context.Context, env, tree, dest string) (*api.ExportResult, error) {

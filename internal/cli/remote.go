@@ -249,6 +249,10 @@ func (r *remote) Export(ctx context.Context, envPrefix, tree, dest string, _ hos
 	return r.c.Export(ctx, envPrefix, tree, abs)
 }
 
+func (r *remote) Extend(ctx context.Context, idPrefix string, o hostfork.ExtendOptions) (*hostfork.EnvRecord, error) {
+	return r.c.Extend(ctx, idPrefix, o)
+}
+
 func (r *remote) Capacity(ctx context.Context) (*hostfork.CapacityReport, error) {
 	return r.c.Capacity(ctx)
 }

@@ -572,6 +572,9 @@ func (l *launch) release(ctx context.Context, env *api.Env) (*Running, error) {
 	if cs.OwnerExit != "" {
 		cfg.OwnerExit = cs.OwnerExit
 	}
+	if l.deadlineMono > 0 {
+		cfg.RunDir = env.RunDir // a moved deadline (Extend) is there
+	}
 	if l.keeperPID > 0 {
 		cfg.ViewPID, cfg.ViewStart = l.keeperPID, l.keeperStart
 	}

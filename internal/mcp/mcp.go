@@ -76,6 +76,7 @@ func NewServer(h *hostfork.Host, o Options) *sdk.Server {
 	add(s, t, "logs", "Read a command's stdout or stderr from a byte offset: at most length bytes (default 64 KiB). Continue from next_offset.", t.logs)
 	add(s, t, "stop", "Stop a command's tree or a whole environment (id or unique prefix). Deletes no file.", t.stop)
 	add(s, t, "export", "Copy one of an environment's private trees to a new destination directory.", t.export)
+	add(s, t, "extend", "Move an environment's deadline later or earlier: ttl from now (e.g. 30m) or until an RFC 3339 instant. An earlier deadline stops it then.", t.extend)
 	return s
 }
 
@@ -515,6 +516,34 @@ func (t *tools) stop(ctx context.Context, a stopArgs) (any, error) {
 		return t.h.StopCommand(ctx, id, o)
 	}
 	rec, err := t.h.StopEnv(ctx, id, o)
+	if err != nil {
+		return nil, err
+	}
+	return hostfork.RedactEnv(*rec), nil
+}
+
+type extendArgs struct {
+	Env   string `json:"env" jsonschema:"the environment's id or unique prefix"`
+	TTL   string `json:"ttl,omitempty" jsonschema:"the new deadline, this long from now, e.g. 30m"`
+	Until string `json:"until,omitempty" jsonschema:"the new deadline, an RFC 3339 instant (instead of ttl)"`
+}
+
+func (t *tools) extend(ctx context.Context, a extendArgs) (any, error) {
+	ttl, err := optDuration("ttl", a.TTL)
+	if err != nil {
+		return nil, err
+	}
+	o := hostfork.ExtendOptions{TTL: api.Duration(ttl)}
+	if a.Until != "" {
+		at, err := time.Parse(time.RFC3339, a.Until)
+		if err != nil {
+			return nil, fmt.Errorf("until %q: give an RFC 3339 instant, e.g. 2026-12-07T18:00:00Z: %w", a.Until, api.ErrInvalid)
+		}
+		o.Until = &at
+	}
+	ctx, cancel := bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	rec, err := t.h.Extend(ctx, a.Env, o)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,8 +68,9 @@ func TestMCP(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); !strings.Contains(got, "run") || len(names) != 8 {
-		t.Fatalf("tools: %s", got)
+	slices.Sort(names)
+	if got, want := strings.Join(names, ","), "create,export,extend,logs,ps,run,start,status,stop"; got != want {
+		t.Fatalf("tools: %s, want %s", got, want)
 	}
 	// Plain schemas: a list argument is "type": "array", never
 	// ["null","array"], which the MCP Inspector's CLI can't read.
@@ -93,6 +95,16 @@ func TestMCP(t *testing.T) {
 	}
 	if env.State != api.EnvActive || env.TTL.D() != 5*time.Minute || env.OwnerExit != api.OwnerExitDetach {
 		t.Fatalf("create: %s ttl %s owner_exit %s", env.State, env.TTL, env.OwnerExit)
+	}
+	var extended api.Env
+	if eb := call(t, ctx, s, "extend", map[string]any{"env": env.ID, "ttl": "20m"}, &extended); eb != nil {
+		t.Fatalf("extend: %+v", eb)
+	}
+	if len(extended.DeadlineMoves) != 1 || extended.DeadlineAt == nil || extended.DeadlineAt.Before(time.Now().Add(19*time.Minute)) {
+		t.Fatalf("extend: deadline %v moves %+v", extended.DeadlineAt, extended.DeadlineMoves)
+	}
+	if eb := call(t, ctx, s, "extend", map[string]any{"env": env.ID}, nil); eb == nil || eb.ExitCode != 122 {
+		t.Fatalf("extend without a deadline: %+v", eb)
 	}
 	var started api.Command
 	if eb := call(t, ctx, s, "start", map[string]any{"env": env.ID, "argv": []string{"sh", "-c", "echo ready; exec sleep 60"}}, &started); eb != nil {

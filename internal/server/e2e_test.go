@@ -128,6 +128,16 @@ func TestCycleClient(t *testing.T) {
 	if err != nil || len(envs) != 1 || len(envs[0].Commands) != 1 {
 		t.Fatalf("envs by label: %d, %v", len(envs), err)
 	}
+	moved, err := c.Extend(ctx, env.ID[:6], api.DeadlineRequest{TTL: api.Duration(10 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(moved.DeadlineMoves) != 1 || moved.DeadlineAt == nil || !moved.DeadlineAt.After(*env.DeadlineAt) || len(moved.Commands) != 1 {
+		t.Fatalf("extend: deadline %v (was %v), moves %+v, %d commands", moved.DeadlineAt, env.DeadlineAt, moved.DeadlineMoves, len(moved.Commands))
+	}
+	if _, err := c.Extend(ctx, env.ID, api.DeadlineRequest{}); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("extend without a deadline: %v, want ErrInvalid", err)
+	}
 	stopped, err := c.StopEnv(ctx, env.ID, client.StopOptions{Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)

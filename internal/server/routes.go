@@ -54,6 +54,7 @@ func (s *Server) table() []route {
 			query: []param{pShowEnv}, body: spec.Environment{}, status: 201, resp: api.Env{}, handle: s.createEnv},
 		{method: "GET", path: "/v1/envs/{id}", summary: "One environment (id or unique prefix) with its commands", query: []param{pShowEnv}, status: 200, resp: api.Env{}, handle: s.getEnv},
 		{method: "POST", path: "/v1/envs/{id}/stop", summary: "Stop an environment: every command tree, then the environment (deletes no file)", query: []param{pGrace, pAbandon, pReason, pShowEnv}, status: 200, resp: api.Env{}, handle: s.stopEnv},
+		{method: "POST", path: "/v1/envs/{id}/deadline", summary: "Move the environment's deadline later or earlier (ttl from now, or until an RFC 3339 instant), within the store's lifetime.max; every enforcer holds it before the answer", body: api.DeadlineRequest{}, status: 200, resp: api.Env{}, handle: s.extendEnv},
 		{method: "POST", path: "/v1/envs/{id}/export", summary: "Copy one of the environment's trees to a new destination", body: client.ExportRequest{}, status: 200, resp: api.ExportResult{}, handle: s.exportEnv},
 		{method: "POST", path: "/v1/runs", summary: "Create an environment with a first command (output in files) that stops when the command's tree has exited, or at its deadline (as hostfork run --detach)",
 			query: []param{pShowEnv}, body: runBody{}, status: 201, resp: api.Env{}, handle: s.run},

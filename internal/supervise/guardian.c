@@ -72,6 +72,7 @@ static struct {
 	uint64_t view_start;
 	int64_t deadline_ns, timeout_ns, grace_ns, idle_ns;
 	char oom_file[HF_MAX_PATH + 1]; /* the command's own file with an oom_kill line */
+	char run_dir[HF_MAX_PATH + 1];  /* the environment's: its moved deadline (HF_DEADLINE_FILE) */
 } cfg;
 
 /* OOM attribution: the command's oom_kill counter, sampled every
@@ -338,6 +339,9 @@ static int parse_release(struct hf_msg *m)
 				return -1;
 		} else if (!strcmp(p, "oom_file")) {
 			if (hf_copy_bounded(cfg.oom_file, sizeof cfg.oom_file, v) < 0)
+				return -1;
+		} else if (!strcmp(p, "run_dir")) {
+			if (hf_copy_bounded(cfg.run_dir, sizeof cfg.run_dir, v) < 0)
 				return -1;
 		} else if (!strcmp(p, "v1_join")) {
 			if (cfg.njoin >= HF_MAX_JOIN || hf_copy_bounded(cfg.join[cfg.njoin], sizeof cfg.join[0], v) < 0)
@@ -699,6 +703,21 @@ static void idle_poll(void)
 	}
 }
 
+/* deadline_reload takes a moved deadline (hostfork extend): the mover
+ * replaces RUN_DIR/deadline atomically, then pokes us with HF_SIG_DEADLINE;
+ * it is read at the release too, so a launch racing a move can't keep the
+ * old one. The timer is re-armed by the loop. */
+static void deadline_reload(void)
+{
+	char p[HF_MAX_PATH + 32];
+	if (!cfg.run_dir[0])
+		return;
+	snprintf(p, sizeof p, "%s/%s", cfg.run_dir, HF_DEADLINE_FILE);
+	int64_t v = hf_read_deadline(AT_FDCWD, p);
+	if (v > 0)
+		cfg.deadline_ns = v;
+}
+
 /* soft_deadline is when the environment's deadline starts its stop. */
 static int64_t soft_deadline(void)
 {
@@ -957,7 +976,7 @@ static void on_stop_request(const struct signalfd_siginfo *si)
 static void on_signals(void)
 {
 	struct signalfd_siginfo si[16];
-	int chld = 0;
+	int chld = 0, moved = 0;
 	for (;;) {
 		ssize_t n = read(sfd, si, sizeof si);
 		if (n < 0 && errno == EINTR)
@@ -967,12 +986,16 @@ static void on_signals(void)
 		for (size_t i = 0; i < (size_t)n / sizeof si[0]; i++) {
 			if (si[i].ssi_signo == SIGCHLD)
 				chld = 1;
+			else if (si[i].ssi_signo == HF_SIG_DEADLINE)
+				moved = 1;
 			else if (si[i].ssi_signo == SIGTERM)
 				on_stop_request(&si[i]);
 		}
 		if ((size_t)n < sizeof si)
 			break;
 	}
+	if (moved)
+		deadline_reload();
 	if (chld)
 		reap();
 }
@@ -1285,6 +1308,7 @@ int hf_guardian_main(void)
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
 	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, HF_SIG_DEADLINE);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	self_pid = getpid();
 	ensure_std_fds();
@@ -1339,6 +1363,7 @@ int hf_guardian_main(void)
 	}
 	if (stop_pending())
 		return 0;
+	deadline_reload();
 	snprintf(tree.cgroup, sizeof tree.cgroup, "%s", cfg.cgroup);
 	snprintf(tree.mount, sizeof tree.mount, "%s", cfg.mount);
 	tree.roots[0] = self_pid;

@@ -88,6 +88,7 @@ static struct {
 	int owner_stop, slave;
 	int files; /* trees' descriptors handed over, from HF_KFD_OWNER + 1 */
 	int64_t deadline_ns, grace_ns;
+	char run_dir[HF_MAX_PATH + 1]; /* where a moved deadline is (HF_DEADLINE_FILE) */
 } kc;
 
 static struct hf_msg cfgmsg;
@@ -165,6 +166,9 @@ static int parse_config(struct hf_msg *m)
 				return -1;
 		} else if (!strcmp(p, "grace_ns")) {
 			if (hf_parse_i64(v, &kc.grace_ns) < 0)
+				return -1;
+		} else if (!strcmp(p, "run_dir")) {
+			if (hf_copy_bounded(kc.run_dir, sizeof kc.run_dir, v) < 0)
 				return -1;
 		} else if (!strcmp(p, "files")) {
 			if (hf_parse_i64(v, &n) < 0 || n < 0 || n > 256)
@@ -509,11 +513,32 @@ static void stop_commands(int reason, int64_t grace)
 	}
 }
 
+/* arm_deadline arms the deadline timer at deadline − grace, after taking a
+ * moved deadline (hf.h, HF_DEADLINE_FILE). Re-arming discards an expiry
+ * not yet read. */
+static void arm_deadline(int tfd)
+{
+	int64_t moved = hf_read_deadline(HF_KFD_RUNDIR, HF_DEADLINE_FILE);
+	if (moved > 0)
+		kc.deadline_ns = moved;
+	if (kc.deadline_ns <= 0)
+		return;
+	struct itimerspec its;
+	memset(&its, 0, sizeof its);
+	int64_t at = kc.deadline_ns - kc.grace_ns;
+	if (at < 1)
+		at = 1;
+	its.it_value.tv_sec = at / 1000000000LL;
+	its.it_value.tv_nsec = at % 1000000000LL;
+	timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
 int hf_keeper_main(void)
 {
 	sigset_t mask;
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, HF_SIG_DEADLINE);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	static const int ignored[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2};
 	struct sigaction ign;
@@ -533,6 +558,16 @@ int hf_keeper_main(void)
 	if (r <= 0 || parse_config(&cfgmsg) < 0) {
 		ready("error reading the keeper's configuration");
 		return 125;
+	}
+	/* The run directory, opened on the host's mounts before the view can
+	 * cover it, in the slot the configuration no longer needs: a moved
+	 * deadline is read there (HF_KFD_RUNDIR). */
+	if (kc.run_dir[0]) {
+		int d = open(kc.run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (d >= 0 && d != HF_KFD_RUNDIR) {
+			dup3(d, HF_KFD_RUNDIR, O_CLOEXEC);
+			close(d);
+		}
 	}
 	if (unshare(CLONE_NEWNS) < 0) {
 		snprintf(errmsg, sizeof errmsg, "a private mount namespace: unshare: %s", hf_errstr(errno));
@@ -565,16 +600,7 @@ int hf_keeper_main(void)
 
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (kc.deadline_ns > 0) {
-		struct itimerspec its;
-		memset(&its, 0, sizeof its);
-		int64_t at = kc.deadline_ns - kc.grace_ns;
-		if (at < 1)
-			at = 1;
-		its.it_value.tv_sec = at / 1000000000LL;
-		its.it_value.tv_nsec = at % 1000000000LL;
-		timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
-	}
+	arm_deadline(tfd);
 	/* The owner channel. The creator first writes "committed" once the
 	 * registry holds our identity (optionally followed by the commands and
 	 * guardians groups, known only then in the systemd tier); EOF before
@@ -591,7 +617,12 @@ int hf_keeper_main(void)
 		}
 		if (pfd[0].revents) {
 			struct signalfd_siginfo si;
+			int moved = 0;
 			while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+				if (si.ssi_signo == HF_SIG_DEADLINE) {
+					moved = 1;
+					continue;
+				}
 				if (si.ssi_code == SI_QUEUE) {
 					int reason = si.ssi_int & 0xff;
 					int64_t grace = (int64_t)((unsigned)si.ssi_int >> HF_GRACE_SHIFT) * 10 * NS_PER_MS;
@@ -600,6 +631,10 @@ int hf_keeper_main(void)
 				/* A plain SIGTERM is an orderly environment stop: its
 				 * commands are handled by the stopper. */
 				return 0;
+			}
+			if (moved) {
+				arm_deadline(tfd);
+				continue; /* a timer that fired before the move is void */
 			}
 		}
 		if (pfd[1].revents) {
