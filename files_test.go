@@ -1,0 +1,231 @@
+package hostfork_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// viewEnv creates an environment whose overlay tree replaces a host
+// directory that holds a file the view hides ("host-only"); it returns the
+// environment and the replaced path.
+func viewEnv(t *testing.T, h *hostfork.Host) (*hostfork.Env, string) {
+	t.Helper()
+	lower := ext4Dir(t)
+	writeFiles(t, lower, map[string]string{"f.txt": "tree\n", "sub/g.txt": "g\n"})
+	target := t.TempDir()
+	writeFiles(t, target, map[string]string{"host-only": "HOST SECRET\n"})
+	env := createEnv(t, h, spec.Environment{
+		Trees:    map[string]spec.Tree{"proj": {Kind: spec.KindOverlay, Source: lower}},
+		View:     spec.View{Replace: map[string]string{target: "proj"}},
+		Lifetime: spec.Lifetime{MaxRuntime: spec.Duration(10 * time.Minute)},
+	})
+	return env, target
+}
+
+func sum(t *testing.T, p string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+// Hostile symbolic links made inside an environment (absolute, ".."
+// chains, /proc magic links, one to /etc/shadow) never reach what the view
+// hides, and a write through one replaces the link, never its target.
+func TestFilesHostileSymlinks(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env, target := viewEnv(t, h)
+	dots := strings.Repeat("../", 20) + strings.TrimPrefix(target, "/") + "/host-only"
+	mustRun(t, env, target, "sh", "-c", `ln -s "$1/host-only" abs && ln -s "$2" dots && ln -s /etc/shadow shadow && ln -s /proc/1/root/etc/hostname magic && ln -s "$1" loop-to-self`, "sh", target, dots)
+
+	for _, name := range []string{"abs", "dots", "loop-to-self/host-only"} {
+		f, err := env.ReadFile(ctx, filepath.Join(target, name))
+		if err == nil {
+			b, _ := io.ReadAll(f)
+			f.Close()
+			t.Fatalf("read %s through the view: %q (the view hides the host's file)", name, b)
+		}
+		if !errors.Is(err, hostfork.ErrNotFound) {
+			t.Errorf("read %s: %v, want ErrNotFound (the view has no such file)", name, err)
+		}
+	}
+	if f, err := env.ReadFile(ctx, filepath.Join(target, "magic")); err == nil {
+		f.Close()
+		t.Errorf("a /proc magic link was followed")
+	}
+	// The view's own file is read, through a link or not.
+	f, err := env.ReadFile(ctx, "/../../"+target+"/f.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(f); string(b) != "tree\n" {
+		t.Errorf("f.txt read %q", b)
+	}
+	f.Close()
+
+	// Writes through the links replace them; their targets are untouched.
+	shadow := sum(t, "/etc/shadow")
+	for _, name := range []string{"shadow", "abs", "dots"} {
+		if _, err := env.WriteFile(ctx, filepath.Join(target, name), strings.NewReader("mine\n"), 0o600); err != nil {
+			t.Fatalf("write %s: %v", name, err)
+		}
+	}
+	if sum(t, "/etc/shadow") != shadow {
+		t.Fatal("/etc/shadow changed")
+	}
+	if b, _ := os.ReadFile(filepath.Join(target, "host-only")); string(b) != "HOST SECRET\n" {
+		t.Fatalf("the host's hidden file changed: %q", b)
+	}
+	if out := mustRun(t, env, target, "sh", "-c", "test ! -L shadow && cat shadow abs dots && stat -c %u shadow"); out != "mine\nmine\nmine\n"+strconv.Itoa(os.Getuid())+"\n" {
+		t.Errorf("in the view: %q", out)
+	}
+	// ".." above the root stays at the root; a directory link out of the
+	// tree leads into the view, not the host's hidden directory.
+	mustRun(t, env, target, "ln", "-s", target, "up")
+	if _, err := env.WriteFile(ctx, filepath.Join(target, "up", "via-link"), strings.NewReader("v\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(target, "via-link")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a write through a directory link reached the host's hidden directory: %v", err)
+	}
+	if mustRun(t, env, target, "cat", "via-link") != "v\n" {
+		t.Error("the write through a directory link is not in the view")
+	}
+}
+
+// A write whose directory is missing fails with ErrNotFound naming the
+// directory and the fix, and makes nothing; an existing directory is
+// refused as a file.
+func TestFilesBadInput(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env, target := viewEnv(t, h)
+	_, err := env.WriteFile(ctx, filepath.Join(target, "no/such/dir/f"), strings.NewReader("x"), 0)
+	if !errors.Is(err, hostfork.ErrNotFound) || !strings.Contains(err.Error(), filepath.Join(target, "no/such/dir")) || !strings.Contains(err.Error(), "mkdir -p") {
+		t.Errorf("write below a missing directory: %v", err)
+	}
+	if out := mustRun(t, env, target, "ls", "-A"); out != "f.txt\nsub\n" {
+		t.Errorf("something was made: %q", out)
+	}
+	if _, err := env.WriteFile(ctx, filepath.Join(target, "sub"), strings.NewReader("x"), 0); err == nil || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("write over a directory: %v", err)
+	}
+	if err := env.Mkdir(ctx, filepath.Join(target, "sub"), 0o755); !errors.Is(err, hostfork.ErrExists) {
+		t.Errorf("mkdir of an existing directory: %v", err)
+	}
+	if _, err := env.ReadDir(ctx, filepath.Join(target, "missing"), 1); !errors.Is(err, hostfork.ErrNotFound) {
+		t.Errorf("listing a missing directory: %v", err)
+	}
+}
+
+// ReadDir lists what the view holds, links as links; Stat and Mkdir work
+// in the view; Watch reports changes made by a command inside it.
+func TestFilesListAndWatch(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env, target := viewEnv(t, h)
+	mustRun(t, env, target, "ln", "-s", "/etc/shadow", "link")
+	es, err := env.ReadDir(ctx, target, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range es {
+		got = append(got, e.Path+":"+e.Type+":"+e.Target)
+	}
+	if strings.Join(got, " ") != "f.txt:file: link:symlink:/etc/shadow sub:dir: sub/g.txt:file:" {
+		t.Errorf("listing: %q", got)
+	}
+	if err := env.Mkdir(ctx, filepath.Join(target, "made"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := env.Stat(ctx, filepath.Join(target, "made")); err != nil || st.Type != "dir" || st.Mode != "drwxr-x---" {
+		t.Errorf("stat of the made directory: %+v %v", st, err)
+	}
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := make(chan hostfork.FileEvent, 100)
+	ready := make(chan struct{})
+	go func() {
+		defer close(events)
+		for ev, err := range env.Watch(wctx, target, true) {
+			if err != nil {
+				t.Errorf("watch: %v", err)
+				return
+			}
+			select {
+			case events <- ev:
+			default: // the test stopped reading
+			}
+		}
+	}()
+	// The watch is in place once a write made for it is seen.
+	go func() {
+		for {
+			select {
+			case <-ready:
+				return
+			case <-wctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+				_, _ = env.WriteFile(ctx, filepath.Join(target, "made", "probe"), strings.NewReader("p"), 0)
+			}
+		}
+	}()
+	wait := func(want func(hostfork.FileEvent) bool, what string) {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("the watch ended before %s", what)
+				}
+				if want(ev) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no %s within 30 s", what)
+			}
+		}
+	}
+	wait(func(ev hostfork.FileEvent) bool { return strings.HasPrefix(ev.Path, filepath.Join(target, "made")) }, "event of the probe")
+	close(ready)
+	mustRun(t, env, target, "sh", "-c", "mkdir -p deep/er && echo hi > deep/er/new.txt")
+	wait(func(ev hostfork.FileEvent) bool {
+		return ev.Path == filepath.Join(target, "deep/er/new.txt") && (ev.Op == "write" || ev.Op == "create")
+	}, "event of deep/er/new.txt")
+}
+
+// Without a view, paths are the host's.
+func TestFilesNoView(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env := newEnv(t, h, spec.Environment{})
+	dir := t.TempDir()
+	if _, err := env.WriteFile(ctx, filepath.Join(dir, "a"), bytes.NewReader([]byte("host\n")), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "a")); err != nil || string(b) != "host\n" {
+		t.Fatalf("%q %v", b, err)
+	}
+	if st, _ := os.Stat(filepath.Join(dir, "a")); st.Mode().Perm() != 0o640 {
+		t.Errorf("mode %v", st.Mode())
+	}
+}
