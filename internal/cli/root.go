@@ -166,6 +166,8 @@ var verbs = []verb{
 	{name: "usage", build: plain(newUsageCmd)},
 	{name: "export", build: plain(newExportCmd)},
 	{name: "extend", build: plain(newExtendCmd)},
+	{name: "cp", build: plain(newCpCmd)},
+	{name: "ls", build: plain(newLsCmd)},
 	{name: "capacity", build: plain(newCapacityCmd)},
 	{name: "pause", build: plain(func(g *globals) *cobra.Command { return newPauseCmd(g, true) })},
 	{name: "resume", build: plain(func(g *globals) *cobra.Command { return newPauseCmd(g, false) })},

@@ -227,8 +227,17 @@ func readlinkAt(fd int, name string) string {
 	return string(buf[:n])
 }
 
-// ErrNoParent reports a name whose directory does not exist in the view.
-var ErrNoParent = fmt.Errorf("the directory does not exist: %w", fs.ErrNotExist)
+// ErrNoParent reports a name whose directory does not exist in the view;
+// it also matches fs.ErrNotExist.
+var ErrNoParent = errors.New("the directory does not exist")
+
+// noParent is ErrNoParent with the directory and the fix.
+type noParent struct{ dir string }
+
+func (e noParent) Error() string {
+	return fmt.Sprintf("%s is missing or not a directory; create it first (e.g. hostfork exec ENV -- mkdir -p %s)", e.dir, e.dir)
+}
+func (e noParent) Is(target error) bool { return target == ErrNoParent || target == fs.ErrNotExist }
 
 // parent opens the directory of name (O_PATH) and returns it with the last
 // component.
@@ -241,7 +250,7 @@ func (r *Root) parent(op, name string) (int, string, error) {
 	fd, err := openat2(r.fd, dir, unix.O_PATH|unix.O_DIRECTORY, 0, inRoot)
 	if err == unix.ENOENT || err == unix.ENOTDIR {
 		d := path.Clean(dir)
-		return -1, "", pathErr(op, name, fmt.Errorf("%w: %s is missing or not a directory in the view; create it first (e.g. hostfork exec ENV -- mkdir -p %s)", ErrNoParent, d, d))
+		return -1, "", pathErr(op, name, noParent{d})
 	}
 	if err != nil {
 		return -1, "", r.viewErr(op, name, err)
