@@ -161,7 +161,6 @@ func TestFilesListAndWatch(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan hostfork.FileEvent, 100)
-	ready := make(chan struct{})
 	go func() {
 		defer close(events)
 		for ev, err := range env.Watch(wctx, target, true) {
@@ -172,19 +171,6 @@ func TestFilesListAndWatch(t *testing.T) {
 			select {
 			case events <- ev:
 			default: // the test stopped reading
-			}
-		}
-	}()
-	// The watch is in place once a write made for it is seen.
-	go func() {
-		for {
-			select {
-			case <-ready:
-				return
-			case <-wctx.Done():
-				return
-			case <-time.After(20 * time.Millisecond):
-				_, _ = env.WriteFile(ctx, filepath.Join(target, "made", "probe"), strings.NewReader("p"), 0)
 			}
 		}
 	}()
@@ -205,8 +191,11 @@ func TestFilesListAndWatch(t *testing.T) {
 			}
 		}
 	}
-	wait(func(ev hostfork.FileEvent) bool { return strings.HasPrefix(ev.Path, filepath.Join(target, "made")) }, "event of the probe")
-	close(ready)
+	wait(func(ev hostfork.FileEvent) bool { return ev.Op == "ready" && ev.Path == target }, "ready event")
+	if _, err := env.WriteFile(ctx, filepath.Join(target, "made", "probe"), strings.NewReader("p"), 0); err != nil {
+		t.Fatal(err)
+	}
+	wait(func(ev hostfork.FileEvent) bool { return ev.Path == filepath.Join(target, "made", "probe") && ev.Op == "create" }, "event of the probe")
 	mustRun(t, env, target, "sh", "-c", "mkdir -p deep/er && echo hi > deep/er/new.txt")
 	wait(func(ev hostfork.FileEvent) bool {
 		return ev.Path == filepath.Join(target, "deep/er/new.txt") && (ev.Op == "write" || ev.Op == "create")

@@ -24,8 +24,9 @@ type DirEntry struct {
 type FileEvent struct {
 	// Path is the changed file's absolute path in the view.
 	Path string `json:"path"`
-	// Op is create, write, remove, rename (moved away), attrib, or
-	// overflow (events were lost: read the directory again).
+	// Op is ready (the first event: the watch is in place; Path is the
+	// watched directory), create, write, remove, rename (moved away),
+	// attrib, or overflow (events were lost: read the directory again).
 	Op  string    `json:"op"`
 	Dir bool      `json:"dir,omitempty"`
 	At  time.Time `json:"at"`

@@ -76,6 +76,7 @@ var jsonShapes = []struct {
 	{"command", reflect.TypeFor[api.Command]()},
 	{"identity", reflect.TypeFor[api.Identity]()},
 	{"deadline_move", reflect.TypeFor[api.DeadlineMove]()},
+	{"dir_entry", reflect.TypeFor[api.DirEntry]()},
 	{"tree", reflect.TypeFor[api.Tree]()},
 	{"stream_capture", reflect.TypeFor[api.StreamCapture]()},
 	{"limit_group", reflect.TypeFor[limits.Group]()},
@@ -1151,6 +1152,16 @@ func TestJSONReaders(t *testing.T) {
 		ck(t, "extend --json").shape(out, "env")
 		if moves, _ := out["deadline_moves"].([]any); len(moves) != 1 {
 			t.Errorf("extend --json: deadline_moves %v, want one move", out["deadline_moves"])
+		}
+	})
+	t.Run("ls", func(t *testing.T) {
+		out := run(t, "ls", "--json", "-R", envO, target)
+		arr, _ := out.([]any)
+		if len(arr) == 0 {
+			t.Fatalf("ls --json -R of the tree: %v", out)
+		}
+		for _, e := range arr {
+			ck(t, "ls --json").shape(e, "dir_entry")
 		}
 	})
 	t.Run("capacity", func(t *testing.T) { ck(t, "capacity --json").shape(run(t, "capacity", "--json"), "capacity") })

@@ -69,7 +69,7 @@ func TestMCP(t *testing.T) {
 		names = append(names, tl.Name)
 	}
 	slices.Sort(names)
-	if got, want := strings.Join(names, ","), "create,export,extend,logs,ps,run,start,status,stop"; got != want {
+	if got, want := strings.Join(names, ","), "create,export,extend,list_dir,logs,ps,read_file,run,start,status,stop,write_file"; got != want {
 		t.Fatalf("tools: %s, want %s", got, want)
 	}
 	// Plain schemas: a list argument is "type": "array", never
@@ -105,6 +105,29 @@ func TestMCP(t *testing.T) {
 	}
 	if eb := call(t, ctx, s, "extend", map[string]any{"env": env.ID}, nil); eb == nil || eb.ExitCode != 122 {
 		t.Fatalf("extend without a deadline: %+v", eb)
+	}
+	dir := t.TempDir()
+	var wrote api.DirEntry
+	if eb := call(t, ctx, s, "write_file", map[string]any{"env": env.ID, "path": dir + "/a.txt", "content": "héllo\n", "mode": "0600"}, &wrote); eb != nil {
+		t.Fatalf("write_file: %+v", eb)
+	}
+	if wrote.Type != "file" || wrote.Size != 7 || wrote.Mode != "-rw-------" {
+		t.Fatalf("write_file: %+v", wrote)
+	}
+	var read struct {
+		Text       string `json:"text"`
+		NextOffset int64  `json:"next_offset"`
+		EOF        bool   `json:"eof"`
+	}
+	if eb := call(t, ctx, s, "read_file", map[string]any{"env": env.ID, "path": dir + "/a.txt"}, &read); eb != nil || read.Text != "héllo\n" || !read.EOF || read.NextOffset != 7 {
+		t.Fatalf("read_file: %+v %+v", eb, read)
+	}
+	var listed []api.DirEntry
+	if eb := call(t, ctx, s, "list_dir", map[string]any{"env": env.ID, "path": dir}, &listed); eb != nil || len(listed) != 1 || listed[0].Path != "a.txt" {
+		t.Fatalf("list_dir: %+v %+v", eb, listed)
+	}
+	if eb := call(t, ctx, s, "write_file", map[string]any{"env": env.ID, "path": dir + "/no/such/b.txt", "content": "x"}, nil); eb == nil || eb.ExitCode != 119 || !strings.Contains(eb.Message, "mkdir -p") {
+		t.Fatalf("write_file below a missing directory: %+v", eb)
 	}
 	var started api.Command
 	if eb := call(t, ctx, s, "start", map[string]any{"env": env.ID, "argv": []string{"sh", "-c", "echo ready; exec sleep 60"}}, &started); eb != nil {

@@ -15,7 +15,7 @@ import (
 // to it ("" for the directory itself).
 type Event struct {
 	Path string
-	Op   string // create, write, remove, rename, attrib, overflow
+	Op   string // ready (first: the watch is in place), create, write, remove, rename, attrib, overflow
 	Dir  bool
 }
 
@@ -83,6 +83,7 @@ func Dir(ctx context.Context, dir *os.File, recursive bool, emit func(Event)) er
 	if err := add(int(dir.Fd()), ""); err != nil {
 		return err
 	}
+	emit(Event{Op: "ready", Dir: true})
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	buf := make([]byte, 64<<10)
 	for {
