@@ -5,15 +5,19 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/internal/testutil"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -195,7 +199,9 @@ func TestFilesListAndWatch(t *testing.T) {
 	if _, err := env.WriteFile(ctx, filepath.Join(target, "made", "probe"), strings.NewReader("p"), 0); err != nil {
 		t.Fatal(err)
 	}
-	wait(func(ev hostfork.FileEvent) bool { return ev.Path == filepath.Join(target, "made", "probe") && ev.Op == "create" }, "event of the probe")
+	wait(func(ev hostfork.FileEvent) bool {
+		return ev.Path == filepath.Join(target, "made", "probe") && ev.Op == "create"
+	}, "event of the probe")
 	mustRun(t, env, target, "sh", "-c", "mkdir -p deep/er && echo hi > deep/er/new.txt")
 	wait(func(ev hostfork.FileEvent) bool {
 		return ev.Path == filepath.Join(target, "deep/er/new.txt") && (ev.Op == "write" || ev.Op == "create")
@@ -217,4 +223,122 @@ func TestFilesNoView(t *testing.T) {
 	if st, _ := os.Stat(filepath.Join(dir, "a")); st.Mode().Perm() != 0o640 {
 		t.Errorf("mode %v", st.Mode())
 	}
+}
+
+// BenchmarkCopy1GiB copies a 1 GiB file into and out of an environment's
+// view (Env.WriteFile, Env.ReadFile: what hostfork cp does) side by side
+// with plain cp(1), interleaved, between directories of one filesystem:
+// tmpfs (/dev/shm) for the store, the tree and both sides, so that the
+// disk's writeback (shared with whatever else runs) is not measured.
+// Target: hostfork at least 80 % of cp's speed. Run with -benchtime 5x.
+func BenchmarkCopy1GiB(b *testing.B) {
+	dir, err := os.MkdirTemp("/dev/shm", "hostfork-bench-")
+	if err != nil {
+		b.Skip("no /dev/shm: ", err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	tmp := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		return p
+	}
+	h, err := hostfork.Open(context.Background(), hostfork.Options{Root: filepath.Join(dir, "store"), CgroupParent: testutil.CgroupParent(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Close() })
+	ctx := context.Background()
+	src := filepath.Join(tmp("src"), "big")
+	f, err := os.Create(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i * 7)
+	}
+	for i := 0; i < 1024; i++ {
+		chunk[0] = byte(i)
+		if _, err := f.Write(chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f.Close()
+	target := tmp("target")
+	p, err := h.Plan(ctx, spec.Environment{
+		Trees:    map[string]spec.Tree{"proj": {Kind: spec.KindCopy, Source: tmp("empty")}},
+		View:     spec.View{Replace: map[string]string{target: "proj"}},
+		Lifetime: spec.Lifetime{MaxRuntime: spec.Duration(time.Hour)},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	env, err := h.Create(ctx, p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = env.Stop(context.Background(), hostfork.StopOptions{Grace: -1})
+		removeTrees(b, h, env.ID())
+	})
+	plain, out := tmp("plain"), tmp("out")
+	// Each round copies in and out both ways, interleaved, each copy
+	// timed from a synced page cache, so that neither side pays the
+	// other's writeback.
+	var cpIn, hfIn, cpOut, hfOut time.Duration
+	timed := func(d *time.Duration, f func() error) {
+		syscall.Sync()
+		t0 := time.Now()
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+		*d += time.Since(t0)
+	}
+	cp := func(from, to string) func() error {
+		return func() error {
+			if o, err := exec.Command("cp", from, to).CombinedOutput(); err != nil {
+				return fmt.Errorf("cp: %v %s", err, o)
+			}
+			return nil
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		timed(&cpIn, cp(src, filepath.Join(plain, "big")))
+		timed(&hfIn, func() error {
+			f, err := os.Open(src)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = env.WriteFile(ctx, filepath.Join(target, "big"), f, 0)
+			return err
+		})
+		timed(&cpOut, cp(filepath.Join(plain, "big"), filepath.Join(out, "big")))
+		timed(&hfOut, func() error {
+			r, err := env.ReadFile(ctx, filepath.Join(target, "big"))
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			w, err := os.Create(filepath.Join(out, "big2"))
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(w, r); err != nil {
+				w.Close()
+				return err
+			}
+			return w.Close()
+		})
+	}
+	mbps := func(d time.Duration) float64 { return float64(b.N) * 1024 / d.Seconds() }
+	b.ReportMetric(mbps(cpIn), "cp-in-MiB/s")
+	b.ReportMetric(mbps(hfIn), "hostfork-in-MiB/s")
+	b.ReportMetric(mbps(cpOut), "cp-out-MiB/s")
+	b.ReportMetric(mbps(hfOut), "hostfork-out-MiB/s")
+	b.ReportMetric(cpIn.Seconds()/hfIn.Seconds(), "in-ratio")
+	b.ReportMetric(cpOut.Seconds()/hfOut.Seconds(), "out-ratio")
 }

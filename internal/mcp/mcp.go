@@ -13,8 +13,8 @@
 package mcp
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"

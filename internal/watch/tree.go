@@ -39,7 +39,7 @@ func Dir(ctx context.Context, dir *os.File, recursive bool, emit func(Event)) er
 		return os.NewSyscallError("inotify_init1", err)
 	}
 	defer func() { go unix.Close(fd) }() // see Watcher.Close
-	paths := map[int]string{}             // watch descriptor → relative path
+	paths := map[int]string{}            // watch descriptor → relative path
 	var add func(dirfd int, rel string) error
 	add = func(dirfd int, rel string) error {
 		if len(paths) >= MaxDirs {
