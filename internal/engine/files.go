@@ -38,20 +38,28 @@ func (e *Engine) ViewRoot(ctx context.Context, id string) (*safefs.Root, error) 
 	if env.State != api.EnvActive {
 		return nil, gone()
 	}
-	p, err := linux.OpenVerified(toLinux(env.Keeper))
+	r, err := keeperRoot(env.Keeper)
 	if errors.Is(err, linux.ErrNoProcess) || errors.Is(err, linux.ErrIdentityMismatch) {
-		return nil, gone()
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer p.Close()
-	f, err := p.OpenRoot()
-	if errors.Is(err, linux.ErrNoProcess) {
 		return nil, gone()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening the view of %s: %w", id, err)
 	}
-	return safefs.NewRoot(f, "the view of "+id)
+	return r, nil
+}
+
+// keeperRoot opens the root of the keeper's mount namespace, the view:
+// its /proc/PID/root, through a pidfd verified against the recorded
+// identity and checked alive after the open (linux.Pidfd.OpenRoot).
+func keeperRoot(id *api.Identity) (*safefs.Root, error) {
+	p, err := linux.OpenVerified(toLinux(id))
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	f, err := p.OpenRoot()
+	if err != nil {
+		return nil, err
+	}
+	return safefs.NewRoot(f, f.Name())
 }

@@ -226,16 +226,14 @@ func (l *launch) resolve(env *api.Env) error {
 	l.envv = envv
 	l.policy, l.note, l.keys = policy, note, keys
 	if env.Keeper != nil {
-		p, err := linux.OpenVerified(toLinux(env.Keeper))
-		if err != nil {
+		r, err := keeperRoot(env.Keeper)
+		if errors.Is(err, linux.ErrNoProcess) || errors.Is(err, linux.ErrIdentityMismatch) {
 			return fmt.Errorf("environment %s: its keeper is gone (%v); new commands are refused (stop it and create a new one): %w", env.ID, err, api.ErrEnvNotActive)
 		}
-		defer p.Close()
-		v, err := openViewRoot(env.Keeper.PID)
 		if err != nil {
 			return fmt.Errorf("environment %s: its view can't be entered: %v: %w", env.ID, err, api.ErrEnvNotActive)
 		}
-		l.view, l.keeperPID, l.keeperStart = v, env.Keeper.PID, env.Keeper.StartTime
+		l.view, l.keeperPID, l.keeperStart = &viewRoot{r}, env.Keeper.PID, env.Keeper.StartTime
 		defer func() { l.view.Close(); l.view = nil }()
 	}
 	if l.view != nil {

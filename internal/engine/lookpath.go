@@ -6,10 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/launchenv"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 )
 
 // InheritedEnv is os.Environ() without Git redirections
@@ -69,39 +68,19 @@ func LookPath(argv0 string, env []string) (string, error) {
 // viewRoot is a descriptor of a view's root: the keeper's /proc/PID/root,
 // through which paths are resolved as the workload will see them
 // (openat2 RESOLVE_IN_ROOT: absolute symlinks and ".." stay inside).
-type viewRoot struct{ fd int }
-
-func openViewRoot(keeperPID int) (*viewRoot, error) {
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root", keeperPID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: fmt.Sprintf("/proc/%d/root", keeperPID), Err: err}
-	}
-	return &viewRoot{fd: fd}, nil
-}
-
-func (v *viewRoot) Close() { unix.Close(v.fd) }
-
-// stat resolves p inside the view, following symlinks as the view does.
-func (v *viewRoot) stat(p string) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	fd, err := unix.Openat2(v.fd, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
-	if err != nil {
-		return st, err
-	}
-	defer unix.Close(fd)
-	err = unix.Fstat(fd, &st)
-	return st, err
-}
+// viewRoot is the root of an environment's view (keeperRoot), where a
+// command's program and working directory are looked up.
+type viewRoot struct{ *safefs.Root }
 
 // lookPath resolves argv0 inside the view; the returned path is the one
 // the guardian execs there.
 func (v *viewRoot) lookPath(argv0 string, env []string) (string, error) {
 	check := func(p string) (bool, error) {
-		st, err := v.stat(p)
+		st, err := v.Stat(p)
 		if err != nil {
 			return false, nil
 		}
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR || st.Mode&0o111 == 0 {
+		if st.Type == "dir" || st.Mode&0o111 == 0 {
 			return true, fmt.Errorf("%s: %w inside the environment's view (it is a directory or lacks execute permission)", p, api.ErrNotExecutable)
 		}
 		return true, nil
@@ -132,6 +111,6 @@ func (v *viewRoot) lookPath(argv0 string, env []string) (string, error) {
 
 // isDir reports whether p is a directory inside the view.
 func (v *viewRoot) isDir(p string) bool {
-	st, err := v.stat(p)
-	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+	st, err := v.Stat(p)
+	return err == nil && st.Type == "dir"
 }
