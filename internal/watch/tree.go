@@ -29,8 +29,9 @@ const MaxDirs = 8192
 // Dir reports the changes in the directory open as dir (an O_PATH
 // descriptor is enough; it stays the caller's) and, with recursive, in
 // every directory below it, a new one included, found by descriptor
-// without following symbolic links. It calls emit for each change until
-// ctx ends (nil then) or the watched directory is removed. Unlike Watcher
+// without following symbolic links. It calls emit for each change, after
+// a first "ready" once the watches are in place, until ctx ends (nil
+// then) or the watched directory is removed (a last "remove"). Unlike Watcher
 // it says what changed; like it, it is inotify, so a change on another
 // mount below dir is seen only where that mount's filesystem reports it.
 func Dir(ctx context.Context, dir *os.File, recursive bool, emit func(Event)) error {
@@ -95,6 +96,13 @@ func Dir(ctx context.Context, dir *os.File, recursive bool, emit func(Event)) er
 			return os.NewSyscallError("poll", err)
 		}
 		if n <= 0 {
+			// The directory removed while dir holds it open: inotify says
+			// so only at the last close.
+			var st unix.Stat_t
+			if unix.Fstat(int(dir.Fd()), &st) == nil && st.Nlink == 0 {
+				emit(Event{Path: "", Op: "remove", Dir: true})
+				return nil
+			}
 			continue
 		}
 		n, err = unix.Read(fd, buf)
