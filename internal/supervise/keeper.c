@@ -516,9 +516,11 @@ static void stop_commands(int reason, int64_t grace)
 /* arm_deadline arms the deadline timer at deadline − grace, after taking a
  * moved deadline (hf.h, HF_DEADLINE_FILE). Re-arming discards an expiry
  * not yet read. */
+static int rundir = -1; /* HF_KFD_RUNDIR once it holds the run directory */
+
 static void arm_deadline(int tfd)
 {
-	int64_t moved = hf_read_deadline(HF_KFD_RUNDIR, HF_DEADLINE_FILE);
+	int64_t moved = rundir < 0 ? -1 : hf_read_deadline(rundir, HF_DEADLINE_FILE);
 	if (moved > 0)
 		kc.deadline_ns = moved;
 	if (kc.deadline_ns <= 0)
@@ -564,10 +566,10 @@ int hf_keeper_main(void)
 	 * deadline is read there (HF_KFD_RUNDIR). */
 	if (kc.run_dir[0]) {
 		int d = open(kc.run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-		if (d >= 0 && d != HF_KFD_RUNDIR) {
-			dup3(d, HF_KFD_RUNDIR, O_CLOEXEC);
+		if (d == HF_KFD_RUNDIR || (d >= 0 && dup3(d, HF_KFD_RUNDIR, O_CLOEXEC) == HF_KFD_RUNDIR))
+			rundir = HF_KFD_RUNDIR;
+		if (d >= 0 && d != HF_KFD_RUNDIR)
 			close(d);
-		}
 	}
 	if (unshare(CLONE_NEWNS) < 0) {
 		snprintf(errmsg, sizeof errmsg, "a private mount namespace: unshare: %s", hf_errstr(errno));

@@ -41,8 +41,12 @@ func Dir(ctx context.Context, dir *os.File, recursive bool, emit func(Event)) er
 	}
 	defer func() { go unix.Close(fd) }() // see Watcher.Close
 	paths := map[int]string{}            // watch descriptor → relative path
-	var add func(dirfd int, rel string) error
-	add = func(dirfd int, rel string) error {
+	// add watches the directory open as dirfd (at rel) and, recursively,
+	// those below it. For a directory created while watching (found),
+	// what is already inside was made before its watch could see it: it
+	// is reported as created.
+	var add func(dirfd int, rel string, found bool) error
+	add = func(dirfd int, rel string, found bool) error {
 		if len(paths) >= MaxDirs {
 			return fmt.Errorf("watching more than %d directories: watch a subdirectory", MaxDirs)
 		}
@@ -69,11 +73,17 @@ func Dir(ctx context.Context, dir *os.File, recursive bool, emit func(Event)) er
 			_, _, names = unix.ParseDirent(buf[:n], -1, names)
 		}
 		for _, name := range names {
+			if name == "." || name == ".." {
+				continue
+			}
 			sub, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if found {
+				emit(Event{Path: path.Join(rel, name), Op: "create", Dir: err == nil})
+			}
 			if err != nil {
 				continue // not a directory, or gone
 			}
-			err = add(sub, path.Join(rel, name))
+			err = add(sub, path.Join(rel, name), found)
 			unix.Close(sub)
 			if err != nil {
 				return err
@@ -81,7 +91,7 @@ func Dir(ctx context.Context, dir *os.File, recursive bool, emit func(Event)) er
 		}
 		return nil
 	}
-	if err := add(int(dir.Fd()), ""); err != nil {
+	if err := add(int(dir.Fd()), "", false); err != nil {
 		return err
 	}
 	emit(Event{Op: "ready", Dir: true})
@@ -153,7 +163,7 @@ func Dir(ctx context.Context, dir *os.File, recursive bool, emit func(Event)) er
 				emit(Event{Path: p, Op: "create", Dir: isDir})
 				if isDir && recursive {
 					if sub, err := openRel(int(dir.Fd()), p); err == nil {
-						err = add(sub, p)
+						err = add(sub, p, true)
 						unix.Close(sub)
 						if err != nil {
 							return err
