@@ -1,8 +1,9 @@
 // Package mcp is `hostfork mcp`: a Model Context Protocol server (the
 // official Go SDK) whose tools run, start, list, inspect, read, stop,
-// create and export owned, bounded commands and environments through the
-// public library (package hostfork), so a coding agent can start a dev
-// server or a long test run and come back to it.
+// create, extend and export owned, bounded commands and environments, and
+// read, write and list an environment's files, through the public library
+// (package hostfork), so a coding agent can start a dev server or a long
+// test run and come back to it.
 //
 // Every tool call is bounded: environments get a default expiry the agent
 // can change (never none without an explicit until_stopped), a captured
