@@ -42,6 +42,8 @@ func init() {
 		code = unixClient(os.Args[1:])
 	case "orchestrator":
 		code = orchestrator()
+	case "extender":
+		code = extender()
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", childVar, mode)
 		code = 2
@@ -182,6 +184,13 @@ type child struct {
 // holds as its parent) and reaped.
 func startOrchestrator(t *testing.T, o orchestration) *child {
 	t.Helper()
+	return startChild(t, "orchestrator", o)
+}
+
+// startChild starts this test binary in helper mode with args (JSON) as
+// its instructions; it is SIGKILLed and reaped at cleanup.
+func startChild(t *testing.T, mode string, o any) *child {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -191,8 +200,8 @@ func startOrchestrator(t *testing.T, o orchestration) *child {
 		t.Fatal(err)
 	}
 	c := &child{cmd: exec.Command(exe), lines: make(chan string, 1000)}
-	c.cmd.Env = append(os.Environ(), childVar+"=orchestrator", childArgs+"="+string(b))
-	c.cmd.Stderr = &testWriter{t: t, prefix: "orchestrator: "}
+	c.cmd.Env = append(os.Environ(), childVar+"="+mode, childArgs+"="+string(b))
+	c.cmd.Stderr = &testWriter{t: t, prefix: mode + ": "}
 	// Its helpers (keeper, guardians) may hold its stderr: don't wait for
 	// them after it is killed.
 	c.cmd.WaitDelay = 2 * time.Second

@@ -13,6 +13,7 @@ const (
 	EventEnvFailed          EventKind = "env.failed"            // its creation failed
 	EventEnvStopDecided     EventKind = "env.stop_decided"      // a stop was decided (Reason)
 	EventEnvStopped         EventKind = "env.stopped"           // its stop was confirmed
+	EventEnvDeadlineMoved   EventKind = "env.deadline_moved"    // its deadline was moved (Detail: "from OLD to NEW", RFC 3339)
 	EventCommandStarted     EventKind = "command.started"       // the guardian was registered and released
 	EventCommandFailed      EventKind = "command.failed"        // it never ran (Detail says why)
 	EventCommandLeaderExit  EventKind = "command.leader_exited" // the leader's exit was observed (ExitCode or Signal)

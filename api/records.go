@@ -67,6 +67,9 @@ type Env struct {
 	IdleTimeout Duration   `json:"idle_timeout"`
 	ActivatedAt *time.Time `json:"activated_at"`
 	DeadlineAt  *time.Time `json:"deadline_at"`
+	// DeadlineMoves are the moves of the deadline (hostfork extend),
+	// oldest first; DeadlineAt is the last one's To.
+	DeadlineMoves []DeadlineMove `json:"deadline_moves,omitempty"`
 	// Spec is the request the environment was created from; explicit
 	// environment variable values are redacted unless asked for.
 	Spec json.RawMessage `json:"spec,omitempty"`
@@ -115,6 +118,14 @@ type Env struct {
 	// evidence; DeadlineAt is the same instant in UTC.
 	ActivatedMono time.Duration `json:"-"`
 	DeadlineMono  time.Duration `json:"-"`
+}
+
+// DeadlineMove is one move of an environment's deadline (Env.Extend): from
+// the old deadline to the new one, decided at At.
+type DeadlineMove struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	At   time.Time `json:"at"`
 }
 
 // StreamCapture is what was captured of one output stream.

@@ -293,6 +293,12 @@ type Retention struct {
 // StoreConfig is a store's configuration (config.yaml under its root).
 type StoreConfig struct {
 	Retention Retention `json:"retention" yaml:"retention"`
+	Lifetime  struct {
+		// Max is the longest an environment may live, from its
+		// activation to its deadline; a move of the deadline beyond it
+		// (extend) is refused. nil: no limit.
+		Max *Duration `json:"max,omitempty" yaml:"max,omitempty"`
+	} `json:"lifetime" yaml:"lifetime"`
 	Admission struct {
 		// Share of logical cores and available memory that admitted agent
 		// workloads may use (default 0.70).

@@ -149,7 +149,11 @@ func (c *Client) Close() error {
 // answer becomes an *Error.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body any) (*http.Response, error) {
 	var rd io.Reader
-	if body != nil {
+	ctype := "application/json"
+	if r, ok := body.(io.Reader); ok {
+		// A raw body (a file written into an environment), streamed.
+		rd, ctype = r, "application/octet-stream"
+	} else if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, fmt.Errorf("encoding the request: %v: %w", err, api.ErrInvalid)
@@ -165,7 +169,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		return nil, fmt.Errorf("%s %s: %v: %w", method, path, err, api.ErrInvalid)
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", ctype)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -371,6 +375,16 @@ func (o StopOptions) query(opts []ReadOption) url.Values {
 func (c *Client) StopEnv(ctx context.Context, id string, opts StopOptions, ropts ...ReadOption) (*api.Env, error) {
 	var out api.Env
 	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(id)+"/stop", opts.query(ropts), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Extend moves an environment's deadline (POST /v1/envs/{id}/deadline):
+// later or earlier, within the store's lifetime.max.
+func (c *Client) Extend(ctx context.Context, id string, req api.DeadlineRequest) (*api.Env, error) {
+	var out api.Env
+	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(id)+"/deadline", nil, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -637,4 +651,88 @@ func (c *Client) Doctor(ctx context.Context) (json.RawMessage, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// ReadFile streams the file path of environment env (GET
+// /v1/envs/{id}/files), resolved inside its view.
+func (c *Client) ReadFile(ctx context.Context, env, path string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/envs/"+esc(env)+"/files", url.Values{"path": {path}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// WriteFile replaces the file path of environment env with src, streamed
+// (PUT /v1/envs/{id}/files); perm 0 keeps an existing file's permissions.
+func (c *Client) WriteFile(ctx context.Context, env, path string, src io.Reader, perm os.FileMode) (*api.DirEntry, error) {
+	q := url.Values{"path": {path}}
+	if perm != 0 {
+		q.Set("mode", fmt.Sprintf("%04o", uint32(perm.Perm())))
+	}
+	var out api.DirEntry
+	if err := c.call(ctx, http.MethodPut, "/v1/envs/"+esc(env)+"/files", q, io.NopCloser(src), &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Mkdir creates the directory path of environment env (PUT
+// /v1/envs/{id}/dir); its parent must exist.
+func (c *Client) Mkdir(ctx context.Context, env, path string, perm os.FileMode) error {
+	q := url.Values{"path": {path}, "mode": {fmt.Sprintf("%04o", uint32(perm.Perm()))}}
+	return c.call(ctx, http.MethodPut, "/v1/envs/"+esc(env)+"/dir", q, nil, &api.DirEntry{})
+}
+
+// Stat describes the file path of environment env (GET /v1/envs/{id}/stat).
+func (c *Client) Stat(ctx context.Context, env, path string) (*api.DirEntry, error) {
+	var out api.DirEntry
+	if err := c.call(ctx, http.MethodGet, "/v1/envs/"+esc(env)+"/stat", url.Values{"path": {path}}, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ReadDir lists the directory path of environment env to depth levels
+// (GET /v1/envs/{id}/dir; 0: the whole tree).
+func (c *Client) ReadDir(ctx context.Context, env, path string, depth int) ([]api.DirEntry, error) {
+	var out []api.DirEntry
+	q := url.Values{"path": {path}, "depth": {strconv.Itoa(depth)}}
+	if err := c.call(ctx, http.MethodGet, "/v1/envs/"+esc(env)+"/dir", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Watch yields the changes in the directory path of environment env (GET
+// /v1/envs/{id}/watch, NDJSON) until ctx ends or the server ends the
+// stream (the directory was removed).
+func (c *Client) Watch(ctx context.Context, env, path string, recursive bool) iter.Seq2[api.FileEvent, error] {
+	return func(yield func(api.FileEvent, error) bool) {
+		q := url.Values{"path": {path}}
+		if recursive {
+			q.Set("recursive", "1")
+		}
+		resp, err := c.do(ctx, http.MethodGet, "/v1/envs/"+esc(env)+"/watch", q, nil)
+		if err != nil {
+			yield(api.FileEvent{}, err)
+			return
+		}
+		defer resp.Body.Close()
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var ev api.FileEvent
+			err := dec.Decode(&ev)
+			if err == nil {
+				if !yield(ev, nil) {
+					return
+				}
+				continue
+			}
+			if ctx.Err() == nil && !errors.Is(err, io.EOF) {
+				yield(api.FileEvent{}, fmt.Errorf("reading changes from %s: %w", c.where(), err))
+			}
+			return
+		}
+	}
 }

@@ -75,6 +75,8 @@ var jsonShapes = []struct {
 	{"env", reflect.TypeFor[api.Env]()},
 	{"command", reflect.TypeFor[api.Command]()},
 	{"identity", reflect.TypeFor[api.Identity]()},
+	{"deadline_move", reflect.TypeFor[api.DeadlineMove]()},
+	{"dir_entry", reflect.TypeFor[api.DirEntry]()},
 	{"tree", reflect.TypeFor[api.Tree]()},
 	{"stream_capture", reflect.TypeFor[api.StreamCapture]()},
 	{"limit_group", reflect.TypeFor[limits.Group]()},
@@ -581,7 +583,7 @@ var (
 		"stream_capture.state": {"complete", "incomplete", "failed"},
 		"stream_result.state":  {"complete", "incomplete", "failed"},
 		"event.reason":         stopReasons,
-		"event.kind": {"env.created", "env.failed", "env.stop_decided", "env.stopped", "command.started", "command.failed",
+		"event.kind": {"env.created", "env.failed", "env.stop_decided", "env.stopped", "env.deadline_moved", "command.started", "command.failed",
 			"command.leader_exited", "command.tree_exited", "command.unverified", "command.stop_decided", "deadline", "idle", "oom", "reap", "gc"},
 		"export_result.label": {"complete", "live/inconsistent", "partial", "failed"},
 		"plan.tier":           {"systemd-scope", "cgroup2", "subreaper"},
@@ -1143,6 +1145,23 @@ func TestJSONReaders(t *testing.T) {
 	})
 	t.Run("export", func(t *testing.T) {
 		ck(t, "export --json").shape(run(t, "export", "--json", envO, "proj", "--to", filepath.Join(dir, "export")), "export_result")
+	})
+	t.Run("extend", func(t *testing.T) {
+		out := asObject(run(t, "extend", "--json", envO, "--ttl", "20m"))
+		ck(t, "extend --json").shape(out, "env")
+		if moves, _ := out["deadline_moves"].([]any); len(moves) != 1 {
+			t.Errorf("extend --json: deadline_moves %v, want one move", out["deadline_moves"])
+		}
+	})
+	t.Run("ls", func(t *testing.T) {
+		out := run(t, "ls", "--json", "-R", envO, target)
+		arr, _ := out.([]any)
+		if len(arr) == 0 {
+			t.Fatalf("ls --json -R of the tree: %v", out)
+		}
+		for _, e := range arr {
+			ck(t, "ls --json").shape(e, "dir_entry")
+		}
 	})
 	t.Run("capacity", func(t *testing.T) { ck(t, "capacity --json").shape(run(t, "capacity", "--json"), "capacity") })
 	t.Run("usage", func(t *testing.T) { ck(t, "usage --json").shape(run(t, "usage", "--json"), "usage") })

@@ -44,6 +44,13 @@ type backend interface {
 	StopEnv(ctx context.Context, idPrefix string, o hostfork.StopOptions) (*hostfork.EnvRecord, error)
 	StopCommand(ctx context.Context, idPrefix string, o hostfork.StopOptions) (*hostfork.CommandRecord, error)
 	Export(ctx context.Context, envPrefix, tree, dest string, o hostfork.ExportOptions) (*hostfork.ExportResult, error)
+	Extend(ctx context.Context, idPrefix string, o hostfork.ExtendOptions) (*hostfork.EnvRecord, error)
+	// Files of an environment's view (cp, ls).
+	OpenFile(ctx context.Context, envPrefix, name string) (io.ReadCloser, error)
+	WriteFile(ctx context.Context, envPrefix, name string, src io.Reader, perm os.FileMode) (hostfork.DirEntry, error)
+	Mkdir(ctx context.Context, envPrefix, name string, perm os.FileMode) error
+	Stat(ctx context.Context, envPrefix, name string) (hostfork.DirEntry, error)
+	ReadDir(ctx context.Context, envPrefix, name string, depth int) ([]hostfork.DirEntry, error)
 
 	Capacity(ctx context.Context) (*hostfork.CapacityReport, error)
 	SetPaused(ctx context.Context, paused bool) error
@@ -105,6 +112,10 @@ func (l local) Logs(ctx context.Context, id string, o hostfork.LogOptions) (io.R
 		return nil, err
 	}
 	return cmd.Logs(ctx, o)
+}
+
+func (l local) OpenFile(ctx context.Context, envPrefix, name string) (io.ReadCloser, error) {
+	return l.ReadFile(ctx, envPrefix, name)
 }
 
 func (l local) Create(ctx context.Context, p *hostfork.Plan) (*hostfork.EnvRecord, error) {

@@ -124,7 +124,8 @@ func report(w io.Writer, err error) int {
 	if _, isAnswer := client.ExitCode(err); !isAnswer && errors.As(err, &oe) && oe.Op == "dial" {
 		hint = " (is 'hostfork serve' running there? --host or $HOSTFORK_HOST names the server)"
 	}
-	if code == ExitNoSuchID {
+	var pe pathError
+	if code == ExitNoSuchID && !errors.As(err, &pe) {
 		// The library's message says what is missing; this names the fix.
 		hint = " (list ids with 'hostfork ps --all' or 'hostfork envs --all')"
 	}

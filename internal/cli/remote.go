@@ -258,6 +258,38 @@ func (r *remote) Export(ctx context.Context, envPrefix, tree, dest string, _ hos
 	return r.c.Export(ctx, envPrefix, tree, abs)
 }
 
+func (r *remote) OpenFile(ctx context.Context, envPrefix, name string) (io.ReadCloser, error) {
+	return r.c.ReadFile(ctx, envPrefix, name)
+}
+
+func (r *remote) WriteFile(ctx context.Context, envPrefix, name string, src io.Reader, perm os.FileMode) (hostfork.DirEntry, error) {
+	e, err := r.c.WriteFile(ctx, envPrefix, name, src, perm)
+	if err != nil {
+		return hostfork.DirEntry{}, err
+	}
+	return *e, nil
+}
+
+func (r *remote) Mkdir(ctx context.Context, envPrefix, name string, perm os.FileMode) error {
+	return r.c.Mkdir(ctx, envPrefix, name, perm)
+}
+
+func (r *remote) Stat(ctx context.Context, envPrefix, name string) (hostfork.DirEntry, error) {
+	e, err := r.c.Stat(ctx, envPrefix, name)
+	if err != nil {
+		return hostfork.DirEntry{}, err
+	}
+	return *e, nil
+}
+
+func (r *remote) ReadDir(ctx context.Context, envPrefix, name string, depth int) ([]hostfork.DirEntry, error) {
+	return r.c.ReadDir(ctx, envPrefix, name, depth)
+}
+
+func (r *remote) Extend(ctx context.Context, idPrefix string, o hostfork.ExtendOptions) (*hostfork.EnvRecord, error) {
+	return r.c.Extend(ctx, idPrefix, o)
+}
+
 func (r *remote) Capacity(ctx context.Context) (*hostfork.CapacityReport, error) {
 	return r.c.Capacity(ctx)
 }

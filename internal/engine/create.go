@@ -289,6 +289,7 @@ func (c *creation) build(ctx context.Context) error {
 			Slave: p.Propagation == "slave", Grace: p.Grace.D(), Ops: ops, Files: treeFiles}
 		if p.MaxRuntime > 0 {
 			ks.DeadlineMono = rec.ActivatedMono + p.MaxRuntime.D()
+			ks.RunDir = rec.RunDir // a moved deadline (Extend) is there
 		}
 		if m, err := cgroup.FindMount(); err == nil {
 			ks.CgroupMount = m.Path

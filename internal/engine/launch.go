@@ -238,16 +238,14 @@ func (l *launch) resolve(env *api.Env) error {
 	l.envv = envv
 	l.policy, l.note, l.keys = policy, note, keys
 	if env.Keeper != nil {
-		p, err := linux.OpenVerified(records.ToLinux(env.Keeper))
-		if err != nil {
+		r, err := keeperRoot(env.Keeper)
+		if errors.Is(err, linux.ErrNoProcess) || errors.Is(err, linux.ErrIdentityMismatch) {
 			return fmt.Errorf("environment %s: its keeper is gone (%v); new commands are refused (stop it and create a new one): %w", env.ID, err, api.ErrEnvNotActive)
 		}
-		defer p.Close()
-		v, err := launchenv.OpenViewRoot(env.Keeper.PID)
 		if err != nil {
 			return fmt.Errorf("environment %s: its view can't be entered: %v: %w", env.ID, err, api.ErrEnvNotActive)
 		}
-		l.view, l.keeperPID, l.keeperStart = v, env.Keeper.PID, env.Keeper.StartTime
+		l.view, l.keeperPID, l.keeperStart = &launchenv.ViewRoot{Root: r}, env.Keeper.PID, env.Keeper.StartTime
 		defer func() { l.view.Close(); l.view = nil }()
 	}
 	if l.view != nil {
@@ -577,6 +575,9 @@ func (l *launch) release(ctx context.Context, env *api.Env) (*Running, error) {
 	}
 	if cs.OwnerExit != "" {
 		cfg.OwnerExit = cs.OwnerExit
+	}
+	if l.deadlineMono > 0 {
+		cfg.RunDir = env.RunDir // a moved deadline (Extend) is there
 	}
 	if l.keeperPID > 0 {
 		cfg.ViewPID, cfg.ViewStart = l.keeperPID, l.keeperStart

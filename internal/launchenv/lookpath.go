@@ -6,9 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 )
 
 // InheritedEnv is os.Environ() without Git redirections
@@ -68,41 +67,19 @@ func LookPath(argv0 string, env []string) (string, error) {
 // ViewRoot is a descriptor of a view's root: the keeper's /proc/PID/root,
 // through which paths are resolved as the workload will see them
 // (openat2 RESOLVE_IN_ROOT: absolute symlinks and ".." stay inside).
-type ViewRoot struct{ fd int }
-
-// OpenViewRoot opens the root of the view kept by keeperPID.
-func OpenViewRoot(keeperPID int) (*ViewRoot, error) {
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root", keeperPID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: fmt.Sprintf("/proc/%d/root", keeperPID), Err: err}
-	}
-	return &ViewRoot{fd: fd}, nil
-}
-
-// Close releases the descriptor.
-func (v *ViewRoot) Close() { unix.Close(v.fd) }
-
-// stat resolves p inside the view, following symlinks as the view does.
-func (v *ViewRoot) stat(p string) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	fd, err := unix.Openat2(v.fd, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
-	if err != nil {
-		return st, err
-	}
-	defer unix.Close(fd)
-	err = unix.Fstat(fd, &st)
-	return st, err
-}
+// The view's root is a safefs.Root (RESOLVE_IN_ROOT), opened from the
+// keeper's pidfd-checked /proc/PID/root by the caller.
+type ViewRoot struct{ *safefs.Root }
 
 // LookPath resolves argv0 inside the view; the returned path is the one
 // the guardian execs there.
 func (v *ViewRoot) LookPath(argv0 string, env []string) (string, error) {
 	check := func(p string) (bool, error) {
-		st, err := v.stat(p)
+		st, err := v.Stat(p)
 		if err != nil {
 			return false, nil
 		}
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR || st.Mode&0o111 == 0 {
+		if st.Type == "dir" || st.Mode&0o111 == 0 {
 			return true, fmt.Errorf("%s: %w inside the environment's view (it is a directory or lacks execute permission)", p, api.ErrNotExecutable)
 		}
 		return true, nil
@@ -133,6 +110,6 @@ func (v *ViewRoot) LookPath(argv0 string, env []string) (string, error) {
 
 // IsDir reports whether p is a directory inside the view.
 func (v *ViewRoot) IsDir(p string) bool {
-	st, err := v.stat(p)
-	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+	st, err := v.Stat(p)
+	return err == nil && st.Type == "dir"
 }

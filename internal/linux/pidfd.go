@@ -149,3 +149,26 @@ func (p *Pidfd) SignalValue(sig syscall.Signal, value int32) error {
 	}
 	return nil
 }
+
+// OpenRoot opens the process's root directory, /proc/PID/root (O_PATH):
+// the root of its mount namespace, through which paths resolve as the
+// process sees them. The pidfd is checked after the open: the process was
+// alive then, so the PID could not have named another process when
+// /proc/PID/root was opened. A process that is gone gives ErrNoProcess.
+func (p *Pidfd) OpenRoot() (*os.File, error) {
+	name := fmt.Sprintf("/proc/%d/root", p.ID.PID)
+	fd, err := ignoringEINTR2(func() (int, error) {
+		return unix.Open(name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
+			return nil, ErrNoProcess
+		}
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	if err := p.Signal(0); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}

@@ -1,8 +1,9 @@
 // Package mcp is `hostfork mcp`: a Model Context Protocol server (the
 // official Go SDK) whose tools run, start, list, inspect, read, stop,
-// create and export owned, bounded commands and environments through the
-// public library (package hostfork), so a coding agent can start a dev
-// server or a long test run and come back to it.
+// create, extend and export owned, bounded commands and environments, and
+// read, write and list an environment's files, through the public library
+// (package hostfork), so a coding agent can start a dev server or a long
+// test run and come back to it.
 //
 // Every tool call is bounded: environments get a default expiry the agent
 // can change (never none without an explicit until_stopped), a captured
@@ -13,6 +14,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -76,6 +79,10 @@ func NewServer(h *hostfork.Host, o Options) *sdk.Server {
 	add(s, t, "logs", "Read a command's stdout or stderr from a byte offset: at most length bytes (default 64 KiB). Continue from next_offset.", t.logs)
 	add(s, t, "stop", "Stop a command's tree or a whole environment (id or unique prefix). Deletes no file.", t.stop)
 	add(s, t, "export", "Copy one of an environment's private trees to a new destination directory.", t.export)
+	add(s, t, "read_file", "Read a file of an environment as its commands see it (resolved inside its view): at most length bytes (default 64 KiB, at most 1 MiB) from offset; text, or base64 when not UTF-8. Continue from next_offset.", t.readFile)
+	add(s, t, "write_file", "Write a file of an environment as its commands see it (resolved inside its view), replacing it whole: content as text, or base64 with encoding base64. Its directory must exist.", t.writeFile)
+	add(s, t, "list_dir", "List a directory of an environment as its commands see it: its entries (depth 1, the default) or more levels; symbolic links are listed, not followed.", t.listDir)
+	add(s, t, "extend", "Move an environment's deadline later or earlier: ttl from now (e.g. 30m) or until an RFC 3339 instant. An earlier deadline stops it then.", t.extend)
 	return s
 }
 
@@ -519,6 +526,151 @@ func (t *tools) stop(ctx context.Context, a stopArgs) (any, error) {
 		return nil, err
 	}
 	return hostfork.RedactEnv(*rec), nil
+}
+
+type extendArgs struct {
+	Env   string `json:"env" jsonschema:"the environment's id or unique prefix"`
+	TTL   string `json:"ttl,omitempty" jsonschema:"the new deadline, this long from now, e.g. 30m"`
+	Until string `json:"until,omitempty" jsonschema:"the new deadline, an RFC 3339 instant (instead of ttl)"`
+}
+
+func (t *tools) extend(ctx context.Context, a extendArgs) (any, error) {
+	ttl, err := optDuration("ttl", a.TTL)
+	if err != nil {
+		return nil, err
+	}
+	o := hostfork.ExtendOptions{TTL: api.Duration(ttl)}
+	if a.Until != "" {
+		at, err := time.Parse(time.RFC3339, a.Until)
+		if err != nil {
+			return nil, fmt.Errorf("until %q: give an RFC 3339 instant, e.g. 2026-12-07T18:00:00Z: %w", a.Until, api.ErrInvalid)
+		}
+		o.Until = &at
+	}
+	ctx, cancel := bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	rec, err := t.h.Extend(ctx, a.Env, o)
+	if err != nil {
+		return nil, err
+	}
+	return hostfork.RedactEnv(*rec), nil
+}
+
+type readFileArgs struct {
+	Env    string `json:"env" jsonschema:"the environment's id or unique prefix"`
+	Path   string `json:"path" jsonschema:"an absolute path as the environment's commands see it"`
+	Offset int64  `json:"offset,omitempty" jsonschema:"byte offset to start at (next_offset of the previous call)"`
+	Length int    `json:"length,omitempty" jsonschema:"most bytes to return (default 65536, at most 1048576)"`
+}
+
+type readFileResult struct {
+	Path       string `json:"path"`
+	Offset     int64  `json:"offset"`
+	NextOffset int64  `json:"next_offset"`
+	Bytes      int    `json:"bytes"`
+	Size       int64  `json:"size"`
+	EOF        bool   `json:"eof"`
+	Text       string `json:"text,omitempty"`
+	Base64     string `json:"base64,omitempty"`
+}
+
+func (t *tools) readFile(ctx context.Context, a readFileArgs) (any, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	n := a.Length
+	if n <= 0 {
+		n = defaultLogLength
+	}
+	n = min(n, maxLogLength)
+	f, err := t.h.ReadFile(ctx, a.Env, a.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory: list it with list_dir: %w", a.Path, api.ErrInvalid)
+	}
+	buf := make([]byte, n)
+	got, err := f.ReadAt(buf, a.Offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	buf = buf[:got]
+	res := readFileResult{Path: a.Path, Offset: a.Offset, NextOffset: a.Offset + int64(got), Bytes: got, Size: st.Size()}
+	switch cut := validPrefix(buf); {
+	case cut == len(buf):
+		res.Text = string(buf)
+	case cut >= len(buf)-3 && cut > 0 && res.NextOffset < st.Size():
+		res.Text = string(buf[:cut])
+		res.Bytes, res.NextOffset = cut, a.Offset+int64(cut)
+	default:
+		res.Base64 = base64.StdEncoding.EncodeToString(buf)
+	}
+	res.EOF = res.NextOffset >= st.Size()
+	return res, nil
+}
+
+type writeFileArgs struct {
+	Env      string `json:"env" jsonschema:"the environment's id or unique prefix"`
+	Path     string `json:"path" jsonschema:"an absolute path as the environment's commands see it; its directory must exist"`
+	Content  string `json:"content" jsonschema:"the whole new content"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"text (default) or base64"`
+	Mode     string `json:"mode,omitempty" jsonschema:"permissions in octal, e.g. 0755 (default: the existing file's, else 0644)"`
+}
+
+func (t *tools) writeFile(ctx context.Context, a writeFileArgs) (any, error) {
+	b := []byte(a.Content)
+	switch a.Encoding {
+	case "", "text":
+	case "base64":
+		var err error
+		if b, err = base64.StdEncoding.DecodeString(a.Content); err != nil {
+			return nil, fmt.Errorf("content is not base64: %v: %w", err, api.ErrInvalid)
+		}
+	default:
+		return nil, fmt.Errorf("encoding %q: use text or base64: %w", a.Encoding, api.ErrInvalid)
+	}
+	var perm os.FileMode
+	if a.Mode != "" {
+		n, err := strconv.ParseUint(a.Mode, 8, 32)
+		if err != nil || n == 0 || n > 0o777 {
+			return nil, fmt.Errorf("mode %q: give permissions in octal, e.g. 0644: %w", a.Mode, api.ErrInvalid)
+		}
+		perm = os.FileMode(n)
+	}
+	ctx, cancel := bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	return t.h.WriteFile(ctx, a.Env, a.Path, bytes.NewReader(b), perm)
+}
+
+type listDirArgs struct {
+	Env   string `json:"env" jsonschema:"the environment's id or unique prefix"`
+	Path  string `json:"path" jsonschema:"an absolute path of a directory as the environment's commands see it"`
+	Depth int    `json:"depth,omitempty" jsonschema:"levels to list: 1 (default) its entries, more for levels below, -1 the whole tree"`
+}
+
+func (t *tools) listDir(ctx context.Context, a listDirArgs) (any, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	depth := a.Depth
+	if depth == 0 {
+		depth = 1
+	}
+	if depth < 0 {
+		depth = 0
+	}
+	es, err := t.h.ReadDir(ctx, a.Env, a.Path, depth)
+	if err != nil {
+		return nil, err
+	}
+	if es == nil {
+		es = []hostfork.DirEntry{}
+	}
+	return es, nil
 }
 
 type exportArgs struct {

@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,8 +68,9 @@ func TestMCP(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); !strings.Contains(got, "run") || len(names) != 8 {
-		t.Fatalf("tools: %s", got)
+	slices.Sort(names)
+	if got, want := strings.Join(names, ","), "create,export,extend,list_dir,logs,ps,read_file,run,start,status,stop,write_file"; got != want {
+		t.Fatalf("tools: %s, want %s", got, want)
 	}
 	// Plain schemas: a list argument is "type": "array", never
 	// ["null","array"], which the MCP Inspector's CLI can't read.
@@ -93,6 +95,39 @@ func TestMCP(t *testing.T) {
 	}
 	if env.State != api.EnvActive || env.TTL.D() != 5*time.Minute || env.OwnerExit != api.OwnerExitDetach {
 		t.Fatalf("create: %s ttl %s owner_exit %s", env.State, env.TTL, env.OwnerExit)
+	}
+	var extended api.Env
+	if eb := call(t, ctx, s, "extend", map[string]any{"env": env.ID, "ttl": "20m"}, &extended); eb != nil {
+		t.Fatalf("extend: %+v", eb)
+	}
+	if len(extended.DeadlineMoves) != 1 || extended.DeadlineAt == nil || extended.DeadlineAt.Before(time.Now().Add(19*time.Minute)) {
+		t.Fatalf("extend: deadline %v moves %+v", extended.DeadlineAt, extended.DeadlineMoves)
+	}
+	if eb := call(t, ctx, s, "extend", map[string]any{"env": env.ID}, nil); eb == nil || eb.ExitCode != 122 {
+		t.Fatalf("extend without a deadline: %+v", eb)
+	}
+	dir := t.TempDir()
+	var wrote api.DirEntry
+	if eb := call(t, ctx, s, "write_file", map[string]any{"env": env.ID, "path": dir + "/a.txt", "content": "héllo\n", "mode": "0600"}, &wrote); eb != nil {
+		t.Fatalf("write_file: %+v", eb)
+	}
+	if wrote.Type != "file" || wrote.Size != 7 || wrote.Mode != "-rw-------" {
+		t.Fatalf("write_file: %+v", wrote)
+	}
+	var read struct {
+		Text       string `json:"text"`
+		NextOffset int64  `json:"next_offset"`
+		EOF        bool   `json:"eof"`
+	}
+	if eb := call(t, ctx, s, "read_file", map[string]any{"env": env.ID, "path": dir + "/a.txt"}, &read); eb != nil || read.Text != "héllo\n" || !read.EOF || read.NextOffset != 7 {
+		t.Fatalf("read_file: %+v %+v", eb, read)
+	}
+	var listed []api.DirEntry
+	if eb := call(t, ctx, s, "list_dir", map[string]any{"env": env.ID, "path": dir}, &listed); eb != nil || len(listed) != 1 || listed[0].Path != "a.txt" {
+		t.Fatalf("list_dir: %+v %+v", eb, listed)
+	}
+	if eb := call(t, ctx, s, "write_file", map[string]any{"env": env.ID, "path": dir + "/no/such/b.txt", "content": "x"}, nil); eb == nil || eb.ExitCode != 119 || !strings.Contains(eb.Message, "mkdir -p") {
+		t.Fatalf("write_file below a missing directory: %+v", eb)
 	}
 	var started api.Command
 	if eb := call(t, ctx, s, "start", map[string]any{"env": env.ID, "argv": []string{"sh", "-c", "echo ready; exec sleep 60"}}, &started); eb != nil {

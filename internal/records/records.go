@@ -55,9 +55,9 @@ func (r *Records) Commands(ctx context.Context, q registry.CommandQuery) ([]*api
 	return cmds, err
 }
 
-// runDir is an environment's run directory; an id hostfork would never
+// RunDir is an environment's run directory; an id hostfork would never
 // make names a path that does not exist.
-func (r *Records) runDir(envID string) string {
+func (r *Records) RunDir(envID string) string {
 	if !validID(envID) {
 		return r.runs + "/.invalid-id"
 	}
@@ -65,7 +65,7 @@ func (r *Records) runDir(envID string) string {
 }
 
 func (r *Records) pinEnv(env *api.Env) {
-	env.RunDir = r.runDir(env.ID)
+	env.RunDir = r.RunDir(env.ID)
 }
 
 func (r *Records) pinCommand(c *api.Command) {
@@ -74,9 +74,9 @@ func (r *Records) pinCommand(c *api.Command) {
 	// commands would pay three times each.
 	var dir string
 	if validID(c.ID) {
-		dir = r.runDir(c.Env) + "/commands/" + c.ID
+		dir = r.RunDir(c.Env) + "/commands/" + c.ID
 	} else {
-		dir = r.runDir("") + "/commands/.invalid-id"
+		dir = r.RunDir("") + "/commands/.invalid-id"
 	}
 	c.Dir = dir
 	if c.StdoutPath != "" {

@@ -39,6 +39,14 @@ func envEvents(old, next *api.Env, now time.Time) []api.Event {
 			evs = append(evs, d)
 		}
 	}
+	if old != nil && old.DeadlineAt != nil && next.DeadlineAt != nil && !old.DeadlineAt.Equal(*next.DeadlineAt) {
+		e := ev(api.EventEnvDeadlineMoved, nil)
+		if n := len(next.DeadlineMoves); n > 0 {
+			e.At = next.DeadlineMoves[n-1].At
+		}
+		e.Detail = "from " + old.DeadlineAt.UTC().Format(time.RFC3339Nano) + " to " + next.DeadlineAt.UTC().Format(time.RFC3339Nano)
+		evs = append(evs, e)
+	}
 	if next.State != was {
 		switch next.State {
 		case api.EnvStopped:

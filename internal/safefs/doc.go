@@ -22,7 +22,11 @@
 //   - a delete names the object it means by identity (FileID) and stays on
 //     the filesystem and mount it started on.
 //
+// Root (root.go) is the other half: a view of the filesystem whose root
+// bounds every name (RESOLVE_IN_ROOT), for an environment's files.
+//
 // Only library packages of this module import it (storage, the engine,
-// the store); safefstest holds its adversarial test helpers. It is Linux
+// the store, the root package for an environment's files); safefstest
+// holds its adversarial test helpers. It is Linux
 // only and needs openat2 (Linux 5.6) and statx mount ids (Linux 5.8).
 package safefs

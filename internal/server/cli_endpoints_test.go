@@ -350,3 +350,53 @@ func TestSocketActivation(t *testing.T) {
 		t.Errorf("serve with another process's LISTEN_PID: %q", line)
 	}
 }
+
+// TestCLIFilesAndExtend: hostfork cp, ls and extend through --host, on an
+// environment with a view (its tree's files, resolved in the view).
+func TestCLIFilesAndExtend(t *testing.T) {
+	e := servertest.New(t)
+	s := e.Serve()
+	c := newClient(t, s)
+	ctx := ctxFor(t, 2*time.Minute)
+	src, target := treeSource(t, e)
+	env, err := c.CreateEnv(ctx, map[string]any{
+		"lifetime": map[string]any{"max_runtime": "5m"},
+		"trees":    map[string]any{"work": map[string]any{"kind": "copy", "source": src}},
+		"view":     map[string]any{"replace": map[string]string{target: "work"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := "--host=unix://" + s.Socket
+	in := filepath.Join(e.Dir, "in.txt")
+	if err := os.WriteFile(in, []byte("through the server\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.CLI(host, "cp", in, env.ID+":"+target+"/"); err != nil {
+		t.Fatalf("cp in: %v %s", err, out)
+	}
+	out, err := e.CLI(host, "ls", "--json", env.ID, target)
+	if err != nil {
+		t.Fatalf("ls: %v %s", err, out)
+	}
+	var es []api.DirEntry
+	if err := json.Unmarshal(out, &es); err != nil || len(es) != 2 || es[0].Path != "a.txt" || es[1].Path != "in.txt" || es[1].Mode != "-rw-------" {
+		t.Fatalf("ls --json: %v %s", err, out)
+	}
+	back := filepath.Join(e.Dir, "back")
+	if out, err := e.CLI(host, "cp", env.ID+":"+target, back); err != nil {
+		t.Fatalf("cp out: %v %s", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(back, "in.txt")); err != nil || string(b) != "through the server\n" {
+		t.Fatalf("copied back: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(target, "in.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the write reached the host's directory under the view: %v", err)
+	}
+	if out, err := e.CLI(host, "extend", env.ID, "--ttl", "30m"); err != nil || !strings.Contains(string(out), "deadline moved") {
+		t.Fatalf("extend: %v %s", err, out)
+	}
+	if _, err := c.StopEnv(ctx, env.ID, client.StopOptions{Grace: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -127,6 +128,73 @@ func TestCycleClient(t *testing.T) {
 	envs, err := c.Envs(ctx, api.EnvFilter{Labels: api.Selector{"test=cycle"}})
 	if err != nil || len(envs) != 1 || len(envs[0].Commands) != 1 {
 		t.Fatalf("envs by label: %d, %v", len(envs), err)
+	}
+	// Files in and out of the view, through the server.
+	wctx, wcancel := context.WithCancel(ctx)
+	changes := make(chan api.FileEvent, 16)
+	watching := make(chan struct{})
+	go func() {
+		defer close(changes)
+		for ev, err := range c.Watch(wctx, env.ID, work, true) {
+			if err != nil {
+				return
+			}
+			if ev.Op == "ready" {
+				close(watching)
+				continue
+			}
+			select {
+			case changes <- ev:
+			default:
+			}
+		}
+	}()
+	select {
+	case <-watching:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watch was not in place within 30 s")
+	}
+	if err := c.Mkdir(ctx, env.ID, work+"/in", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := c.WriteFile(ctx, env.ID, work+"/in/put.txt", strings.NewReader("put\n"), 0o600); err != nil || e.Size != 4 || e.Mode != "-rw-------" {
+		t.Fatalf("write: %+v %v", e, err)
+	}
+	rd, err = c.ReadFile(ctx, env.ID, work+"/in/put.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(rd); string(b) != "put\n" {
+		t.Fatalf("read back %q", b)
+	}
+	rd.Close()
+	if es, err := c.ReadDir(ctx, env.ID, work, 0); err != nil || !slices.ContainsFunc(es, func(e api.DirEntry) bool { return e.Path == "in/put.txt" }) {
+		t.Fatalf("list: %+v %v", es, err)
+	}
+	if _, err := c.WriteFile(ctx, env.ID, work+"/missing/x", strings.NewReader("x"), 0); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("write below a missing directory: %v", err)
+	}
+	if _, err := c.ReadFile(ctx, env.ID, "relative"); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("read of a relative path: %v", err)
+	}
+	select {
+	case ev := <-changes:
+		if !strings.HasPrefix(ev.Path, work+"/in") {
+			t.Errorf("first change %+v", ev)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("no change reported within 30 s")
+	}
+	wcancel()
+	moved, err := c.Extend(ctx, env.ID[:6], api.DeadlineRequest{TTL: api.Duration(10 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(moved.DeadlineMoves) != 1 || moved.DeadlineAt == nil || !moved.DeadlineAt.After(*env.DeadlineAt) || len(moved.Commands) != 1 {
+		t.Fatalf("extend: deadline %v (was %v), moves %+v, %d commands", moved.DeadlineAt, env.DeadlineAt, moved.DeadlineMoves, len(moved.Commands))
+	}
+	if _, err := c.Extend(ctx, env.ID, api.DeadlineRequest{}); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("extend without a deadline: %v, want ErrInvalid", err)
 	}
 	stopped, err := c.StopEnv(ctx, env.ID, client.StopOptions{Grace: time.Second})
 	if err != nil {

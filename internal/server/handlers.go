@@ -223,6 +223,30 @@ func (s *Server) stopEnv(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// extendEnv moves the deadline. The move is not cut short by a client
+// that leaves: once recorded, every enforcer must take it.
+func (s *Server) extendEnv(w http.ResponseWriter, r *http.Request) error {
+	var req api.DeadlineRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if _, err := s.envRecord(r, r.PathValue("id")); err != nil {
+		return err
+	}
+	ctx, cancel := mutationContext(r)
+	defer cancel()
+	rec, err := s.h.Extend(ctx, r.PathValue("id"), req)
+	if err != nil {
+		return err
+	}
+	e, err := redact(r, *rec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
 // exportEnv runs the export under the request's context: a client that
 // leaves aborts it, and the result records the partial copy.
 func (s *Server) exportEnv(w http.ResponseWriter, r *http.Request) error {

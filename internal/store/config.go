@@ -28,6 +28,10 @@ const defaultConfig = `# hostfork store configuration.
 retention:
   trees: 24h      # private trees (snapshots, overlay uppers, copies)
   evidence: 168h  # records, logs, receipts, manifests, exports
+# The longest an environment may live, from its activation to its deadline:
+# 'hostfork extend' refuses to move a deadline beyond it. Unset: no limit.
+# lifetime:
+#   max: 72h
 # Soft admission of agent workloads (run/exec --workload agent): the share
 # of logical cores and of available memory they may use; each reserves at
 # least 2 GiB. At least one slot always exists.

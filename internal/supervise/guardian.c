@@ -64,6 +64,7 @@ static struct {
 	int pipe_mode, inherit_mode, owner_stop, foreground, auto_stop;
 	int64_t view_pid, view_start, deadline_ns, timeout_ns, grace_ns, idle_ns;
 	char oom_file[HF_MAX_PATH + 1]; /* the command's own file with an oom_kill line */
+	char run_dir[HF_MAX_PATH + 1];  /* the environment's: its moved deadline (HF_DEADLINE_FILE) */
 } cfg;
 
 /* OOM attribution (decisions 49, 79): the command's oom_kill counter,
@@ -273,6 +274,7 @@ static int parse_release(struct hf_msg *m)
 		{"cgroup_mount", 's', cfg.mount, sizeof cfg.mount, 0},
 		{"guardians_cgroup", 's', cfg.guardians, sizeof cfg.guardians, 0},
 		{"oom_file", 's', cfg.oom_file, sizeof cfg.oom_file, 0},
+		{"run_dir", 's', cfg.run_dir, sizeof cfg.run_dir, 0},
 		{"deadline_mono_ns", 'i', &cfg.deadline_ns, 0, 0},
 		{"timeout_mono_ns", 'i', &cfg.timeout_ns, 0, 0},
 		{"grace_ns", 'i', &cfg.grace_ns, 0, 0},
@@ -623,6 +625,21 @@ static void idle_poll(void)
 	}
 }
 
+/* deadline_reload takes a moved deadline (hostfork extend): the mover
+ * replaces RUN_DIR/deadline atomically, then pokes us with HF_SIG_DEADLINE;
+ * it is read at the release too, so a launch racing a move can't keep the
+ * old one. The timer is re-armed by the loop. */
+static void deadline_reload(void)
+{
+	char p[HF_MAX_PATH + 32];
+	if (!cfg.run_dir[0])
+		return;
+	snprintf(p, sizeof p, "%s/%s", cfg.run_dir, HF_DEADLINE_FILE);
+	int64_t v = hf_read_deadline(AT_FDCWD, p);
+	if (v > 0)
+		cfg.deadline_ns = v;
+}
+
 /* soft_deadline is when the environment's deadline starts its stop. */
 static int64_t soft_deadline(void)
 {
@@ -839,7 +856,7 @@ static void on_stop_request(const struct signalfd_siginfo *si)
 static void on_signals(void)
 {
 	struct signalfd_siginfo si[16];
-	int chld = 0;
+	int chld = 0, moved = 0;
 	for (;;) {
 		ssize_t n = read(sfd, si, sizeof si);
 		if (n < 0 && errno == EINTR)
@@ -849,12 +866,16 @@ static void on_signals(void)
 		for (size_t i = 0; i < (size_t)n / sizeof si[0]; i++) {
 			if (si[i].ssi_signo == SIGCHLD)
 				chld = 1;
+			else if (si[i].ssi_signo == HF_SIG_DEADLINE)
+				moved = 1;
 			else if (si[i].ssi_signo == SIGTERM)
 				on_stop_request(&si[i]);
 		}
 		if ((size_t)n < sizeof si)
 			break;
 	}
+	if (moved)
+		deadline_reload();
 	if (chld)
 		reap();
 }
@@ -1106,6 +1127,8 @@ int hf_guardian_main(void)
 	 * anything starts (see the gate below). */
 	sigset_t mask;
 	hf_helper_start(&mask, 1, HF_FD_PARENT, oom_adj);
+	sigaddset(&mask, HF_SIG_DEADLINE); /* a moved deadline (hf.h) */
+	sigprocmask(SIG_BLOCK, &mask, NULL);
 	self_pid = getpid();
 	ensure_std_fds();
 	if (fcntl(HF_FD_DIR, F_GETFD) >= 0)
@@ -1148,6 +1171,7 @@ int hf_guardian_main(void)
 	}
 	if (stop_pending())
 		return 0;
+	deadline_reload();
 	snprintf(tree.cgroup, sizeof tree.cgroup, "%s", cfg.cgroup);
 	snprintf(tree.mount, sizeof tree.mount, "%s", cfg.mount);
 	tree.roots[0] = self_pid;

@@ -1,6 +1,7 @@
 package supervise
 
 // #cgo CFLAGS: -Wall -Wextra -O2
+// #include <signal.h>
 // #include "hf.h"
 import "C"
 
@@ -36,6 +37,7 @@ const (
 	_ = uint(maxJoin-C.HF_MAX_JOIN) + uint(C.HF_MAX_JOIN-maxJoin)
 	_ = uint(stopNotice-C.HF_STOP_NOTICE) + uint(C.HF_STOP_NOTICE-stopNotice)
 	_ = uint(graceShift-C.HF_GRACE_SHIFT) + uint(C.HF_GRACE_SHIFT-graceShift)
+	_ = uint(sigDeadline-C.HF_SIG_DEADLINE) + uint(C.HF_SIG_DEADLINE-sigDeadline)
 	_ = uint(len(reasonCodes)-1-C.HF_R_MAX) + uint(C.HF_R_MAX-(len(reasonCodes)-1))
 )
 

@@ -21,11 +21,26 @@
 enum { HF_FD_CONTROL = 3, HF_FD_EVENTS, HF_FD_RECEIPT, HF_FD_STDIN, HF_FD_STDOUT, HF_FD_STDERR,
 	HF_FD_FWDOUT, HF_FD_FWDERR, HF_FD_DIR, HF_FD_PARENT };
 enum { HF_KFD_CONFIG = 3, HF_KFD_READY, HF_KFD_OWNER };
+/* After the configuration is read: the run directory (HF_DEADLINE_FILE). */
+#define HF_KFD_RUNDIR HF_KFD_CONFIG
 
 /* Control messages (protocol.go, msg*). */
 #define HF_MSG_RELEASE 'R'
 #define HF_MSG_SIGNAL 's'
 #define HF_MSG_STOP 't'
+
+/*
+ * A moved deadline (hostfork extend; protocol.go, DeadlineFile): the mover
+ * atomically replaces RUN_DIR/HF_DEADLINE_FILE (decimal CLOCK_MONOTONIC
+ * nanoseconds), then sends HF_SIG_DEADLINE to the keeper and to every
+ * guardian, which read the file again. SIGURG is ignored by default, so a
+ * poke that reaches a guardian before it blocks the signal is harmless: it
+ * reads the file at its release anyway.
+ */
+#define HF_DEADLINE_FILE "deadline"
+#define HF_SIG_DEADLINE SIGURG
+/* hf_read_deadline reads a deadline file: its value, or -1. */
+int64_t hf_read_deadline(int dirfd, const char *path);
 
 /* Limits the launcher checks before release (protocol.go, max*). */
 #define HF_MAX_ID 255        /* command_id, env_id */

@@ -164,6 +164,23 @@ int hf_parse_i64(const char *s, int64_t *out)
 	return 0;
 }
 
+int64_t hf_read_deadline(int dirfd, const char *path)
+{
+	char b[32];
+	int64_t v;
+	int fd = openat(dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int n = fd < 0 ? -1 : (int)read(fd, b, sizeof b - 1);
+	if (fd >= 0)
+		close(fd);
+	if (n >= 0)
+		b[n] = 0;
+	while (n > 0 && b[n - 1] == '\n')
+		b[--n] = 0;
+	if (n <= 0 || hf_parse_i64(b, &v) < 0 || v <= 0)
+		return -1;
+	return v;
+}
+
 int hf_copy_bounded(char *dst, size_t cap, const char *src)
 {
 	size_t n = strlen(src);

@@ -88,6 +88,7 @@ static struct {
 	int owner_stop, slave;
 	int files; /* trees' descriptors handed over, from HF_KFD_OWNER + 1 */
 	int64_t deadline_ns, grace_ns;
+	char run_dir[HF_MAX_PATH + 1]; /* where a moved deadline is (HF_DEADLINE_FILE) */
 } kc;
 
 static struct hf_msg cfgmsg;
@@ -107,6 +108,7 @@ static int parse_config(struct hf_msg *m)
 		{"deadline_mono_ns", 'i', &kc.deadline_ns, 0, 0},
 		{"grace_ns", 'i', &kc.grace_ns, 0, 0},
 		{"files", 'i', &files, 256, 0},
+		{"run_dir", 's', kc.run_dir, sizeof kc.run_dir, 0},
 		{0, 0, 0, 0, 0},
 	};
 	struct op *o = NULL;
@@ -440,11 +442,35 @@ static void stop_commands(int reason, int64_t grace)
 	}
 }
 
+/* arm_deadline arms the deadline timer at deadline − grace, after taking a
+ * moved deadline (hf.h, HF_DEADLINE_FILE). Re-arming discards an expiry
+ * not yet read. */
+static int rundir = -1; /* HF_KFD_RUNDIR once it holds the run directory */
+
+static void arm_deadline(int tfd)
+{
+	int64_t moved = rundir < 0 ? -1 : hf_read_deadline(rundir, HF_DEADLINE_FILE);
+	if (moved > 0)
+		kc.deadline_ns = moved;
+	if (kc.deadline_ns <= 0)
+		return;
+	struct itimerspec its;
+	memset(&its, 0, sizeof its);
+	int64_t at = kc.deadline_ns - kc.grace_ns;
+	if (at < 1)
+		at = 1;
+	its.it_value.tv_sec = at / 1000000000LL;
+	its.it_value.tv_nsec = at % 1000000000LL;
+	timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
 int hf_keeper_main(void)
 {
 	sigset_t mask;
 	char oom_adj[HF_OOM_ADJ_LEN]; /* the keeper runs nothing: unused */
 	hf_helper_start(&mask, 0, HF_KFD_OWNER, oom_adj);
+	sigaddset(&mask, HF_SIG_DEADLINE); /* a moved deadline (hf.h) */
+	sigprocmask(SIG_BLOCK, &mask, NULL);
 	for (int i = 0; i < MAX_SLOTS; i++)
 		slots[i] = -1;
 	int r = hf_read_msg(HF_KFD_CONFIG, &cfgmsg);
@@ -452,6 +478,16 @@ int hf_keeper_main(void)
 	if (r <= 0 || parse_config(&cfgmsg) < 0) {
 		ready("error reading the keeper's configuration");
 		return 125;
+	}
+	/* The run directory, opened on the host's mounts before the view can
+	 * cover it, in the slot the configuration no longer needs: a moved
+	 * deadline is read there (HF_KFD_RUNDIR). */
+	if (kc.run_dir[0]) {
+		int d = open(kc.run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (d == HF_KFD_RUNDIR || (d >= 0 && dup3(d, HF_KFD_RUNDIR, O_CLOEXEC) == HF_KFD_RUNDIR))
+			rundir = HF_KFD_RUNDIR;
+		if (d >= 0 && d != HF_KFD_RUNDIR)
+			close(d);
 	}
 	if (unshare(CLONE_NEWNS) < 0) {
 		snprintf(errmsg, sizeof errmsg, "a private mount namespace: unshare: %s", hf_errstr(errno));
@@ -484,16 +520,7 @@ int hf_keeper_main(void)
 
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (kc.deadline_ns > 0) {
-		struct itimerspec its;
-		memset(&its, 0, sizeof its);
-		int64_t at = kc.deadline_ns - kc.grace_ns;
-		if (at < 1)
-			at = 1;
-		its.it_value.tv_sec = at / 1000000000LL;
-		its.it_value.tv_nsec = at % 1000000000LL;
-		timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
-	}
+	arm_deadline(tfd);
 	/* The owner channel. The creator first writes "committed" once the
 	 * registry holds our identity (optionally followed by the commands and
 	 * guardians groups, known only then in the systemd tier); EOF before
@@ -510,7 +537,12 @@ int hf_keeper_main(void)
 		}
 		if (pfd[0].revents) {
 			struct signalfd_siginfo si;
+			int moved = 0;
 			while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+				if (si.ssi_signo == HF_SIG_DEADLINE) {
+					moved = 1;
+					continue;
+				}
 				if (si.ssi_code == SI_QUEUE) {
 					int reason = si.ssi_int & 0xff;
 					int64_t grace = (int64_t)((unsigned)si.ssi_int >> HF_GRACE_SHIFT) * 10 * NS_PER_MS;
@@ -519,6 +551,10 @@ int hf_keeper_main(void)
 				/* A plain SIGTERM is an orderly environment stop: its
 				 * commands are handled by the stopper. */
 				return 0;
+			}
+			if (moved) {
+				arm_deadline(tfd);
+				continue; /* a timer that fired before the move is void */
 			}
 		}
 		if (pfd[1].revents) {

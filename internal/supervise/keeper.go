@@ -24,7 +24,7 @@ const KeeperMode = "__hostfork_keeper"
 // kfdConfig (launcher → keeper) carries one NUL-framed message like the
 // guardian's release ('R', "key=value\0" strings, a lone "\0"): env_id,
 // owner_exit (stop | detach), deadline_mono_ns and grace_ns (decimal
-// nanoseconds), propagation (slave | private), cgroup_mount,
+// nanoseconds), run_dir (where a moved deadline is: DeadlineFile), propagation (slave | private), cgroup_mount,
 // commands_cgroup and guardians_cgroup, then the view's operations in
 // order, each opened by "op=KIND" and followed by its parameters (see
 // KeeperOp). The keeper makes a new mount namespace, makes it a slave or
@@ -79,9 +79,12 @@ type KeeperSpec struct {
 	OwnerExit string
 	// Slave makes the view a slave of the host's mounts (host unmounts and
 	// new mounts reach it where the host's mounts are shared).
-	Slave           bool
-	DeadlineMono    time.Duration
-	Grace           time.Duration
+	Slave        bool
+	DeadlineMono time.Duration
+	Grace        time.Duration
+	// RunDir is the environment's run directory: a moved deadline
+	// (DeadlineFile) there replaces DeadlineMono.
+	RunDir          string
 	CgroupMount     string
 	CommandsCgroup  string
 	GuardiansCgroup string
@@ -130,7 +133,7 @@ func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 	} else {
 		put("propagation", "private")
 	}
-	for k, v := range map[string]string{"cgroup_mount": s.CgroupMount, "commands_cgroup": s.CommandsCgroup, "guardians_cgroup": s.GuardiansCgroup} {
+	for k, v := range map[string]string{"cgroup_mount": s.CgroupMount, "commands_cgroup": s.CommandsCgroup, "guardians_cgroup": s.GuardiansCgroup, "run_dir": s.RunDir} {
 		if len(v) > maxPath {
 			return nil, fmt.Errorf("keeper: %s longer than %d bytes", k, maxPath)
 		}

@@ -51,7 +51,9 @@ const (
 // cgroup_mount, guardians_cgroup (at most maxPath bytes), v1_join
 // (repeated, at most maxJoin), deadline_mono_ns, timeout_mono_ns, grace_ns
 // and idle_ns (decimal nanoseconds), owner_exit, foreground and auto_stop
-// ("1" or "0"), view_pid and view_start (decimal). An unknown key or a
+// ("1" or "0"), view_pid and view_start (decimal), run_dir (the
+// environment's run directory, where a moved deadline is: DeadlineFile).
+// An unknown key or a
 // message longer than maxRelease makes the guardian exit 125 without
 // starting anything; EOF before the terminator is an aborted launch (exit
 // 0, nothing started).
@@ -74,6 +76,9 @@ const (
 // records the reason — the sender stops the tree itself — and kills the tree
 // after the grace plus 2 s if the sender did not finish. Received at the
 // gate, a stop takes effect right after the release.
+//
+// SIGURG (DeadlineSignal) says the environment's deadline moved: the
+// guardian reads run_dir/DeadlineFile again (deadline.go).
 const (
 	msgRelease = 'R'
 	msgSignal  = 's'
@@ -173,6 +178,9 @@ type Config struct {
 	Session string `json:"session,omitempty"`
 	TTYCols uint16 `json:"tty_cols,omitempty"`
 	TTYRows uint16 `json:"tty_rows,omitempty"`
+	// RunDir is the environment's run directory: a moved deadline
+	// (DeadlineFile) there replaces DeadlineMono.
+	RunDir string `json:"run_dir,omitempty"`
 }
 
 // Event is one guardian → launcher message: one line of key=value fields
@@ -336,6 +344,12 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 	if cfg.TTYCols > 0 && cfg.TTYRows > 0 {
 		put("tty_cols", strconv.Itoa(int(cfg.TTYCols)))
 		put("tty_rows", strconv.Itoa(int(cfg.TTYRows)))
+	}
+	if cfg.RunDir != "" {
+		if len(cfg.RunDir) > maxPath {
+			return nil, fmt.Errorf("release: run_dir longer than %d bytes", maxPath)
+		}
+		put("run_dir", cfg.RunDir)
 	}
 	b.WriteByte(0)
 	if bad != nil {

@@ -28,6 +28,9 @@ var (
 	ErrNoSuchUnit = errors.New("no such unit")
 	// ErrNoBus reports that no address for the requested bus is known.
 	ErrNoBus = errors.New("no D-Bus address for the systemd manager")
+	// ErrReadOnly reports a property the manager can't change on a
+	// running unit (systemd 252 and a scope's RuntimeMaxUSec).
+	ErrReadOnly = errors.New("the systemd manager can't change this property of a running unit")
 	// ErrClosed reports a call on a closed Conn.
 	ErrClosed = errors.New("systemd connection closed")
 )
@@ -36,6 +39,7 @@ var (
 const (
 	dbusUnitExists = "org.freedesktop.systemd1.UnitExists"
 	dbusNoSuchUnit = "org.freedesktop.systemd1.NoSuchUnit"
+	dbusReadOnly   = "org.freedesktop.DBus.Error.PropertyReadOnly"
 )
 
 // classify adds this package's sentinel to a D-Bus error the manager
@@ -54,6 +58,8 @@ func classify(err error) error {
 		return errors.Join(ErrUnitExists, err)
 	case dbusNoSuchUnit:
 		return errors.Join(ErrNoSuchUnit, err)
+	case dbusReadOnly:
+		return errors.Join(ErrReadOnly, err)
 	}
 	return err
 }

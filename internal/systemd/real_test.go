@@ -352,6 +352,42 @@ func TestRealSystemd(t *testing.T) {
 		}
 	})
 
+	t.Run("MoveDeadline", func(t *testing.T) {
+		// A deadline of 3 s moved to 6 s after activation: the manager
+		// sends SIGTERM at the new deadline - grace, not the old one.
+		p := startInside(t, n, `trap 'echo TERM; exit 0' TERM; while :; do sleep 0.05; done`)
+		m, opts := p.members()
+		opts.Deadline = &Deadline{MaxRuntime: 3 * time.Second, Grace: time.Second}
+		s, err := c.StartScope(ctx, "hf-move.scope", m, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		act := s.State.ActiveEnterMono
+		if err := c.MoveDeadline(ctx, s.Name, act+6*time.Second, time.Second); errors.Is(err, ErrReadOnly) {
+			// This manager can't move it: nothing changed.
+			st, serr := c.State(ctx, s.Name)
+			if serr != nil || st.RuntimeMax != 2*time.Second {
+				t.Fatalf("after a refused move: %v, RuntimeMax %v, want the 2 s it had", serr, st.RuntimeMax)
+			}
+			t.Logf("systemd %s refuses: %v", version, err)
+			_, _ = c.StopUnit(ctx, s.Name)
+			return
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case l := <-p.lines:
+			if term := l.mono - act; l.text != "TERM" || term < 4900*time.Millisecond {
+				t.Fatalf("process said %q %v after activation, want TERM about 5 s after", l.text, term)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no SIGTERM within 10 s")
+		}
+		if err := c.MoveDeadline(ctx, s.Name, act+time.Hour, time.Second); !errors.Is(err, ErrInvalid) && err == nil {
+			t.Errorf("moving the deadline of an ended scope: %v", err)
+		}
+	})
+
 	t.Run("Recovery", func(t *testing.T) {
 		p := startInside(t, n, "exec sleep 600")
 		m, opts := p.members()

@@ -373,3 +373,37 @@ func (c *Conn) unitMethod(ctx context.Context, name, method string) error {
 	}
 	return nil
 }
+
+// MoveDeadline moves a running scope's deadline (Deadline) to
+// deadlineMono on the monotonic clock the manager shares with the caller:
+// RuntimeMaxUSec counts from the unit's activation, so it becomes
+// deadlineMono − grace − ActiveEnterTimestampMonotonic. The unit is read
+// back and the manager must hold the new value. A manager that can't
+// change a running scope's RuntimeMaxUSec (systemd 252 can't) answers
+// with an error matching ErrReadOnly, and nothing changed.
+func (c *Conn) MoveDeadline(ctx context.Context, name string, deadlineMono, grace time.Duration) error {
+	st, err := c.State(ctx, name)
+	if err != nil {
+		return err
+	}
+	if st.Gone() || st.Ended() || st.ActiveEnterMono == 0 {
+		return fmt.Errorf("moving the deadline of %s: the unit is %s/%s: %w", name, st.LoadState, st.ActiveState, ErrInvalid)
+	}
+	rt := (deadlineMono - grace - st.ActiveEnterMono).Truncate(time.Microsecond)
+	if rt < time.Microsecond {
+		rt = time.Microsecond // 0 would mean no limit: stop now
+	}
+	err = c.call(ctx, true, func(ctx context.Context, l *link) error {
+		return l.sd.SetUnitPropertiesContext(ctx, name, true, sd.Property{Name: "RuntimeMaxUSec", Value: dbus.MakeVariant(uint64(rt / time.Microsecond))})
+	})
+	if err != nil {
+		return fmt.Errorf("moving the deadline of %s: %w", name, err)
+	}
+	if st, err = c.State(ctx, name); err != nil {
+		return err
+	}
+	if st.RuntimeMax != rt {
+		return fmt.Errorf("moving the deadline of %s: the manager holds RuntimeMaxUSec %v, not %v (systemd too old to change it at runtime?): %w", name, st.RuntimeMax, rt, ErrInvalid)
+	}
+	return nil
+}

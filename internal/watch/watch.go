@@ -5,7 +5,8 @@
 // wait so that a change inotify can't report (a file replaced, inotify
 // unavailable) is still seen at the next poll. Callers re-read their
 // source after every wake-up: a wake-up says "look again", never what
-// changed.
+// changed. Dir (tree.go) is the one exception: it reports what changed
+// below a directory, for a consumer that streams changes (Env.Watch).
 //
 // Any internal package and the root package may import it.
 package watch

@@ -1,0 +1,75 @@
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/atomicfile"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+)
+
+// A moved deadline (hostfork extend). The guardians and the keeper each
+// hold the environment's deadline and enforce it on their own timers; to
+// move it, MoveDeadline durably replaces DeadlineFile in the environment's
+// run directory, then Poke sends each of them DeadlineSignal, on which they
+// read the file again (hf.h, HF_DEADLINE_FILE). A signal sent before Poke
+// returns is delivered however soon the mover dies, and a guardian
+// released later reads the file at its release, so the new deadline holds
+// without the mover. The signal (SIGURG) is ignored by default: a poke
+// that reaches a guardian before its constructor blocked it does nothing.
+const (
+	DeadlineFile   = "deadline"
+	DeadlineSignal = syscall.SIGURG
+	sigDeadline    = int(DeadlineSignal) // for the C-side check
+)
+
+// MoveDeadline records mono (CLOCK_MONOTONIC) as the deadline of the
+// environment whose run directory is runDir, atomically. It is not flushed
+// to disk: the enforcers that read it live no longer than this boot, and
+// the registry holds the deadline durably.
+func MoveDeadline(runDir string, mono time.Duration) error {
+	if mono <= 0 {
+		return fmt.Errorf("moving a deadline to %v: it must be positive", mono)
+	}
+	return atomicfile.Replace(filepath.Join(runDir, DeadlineFile), []byte(strconv.FormatInt(int64(mono), 10)+"\n"), 0o600)
+}
+
+// MovedDeadline reads a moved deadline (0 when none was moved).
+func MovedDeadline(runDir string) (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join(runDir, DeadlineFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(string(trimNL(b)), 10, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("%s: not a deadline: %q", filepath.Join(runDir, DeadlineFile), b)
+	}
+	return time.Duration(v), nil
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == '\n' {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// Poke tells the guardian or keeper id to read a moved deadline. A process
+// that is gone is not an error (linux.ErrNoProcess is returned for the
+// caller to tell apart).
+func Poke(id linux.Identity) error {
+	p, err := linux.OpenVerified(id)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return p.Signal(DeadlineSignal)
+}
