@@ -258,6 +258,28 @@ func TestOpenAPIResponses(t *testing.T) {
 	must("envs", err)
 	_, err = c.Env(ctx, env.ID)
 	must("env", err)
+	// Files in and out, inside the view; a watch that has begun.
+	must("mkdir", c.Mkdir(ctx, env.ID, target+"/d", 0o755))
+	_, err = c.WriteFile(ctx, env.ID, target+"/d/f.txt", strings.NewReader("hello\n"), 0o644)
+	must("write file", err)
+	rf, err := c.ReadFile(ctx, env.ID, target+"/d/f.txt")
+	must("read file", err)
+	_, _ = io.Copy(io.Discard, rf)
+	rf.Close()
+	_, err = c.Stat(ctx, env.ID, target+"/d/f.txt")
+	must("stat", err)
+	_, err = c.ReadDir(ctx, env.ID, target, 2)
+	must("read dir", err)
+	wctx, wcancel := context.WithCancel(ctx)
+	for ev, err := range c.Watch(wctx, env.ID, target, true) {
+		must("watch", err)
+		if ev.Op == "ready" {
+			break
+		}
+	}
+	wcancel()
+	_, err = c.Extend(ctx, env.ID, api.DeadlineRequest{TTL: api.Duration(10 * time.Minute)})
+	must("extend", err)
 	_, err = c.StopEnv(ctx, env.ID, client.StopOptions{Grace: time.Second})
 	must("stop env", err)
 	_, err = c.Export(ctx, env.ID, "work", filepath.Join(e.Dir, "export"))

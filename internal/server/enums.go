@@ -21,7 +21,7 @@ var enums = map[reflect.Type][]string{
 		api.ReasonUnknown),
 	reflect.TypeFor[api.Tier]():       strs(api.TierSystemdScope, api.TierCgroup2, api.TierSubreaper),
 	reflect.TypeFor[api.OutputMode](): strs(api.OutputFiles, api.OutputPipe, api.OutputInherit),
-	reflect.TypeFor[api.EventKind](): strs(api.EventEnvCreated, api.EventEnvFailed, api.EventEnvStopDecided, api.EventEnvStopped,
+	reflect.TypeFor[api.EventKind](): strs(api.EventEnvCreated, api.EventEnvFailed, api.EventEnvStopDecided, api.EventEnvStopped, api.EventEnvDeadlineMoved,
 		api.EventCommandStarted, api.EventCommandFailed, api.EventCommandLeaderExit, api.EventCommandTreeExit,
 		api.EventCommandUnverified, api.EventCommandStopDecided, api.EventDeadline, api.EventIdle, api.EventOOM, api.EventReap,
 		api.EventGC),

@@ -60,7 +60,7 @@ func (s *Server) table() []route {
 		{method: "GET", path: "/v1/envs/{id}/stat", summary: "Describe a file of the environment", query: []param{pPath}, status: 200, resp: api.DirEntry{}, handle: s.stat},
 		{method: "GET", path: "/v1/envs/{id}/dir", summary: "List a directory of the environment (links listed, not followed)", query: []param{pPath, pDepth}, status: 200, resp: []api.DirEntry{}, handle: s.readDir},
 		{method: "PUT", path: "/v1/envs/{id}/dir", summary: "Create a directory of the environment (its parent must exist)", query: []param{pPath, pMode}, status: 201, resp: api.DirEntry{}, handle: s.mkdir},
-		{method: "GET", path: "/v1/envs/{id}/watch", summary: "Stream the changes in a directory of the environment as NDJSON (one api.FileEvent per line)", query: []param{pPath, pRecursive}, status: 200, contentType: "application/x-ndjson", handle: s.watchFiles},
+		{method: "GET", path: "/v1/envs/{id}/watch", summary: "Stream the changes in a directory of the environment as NDJSON (one api.FileEvent per line)", query: []param{pPath, pRecursive}, status: 200, resp: api.FileEvent{}, contentType: "application/x-ndjson", handle: s.watchFiles},
 		{method: "POST", path: "/v1/envs/{id}/export", summary: "Copy one of the environment's trees to a new destination", body: client.ExportRequest{}, status: 200, resp: api.ExportResult{}, handle: s.exportEnv},
 		{method: "POST", path: "/v1/runs", summary: "Create an environment with a first command (output in files) that stops when the command's tree has exited, or at its deadline (as hostfork run --detach)",
 			query: []param{pShowEnv}, body: runBody{}, status: 201, resp: api.Env{}, handle: s.run},
