@@ -193,6 +193,27 @@ func (s *soak) one(r *rand.Rand) {
 	case p < 75:
 		ttl := *ttlMax/3 + time.Duration(r.Int64N(int64(*ttlMax*2/3)))
 		kind, args = "detach/"+via, append(host, "run", "--detach", "--label", "soak=1", "--ttl", ttl.Round(time.Second).String(), "--", "sleep", "3600")
+	case p < 77:
+		// A session: a terminal held by its guardian, typed into.
+		ttl := *ttlMax/3 + time.Duration(r.Int64N(int64(*ttlMax*2/3)))
+		out, err := s.cli("run", "--detach", "--tty", "--label", "soak=1", "--ttl", ttl.Round(time.Second).String(), "--", "cat")
+		if err != nil {
+			s.mu.Lock()
+			if killed(err) {
+				s.counts["session killed"]++
+			} else {
+				s.counts["session unexpected"]++
+				fmt.Printf("  unexpected: run --detach --tty: exit %d: %s\n", exitCode(err), firstLines(out, 3))
+			}
+			s.mu.Unlock()
+			return
+		}
+		id := strings.TrimSpace(out)
+		s.mu.Lock()
+		s.live = append(s.live, id)
+		s.started[id] = true
+		s.mu.Unlock()
+		kind, args = "session-send", []string{"send", id, "hello\n"}
 	case p < 80:
 		kind, args, want = "timeout", []string{"run", "--label", "soak=1", "--timeout", "300ms", "--", "sleep", "30"}, []int{124}
 	case p < 83:
