@@ -52,11 +52,16 @@ type View struct {
 	// is covered); without it such a target is refused. Symbolic links
 	// are never followed there either way.
 	AllowUntrustedTargets bool `json:"allow_untrusted_targets,omitempty" yaml:"allow_untrusted_targets,omitempty"`
+	// ReadOnlyRest makes every other writable host filesystem read-only:
+	// each real filesystem mounted read-write that no rule covers or
+	// shares (pseudo filesystems such as /proc, /sys and /dev keep their
+	// modes). The agent profile sets it.
+	ReadOnlyRest bool `json:"read_only_rest,omitempty" yaml:"read_only_rest,omitempty"`
 }
 
 // Empty reports whether the view changes nothing.
 func (v View) Empty() bool {
-	return len(v.Replace) == 0 && len(v.ReadOnly) == 0 && len(v.Share) == 0 && len(v.Scratch) == 0
+	return len(v.Replace) == 0 && len(v.ReadOnly) == 0 && len(v.Share) == 0 && len(v.Scratch) == 0 && !v.ReadOnlyRest
 }
 
 // Limits are aggregate budgets over the environment (keeper included).

@@ -80,6 +80,9 @@ type ViewRule struct {
 	// Hides lists host mounts below Target that the rule covers.
 	Hides []string `json:"hides,omitempty"`
 	Note  string   `json:"note,omitempty"`
+	// Rest: a read_only rule made by read_only_rest, for the one host
+	// mount at Target (not the mounts below it).
+	Rest bool `json:"rest,omitempty"`
 }
 
 // ViewPlan is the planned view.
@@ -89,4 +92,11 @@ type ViewPlan struct {
 	Overlaps []string `json:"overlaps,omitempty"`
 	// InheritedWritable lists host mounts that stay writable in the view.
 	InheritedWritable []string `json:"inherited_writable,omitempty"`
+	// Private, ReadOnly and Shared sum the view up: the paths whose writes
+	// stay in the environment (replace and scratch), the paths made
+	// read-only, and the paths whose writes reach the host (shares and
+	// inherited writable mounts).
+	Private  []string `json:"private,omitempty"`
+	ReadOnly []string `json:"read_only,omitempty"`
+	Shared   []string `json:"shared,omitempty"`
 }

@@ -29,6 +29,7 @@ type envFlags struct {
 	share        []string
 	scratch      []string
 	untrusted    bool
+	profile      string
 	memory       string
 	cpus         string
 	pids         int64
@@ -54,6 +55,7 @@ func (f *envFlags) add(c *cobra.Command) {
 	fl.StringArrayVar(&f.ro, "ro", nil, "make PATH read-only in the view")
 	fl.StringArrayVar(&f.share, "share", nil, "keep PATH the live host directory, restored over other rules (e.g. a socket dir)")
 	fl.StringArrayVar(&f.scratch, "scratch", nil, "give PATH a private empty tmpfs (e.g. /tmp)")
+	fl.StringVar(&f.profile, "profile", "", "a named set of view rules: agent (private /tmp, $HOME as an overlay of the real home, everything else read-only) or one the spec defines under profiles")
 	fl.BoolVar(&f.untrusted, "allow-untrusted-targets", false, "accept view targets under a directory another user can write (they choose which of their directories is covered; links are never followed)")
 	fl.StringVar(&f.memory, "memory", "", "memory budget for the whole environment (e.g. 8G)")
 	fl.StringVar(&f.cpus, "cpus", "", "CPU budget in cores, fractional allowed (e.g. 1.5)")
@@ -127,6 +129,9 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 	s.View.Scratch = append(s.View.Scratch, f.scratch...)
 	if f.untrusted {
 		s.View.AllowUntrustedTargets = true
+	}
+	if f.profile != "" {
+		s.Profile = f.profile
 	}
 	if f.memory != "" {
 		v, err := spec.ParseSize(f.memory)

@@ -57,6 +57,16 @@ func New(root string, reg *records.Records, caps func() api.Capabilities) *Plann
 // Plan validates s against this host and resolves it. Errors are for
 // malformed requests; what the host can't do is listed in Unsupported.
 func (e *Planner) Plan(ctx context.Context, s spec.Environment) (*spec.Plan, error) {
+	if s.Profile != "" {
+		// $HOME in a profile is the spec's own HOME, else this process's.
+		home := s.Env["HOME"]
+		if home == "" {
+			home, _ = os.UserHomeDir()
+		}
+		if err := s.ApplyProfile(home); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}

@@ -145,6 +145,10 @@ func ViewOps(ctx context.Context, p *spec.Plan, trees []api.Tree) (ops []view.Op
 		case plan.Scratch:
 			ops = append(ops, view.Op{Kind: view.OpTmpfs, Target: r.Target, Mkdir: r.Mkdir, Why: why})
 		case plan.ReadOnly:
+			if r.Rest {
+				ops = append(ops, view.Op{Kind: view.OpReadOnlyMount, Target: r.Target, Why: why})
+				break
+			}
 			ops = append(ops, view.Op{Kind: view.OpReadOnly, Target: r.Target, Mkdir: r.Mkdir, Why: why})
 		case plan.Share:
 			if r.Restore {
