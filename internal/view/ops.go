@@ -21,8 +21,8 @@ const (
 	// OpReadOnlyMount makes the one host mount at Target read-only, not
 	// the mounts below it (read_only_rest).
 	OpReadOnlyMount = "readonly-mount"
-	OpRestore  = "restore"  // put the host's live Target back on top
-	OpMount    = "mount"    // apply a storage mount (a private tree) on Target
+	OpRestore       = "restore" // put the host's live Target back on top
+	OpMount         = "mount"   // apply a storage mount (a private tree) on Target
 )
 
 // Op is one mount operation of a view.
