@@ -43,6 +43,10 @@ type PlannedTree struct {
 	Target string `json:"target"`
 	// Consistency says what the tree guarantees about its contents.
 	Consistency string `json:"consistency"`
+	// Ref and Commit: what a worktree tree checks out, and the commit
+	// that resolved to when planned.
+	Ref    string `json:"ref,omitempty"`
+	Commit string `json:"commit,omitempty"`
 }
 
 // PlannedLimit is one requested budget and how the host enforces it.

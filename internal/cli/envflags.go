@@ -50,7 +50,7 @@ func (f *envFlags) add(c *cobra.Command) {
 	fl.StringVar(&f.purpose, "purpose", "", "why this runs (shown by ps and status)")
 	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
 	fl.StringVar(&f.tier, "tier", "", "ownership tier: cgroup2 or subreaper (default: the strongest available)")
-	fl.StringArrayVar(&f.trees, "tree", nil, "private tree NAME=KIND:SOURCE (KIND btrfs|overlay|copy; SOURCE a baseline name or an absolute path)")
+	fl.StringArrayVar(&f.trees, "tree", nil, "private tree NAME=KIND:SOURCE (KIND btrfs|overlay|copy; SOURCE a baseline name or an absolute path), or NAME=worktree:REPO[@REF] (a git worktree on branch hostfork/ENV/NAME)")
 	fl.StringArrayVar(&f.replace, "replace", nil, "replace host directory TARGET=TREE in the view")
 	fl.StringArrayVar(&f.ro, "ro", nil, "make PATH read-only in the view")
 	fl.StringArrayVar(&f.share, "share", nil, "keep PATH the live host directory, restored over other rules (e.g. a socket dir)")
@@ -107,6 +107,12 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 			s.Trees = map[string]spec.Tree{}
 		}
 		tr := spec.Tree{Kind: kind}
+		if kind == spec.KindWorktree {
+			// worktree:REPO[@REF]
+			if i := strings.LastIndexByte(src, '@'); i > 0 && !strings.Contains(src[i:], "/") {
+				src, tr.Ref = src[:i], src[i+1:]
+			}
+		}
 		if strings.HasPrefix(src, "/") {
 			tr.Source = src
 		} else {
