@@ -45,11 +45,13 @@ type Worktree struct{}
 // Kind names the mechanism.
 func (Worktree) Kind() Kind { return KindWorktree }
 
-// git runs git in dir with no hooks, no user configuration that redirects
-// it (GIT_* variables removed) and no prompt; the error carries its
-// stderr.
+// git runs git in dir with no hooks, no fsmonitor program, no variable
+// that redirects it (GIT_* removed) and no prompt; the error carries its
+// stderr. git's own safe.directory check refuses a repository another
+// user owns, so hostfork running as root never runs that user's
+// configuration.
 func git(ctx context.Context, dir string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "core.hooksPath=/dev/null", "-C", dir}, args...)...)
+	cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-C", dir}, args...)...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "GIT_") {
 			cmd.Env = append(cmd.Env, kv)
