@@ -101,7 +101,7 @@ func RemoveTrees(ctx context.Context, root, envID string, trees []api.Tree) []st
 		if t.State != api.TreeAllocated {
 			continue
 		}
-		if err := retention.RemoveTree(ctx, root, envID, t); err != nil {
+		if err := retention.UndoTree(ctx, root, envID, t); err != nil {
 			errs = append(errs, fmt.Sprintf("removing tree %s: %v", t.Name, err))
 			continue
 		}

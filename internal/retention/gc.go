@@ -281,6 +281,12 @@ func RemoveTree(ctx context.Context, root, envID string, t *api.Tree) error {
 	return removeTree(ctx, root, envID, t, false, false)
 }
 
+// UndoTree removes a tree of a creation that failed: nothing ran in it,
+// so a worktree goes with its branch (nothing half-made is left).
+func UndoTree(ctx context.Context, root, envID string, t *api.Tree) error {
+	return removeTree(ctx, root, envID, t, true, true)
+}
+
 // worktreeHold says why a worktree tree must stay ("" it may go): it has
 // uncommitted changes, or they can't be known.
 func worktreeHold(ctx context.Context, envID string, t *api.Tree) string {
