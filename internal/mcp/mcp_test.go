@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -224,6 +225,30 @@ func TestMCPTrees(t *testing.T) {
 		t.Fatalf("the host's target changed: %v", err)
 	}
 
+	// A worktree tree: its branch carries what export --commit commits.
+	if _, err := exec.LookPath("git"); err == nil {
+		repo := filepath.Join(e.Dir, "repo")
+		if err := os.Mkdir(repo, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(repo, "f"), []byte("committed\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "."}, {"-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first"}} {
+			if out, err := exec.Command("git", append([]string{"-C", repo}, args...)...).CombinedOutput(); err != nil {
+				t.Fatalf("git %v: %v: %s", args, err, out)
+			}
+		}
+		wt := map[string]any{"w": map[string]any{"kind": "worktree", "source": repo, "ref": "main"}}
+		if eb := call(t, ctx, s, "run", map[string]any{"argv": []string{"sh", "-c", "cat " + target + "/f; git -C " + target + " rev-parse --abbrev-ref HEAD"},
+			"ttl": "1m", "trees": wt, "view": map[string]any{"replace": map[string]string{target: "w"}}}, &run); eb != nil {
+			t.Fatalf("run with a worktree tree: %+v", eb)
+		}
+		if !strings.HasPrefix(run.Stdout, "committed\nhostfork/") || !strings.HasSuffix(run.Stdout, "/w\n") {
+			t.Fatalf("run with a worktree tree: %+v", run)
+		}
+	}
+
 	// The store and the binary may lie under /tmp here; they are shared
 	// back, as plan asks.
 	agentView := map[string]any{"share": []string{e.Root, filepath.Dir(e.Bin)}}
@@ -263,7 +288,11 @@ func TestMCPTrees(t *testing.T) {
 	if err := json.Unmarshal(out, &envs); err != nil {
 		t.Fatal(err)
 	}
-	if len(envs) != 3 {
+	want := 3
+	if _, err := exec.LookPath("git"); err == nil {
+		want++ // the worktree run
+	}
+	if len(envs) != want {
 		t.Fatalf("the refused creations left environments: %d envs", len(envs))
 	}
 }
