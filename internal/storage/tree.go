@@ -53,7 +53,8 @@ type Request struct {
 	// it (the plan) must have seen the same directory.
 	SourceID *safefs.FileID
 	// Ref and Branch are for worktree: the commit-ish to check out
-	// (default HEAD) and the new branch made for it.
+	// (default HEAD) and the new branch made for it (default
+	// hostfork/<base name of Dest>).
 	Ref, Branch string
 }
 

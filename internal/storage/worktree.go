@@ -103,7 +103,13 @@ func (w Worktree) Prepare(ctx context.Context, req Request) (Tree, error) {
 	if err := checkRequest(KindWorktree, req); err != nil {
 		return Tree{}, err
 	}
-	if req.Branch == "" || strings.HasPrefix(req.Branch, "-") {
+	if err := ctx.Err(); err != nil {
+		return Tree{}, fmt.Errorf("preparing worktree tree: %w", err)
+	}
+	if req.Branch == "" {
+		req.Branch = "hostfork/" + filepath.Base(req.Dest)
+	}
+	if strings.HasPrefix(req.Branch, "-") {
 		return Tree{}, fmt.Errorf("worktree tree: branch %q: %w", req.Branch, ErrInvalidRequest)
 	}
 	commit, err := GitRepository(ctx, req.Source, req.Ref)
