@@ -200,15 +200,19 @@ type GCOptions struct {
 	RetainTrees, RetainEvidence *time.Duration
 	// Force lists environments (ids or prefixes) whose trees and evidence
 	// are discarded now, whatever their retention. Live environments are
-	// still refused.
+	// still refused. A forced worktree tree is removed also with
+	// uncommitted changes.
 	Force []string
+	// DeleteBranches also deletes the branch of each worktree tree gc
+	// removes (by default the branch stays, with its commits).
+	DeleteBranches bool
 }
 
 // GC applies retention to stopped environments: private trees first, then
 // evidence once no tree remains. Every deletion checks containment in the
 // store's own directories and the recorded identity first.
 func (h *Host) GC(ctx context.Context, opts GCOptions) (*GCReport, error) {
-	return h.e.GC(ctx, retention.GCOptions{DryRun: opts.DryRun, RetainTrees: opts.RetainTrees, RetainEvidence: opts.RetainEvidence, Force: opts.Force})
+	return h.e.GC(ctx, retention.GCOptions{DryRun: opts.DryRun, RetainTrees: opts.RetainTrees, RetainEvidence: opts.RetainEvidence, Force: opts.Force, DeleteBranches: opts.DeleteBranches})
 }
 
 // Usage measures the store: runs, bytes, pools, backlog.
@@ -247,6 +251,9 @@ type ExportOptions struct {
 	// Progress is called as files are copied, with the total counted
 	// beforehand (0 if counting was skipped).
 	Progress func(files, total int64)
+	// Commit, for a worktree tree, commits everything in it on its
+	// branch with this message first; with dest "" nothing is copied.
+	Commit string
 }
 
 // Export copies an environment's tree (environment by id or unique
@@ -262,7 +269,7 @@ func (h *Host) Export(ctx context.Context, envPrefix, tree, dest string, opts Ex
 	if kind != "env" {
 		return nil, fmt.Errorf("%s is a command; give its environment: %w", id, api.ErrInvalid)
 	}
-	return h.e.Export(ctx, id, tree, dest, export.ExportOptions{Progress: opts.Progress})
+	return h.e.Export(ctx, id, tree, dest, export.ExportOptions{Progress: opts.Progress, Commit: opts.Commit})
 }
 
 // RecaptureHostShell captures the login shell's environment again for the

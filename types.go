@@ -157,7 +157,9 @@ const (
 	ExportComplete = api.ExportComplete
 	ExportLive     = api.ExportLive
 	ExportPartial  = api.ExportPartial
-	ExportFailed   = api.ExportFailed
+	// ExportCommitted: a worktree tree was committed, nothing copied.
+	ExportCommitted = api.ExportCommitted
+	ExportFailed    = api.ExportFailed
 )
 
 // Capture states of a stream.

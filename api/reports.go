@@ -63,6 +63,9 @@ const (
 	ExportPartial = "partial"
 	// ExportFailed: the export did not produce a usable copy.
 	ExportFailed = "failed"
+	// ExportCommitted: a worktree tree was committed on its branch
+	// (--commit) and nothing was copied.
+	ExportCommitted = "committed"
 )
 
 // ExportResult is the record of one export, also kept in the
@@ -84,7 +87,11 @@ type ExportResult struct {
 	Errors      []string `json:"errors,omitempty"`
 	// Note says why a label is weaker than the environment's state
 	// suggests (an overlay whose lower changed in place).
-	Note       string    `json:"note,omitempty"`
+	Note string `json:"note,omitempty"`
+	// Commit and Branch: what --commit made on a worktree tree's branch
+	// (Commit "" when there was nothing to commit).
+	Commit     string    `json:"commit,omitempty"`
+	Branch     string    `json:"branch,omitempty"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
 }

@@ -74,6 +74,9 @@ type GCRequest struct {
 	// Force lists stopped environments (ids or prefixes) whose trees and
 	// evidence are discarded now.
 	Force []string `json:"force,omitempty"`
+	// DeleteBranches also deletes the branch of each worktree tree
+	// removed.
+	DeleteBranches bool `json:"delete_branches,omitempty"`
 }
 
 // BaselineRequest is the body of POST /v1/baselines.

@@ -21,6 +21,9 @@ const (
 	KindBtrfs   = "btrfs"
 	KindOverlay = "overlay"
 	KindCopy    = "copy"
+	// KindWorktree is `git worktree add` of the repository at Source, at
+	// Ref, on a new branch hostfork/ENV/TREE.
+	KindWorktree = "worktree"
 )
 
 // Tree asks for one private tree.
@@ -33,6 +36,9 @@ type Tree struct {
 	// Source is a host path used directly (overlay lower, copy source, or
 	// btrfs subvolume to snapshot). Exactly one of Baseline and Source.
 	Source string `json:"source,omitempty" yaml:"source,omitempty"`
+	// Ref is what a worktree tree checks out: a branch, tag or commit
+	// (default HEAD). Only for kind worktree.
+	Ref string `json:"ref,omitempty" yaml:"ref,omitempty"`
 }
 
 // View describes how the environment's mount namespace differs from the
@@ -52,11 +58,16 @@ type View struct {
 	// is covered); without it such a target is refused. Symbolic links
 	// are never followed there either way.
 	AllowUntrustedTargets bool `json:"allow_untrusted_targets,omitempty" yaml:"allow_untrusted_targets,omitempty"`
+	// ReadOnlyRest makes every other writable host filesystem read-only:
+	// each real filesystem mounted read-write that no rule covers or
+	// shares (pseudo filesystems such as /proc, /sys and /dev keep their
+	// modes). The agent profile sets it.
+	ReadOnlyRest bool `json:"read_only_rest,omitempty" yaml:"read_only_rest,omitempty"`
 }
 
 // Empty reports whether the view changes nothing.
 func (v View) Empty() bool {
-	return len(v.Replace) == 0 && len(v.ReadOnly) == 0 && len(v.Share) == 0 && len(v.Scratch) == 0
+	return len(v.Replace) == 0 && len(v.ReadOnly) == 0 && len(v.Share) == 0 && len(v.Scratch) == 0 && !v.ReadOnlyRest
 }
 
 // Limits are aggregate budgets over the environment (keeper included).
@@ -177,11 +188,20 @@ func (e *Environment) validateView() error {
 			return fmt.Errorf("tree name %q: use letters, digits, '-', '_' (max 63): %w", n, ErrInvalid)
 		}
 		switch t.Kind {
-		case KindBtrfs, KindOverlay, KindCopy:
+		case KindBtrfs, KindOverlay, KindCopy, KindWorktree:
 		case "":
-			return fmt.Errorf("tree %s: kind is required (btrfs, overlay or copy): %w", n, ErrInvalid)
+			return fmt.Errorf("tree %s: kind is required (btrfs, overlay, copy or worktree): %w", n, ErrInvalid)
 		default:
-			return fmt.Errorf("tree %s: kind %q: use btrfs, overlay or copy: %w", n, t.Kind, ErrInvalid)
+			return fmt.Errorf("tree %s: kind %q: use btrfs, overlay, copy or worktree: %w", n, t.Kind, ErrInvalid)
+		}
+		if t.Ref != "" && t.Kind != KindWorktree {
+			return fmt.Errorf("tree %s: ref is only for kind worktree: %w", n, ErrInvalid)
+		}
+		if strings.HasPrefix(t.Ref, "-") || strings.ContainsAny(t.Ref, " \x00") {
+			return fmt.Errorf("tree %s: ref %q: give a branch, tag or commit: %w", n, t.Ref, ErrInvalid)
+		}
+		if t.Kind == KindWorktree && t.Baseline != "" {
+			return fmt.Errorf("tree %s: a worktree tree takes source (the repository's absolute path), not a baseline: %w", n, ErrInvalid)
 		}
 		if (t.Baseline == "") == (t.Source == "") {
 			return fmt.Errorf("tree %s: give exactly one of baseline (a registered name) or source (an absolute path): %w", n, ErrInvalid)

@@ -43,6 +43,10 @@ type PlannedTree struct {
 	Target string `json:"target"`
 	// Consistency says what the tree guarantees about its contents.
 	Consistency string `json:"consistency"`
+	// Ref and Commit: what a worktree tree checks out, and the commit
+	// that resolved to when planned.
+	Ref    string `json:"ref,omitempty"`
+	Commit string `json:"commit,omitempty"`
 }
 
 // PlannedLimit is one requested budget and how the host enforces it.
@@ -80,6 +84,9 @@ type ViewRule struct {
 	// Hides lists host mounts below Target that the rule covers.
 	Hides []string `json:"hides,omitempty"`
 	Note  string   `json:"note,omitempty"`
+	// Rest: a read_only rule made by read_only_rest, for the one host
+	// mount at Target (not the mounts below it).
+	Rest bool `json:"rest,omitempty"`
 }
 
 // ViewPlan is the planned view.
@@ -89,4 +96,11 @@ type ViewPlan struct {
 	Overlaps []string `json:"overlaps,omitempty"`
 	// InheritedWritable lists host mounts that stay writable in the view.
 	InheritedWritable []string `json:"inherited_writable,omitempty"`
+	// Private, ReadOnly and Shared sum the view up: the paths whose writes
+	// stay in the environment (replace and scratch), the paths made
+	// read-only, and the paths whose writes reach the host (shares and
+	// inherited writable mounts).
+	Private  []string `json:"private,omitempty"`
+	ReadOnly []string `json:"read_only,omitempty"`
+	Shared   []string `json:"shared,omitempty"`
 }

@@ -62,6 +62,13 @@ type Environment struct {
 	View      View            `json:"view" yaml:"view,omitempty"`
 	Limits    Limits          `json:"limits" yaml:"limits,omitempty"`
 	Retention Retention       `json:"retention" yaml:"retention,omitempty"`
+	// Profile names a profile (a named set of view rules, spec/profile.go)
+	// merged into Trees and View when the environment is planned: "agent"
+	// or one defined under Profiles.
+	Profile string `json:"profile,omitempty" yaml:"profile,omitempty"`
+	// Profiles defines profiles this spec (or an operator's spec file) may
+	// name, beside the built-in ones.
+	Profiles map[string]Profile `json:"profiles,omitempty" yaml:"profiles,omitempty"`
 	// Launch holds env_policy and env (spec/policy.go).
 	Launch `yaml:",inline"`
 }

@@ -29,6 +29,7 @@ type envFlags struct {
 	share        []string
 	scratch      []string
 	untrusted    bool
+	profile      string
 	memory       string
 	cpus         string
 	pids         int64
@@ -49,11 +50,12 @@ func (f *envFlags) add(c *cobra.Command) {
 	fl.StringVar(&f.purpose, "purpose", "", "why this runs (shown by ps and status)")
 	fl.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
 	fl.StringVar(&f.tier, "tier", "", "ownership tier: cgroup2 or subreaper (default: the strongest available)")
-	fl.StringArrayVar(&f.trees, "tree", nil, "private tree NAME=KIND:SOURCE (KIND btrfs|overlay|copy; SOURCE a baseline name or an absolute path)")
+	fl.StringArrayVar(&f.trees, "tree", nil, "private tree NAME=KIND:SOURCE (KIND btrfs|overlay|copy; SOURCE a baseline name or an absolute path), or NAME=worktree:REPO[@REF] (a git worktree on branch hostfork/ENV/NAME)")
 	fl.StringArrayVar(&f.replace, "replace", nil, "replace host directory TARGET=TREE in the view")
 	fl.StringArrayVar(&f.ro, "ro", nil, "make PATH read-only in the view")
 	fl.StringArrayVar(&f.share, "share", nil, "keep PATH the live host directory, restored over other rules (e.g. a socket dir)")
 	fl.StringArrayVar(&f.scratch, "scratch", nil, "give PATH a private empty tmpfs (e.g. /tmp)")
+	fl.StringVar(&f.profile, "profile", "", "a named set of view rules: agent (private /tmp, $HOME as an overlay of the real home, everything else read-only) or one the spec defines under profiles")
 	fl.BoolVar(&f.untrusted, "allow-untrusted-targets", false, "accept view targets under a directory another user can write (they choose which of their directories is covered; links are never followed)")
 	fl.StringVar(&f.memory, "memory", "", "memory budget for the whole environment (e.g. 8G)")
 	fl.StringVar(&f.cpus, "cpus", "", "CPU budget in cores, fractional allowed (e.g. 1.5)")
@@ -105,6 +107,12 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 			s.Trees = map[string]spec.Tree{}
 		}
 		tr := spec.Tree{Kind: kind}
+		if kind == spec.KindWorktree {
+			// worktree:REPO[@REF]
+			if i := strings.LastIndexByte(src, '@'); i > 0 && !strings.Contains(src[i:], "/") {
+				src, tr.Ref = src[:i], src[i+1:]
+			}
+		}
 		if strings.HasPrefix(src, "/") {
 			tr.Source = src
 		} else {
@@ -127,6 +135,9 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 	s.View.Scratch = append(s.View.Scratch, f.scratch...)
 	if f.untrusted {
 		s.View.AllowUntrustedTargets = true
+	}
+	if f.profile != "" {
+		s.Profile = f.profile
 	}
 	if f.memory != "" {
 		v, err := spec.ParseSize(f.memory)

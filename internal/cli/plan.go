@@ -107,6 +107,14 @@ func printPlan(w io.Writer, p *hostfork.Plan) {
 		if len(p.View.InheritedWritable) > 0 {
 			fmt.Fprintf(w, "  inherited writable host areas: %s\n", strings.Join(p.View.InheritedWritable, ", "))
 		}
+		for _, l := range []struct {
+			what  string
+			paths []string
+		}{{"private (writes stay in the environment)", p.View.Private}, {"read-only", p.View.ReadOnly}, {"shared (writes reach the host)", p.View.Shared}} {
+			if len(l.paths) > 0 {
+				fmt.Fprintf(w, "  %s: %s\n", l.what, strings.Join(l.paths, ", "))
+			}
+		}
 	} else {
 		fmt.Fprintln(w, "view: the host's own (no private trees or mount changes)")
 	}

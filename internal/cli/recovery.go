@@ -143,21 +143,23 @@ func printReap(g *globals, rep *hostfork.ReapReport) {
 }
 
 func newGCCmd(g *globals) *cobra.Command {
-	var asJSON, dry bool
+	var asJSON, dry, delBranches bool
 	var trees, evidence string
 	var force []string
 	c := &cobra.Command{
-		Use:   "gc [--dry-run] [--retain-trees DUR] [--retain-evidence DUR] [--force ENV]...",
+		Use:   "gc [--dry-run] [--retain-trees DUR] [--retain-evidence DUR] [--force ENV]... [--delete-branches]",
 		Short: "Apply retention: delete private trees and evidence of stopped environments",
 		Long: `gc deletes what retention allows, counted from each environment's confirmed
 stop: private trees (default 1 day) and then evidence — records, logs,
 receipts, manifests, exports (default 7 days) — configured in config.yaml
 under the store root, overridable per environment and per call. Holds (an
 unfinished export, a tree another environment builds on, unverified
-commands) are reported. Borrowed baselines are never deleted.`,
+commands, a worktree with uncommitted changes) are reported. Borrowed
+baselines are never deleted. A worktree tree is removed with 'git worktree
+remove' and 'git worktree prune'; its branch stays unless --delete-branches.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
-			opts := hostfork.GCOptions{DryRun: dry, Force: force}
+			opts := hostfork.GCOptions{DryRun: dry, Force: force, DeleteBranches: delBranches}
 			for _, x := range []struct {
 				flag, val string
 				dst       **time.Duration
@@ -212,6 +214,7 @@ commands) are reported. Borrowed baselines are never deleted.`,
 	c.Flags().StringVar(&trees, "retain-trees", "", "keep trees this long after stop, for this call")
 	c.Flags().StringVar(&evidence, "retain-evidence", "", "keep evidence this long after stop, for this call")
 	c.Flags().StringArrayVar(&force, "force", nil, "discard this stopped environment's trees and evidence now (repeatable)")
+	c.Flags().BoolVar(&delBranches, "delete-branches", false, "also delete the branch of each worktree tree removed")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }

@@ -250,7 +250,10 @@ func (r *remote) StopCommand(ctx context.Context, idPrefix string, o hostfork.St
 
 // Export sends an absolute destination: the server resolves nothing
 // against this process's directory. Progress is not reported.
-func (r *remote) Export(ctx context.Context, envPrefix, tree, dest string, _ hostfork.ExportOptions) (*hostfork.ExportResult, error) {
+func (r *remote) Export(ctx context.Context, envPrefix, tree, dest string, o hostfork.ExportOptions) (*hostfork.ExportResult, error) {
+	if o.Commit != "" {
+		return nil, usageErr("export --commit is not offered through --host yet; run it on the host without --host")
+	}
 	abs, err := filepath.Abs(dest)
 	if err != nil {
 		return nil, usageErr("--to %s: %v", dest, err)
@@ -310,7 +313,7 @@ func (r *remote) BtrfsSizes(ctx context.Context) ([]hostfork.BtrfsSize, error) {
 }
 
 func (r *remote) GC(ctx context.Context, o hostfork.GCOptions) (*hostfork.GCReport, error) {
-	req := client.GCRequest{DryRun: o.DryRun, Force: o.Force}
+	req := client.GCRequest{DryRun: o.DryRun, Force: o.Force, DeleteBranches: o.DeleteBranches}
 	if o.RetainTrees != nil {
 		d := api.Duration(*o.RetainTrees)
 		req.RetainTrees = &d

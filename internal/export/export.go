@@ -40,6 +40,9 @@ type ExportOptions struct {
 	// Progress is called as files are copied, with the total counted
 	// beforehand (0 if counting was skipped).
 	Progress func(files, total int64)
+	// Commit, for a worktree tree, first commits everything in it on its
+	// branch with this message; with dest "" nothing is copied.
+	Commit string
 }
 
 // Export copies an environment's tree out to dest and labels the result.
@@ -50,7 +53,7 @@ type ExportOptions struct {
 // live/inconsistent) and after it stopped: a snapshot or copy is read
 // directly, an overlay through the live view or, when the keeper is gone,
 // through a view rebuilt from its recorded lower and upper.
-func (e *Exporter) Export(ctx context.Context, envID, tree, dest string, opts ExportOptions) (*api.ExportResult, error) {
+func (e *Exporter) Export(ctx context.Context, envID, tree, dest string, opts ExportOptions) (r *api.ExportResult, err error) {
 	env, err := e.reg.Env(ctx, envID)
 	if err != nil {
 		return nil, err
@@ -68,6 +71,17 @@ func (e *Exporter) Export(ctx context.Context, envID, tree, dest string, opts Ex
 	}
 	if tr.State != api.TreeAllocated {
 		return nil, fmt.Errorf("tree %s of %s was deleted by retention: %w", tree, envID, api.ErrNotFound)
+	}
+	if opts.Commit != "" {
+		res, err := e.commit(ctx, env, tr, opts.Commit)
+		if err != nil || dest == "" {
+			return res, err
+		}
+		defer func() {
+			if r != nil {
+				r.Commit, r.Branch = res.Commit, res.Branch
+			}
+		}()
 	}
 	abs, err := filepath.Abs(dest)
 	if err != nil {
@@ -331,4 +345,31 @@ func changedSince(dir string, t time.Time) string {
 		return nil
 	})
 	return found
+}
+
+// commit commits everything in a worktree tree on its branch (git add
+// --all, git commit); the result names the commit, or says there was
+// nothing to commit.
+func (e *Exporter) commit(ctx context.Context, env *api.Env, tr *api.Tree, msg string) (*api.ExportResult, error) {
+	var st storage.Tree
+	if err := json.Unmarshal(tr.Storage, &st); err != nil {
+		return nil, fmt.Errorf("tree %s: unreadable record: %w", tr.Name, err)
+	}
+	if st.Kind != storage.KindWorktree || st.Worktree == nil {
+		return nil, fmt.Errorf("--commit is for worktree trees; tree %s is %s (export it with --to): %w", tr.Name, tr.Kind, api.ErrInvalid)
+	}
+	if strings.TrimSpace(msg) == "" {
+		return nil, fmt.Errorf("--commit needs a message: %w", api.ErrInvalid)
+	}
+	res := &api.ExportResult{Env: env.ID, Tree: tr.Name, Kind: tr.Kind, Source: st.Path, Branch: st.Worktree.Branch, Label: api.ExportCommitted, StartedAt: time.Now().UTC()}
+	c, err := storage.Worktree{}.Commit(ctx, st, msg)
+	res.FinishedAt = time.Now().UTC()
+	if err != nil {
+		return nil, fmt.Errorf("committing tree %s on %s: %w", tr.Name, st.Worktree.Branch, err)
+	}
+	res.Commit = c
+	if c == "" {
+		res.Note = "nothing to commit: the worktree matches its branch"
+	}
+	return res, nil
 }

@@ -71,8 +71,8 @@ func NewServer(h *hostfork.Host, o Options) *sdk.Server {
 			"Use run for a command whose result you need now; create + start for something long-running (a dev server, a long test run), then logs, status and stop. " +
 			"Environments expire after their ttl (default 10m).",
 	})
-	add(s, t, "run", "Run a command in a new environment and return its captured result (exit status, stdout, stderr). The environment ends when the command's tree does, or at its ttl (default 10m).", t.run)
-	add(s, t, "create", "Create an environment that later commands (start) run in. It expires after ttl (default 10m) unless until_stopped is true; it outlives this MCP server.", t.create)
+	add(s, t, "run", "Run a command in a new environment and return its captured result (exit status, stdout, stderr). The environment ends when the command's tree does, or at its ttl (default 10m). trees, view and profile (as in a spec file) give it private trees at replaced paths.", t.run)
+	add(s, t, "create", "Create an environment that later commands (start) run in. It expires after ttl (default 10m) unless until_stopped is true; it outlives this MCP server. trees, view and profile (as in a spec file) give it private trees at replaced paths; profile agent keeps every write outside the project in the environment.", t.create)
 	add(s, t, "start", "Start a detached command in an environment (from create); returns its record with its id. Read its output with logs, stop it with stop.", t.start)
 	add(s, t, "ps", "List commands: by default the live ones (alive or unverified); all=true includes exited ones.", t.ps)
 	add(s, t, "status", "Everything recorded about an environment or a command (id or unique prefix).", t.status)
@@ -179,6 +179,11 @@ type envArgs struct {
 	Memory       string            `json:"memory,omitempty" jsonschema:"memory budget for the whole environment, e.g. 2G"`
 	CPUs         float64           `json:"cpus,omitempty" jsonschema:"CPU budget in cores, e.g. 1.5"`
 	Pids         int64             `json:"pids,omitempty" jsonschema:"maximum number of processes"`
+	// Trees, View and Profile are the spec's fields of the same names
+	// (docs/spec.md).
+	Trees   map[string]spec.Tree `json:"trees,omitempty" jsonschema:"private trees by name, e.g. {\"proj\": {\"kind\": \"overlay\", \"source\": \"/srv/proj\"}} (kind btrfs, overlay or copy; source an absolute path, or baseline a registered name)"`
+	View    spec.View            `json:"view,omitempty" jsonschema:"the view: replace maps a host directory to a tree name, e.g. {\"replace\": {\"/work/proj\": \"proj\"}}; also read_only, share, scratch (lists of paths)"`
+	Profile string               `json:"profile,omitempty" jsonschema:"a named set of view rules: agent (private /tmp, $HOME as an overlay of the real home, everything else read-only)"`
 }
 
 func (a envArgs) spec(ownerExit string) (spec.Environment, error) {
@@ -197,6 +202,10 @@ func (a envArgs) spec(ownerExit string) (spec.Environment, error) {
 		s.Limits.Memory = spec.Size(n)
 	}
 	s.Limits.CPUs, s.Limits.Pids = a.CPUs, a.Pids
+	s.Trees, s.View, s.Profile = a.Trees, a.View, a.Profile
+	if s.Profile != "" {
+		return s, nil // Plan merges the profile, then validates
+	}
 	return s, s.Validate()
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +208,126 @@ func TestMCP(t *testing.T) {
 	var stoppedEnv api.Env
 	if eb := call(t, ctx, s, "stop", map[string]any{"id": env.ID}, &stoppedEnv); eb != nil || stoppedEnv.State != api.EnvStopped {
 		t.Fatalf("stop env: %+v %s", eb, stoppedEnv.State)
+	}
+}
+
+// TestMCPTrees: create and run take trees, view and profile (the spec's
+// fields): an overlay tree at a replaced path keeps the host's directory
+// unchanged, and the agent profile keeps writes to $HOME and /tmp in the
+// environment; a bad tree is a tool error with exit 122 and nothing made.
+func TestMCPTrees(t *testing.T) {
+	e := servertest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	base, target, home := filepath.Join(e.Dir, "base"), filepath.Join(e.Dir, "target"), filepath.Join(e.Dir, "home")
+	for _, d := range []string{base, target, home} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(base, "f"), []byte("base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "conf"), []byte("setting\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl := sdk.NewClient(&sdk.Implementation{Name: "hostfork-test", Version: "1"}, nil)
+	cmd := e.Command("mcp")
+	cmd.Env = append(cmd.Env, "HOME="+home)
+	s, err := cl.Connect(ctx, &sdk.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	trees := map[string]any{"proj": map[string]any{"kind": "overlay", "source": base}}
+	var run struct {
+		ExitStatus int    `json:"exit_status"`
+		Stdout     string `json:"stdout"`
+		Stderr     string `json:"stderr"`
+	}
+	if eb := call(t, ctx, s, "run", map[string]any{"argv": []string{"sh", "-c", "cat " + target + "/f; echo changed > " + target + "/f; cat " + target + "/f"},
+		"ttl": "1m", "trees": trees, "view": map[string]any{"replace": map[string]string{target: "proj"}}}, &run); eb != nil {
+		t.Fatalf("run with a tree: %+v", eb)
+	}
+	if run.ExitStatus != 0 || run.Stdout != "base\nchanged\n" {
+		t.Fatalf("run with a tree: %+v", run)
+	}
+	if b, err := os.ReadFile(filepath.Join(base, "f")); err != nil || string(b) != "base\n" {
+		t.Fatalf("the lower changed: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(target, "f")); !os.IsNotExist(err) {
+		t.Fatalf("the host's target changed: %v", err)
+	}
+
+	// A worktree tree: its branch carries what export --commit commits.
+	if _, err := exec.LookPath("git"); err == nil {
+		repo := filepath.Join(e.Dir, "repo")
+		if err := os.Mkdir(repo, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(repo, "f"), []byte("committed\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "."}, {"-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first"}} {
+			if out, err := exec.Command("git", append([]string{"-C", repo}, args...)...).CombinedOutput(); err != nil {
+				t.Fatalf("git %v: %v: %s", args, err, out)
+			}
+		}
+		wt := map[string]any{"w": map[string]any{"kind": "worktree", "source": repo, "ref": "main"}}
+		if eb := call(t, ctx, s, "run", map[string]any{"argv": []string{"sh", "-c", "cat " + target + "/f; git -C " + target + " rev-parse --abbrev-ref HEAD"},
+			"ttl": "1m", "trees": wt, "view": map[string]any{"replace": map[string]string{target: "w"}}}, &run); eb != nil {
+			t.Fatalf("run with a worktree tree: %+v", eb)
+		}
+		if !strings.HasPrefix(run.Stdout, "committed\nhostfork/") || !strings.HasSuffix(run.Stdout, "/w\n") {
+			t.Fatalf("run with a worktree tree: %+v", run)
+		}
+	}
+
+	// The store and the binary may lie under /tmp here; they are shared
+	// back, as plan asks.
+	agentView := map[string]any{"share": []string{e.Root, filepath.Dir(e.Bin)}}
+	var env api.Env
+	if eb := call(t, ctx, s, "create", map[string]any{"ttl": "5m", "profile": "agent", "view": agentView}, &env); eb != nil {
+		t.Fatalf("create with the agent profile: %+v", eb)
+	}
+	defer call(t, context.WithoutCancel(ctx), s, "stop", map[string]any{"id": env.ID}, nil)
+	if eb := call(t, ctx, s, "run", map[string]any{"argv": []string{"sh", "-c", "cat $HOME/conf; rm $HOME/conf; echo mine > $HOME/new; echo t > /tmp/hf-mcp-agent; echo x > /etc/hf-mcp-agent || echo refused"},
+		"ttl": "1m", "profile": "agent", "view": agentView}, &run); eb != nil {
+		t.Fatalf("run with the agent profile: %+v", eb)
+	}
+	if run.Stdout != "setting\nrefused\n" || !strings.Contains(run.Stderr, "Read-only file system") {
+		t.Fatalf("run with the agent profile: %+v", run)
+	}
+	for _, p := range []string{filepath.Join(home, "new"), "/tmp/hf-mcp-agent", "/etc/hf-mcp-agent"} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s reached the host: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(home, "conf")); err != nil {
+		t.Errorf("the real home lost its file: %v", err)
+	}
+
+	if eb := call(t, ctx, s, "create", map[string]any{"ttl": "5m", "trees": map[string]any{"proj": map[string]any{"kind": "overlay", "source": "relative"}},
+		"view": map[string]any{"replace": map[string]string{target: "proj"}}}, nil); eb == nil || eb.ExitCode != 122 || !strings.Contains(eb.Message, "absolute path") {
+		t.Fatalf("create with a relative source: %+v", eb)
+	}
+	if eb := call(t, ctx, s, "create", map[string]any{"ttl": "5m", "profile": "nosuch"}, nil); eb == nil || eb.ExitCode != 122 || !strings.Contains(eb.Message, "not defined") {
+		t.Fatalf("create with an unknown profile: %+v", eb)
+	}
+	var envs []api.Env
+	out, err := e.CLI("envs", "--all", "--json")
+	if err != nil {
+		t.Fatalf("envs: %v: %s", err, out)
+	}
+	if err := json.Unmarshal(out, &envs); err != nil {
+		t.Fatal(err)
+	}
+	want := 3
+	if _, err := exec.LookPath("git"); err == nil {
+		want++ // the worktree run
+	}
+	if len(envs) != want {
+		t.Fatalf("the refused creations left environments: %d envs", len(envs))
 	}
 }

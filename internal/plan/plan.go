@@ -87,6 +87,7 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 	}
 	out := &Result{}
 	seen := map[string]string{}
+	onHost := map[string]bool{}
 	var cover, shares []Rule
 	for _, r := range reqs {
 		clean := filepath.Clean(r.path)
@@ -109,6 +110,8 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 		seen[target] = r.kind + " " + clean
 		if !exists {
 			rule.Mkdir = true // validated below: only allowed inside a private layer
+		} else {
+			onHost[target] = true
 		}
 		if r.kind == Share {
 			shares = append(shares, rule)
@@ -125,7 +128,14 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 	})
 	for i := range cover {
 		r := &cover[i]
-		if r.Mkdir {
+		// A target inside an earlier private layer is made there when the
+		// layer lacks it (a home under a scratch /tmp).
+		for _, o := range cover[:i] {
+			if (o.Kind == Replace || o.Kind == Scratch) && under(r.Target, o.Target) && r.Target != o.Target {
+				r.Mkdir = true
+			}
+		}
+		if r.Mkdir && !onHost[r.Target] {
 			inside := false
 			for _, o := range cover[:i] {
 				if (o.Kind == Replace || o.Kind == Scratch) && under(r.Target, o.Target) && r.Target != o.Target {
@@ -184,7 +194,9 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 		}
 	}
 	// Inherited writable areas: rw host mounts of real filesystems that no
-	// rule covers (or that a share restores).
+	// rule covers (or that a share restores). With read_only_rest each
+	// becomes a read-only rule instead, unless a share keeps it.
+	var rest []Rule
 	for _, m := range f.Mounts {
 		if pseudoFS[m.FSType] || !hasOpt(m.Options, "rw") {
 			continue
@@ -196,10 +208,30 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 			}
 		}
 		entry := m.Target + " (" + m.FSType + ")"
-		if !covered && !slices.Contains(out.InheritedWritable, entry) {
-			out.InheritedWritable = append(out.InheritedWritable, entry)
+		if covered || slices.Contains(out.InheritedWritable, entry) {
+			continue
+		}
+		if e.View.ReadOnlyRest && !slices.ContainsFunc(rest, func(r Rule) bool { return r.Target == m.Target }) && !slices.ContainsFunc(shares, func(s Rule) bool { return under(m.Target, s.Target) }) {
+			rest = append(rest, Rule{Kind: ReadOnly, Target: m.Target, Rest: true, Note: "read_only_rest: the host's " + m.FSType + " mount here, not the mounts below it"})
+			continue
+		}
+		out.InheritedWritable = append(out.InheritedWritable, entry)
+	}
+	// The rest goes last, once every private tree is mounted: an overlay
+	// needs its upper's mount writable when it is mounted. Each rest rule
+	// changes one mount, so the mounts made on top keep their modes.
+	out.Rules = append(out.Rules, rest...)
+	for _, r := range out.Rules {
+		switch r.Kind {
+		case Replace, Scratch:
+			out.Private = append(out.Private, r.Target)
+		case ReadOnly:
+			out.ReadOnly = append(out.ReadOnly, r.Target)
+		case Share:
+			out.Shared = append(out.Shared, r.Target)
 		}
 	}
+	out.Shared = append(out.Shared, out.InheritedWritable...)
 	return out, nil
 }
 

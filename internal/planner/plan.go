@@ -18,6 +18,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/safefs"
+	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/systemd"
 	"github.com/habemus-papadum/hostfork/internal/view"
 	"github.com/habemus-papadum/hostfork/spec"
@@ -57,6 +58,16 @@ func New(root string, reg *records.Records, caps func() api.Capabilities) *Plann
 // Plan validates s against this host and resolves it. Errors are for
 // malformed requests; what the host can't do is listed in Unsupported.
 func (e *Planner) Plan(ctx context.Context, s spec.Environment) (*spec.Plan, error) {
+	if s.Profile != "" {
+		// $HOME in a profile is the spec's own HOME, else this process's.
+		home := s.Env["HOME"]
+		if home == "" {
+			home, _ = os.UserHomeDir()
+		}
+		if err := s.ApplyProfile(home); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -265,6 +276,17 @@ func (e *Planner) planTree(ctx context.Context, p *spec.Plan, t *spec.PlannedTre
 		}
 	case spec.KindCopy:
 		t.Consistency = "independent copy made file by file at creation: not atomic across the tree; reflinked where the filesystem allows"
+	case spec.KindWorktree:
+		ref := p.Spec.Trees[t.Name].Ref
+		commit, err := storage.GitRepository(ctx, src, ref)
+		if err != nil {
+			return nil, fmt.Errorf("tree %s: %w: %w", t.Name, err, api.ErrInvalid)
+		}
+		if ref == "" {
+			ref = "HEAD"
+		}
+		t.Ref, t.Commit = ref, commit
+		t.Consistency = "git worktree at " + ref + " (" + commit + ") on a new branch hostfork/ENV/" + t.Name + "; the repository's .git is written only by git's worktree and branch commands; stop keeps it, gc removes it (not when dirty) and keeps the branch"
 	}
 	return info, nil
 }

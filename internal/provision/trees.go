@@ -28,11 +28,17 @@ import (
 // else goes under the store (decision 18).
 func TreeDest(root, envID, name, kind string, src *planner.Source) string {
 	leaf := envID + "-" + name
-	if src != nil && src.FSType == "btrfs" && kind != spec.KindOverlay {
+	if src != nil && src.FSType == "btrfs" && kind != spec.KindOverlay && kind != spec.KindWorktree {
 		return filepath.Join(filepath.Dir(src.Path), records.PoolName, leaf)
 	}
 	return filepath.Join(root, "trees", leaf)
 }
+
+// WorktreeBranch is the branch a worktree tree is made on. A fork of a
+// worktree environment names its children's branches the same way, from
+// each child's id (the fork's seam: copy the parent's uncommitted changes
+// into the child's worktree after Prepare).
+func WorktreeBranch(envID, tree string) string { return "hostfork/" + envID + "/" + tree }
 
 // AllocateTrees prepares each planned tree in its allocation area (made
 // private, never through a symlink). Their intents were recorded with the
@@ -56,6 +62,9 @@ func AllocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, infos map[st
 			return out, err
 		}
 		req := storage.Request{Dest: dest, Source: pt.Source, Pool: pool}
+		if pt.Kind == spec.KindWorktree {
+			req.Ref, req.Branch = pt.Ref, WorktreeBranch(rec.ID, pt.Name)
+		}
 		if info := infos[pt.Name]; info != nil {
 			req.Source = info.Path
 			req.SourceID = &safefs.FileID{Dev: info.Dev, Ino: info.Ino, FSID: info.FSID}
@@ -74,6 +83,9 @@ func AllocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, infos map[st
 		if t.Copy != nil {
 			tr.Note = fmt.Sprintf("copied %d files, reflink %s", t.Copy.Files, t.Copy.Reflink)
 		}
+		if w := t.Worktree; w != nil {
+			tr.Note = fmt.Sprintf("git worktree of %s on branch %s, from %s", w.Repo, w.Branch, w.Commit)
+		}
 		out = append(out, tr)
 	}
 	return out, nil
@@ -89,7 +101,7 @@ func RemoveTrees(ctx context.Context, root, envID string, trees []api.Tree) []st
 		if t.State != api.TreeAllocated {
 			continue
 		}
-		if err := retention.RemoveTree(ctx, root, envID, t); err != nil {
+		if err := retention.UndoTree(ctx, root, envID, t); err != nil {
 			errs = append(errs, fmt.Sprintf("removing tree %s: %v", t.Name, err))
 			continue
 		}
@@ -145,6 +157,10 @@ func ViewOps(ctx context.Context, p *spec.Plan, trees []api.Tree) (ops []view.Op
 		case plan.Scratch:
 			ops = append(ops, view.Op{Kind: view.OpTmpfs, Target: r.Target, Mkdir: r.Mkdir, Why: why})
 		case plan.ReadOnly:
+			if r.Rest {
+				ops = append(ops, view.Op{Kind: view.OpReadOnlyMount, Target: r.Target, Why: why})
+				break
+			}
 			ops = append(ops, view.Op{Kind: view.OpReadOnly, Target: r.Target, Mkdir: r.Mkdir, Why: why})
 		case plan.Share:
 			if r.Restore {

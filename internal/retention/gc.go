@@ -32,6 +32,9 @@ type GCOptions struct {
 	// are discarded now, whatever their retention. Live environments are
 	// still refused.
 	Force []string
+	// DeleteBranches also deletes the branch of each worktree tree it
+	// removes (by default the branch, and so the work, stays).
+	DeleteBranches bool
 }
 
 // RetentionFor resolves an environment's retention: per call, then the
@@ -151,14 +154,33 @@ func (e *Collector) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg
 			continue
 		}
 		byName[t.Name] = t
-		f.Trees = append(f.Trees, decide.TreeFacts{Name: t.Name, Hold: e.treeHold(env, t, all)})
+		hold := e.treeHold(env, t, all)
+		if hold == "" && !force {
+			hold = worktreeHold(ctx, env.ID, t)
+		}
+		f.Trees = append(f.Trees, decide.TreeFacts{Name: t.Name, Hold: hold})
 	}
 	changed := false
+	// A held worktree is said in the environment's events too: its record
+	// says why it is still there.
+	var held []api.Event
+	defer func() {
+		if len(held) > 0 {
+			var b registry.Batch
+			for _, ev := range held {
+				b.Event(ev)
+			}
+			_ = e.reg.Commit(context.WithoutCancel(ctx), &b)
+		}
+	}()
 	for _, it := range decide.Retention(f) {
 		item := api.GCItem{Env: env.ID, What: it.What, Reason: it.Reason}
 		switch {
 		case !it.Delete:
 			rep.Held = append(rep.Held, item)
+			if it.Tree != "" && byName[it.Tree].Kind == spec.KindWorktree && !opts.DryRun {
+				held = append(held, api.Event{Kind: api.EventGC, Env: env.ID, Detail: "held " + it.What + ": " + it.Reason})
+			}
 		case it.Tree != "":
 			t := byName[it.Tree]
 			item.Path = t.HostPath
@@ -166,7 +188,7 @@ func (e *Collector) gcEnv(ctx context.Context, env *api.Env, all []*api.Env, cfg
 				rep.Deleted = append(rep.Deleted, item)
 				continue
 			}
-			if err := RemoveTree(ctx, e.root, env.ID, t); err != nil {
+			if err := removeTree(ctx, e.root, env.ID, t, force, opts.DeleteBranches); err != nil {
 				item.Reason = err.Error()
 				rep.Errors = append(rep.Errors, item)
 				continue
@@ -256,6 +278,40 @@ func (e *Collector) recordTrees(ctx context.Context, env *api.Env, rep *api.GCRe
 // environment is removed (<root>/trees/<env>-<tree>, or <env>-<tree> in an
 // allocation area), with the tree's data inside it.
 func RemoveTree(ctx context.Context, root, envID string, t *api.Tree) error {
+	return removeTree(ctx, root, envID, t, false, false)
+}
+
+// UndoTree removes a tree of a creation that failed: nothing ran in it,
+// so a worktree goes with its branch (nothing half-made is left).
+func UndoTree(ctx context.Context, root, envID string, t *api.Tree) error {
+	return removeTree(ctx, root, envID, t, true, true)
+}
+
+// worktreeHold says why a worktree tree must stay ("" it may go): it has
+// uncommitted changes, or they can't be known.
+func worktreeHold(ctx context.Context, envID string, t *api.Tree) string {
+	if t.Kind != spec.KindWorktree {
+		return ""
+	}
+	var st storage.Tree
+	if err := json.Unmarshal(t.Storage, &st); err != nil {
+		return "unreadable tree record: " + err.Error()
+	}
+	dirty, err := storage.Worktree{}.Dirty(ctx, st)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return ""
+	case err != nil:
+		return "can't tell whether the worktree has uncommitted changes (" + err.Error() + "); 'hostfork gc --force " + envID + "' removes it anyway"
+	case dirty != "":
+		return "worktree on branch " + st.Worktree.Branch + " has " + dirty + "; commit them ('hostfork export " + envID + " " + t.Name + " --commit MSG') or discard them ('hostfork gc --force " + envID + "')"
+	}
+	return ""
+}
+
+// removeTree is RemoveTree; a worktree is removed also when dirty with
+// force, and its branch deleted with deleteBranch.
+func removeTree(ctx context.Context, root, envID string, t *api.Tree, force, deleteBranch bool) error {
 	var st storage.Tree
 	if err := json.Unmarshal(t.Storage, &st); err != nil {
 		return fmt.Errorf("unreadable tree record: %w", err)
@@ -268,6 +324,9 @@ func RemoveTree(ctx context.Context, root, envID string, t *api.Tree) error {
 		return err
 	}
 	fault.Point(fault.GCDelete)
+	if w, ok := b.(storage.Worktree); ok {
+		return w.RemoveWorktree(ctx, st, force, deleteBranch)
+	}
 	return b.Remove(ctx, st)
 }
 

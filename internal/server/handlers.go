@@ -845,7 +845,7 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	o := hostfork.GCOptions{DryRun: req.DryRun, Force: req.Force}
+	o := hostfork.GCOptions{DryRun: req.DryRun, Force: req.Force, DeleteBranches: req.DeleteBranches}
 	for _, x := range []struct {
 		d   *api.Duration
 		dst **time.Duration

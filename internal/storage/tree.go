@@ -52,6 +52,10 @@ type Request struct {
 	// Prepare opens it (safefs.OpenSource): the caller's earlier look at
 	// it (the plan) must have seen the same directory.
 	SourceID *safefs.FileID
+	// Ref and Branch are for worktree: the commit-ish to check out
+	// (default HEAD) and the new branch made for it (default
+	// hostfork/<base name of Dest>).
+	Ref, Branch string
 }
 
 // Tree is the record of one prepared private tree: what a caller persists
@@ -67,9 +71,10 @@ type Tree struct {
 	// only the changes; the merged tree exists only in a view).
 	Path string `json:"path"`
 
-	Btrfs   *BtrfsTree   `json:"btrfs,omitempty"`
-	Overlay *OverlayTree `json:"overlay,omitempty"`
-	Copy    *CopyTree    `json:"copy,omitempty"`
+	Btrfs    *BtrfsTree    `json:"btrfs,omitempty"`
+	Overlay  *OverlayTree  `json:"overlay,omitempty"`
+	Copy     *CopyTree     `json:"copy,omitempty"`
+	Worktree *WorktreeTree `json:"worktree,omitempty"`
 }
 
 // BtrfsTree is the identity of a snapshot.
@@ -148,6 +153,8 @@ func ForKind(k Kind) (Backend, error) {
 		return Overlay{}, nil
 	case KindCopy:
 		return Copy{}, nil
+	case KindWorktree:
+		return Worktree{}, nil
 	}
 	return nil, fmt.Errorf("tree kind %q: %w", k, ErrUnsupportedKind)
 }

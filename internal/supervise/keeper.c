@@ -69,7 +69,7 @@ struct hf_mount_attr {
 #define MAX_OPS 512
 #define MAX_SLOTS 64
 
-enum { OP_MOUNT = 1, OP_REMOUNT, OP_RDONLY, OP_TMPFS, OP_MKDIRS, OP_CAPTURE, OP_MKPOINT, OP_MOVE };
+enum { OP_MOUNT = 1, OP_REMOUNT, OP_RDONLY, OP_TMPFS, OP_MKDIRS, OP_CAPTURE, OP_MKPOINT, OP_MOVE, OP_RDONLY_ONE };
 
 static struct op {
 	int kind;
@@ -96,7 +96,7 @@ static char errmsg[2048];
 
 static int parse_config(struct hf_msg *m)
 {
-	static const char *kinds[] = {"", "mount", "remount", "rdonly", "tmpfs", "mkdirs", "capture", "mkpoint", "move", NULL};
+	static const char *kinds[] = {"", "mount", "remount", "rdonly", "tmpfs", "mkdirs", "capture", "mkpoint", "move", "rdonly-one", NULL};
 	static int64_t files;
 	static const struct hf_key keys[] = {
 		{"env_id", 's', kc.env_id, sizeof kc.env_id, 0},
@@ -360,9 +360,12 @@ static int apply_op(struct op *o)
 		if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | o->flags, NULL) < 0)
 			r = fail_op("remount", o->target);
 		break;
-	case OP_RDONLY: {
+	case OP_RDONLY:
+	case OP_RDONLY_ONE: {
+		/* rdonly-one: the one mount at target, not those below it. */
 		struct hf_mount_attr a = {HF_MOUNT_ATTR_RDONLY, 0, 0, 0};
-		if (syscall(SYS_mount_setattr, t, "", HF_AT_EMPTY_PATH | HF_AT_RECURSIVE, &a, sizeof a) < 0)
+		unsigned rec = o->kind == OP_RDONLY ? HF_AT_RECURSIVE : 0;
+		if (syscall(SYS_mount_setattr, t, "", HF_AT_EMPTY_PATH | rec, &a, sizeof a) < 0)
 			r = fail_op("read-only", o->target);
 		break;
 	}

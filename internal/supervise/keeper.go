@@ -55,6 +55,7 @@ const (
 // new mount namespace. Kinds: "mount" (mount(2) of Source on Target with
 // FSType, Flags and Data), "remount" (a bind remount of Target with
 // Flags), "rdonly" (make Target and everything below it read-only),
+// "rdonly-one" (make the one mount at Target read-only),
 // "tmpfs" (a private tmpfs on Target with Target's mode), "mkdirs" (create
 // Target and its parents), "capture" (clone the mount tree at Target into
 // Slot, before anything covers it), "mkpoint" (create Target like the tree
@@ -160,7 +161,7 @@ func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 				return nil, fmt.Errorf("keeper: slot %d out of range", o.Slot)
 			}
 			put("slot", strconv.Itoa(o.Slot))
-		case "rdonly", "tmpfs", "mkdirs":
+		case "rdonly", "rdonly-one", "tmpfs", "mkdirs":
 		default:
 			return nil, fmt.Errorf("keeper: unknown operation %q", o.Kind)
 		}

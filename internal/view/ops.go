@@ -18,8 +18,11 @@ const (
 	OpOverlay  = "overlay"  // mount overlay (Lower, Upper, Work) on Target
 	OpTmpfs    = "tmpfs"    // private empty tmpfs on Target
 	OpReadOnly = "readonly" // make Target (recursively) read-only
-	OpRestore  = "restore"  // put the host's live Target back on top
-	OpMount    = "mount"    // apply a storage mount (a private tree) on Target
+	// OpReadOnlyMount makes the one host mount at Target read-only, not
+	// the mounts below it (read_only_rest).
+	OpReadOnlyMount = "readonly-mount"
+	OpRestore       = "restore" // put the host's live Target back on top
+	OpMount         = "mount"   // apply a storage mount (a private tree) on Target
 )
 
 // Op is one mount operation of a view.
@@ -49,6 +52,8 @@ func (o Op) String() string {
 		return fmt.Sprintf("tmpfs -> %s (private scratch)", o.Target)
 	case OpReadOnly:
 		return fmt.Sprintf("read-only %s", o.Target)
+	case OpReadOnlyMount:
+		return fmt.Sprintf("read-only mount %s", o.Target)
 	case OpRestore:
 		return fmt.Sprintf("restore host %s (shared)", o.Target)
 	case OpMount:
@@ -104,6 +109,8 @@ func Compile(ops []Op) ([]supervise.KeeperOp, error) {
 		case OpReadOnly:
 			out = append(out, supervise.KeeperOp{Kind: "mount", Source: o.Target, Target: o.Target, Flags: unix.MS_BIND | unix.MS_REC},
 				supervise.KeeperOp{Kind: "rdonly", Target: o.Target})
+		case OpReadOnlyMount:
+			out = append(out, supervise.KeeperOp{Kind: "rdonly-one", Target: o.Target})
 		case OpRestore:
 			if o.Mkdir {
 				out = append(out, supervise.KeeperOp{Kind: "mkpoint", Target: o.Target, Slot: slot[o.Target]})

@@ -31,6 +31,11 @@ type Fixture struct {
 	Pool string
 	// Reflink is passed in every Request.
 	Reflink storage.ReflinkMode
+	// AfterFill, if set, runs once the suite has filled Source (a
+	// worktree's fixture commits it).
+	AfterFill func(t *testing.T, source string)
+	// Skip names the tests that don't fit the backend, with the reason.
+	Skip map[string]string
 }
 
 // Run runs the conformance suite. newFixture is called once per subtest
@@ -54,7 +59,13 @@ func Run(t *testing.T, newFixture func(t *testing.T) Fixture) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
+			if why, ok := f.Skip[tc.name]; ok {
+				t.Skip(why)
+			}
 			fill(t, f.Source)
+			if f.AfterFill != nil {
+				f.AfterFill(t, f.Source)
+			}
 			tc.fn(t, f)
 		})
 	}
