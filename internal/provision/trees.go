@@ -156,3 +156,75 @@ func ViewOps(ctx context.Context, p *spec.Plan, trees []api.Tree) (ops []view.Op
 	}
 	return ops, files, nil
 }
+
+// ForkTrees takes each planned tree of a fork's child from the parent's
+// tree of the same name (storage.Fork) at the destination reserved for it.
+// The caller has frozen every writer of the parent's trees. On error the
+// trees made so far are returned so the caller can remove them.
+func ForkTrees(ctx context.Context, parentID string, parent []api.Tree, p *spec.Plan, intents map[string]*registry.Intent) ([]api.Tree, error) {
+	byName := map[string]api.Tree{}
+	for _, t := range parent {
+		byName[t.Name] = t
+	}
+	out := []api.Tree{}
+	for _, pt := range p.Trees {
+		in := intents[pt.Name]
+		if in == nil {
+			return out, fmt.Errorf("tree %s was not reserved", pt.Name)
+		}
+		from, ok := byName[pt.Name]
+		if !ok || from.State != api.TreeAllocated {
+			return out, fmt.Errorf("the parent %s has no allocated tree %s to fork (removed by gc?): %w", parentID, pt.Name, api.ErrInvalid)
+		}
+		var st storage.Tree
+		if err := json.Unmarshal(from.Storage, &st); err != nil {
+			return out, fmt.Errorf("tree %s: reading the parent's record: %w", pt.Name, err)
+		}
+		dest := in.Target
+		pool, err := storage.PoolDir(filepath.Dir(filepath.Dir(dest)), filepath.Base(filepath.Dir(dest)))
+		if err != nil {
+			return out, fmt.Errorf("tree %s: %w", pt.Name, err)
+		}
+		t, err := storage.Fork(ctx, st, storage.Request{Dest: dest, Pool: pool})
+		pool.Close()
+		if err != nil {
+			return out, fmt.Errorf("forking tree %s of %s: %w", pt.Name, parentID, err)
+		}
+		fault.Point(fault.ForkTreeTaken)
+		raw, _ := json.Marshal(t)
+		tr := api.Tree{
+			Name: pt.Name, Kind: pt.Kind, Baseline: pt.Baseline, Source: pt.Source,
+			HostPath: t.Path, WorkloadPath: pt.Target, Storage: raw, State: api.TreeAllocated,
+			Note: forkNote(parentID, t),
+		}
+		out = append(out, tr)
+	}
+	return out, nil
+}
+
+// forkNote says how a fork's tree was taken.
+func forkNote(parentID string, t storage.Tree) string {
+	how := "snapshot of the parent's snapshot"
+	ct := t.Copy
+	if t.Overlay != nil {
+		ct = t.Overlay.UpperCopy
+		how = "the parent's upper"
+	} else if ct != nil {
+		how = "the parent's copy"
+	}
+	if ct != nil {
+		verb := "copied"
+		switch ct.Reflink {
+		case storage.ReflinkAll:
+			verb = "cloned (reflink)"
+		case storage.ReflinkPartial:
+			verb = "partly cloned (reflink), partly copied"
+		case storage.ReflinkNone:
+			if ct.Files > 0 {
+				verb = "copied (no reflink on this filesystem)"
+			}
+		}
+		how = fmt.Sprintf("%s %s: %d files, %d bytes, reflink %s", how, verb, ct.Files, ct.Bytes, ct.Reflink)
+	}
+	return "forked from " + parentID + ": " + how
+}

@@ -21,6 +21,10 @@ const (
 	KindCgroupV1 = "cgroup-v1" // a cgroup v1 limit group
 	KindScope    = "scope"     // a transient systemd scope (target systemd:<unit>)
 	KindTree     = "tree"      // a private tree's allocation destination
+	// KindFreeze is a fork's freeze of an environment's commands group
+	// (target: the group). Recorded before the freeze and settled after
+	// the thaw; an open one is thawed by reap (decision 112).
+	KindFreeze = "freeze"
 )
 
 // Intent is one allocation-ledger entry.
