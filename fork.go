@@ -2,8 +2,10 @@ package hostfork
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/engine"
 )
 
@@ -20,6 +22,33 @@ type ForkOptions struct {
 	// TTL, when set, is each child's time limit from its activation;
 	// otherwise the parent's spec's limit applies.
 	TTL time.Duration
+	// OwnerExit, when set, is each child's owner-exit policy (stop or
+	// detach); otherwise the parent's spec's applies. The children's
+	// owner is the process that forks.
+	OwnerExit string
+}
+
+func (o ForkOptions) engine() engine.ForkOptions {
+	return engine.ForkOptions{Count: o.Count, Labels: o.Labels, TTL: o.TTL, OwnerExit: o.OwnerExit}
+}
+
+// Fork forks an environment (by id or unique prefix; see Env.Fork) and
+// returns the children's records. On an error after some children were
+// made, they are returned with it (the caller's to keep or stop).
+func (h *Host) Fork(ctx context.Context, envPrefix string, opts ForkOptions) ([]EnvRecord, error) {
+	kind, id, err := h.e.Resolve(ctx, envPrefix)
+	if err != nil {
+		return nil, err
+	}
+	if kind != "env" {
+		return nil, fmt.Errorf("%s is a command; give its environment: %w", id, api.ErrInvalid)
+	}
+	recs, err := h.e.Fork(ctx, id, opts.engine())
+	out := make([]EnvRecord, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, *r)
+	}
+	return out, err
 }
 
 // Fork makes opts.Count new environments whose private trees start as
@@ -35,7 +64,7 @@ type ForkOptions struct {
 // an active environment without a cgroup (the subreaper tier) is
 // ErrUnsupported. On failure no child is left half-made.
 func (e *Env) Fork(ctx context.Context, opts ForkOptions) ([]*Env, error) {
-	recs, err := e.h.e.Fork(ctx, e.rec.ID, engine.ForkOptions{Count: opts.Count, Labels: opts.Labels, TTL: opts.TTL})
+	recs, err := e.h.e.Fork(ctx, e.rec.ID, opts.engine())
 	out := make([]*Env, 0, len(recs))
 	for _, r := range recs {
 		out = append(out, &Env{h: e.h, rec: *r})

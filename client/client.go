@@ -376,6 +376,16 @@ func (c *Client) StopEnv(ctx context.Context, id string, opts StopOptions, ropts
 	return &out, nil
 }
 
+// Fork makes environments whose trees start as env's trees at one instant
+// (hostfork.Env.Fork) and returns their records.
+func (c *Client) Fork(ctx context.Context, env string, req ForkRequest) ([]api.Env, error) {
+	var out []api.Env
+	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/fork", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // Export copies one of the environment's trees to dest (absolute, must
 // not exist), created by the server.
 func (c *Client) Export(ctx context.Context, env, tree, dest string) (*api.ExportResult, error) {

@@ -76,6 +76,7 @@ var jsonShapes = []struct {
 	{"command", reflect.TypeFor[api.Command]()},
 	{"identity", reflect.TypeFor[api.Identity]()},
 	{"tree", reflect.TypeFor[api.Tree]()},
+	{"fork_origin", reflect.TypeFor[api.ForkOrigin]()},
 	{"stream_capture", reflect.TypeFor[api.StreamCapture]()},
 	{"limit_group", reflect.TypeFor[limits.Group]()},
 	{"limit_evidence", reflect.TypeFor[limits.Evidence]()},

@@ -44,6 +44,7 @@ type backend interface {
 	StopEnv(ctx context.Context, idPrefix string, o hostfork.StopOptions) (*hostfork.EnvRecord, error)
 	StopCommand(ctx context.Context, idPrefix string, o hostfork.StopOptions) (*hostfork.CommandRecord, error)
 	Export(ctx context.Context, envPrefix, tree, dest string, o hostfork.ExportOptions) (*hostfork.ExportResult, error)
+	Fork(ctx context.Context, envPrefix string, o hostfork.ForkOptions) ([]hostfork.EnvRecord, error)
 
 	Capacity(ctx context.Context) (*hostfork.CapacityReport, error)
 	SetPaused(ctx context.Context, paused bool) error

@@ -258,6 +258,11 @@ func (r *remote) Export(ctx context.Context, envPrefix, tree, dest string, _ hos
 	return r.c.Export(ctx, envPrefix, tree, abs)
 }
 
+// Fork forks through the server (whose children are always detached).
+func (r *remote) Fork(ctx context.Context, envPrefix string, o hostfork.ForkOptions) ([]hostfork.EnvRecord, error) {
+	return r.c.Fork(ctx, envPrefix, client.ForkRequest{Count: o.Count, Labels: o.Labels, TTL: api.Duration(o.TTL)})
+}
+
 func (r *remote) Capacity(ctx context.Context) (*hostfork.CapacityReport, error) {
 	return r.c.Capacity(ctx)
 }

@@ -168,6 +168,7 @@ var verbs = []verb{
 	{name: "reap", build: plain(newReapCmd)},
 	{name: "usage", build: plain(newUsageCmd)},
 	{name: "export", build: plain(newExportCmd)},
+	{name: "fork", build: plain(newForkCmd)},
 	{name: "capacity", build: plain(newCapacityCmd)},
 	{name: "pause", build: plain(func(g *globals) *cobra.Command { return newPauseCmd(g, true) })},
 	{name: "resume", build: plain(func(g *globals) *cobra.Command { return newPauseCmd(g, false) })},

@@ -26,11 +26,13 @@ const forkFreezeWait = 5 * time.Second
 
 // ForkOptions asks for a fork: Count children (1..MaxForkCount), each
 // with the parent's labels plus Labels, and TTL as its time limit when
-// set (the parent's otherwise).
+// set (the parent's otherwise), and OwnerExit as its owner-exit policy
+// when set (the parent's otherwise).
 type ForkOptions struct {
-	Count  int
-	Labels map[string]string
-	TTL    time.Duration
+	Count     int
+	Labels    map[string]string
+	TTL       time.Duration
+	OwnerExit string
 }
 
 // Fork makes o.Count new environments whose trees start as the parent's
@@ -71,6 +73,12 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	s.Labels = labels
 	if o.TTL > 0 {
 		s.Lifetime.MaxRuntime, s.Lifetime.UntilStopped = spec.Duration(o.TTL), false
+	}
+	if o.OwnerExit != "" {
+		s.Lifetime.OwnerExit = o.OwnerExit
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("fork: the children's spec (the parent's, with the fork's options): %w", err)
 	}
 	p, err := e.Plan(ctx, s)
 	if err != nil {
