@@ -131,7 +131,7 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	}
 	var fin *registry.Intent
 	if freeze {
-		fin = &registry.Intent{EnvID: parent.ID, Kind: registry.KindFreeze, Target: filepath.Join(parent.CgroupPath, cgCommands)}
+		fin = &registry.Intent{EnvID: parent.ID, Kind: registry.KindFreeze, Target: registry.FreezeTarget(filepath.Join(parent.CgroupPath, cgCommands))}
 		var b registry.Batch
 		b.AddIntent(fin)
 		if err := e.reg.Commit(ctx, &b); err != nil {
@@ -143,7 +143,7 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	var g *cgroup.Group
 	start := time.Now()
 	if freeze {
-		g = cgroup.Open(fin.Target)
+		g = cgroup.Open(filepath.Join(parent.CgroupPath, cgCommands))
 		if err := g.SetFrozen(true); err != nil {
 			e.thaw(g, fin)
 			return fail(err)

@@ -323,7 +323,7 @@ func (e *Reaper) reapIntent(ctx context.Context, env *api.Env, in registry.Inten
 	if in.Kind == registry.KindFreeze {
 		// A fork died with the environment's commands frozen (reap holds
 		// the environment's lock, so no fork is running): thaw them.
-		g := cgroup.Open(in.Target)
+		g := cgroup.Open(registry.FreezeGroup(in.Target))
 		if g.Exists() {
 			if err := g.SetFrozen(false); err != nil {
 				rep.Pending = append(rep.Pending, api.ReapPending{Env: in.EnvID, What: "freeze " + in.Target, Reason: err.Error()})
