@@ -39,9 +39,10 @@ type ForkOptions struct {
 // trees at one instant (decision 112). The children are reserved first
 // (each its record and intents), with an intent for the freeze; then the
 // parent's commands group is frozen (cgroup.freeze; its guardians and
-// keeper run on), every child's trees are taken (storage.Fork), the group
-// is thawed and the freeze intent settled; then each child is built and
-// activated like a created environment. Processes are not cloned. A
+// keeper run on), the first child's trees are taken (storage.Fork), the
+// group is thawed and the freeze intent settled; the other children's
+// trees are taken from the first child's, which nothing has written yet;
+// then each child is built and activated like a created environment. Processes are not cloned. A
 // parent that is not active is forked without a freeze (nothing writes
 // its trees). A failure abandons every child (exactly what was made is
 // removed) and leaves the parent thawed.
@@ -157,16 +158,13 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 		}
 		fault.Point(fault.ForkFrozen)
 	}
+	// Only the first child's trees are taken from the parent's while it
+	// is frozen; the others are taken from the first child's after the
+	// thaw, which nothing writes before the children are built: the same
+	// instant, with the freeze as short as one tree's taking.
 	at := time.Now().UTC()
-	var takeErr error
-	for _, c := range kids {
-		trees, err := provision.ForkTrees(ctx, parent.ID, parent.Trees, p, c.treeIn)
-		c.rec.Trees = trees
-		if err != nil {
-			takeErr = err
-			break
-		}
-	}
+	trees, takeErr := provision.ForkTrees(ctx, parent.ID, parent.ID, parent.Trees, p, kids[0].treeIn)
+	kids[0].rec.Trees = trees
 	var frozenFor time.Duration
 	if freeze {
 		if err := e.thaw(g, fin); err != nil && takeErr == nil {
@@ -180,6 +178,13 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 		return fail(takeErr)
 	}
 	fault.Point(fault.ForkThawed)
+	for _, c := range kids[1:] {
+		trees, err := provision.ForkTrees(ctx, parent.ID, kids[0].rec.ID, kids[0].rec.Trees, p, c.treeIn)
+		c.rec.Trees = trees
+		if err != nil {
+			return fail(err)
+		}
+	}
 
 	ids := make([]string, len(kids))
 	for i, c := range kids {

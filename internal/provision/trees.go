@@ -157,11 +157,13 @@ func ViewOps(ctx context.Context, p *spec.Plan, trees []api.Tree) (ops []view.Op
 	return ops, files, nil
 }
 
-// ForkTrees takes each planned tree of a fork's child from the parent's
-// tree of the same name (storage.Fork) at the destination reserved for it.
-// The caller has frozen every writer of the parent's trees. On error the
-// trees made so far are returned so the caller can remove them.
-func ForkTrees(ctx context.Context, parentID string, parent []api.Tree, p *spec.Plan, intents map[string]*registry.Intent) ([]api.Tree, error) {
+// ForkTrees takes each planned tree of a fork's child from the tree of the
+// same name in from (storage.Fork) at the destination reserved for it:
+// the parent's trees (fromID is the parent), or a sibling's taken at the
+// fork instant and not written since. The caller has frozen every writer
+// of the trees in from. On error the trees made so far are returned so the
+// caller can remove them.
+func ForkTrees(ctx context.Context, parentID, fromID string, parent []api.Tree, p *spec.Plan, intents map[string]*registry.Intent) ([]api.Tree, error) {
 	byName := map[string]api.Tree{}
 	for _, t := range parent {
 		byName[t.Name] = t
@@ -174,7 +176,7 @@ func ForkTrees(ctx context.Context, parentID string, parent []api.Tree, p *spec.
 		}
 		from, ok := byName[pt.Name]
 		if !ok || from.State != api.TreeAllocated {
-			return out, fmt.Errorf("the parent %s has no allocated tree %s to fork (removed by gc?): %w", parentID, pt.Name, api.ErrInvalid)
+			return out, fmt.Errorf("%s has no allocated tree %s to fork (removed by gc?): %w", fromID, pt.Name, api.ErrInvalid)
 		}
 		var st storage.Tree
 		if err := json.Unmarshal(from.Storage, &st); err != nil {
@@ -188,14 +190,14 @@ func ForkTrees(ctx context.Context, parentID string, parent []api.Tree, p *spec.
 		t, err := storage.Fork(ctx, st, storage.Request{Dest: dest, Pool: pool})
 		pool.Close()
 		if err != nil {
-			return out, fmt.Errorf("forking tree %s of %s: %w", pt.Name, parentID, err)
+			return out, fmt.Errorf("forking tree %s of %s: %w", pt.Name, fromID, err)
 		}
 		fault.Point(fault.ForkTreeTaken)
 		raw, _ := json.Marshal(t)
 		tr := api.Tree{
 			Name: pt.Name, Kind: pt.Kind, Baseline: pt.Baseline, Source: pt.Source,
 			HostPath: t.Path, WorkloadPath: pt.Target, Storage: raw, State: api.TreeAllocated,
-			Note: forkNote(parentID, t),
+			Note: forkNote(parentID, fromID, t),
 		}
 		out = append(out, tr)
 	}
@@ -203,14 +205,18 @@ func ForkTrees(ctx context.Context, parentID string, parent []api.Tree, p *spec.
 }
 
 // forkNote says how a fork's tree was taken.
-func forkNote(parentID string, t storage.Tree) string {
-	how := "snapshot of the parent's snapshot"
+func forkNote(parentID, fromID string, t storage.Tree) string {
+	whose := "the parent's"
+	if fromID != parentID {
+		whose = "sibling " + fromID + "'s (taken at the fork instant)"
+	}
+	how := "snapshot of " + whose + " snapshot"
 	ct := t.Copy
 	if t.Overlay != nil {
 		ct = t.Overlay.UpperCopy
-		how = "the parent's upper"
+		how = whose + " upper"
 	} else if ct != nil {
-		how = "the parent's copy"
+		how = whose + " copy"
 	}
 	if ct != nil {
 		verb := "copied"
