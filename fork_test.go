@@ -253,9 +253,23 @@ func TestForkOverlay(t *testing.T) {
 				if tc.name == "xfs-reflink" && st.Overlay.UpperCopy.Reflink != storage.ReflinkAll {
 					t.Fatalf("child %d: upper copy %+v, want every file cloned", i, st.Overlay.UpperCopy)
 				}
+				// Before anything runs in it, the child's tree is the
+				// parent's at the fork instant: an export is complete.
+				dest := filepath.Join(t.TempDir(), "out")
+				res, err := k.Export(ctxT(t), "proj", dest, hostfork.ExportOptions{})
+				if err != nil || res.Label != hostfork.ExportComplete || !strings.Contains(res.Note, "fork instant") {
+					t.Fatalf("child %d export: %+v, %v", i, res, err)
+				}
+				wantFile(t, filepath.Join(dest, "f.txt"), "changed\n")
+				wantAbsent(t, filepath.Join(dest, "gone.txt"))
 				out := mustRun(t, k, target, "sh", "-c", "cat f.txt new.txt d/new.txt; ls -A d; test ! -e gone.txt && echo gone")
 				if out != "changed\nnew\nfresh\nnew.txt\ngone\n" {
 					t.Fatalf("child %d sees %q", i, out)
+				}
+				// Once a command ran, an export of the active child is live.
+				res, err = k.Export(ctxT(t), "proj", dest+"2", hostfork.ExportOptions{})
+				if err != nil || res.Label != hostfork.ExportLive {
+					t.Fatalf("child %d export after a command: %+v, %v", i, res, err)
 				}
 			}
 		})
