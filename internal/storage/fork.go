@@ -31,10 +31,14 @@ func Fork(ctx context.Context, t Tree, req Request) (Tree, error) {
 		return Tree{}, fmt.Errorf("forking %s tree %s: %w", t.Kind, t.Dest, err)
 	}
 	switch t.Kind {
-	case KindBtrfs, KindCopy:
-		// The tree's own directory is the source: a subvolume (the
-		// snapshot) or the copy's directory.
-		req.Source, req.SourceID = t.Path, nil
+	case KindBtrfs:
+		// The snapshot is the source, opened as the recorded subvolume.
+		id := t.Btrfs.Root
+		req.Source, req.SourceID = t.Path, &id
+		return b.Prepare(ctx, req)
+	case KindCopy:
+		id := t.Copy.DirID
+		req.Source, req.SourceID = t.Path, &id
 		return b.Prepare(ctx, req)
 	case KindOverlay:
 		ov := t.Overlay
