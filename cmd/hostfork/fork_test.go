@@ -14,14 +14,15 @@ import (
 
 // TestForkCLI: hostfork fork refuses a count of 0 or 10000 naming the
 // limit (exit 122, nothing made), and forks a stopped environment without
-// a freeze into detached children that hold its files.
+// a freeze into detached children that hold its files, each with its own
+// limits, view and deadline.
 func TestForkCLI(t *testing.T) {
 	c := newCLI(t)
 	dir := filepath.Join(filepath.Dir(c.root), "scratch")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	env := strings.TrimSpace(c.mustRun(slices.Concat([]string{"create", "--ttl", "5m"}, overlayArgs(t, dir))...).stdout)
+	env := strings.TrimSpace(c.mustRun(slices.Concat([]string{"create", "--ttl", "5m", "--memory", "64M"}, overlayArgs(t, dir))...).stdout)
 	c.mustRun("exec", env, "--", "sh", "-c", "echo mine > "+filepath.Join(dir, "target", "made"))
 	for _, n := range []string{"0", "10000"} {
 		r := c.run("fork", env, "--count", n)
@@ -41,6 +42,11 @@ func TestForkCLI(t *testing.T) {
 	for _, k := range kids {
 		if k.Fork == nil || k.Fork.Parent != env || k.Fork.Frozen || k.OwnerExit != api.OwnerExitDetach || k.Labels["try"] != "a" || k.State != api.EnvActive {
 			t.Fatalf("child %s: %+v (fork %+v)", k.ID, k, k.Fork)
+		}
+		// A full environment: its own limit groups, cgroup, keeper and
+		// deadline (--ttl).
+		if len(k.Limits) == 0 || k.Keeper == nil || k.CgroupPath == "" || !strings.Contains(k.CgroupPath, k.ID) || k.DeadlineAt == nil || k.TTL.D().Minutes() != 1 {
+			t.Fatalf("child %s: limits %s keeper %v cgroup %s deadline %v ttl %s", k.ID, k.Limits, k.Keeper, k.CgroupPath, k.DeadlineAt, k.TTL)
 		}
 		b, err := os.ReadFile(filepath.Join(k.Trees[0].HostPath, "made"))
 		if err != nil || string(b) != "mine\n" {
