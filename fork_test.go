@@ -277,7 +277,8 @@ func TestForkOverlay(t *testing.T) {
 }
 
 // TestForkBadInput: a count of 0 or 10000 is refused, naming the limit,
-// and nothing is made.
+// and so is an active environment without a cgroup to freeze; nothing is
+// made.
 func TestForkBadInput(t *testing.T) {
 	h := newHost(t)
 	env := newEnv(t, h, spec.Environment{})
@@ -287,11 +288,17 @@ func TestForkBadInput(t *testing.T) {
 			t.Fatalf("fork --count %d: %v, %d children", n, err, len(kids))
 		}
 	}
+	// An active environment without a cgroup (the subreaper tier) can't
+	// be frozen: refused, saying to stop it first.
+	sub := newEnv(t, h, spec.Environment{Tier: "subreaper"})
+	if kids, err := sub.Fork(ctxT(t), hostfork.ForkOptions{Count: 1}); !errors.Is(err, hostfork.ErrUnsupported) || !strings.Contains(err.Error(), "stop it first") || len(kids) != 0 {
+		t.Fatalf("fork of an active subreaper environment: %v, %d children", err, len(kids))
+	}
 	envs, err := h.Envs(ctxT(t), hostfork.EnvFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(envs) != 1 {
+	if len(envs) != 2 {
 		t.Fatalf("a refused fork made environments: %d in the store", len(envs))
 	}
 }
