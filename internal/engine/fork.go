@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
@@ -20,6 +21,9 @@ import (
 
 // MaxForkCount is the most environments one fork makes (decision 112).
 const MaxForkCount = 64
+
+// forkBuilders is how many children a fork builds at once.
+const forkBuilders = 4
 
 // forkFreezeWait bounds waiting for the parent's commands to report frozen.
 const forkFreezeWait = 5 * time.Second
@@ -190,31 +194,46 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	for i, c := range kids {
 		ids[i] = c.rec.ID
 	}
-	out := make([]*api.Env, 0, len(kids))
+	// The children are built side by side (each its cgroups, limits,
+	// keeper and view, and its activation commit), a few at a time.
+	errs := make([]error, len(kids))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, forkBuilders)
 	for i, c := range kids {
 		c.forked = true
 		c.rec.Fork = &api.ForkOrigin{Parent: parent.ID, At: &at, Frozen: freeze, FrozenFor: api.Duration(frozenFor), Siblings: ids}
-		err := c.build(ctx)
-		if err == nil {
-			err = c.activate(ctx, nil)
-		}
-		if err == nil {
-			err = c.commitKeeper()
-		}
-		if err != nil {
-			c.abandon(err, nil)
-			for _, rest := range kids[i+1:] {
-				rest.abandon(fmt.Errorf("fork of %s: a sibling failed: %w", parent.ID, err), nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			err := c.build(ctx)
+			if err == nil {
+				err = c.activate(ctx, nil)
 			}
-			// The children made are the caller's to keep or stop.
-			return out, fmt.Errorf("fork: child %d of %d: %w", i+1, len(kids), err)
-		}
-		if !c.rec.AutoStop {
-			e.reg.WriteManifest(ctx, c.rec.ID)
-		}
-		out = append(out, c.rec)
+			if err == nil {
+				err = c.commitKeeper()
+			}
+			if err != nil {
+				c.abandon(err, nil)
+				errs[i] = fmt.Errorf("fork: child %d of %d: %w", i+1, len(kids), err)
+				return
+			}
+			if !c.rec.AutoStop {
+				e.reg.WriteManifest(ctx, c.rec.ID)
+			}
+		}()
 	}
-	return out, nil
+	wg.Wait()
+	// The children made are the caller's to keep or stop, also when a
+	// sibling failed (its error is returned with them).
+	out := make([]*api.Env, 0, len(kids))
+	for i, c := range kids {
+		if errs[i] == nil {
+			out = append(out, c.rec)
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // forkable says why env can't be forked, if it can't.

@@ -36,7 +36,8 @@ const (
 	// A fork (Engine.Fork): the children and the freeze intent recorded,
 	// nothing made; the parent's commands frozen, no tree taken; a
 	// child's tree taken, its identity not recorded (the parent still
-	// frozen); the parent thawed, the children not yet built.
+	// frozen, for the first child; the others are taken after the thaw);
+	// the parent thawed, the children not yet built.
 	ForkRecorded  = "fork-recorded"
 	ForkFrozen    = "fork-frozen"
 	ForkTreeTaken = "fork-tree-taken"
