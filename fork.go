@@ -62,7 +62,9 @@ func (h *Host) Fork(ctx context.Context, envPrefix string, opts ForkOptions) ([]
 // view, limits and deadline) with no commands. A stopped environment is
 // forked without a freeze. A count outside 1..MaxForkCount is ErrInvalid;
 // an active environment without a cgroup (the subreaper tier) is
-// ErrUnsupported. On failure no child is left half-made.
+// ErrUnsupported. On failure no child is left half-made: the children
+// that were made are returned with the error, the caller's to keep or
+// stop.
 func (e *Env) Fork(ctx context.Context, opts ForkOptions) ([]*Env, error) {
 	recs, err := e.h.e.Fork(ctx, e.rec.ID, opts.engine())
 	out := make([]*Env, 0, len(recs))

@@ -48,8 +48,10 @@ type ForkOptions struct {
 // trees are taken from the first child's, which nothing has written yet;
 // then each child is built and activated like a created environment. Processes are not cloned. A
 // parent that is not active is forked without a freeze (nothing writes
-// its trees). A failure abandons every child (exactly what was made is
-// removed) and leaves the parent thawed.
+// its trees). A failure before the children are built abandons every
+// child (exactly what was made is removed) and leaves the parent thawed;
+// a child whose build fails is abandoned, and the others are returned
+// with the error.
 func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
