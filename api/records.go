@@ -70,6 +70,9 @@ type Env struct {
 	// DeadlineMoves are the moves of the deadline (hostfork extend),
 	// oldest first; DeadlineAt is the last one's To.
 	DeadlineMoves []DeadlineMove `json:"deadline_moves,omitempty"`
+	// Fork, on an environment made by a fork, names its parent and the
+	// instant its trees were taken (absent otherwise).
+	Fork *ForkOrigin `json:"fork,omitempty"`
 	// Spec is the request the environment was created from; explicit
 	// environment variable values are redacted unless asked for.
 	Spec json.RawMessage `json:"spec,omitempty"`
@@ -261,4 +264,25 @@ type Baseline struct {
 	Offers    []string  `json:"offers"`
 	Notes     []string  `json:"notes,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// ForkOrigin is where a forked environment's trees came from: its parent's
+// trees at one instant. Processes are not cloned: a fork starts with no
+// commands.
+type ForkOrigin struct {
+	// Parent is the environment forked.
+	Parent string `json:"parent"`
+	// At is the fork instant: when the parent's trees were taken (its
+	// commands frozen, when it had any running).
+	At *time.Time `json:"at"`
+	// Frozen says whether the parent's commands were frozen (cgroup2
+	// cgroup.freeze of their group) while the trees were taken; false
+	// when the parent was not active (nothing could write its trees).
+	Frozen bool `json:"frozen"`
+	// FrozenFor is how long the parent's commands were frozen (0 when
+	// not frozen).
+	FrozenFor Duration `json:"frozen_for"`
+	// Siblings are the environments made by the same fork, this one
+	// included.
+	Siblings []string `json:"siblings,omitempty"`
 }

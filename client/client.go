@@ -736,3 +736,13 @@ func (c *Client) Watch(ctx context.Context, env, path string, recursive bool) it
 		}
 	}
 }
+
+// Fork makes environments whose trees start as env's trees at one instant
+// (hostfork.Env.Fork) and returns their records.
+func (c *Client) Fork(ctx context.Context, env string, req ForkRequest) ([]api.Env, error) {
+	var out []api.Env
+	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/fork", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -92,6 +92,19 @@ type Removed struct {
 	Removed bool   `json:"removed"`
 }
 
+// ForkRequest is the body of POST /v1/envs/{id}/fork. The children are
+// detached (owner-exit detach), like every environment made through the
+// server.
+type ForkRequest struct {
+	// Count is how many environments to make, 1 to 64.
+	Count int `json:"count"`
+	// Labels are added to the parent's labels on every child.
+	Labels map[string]string `json:"labels,omitempty"`
+	// TTL, when set, is each child's time limit (e.g. "30m"); otherwise
+	// the parent's spec's.
+	TTL api.Duration `json:"ttl,omitempty"`
+}
+
 // ExportRequest is the body of POST /v1/envs/{id}/export.
 type ExportRequest struct {
 	// Tree names one of the environment's private trees.

@@ -165,6 +165,40 @@ func faultScenarios() []faultScenario {
 			},
 		},
 		{
+			// A fork of an active environment with an overlay tree into
+			// two children, interrupted at each step: reap thaws the
+			// parent and removes every child's tree (no leaked snapshot
+			// or copy); the parent runs on.
+			name:      "fork",
+			points:    []string{fault.ForkRecorded, fault.ForkFrozen, fault.ForkTreeTaken, fault.ForkThawed, fault.CreateCgroup, fault.KeeperStarted},
+			survivors: true,
+			prepare: func(t *testing.T, c *hostforkCLI, dir string) []string {
+				args := slices.Concat([]string{"create", "--ttl", "5m"}, overlayArgs(t, dir))
+				env := strings.TrimSpace(c.mustRun(args...).stdout)
+				writeFile(filepath.Join(dir, "env"), env)
+				// (A command still running would leave its launch's
+				// intents open, which the checks here count as unsettled;
+				// TestForkBtrfsWhileWriting forks a running writer.)
+				c.mustRun("exec", env, "--", "sh", "-c", "echo data > "+filepath.Join(dir, "target", "new"))
+				return []string{"fork", env, "--count", "2"}
+			},
+			finish: func(t *testing.T, c *hostforkCLI, dir string) {
+				env := readFile(filepath.Join(dir, "env"))
+				rec := c.records().envs[env]
+				if rec == nil || rec.State != api.EnvActive {
+					t.Fatalf("the forked environment is not active after reap: %+v", rec)
+				}
+				if ev, err := cgroup.Open(filepath.Join(rec.CgroupPath, "commands")).Events(); err != nil || ev.Frozen {
+					t.Errorf("the forked environment's commands are still frozen after reap (%+v, %v)", ev, err)
+				}
+				if ents, _ := os.ReadDir(filepath.Join(c.root, "trees")); len(ents) != 1 {
+					t.Errorf("trees after reap: %d entries, want only the parent's", len(ents))
+				}
+				c.mustRun("stop", env)
+				checkRecovered(t, c, nil, nil)
+			},
+		},
+		{
 			name:   "gc",
 			points: []string{fault.GCDelete},
 			prepare: func(t *testing.T, c *hostforkCLI, dir string) []string {

@@ -78,6 +78,7 @@ var jsonShapes = []struct {
 	{"deadline_move", reflect.TypeFor[api.DeadlineMove]()},
 	{"dir_entry", reflect.TypeFor[api.DirEntry]()},
 	{"tree", reflect.TypeFor[api.Tree]()},
+	{"fork_origin", reflect.TypeFor[api.ForkOrigin]()},
 	{"stream_capture", reflect.TypeFor[api.StreamCapture]()},
 	{"limit_group", reflect.TypeFor[limits.Group]()},
 	{"limit_evidence", reflect.TypeFor[limits.Evidence]()},

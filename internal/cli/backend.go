@@ -51,6 +51,7 @@ type backend interface {
 	Mkdir(ctx context.Context, envPrefix, name string, perm os.FileMode) error
 	Stat(ctx context.Context, envPrefix, name string) (hostfork.DirEntry, error)
 	ReadDir(ctx context.Context, envPrefix, name string, depth int) ([]hostfork.DirEntry, error)
+	Fork(ctx context.Context, envPrefix string, o hostfork.ForkOptions) ([]hostfork.EnvRecord, error)
 
 	Capacity(ctx context.Context) (*hostfork.CapacityReport, error)
 	SetPaused(ctx context.Context, paused bool) error

@@ -570,3 +570,8 @@ func follow(ctx context.Context, g *globals, b backend, id string) func() {
 	}
 	return wg.Wait
 }
+
+// Fork forks through the server (whose children are always detached).
+func (r *remote) Fork(ctx context.Context, envPrefix string, o hostfork.ForkOptions) ([]hostfork.EnvRecord, error) {
+	return r.c.Fork(ctx, envPrefix, client.ForkRequest{Count: o.Count, Labels: o.Labels, TTL: api.Duration(o.TTL)})
+}

@@ -171,6 +171,7 @@ var verbs = []verb{
 	{name: "extend", build: plain(newExtendCmd)},
 	{name: "cp", build: plain(newCpCmd)},
 	{name: "ls", build: plain(newLsCmd)},
+	{name: "fork", build: plain(newForkCmd)},
 	{name: "capacity", build: plain(newCapacityCmd)},
 	{name: "pause", build: plain(func(g *globals) *cobra.Command { return newPauseCmd(g, true) })},
 	{name: "resume", build: plain(func(g *globals) *cobra.Command { return newPauseCmd(g, false) })},

@@ -41,6 +41,8 @@ type creation struct {
 	lg      *limits.Group
 	keeper  *supervise.Keeper
 	madeCg  bool
+	// forked: the trees were taken by a fork (rec.Trees), not allocated.
+	forked bool
 }
 
 // The child groups of an environment's cgroup: its commands' groups, its
@@ -86,7 +88,7 @@ func (e *Engine) Create(ctx context.Context, p *spec.Plan, cs *CommandSpec) (*ap
 		}
 		defer l.releaseAdmission()
 	}
-	c, err := e.reserveEnv(ctx, p, infos, l)
+	c, err := e.reserveEnv(ctx, p, infos, l, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -108,16 +110,9 @@ func (e *Engine) Create(ctx context.Context, p *spec.Plan, cs *CommandSpec) (*ap
 		c.abandon(fmt.Errorf("recording the environment's resources: %w", err), l)
 		return nil, nil, err
 	}
-	if c.keeper != nil {
-		commands, guardians := "", ""
-		if c.rec.CgroupPath != "" {
-			commands, guardians = filepath.Join(c.rec.CgroupPath, cgCommands), filepath.Join(c.rec.CgroupPath, cgGuardians)
-		}
-		if err := c.keeper.Commit(commands, guardians); err != nil {
-			c.abandon(fmt.Errorf("confirming the keeper: %w", err), l)
-			return nil, nil, err
-		}
-		holdOwner(c.keeper)
+	if err := c.commitKeeper(); err != nil {
+		c.abandon(err, l)
+		return nil, nil, err
 	}
 	var r *Running
 	if l != nil {
@@ -131,10 +126,26 @@ func (e *Engine) Create(ctx context.Context, p *spec.Plan, cs *CommandSpec) (*ap
 	return c.rec, r, nil
 }
 
+// commitKeeper confirms the keeper, once the environment is active.
+func (c *creation) commitKeeper() error {
+	if c.keeper == nil {
+		return nil
+	}
+	commands, guardians := "", ""
+	if c.rec.CgroupPath != "" {
+		commands, guardians = filepath.Join(c.rec.CgroupPath, cgCommands), filepath.Join(c.rec.CgroupPath, cgGuardians)
+	}
+	if err := c.keeper.Commit(commands, guardians); err != nil {
+		return fmt.Errorf("confirming the keeper: %w", err)
+	}
+	holdOwner(c.keeper)
+	return nil
+}
+
 // reserveEnv records the environment (state creating) and an intent for
 // every resource its creation will make, with the first command's
-// reservation when there is one: one commit.
-func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]*planner.Source, l *launch) (*creation, error) {
+// reservation when there is one: one commit. origin names a fork's parent.
+func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]*planner.Source, l *launch, origin *api.ForkOrigin) (*creation, error) {
 	boot, err := linux.BootID()
 	if err != nil {
 		return nil, err
@@ -152,7 +163,7 @@ func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]
 		RunDir: filepath.Join(e.root, "runs", id), OwnerExit: p.OwnerExit, Owner: records.ToAPI(self),
 		UntilStopped: p.UntilStopped, AutoStop: l != nil && l.cs.AutoStop,
 		TTL: p.MaxRuntime, Grace: p.Grace, IdleTimeout: p.Spec.Lifetime.IdleTimeout,
-		Trees: []api.Tree{}, CleanupErrors: []string{}, Commands: nil,
+		Trees: []api.Tree{}, CleanupErrors: []string{}, Commands: nil, Fork: origin,
 	}
 	if b, err := json.Marshal(p.Spec); err == nil {
 		rec.Spec = b
@@ -255,10 +266,14 @@ func (c *creation) build(ctx context.Context) error {
 	var ops []supervise.KeeperOp
 	var treeFiles []*os.File
 	if p.View != nil {
-		trees, err := provision.AllocateTrees(ctx, rec, p, c.infos, c.treeIn)
-		rec.Trees = trees
-		if err != nil {
-			return err
+		trees := rec.Trees
+		if !c.forked {
+			var err error
+			trees, err = provision.AllocateTrees(ctx, rec, p, c.infos, c.treeIn)
+			rec.Trees = trees
+			if err != nil {
+				return err
+			}
 		}
 		vops, files, err := provision.ViewOps(ctx, p, trees)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/records"
+	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
@@ -99,6 +100,10 @@ func (e *Exporter) Export(ctx context.Context, envID, tree, dest string, opts Ex
 	}
 	res := &api.ExportResult{Env: envID, Tree: tree, Kind: tr.Kind, Dest: abs, StartedAt: time.Now().UTC()}
 	live := !env.State.Final()
+	// A fork's tree in which nothing has run is still the parent's at the
+	// fork instant: complete as of that instant, if no command started
+	// before the copy ended either (checked again below).
+	asOfFork := live && env.Fork != nil && env.Fork.At != nil && e.noCommands(ctx, envID)
 	// Hold the tree against gc while we copy.
 	expDir := filepath.Join(env.RunDir, "exports")
 	if err := os.MkdirAll(expDir, 0o700); err != nil {
@@ -150,6 +155,9 @@ func (e *Exporter) Export(ctx context.Context, envID, tree, dest string, opts Ex
 		res.Errors = append(res.Errors, cerr.Error())
 	case cr.Failed > 0:
 		res.Label = api.ExportPartial
+	case asOfFork && e.noCommands(ctx, envID):
+		res.Label = api.ExportComplete
+		res.Note = "complete as of the fork instant " + env.Fork.At.Format(time.RFC3339Nano) + " (forked from " + env.Fork.Parent + "): no command has run in this environment since"
 	case live:
 		res.Label = api.ExportLive
 	default:
@@ -372,4 +380,11 @@ func (e *Exporter) commit(ctx context.Context, env *api.Env, tr *api.Tree, msg s
 		res.Note = "nothing to commit: the worktree matches its branch"
 	}
 	return res, nil
+}
+
+// noCommands reports whether environment id has never had a command (an
+// error reading counts as "it may have").
+func (e *Exporter) noCommands(ctx context.Context, id string) bool {
+	cmds, err := e.reg.Commands(ctx, registry.CommandQuery{Env: id, Brief: true})
+	return err == nil && len(cmds) == 0
 }

@@ -33,6 +33,15 @@ const (
 	StopKilled         = "stop-killed"         // tree killed, not yet finalized
 	Finalize           = "finalize"            // env cgroup removed, record not final
 	GCDelete           = "gc-delete"           // deletion decided, files partly gone
+	// A fork (Engine.Fork): the children and the freeze intent recorded,
+	// nothing made; the parent's commands frozen, no tree taken; a
+	// child's tree taken, its identity not recorded (the parent still
+	// frozen, for the first child; the others are taken after the thaw);
+	// the parent thawed, the children not yet built.
+	ForkRecorded  = "fork-recorded"
+	ForkFrozen    = "fork-frozen"
+	ForkTreeTaken = "fork-tree-taken"
+	ForkThawed    = "fork-thawed"
 	// ExportCopying: an export marked in progress, its source (an
 	// overlay's temporary view) ready, nothing copied. Not a launch point,
 	// so not in All.
@@ -41,7 +50,8 @@ const (
 
 // All lists every point of a launch and its stop, for test matrices.
 var All = []string{CreateRecorded, CreateCgroup, TreePrepared, KeeperStarted, CommandReserved, GuardianStarted,
-	GuardianRegistered, Released, StopRecorded, StopKilled, Finalize, GCDelete}
+	GuardianRegistered, Released, StopRecorded, StopKilled, Finalize, GCDelete,
+	ForkRecorded, ForkFrozen, ForkTreeTaken, ForkThawed}
 
 var (
 	armed = os.Getenv(Env)

@@ -83,6 +83,7 @@ func NewServer(h *hostfork.Host, o Options) *sdk.Server {
 	add(s, t, "write_file", "Write a file of an environment as its commands see it (resolved inside its view), replacing it whole: content as text, or base64 with encoding base64. Its directory must exist.", t.writeFile)
 	add(s, t, "list_dir", "List a directory of an environment as its commands see it: its entries (depth 1, the default) or more levels; symbolic links are listed, not followed.", t.listDir)
 	add(s, t, "extend", "Move an environment's deadline later or earlier: ttl from now (e.g. 30m) or until an RFC 3339 instant. An earlier deadline stops it then.", t.extend)
+	add(s, t, "fork", "Make count new environments whose private trees start as this environment's trees at one instant (its commands are frozen for the moment the trees are taken; processes are not cloned). Each child is detached, with the parent's spec and its own trees, view, limits and ttl.", t.fork)
 	return s
 }
 
@@ -692,4 +693,34 @@ func (t *tools) export(ctx context.Context, a exportArgs) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
 	return t.h.Export(ctx, a.Env, a.Tree, a.Destination, hostfork.ExportOptions{})
+}
+
+type forkArgs struct {
+	Env    string            `json:"env" jsonschema:"the environment's id or unique prefix"`
+	Count  int               `json:"count,omitempty" jsonschema:"how many environments to make (default 1, at most 64)"`
+	Labels map[string]string `json:"labels,omitempty" jsonschema:"labels added to the parent's on every child"`
+	TTL    string            `json:"ttl,omitempty" jsonschema:"each child's time limit, e.g. 30m (default: the parent's)"`
+}
+
+// fork makes detached children (they outlive this server, like create's
+// environments).
+func (t *tools) fork(ctx context.Context, a forkArgs) (any, error) {
+	ttl, err := optDuration("ttl", a.TTL)
+	if err != nil {
+		return nil, err
+	}
+	if a.Count == 0 {
+		a.Count = 1
+	}
+	ctx, cancel := bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	recs, err := t.h.Fork(ctx, a.Env, hostfork.ForkOptions{Count: a.Count, Labels: a.Labels, TTL: ttl, OwnerExit: spec.OwnerExitDetach})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]hostfork.EnvRecord, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, hostfork.RedactEnv(r))
+	}
+	return out, nil
 }

@@ -3,10 +3,10 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
-	"slices"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +72,7 @@ func TestMCP(t *testing.T) {
 		names = append(names, tl.Name)
 	}
 	slices.Sort(names)
-	if got, want := strings.Join(names, ","), "create,export,extend,list_dir,logs,ps,read_file,run,start,status,stop,write_file"; got != want {
+	if got, want := strings.Join(names, ","), "create,export,extend,fork,list_dir,logs,ps,read_file,run,start,status,stop,write_file"; got != want {
 		t.Fatalf("tools: %s, want %s", got, want)
 	}
 	// Plain schemas: a list argument is "type": "array", never
@@ -204,6 +204,26 @@ func TestMCP(t *testing.T) {
 	}
 	if eb := call(t, ctx, s, "run", map[string]any{"argv": []string{"/nonexistent/prog"}}, nil); eb == nil || eb.ExitCode != 127 {
 		t.Fatalf("run of a missing program: %+v", eb)
+	}
+	// fork: detached children of env, with the parent recorded; a count
+	// over the limit is refused (exit 122, naming it).
+	if eb := call(t, ctx, s, "fork", map[string]any{"env": env.ID, "count": 65}, nil); eb == nil || eb.ExitCode != 122 || !strings.Contains(eb.Message, "64") {
+		t.Fatalf("fork of 65: %+v", eb)
+	}
+	var kids []api.Env
+	if eb := call(t, ctx, s, "fork", map[string]any{"env": env.ID, "count": 2, "ttl": "2m", "labels": map[string]string{"k": "v"}}, &kids); eb != nil {
+		t.Fatalf("fork: %+v", eb)
+	}
+	if len(kids) != 2 {
+		t.Fatalf("fork made %d environments", len(kids))
+	}
+	for _, k := range kids {
+		if k.Fork == nil || k.Fork.Parent != env.ID || k.OwnerExit != api.OwnerExitDetach || k.TTL.D() != 2*time.Minute || k.Labels["k"] != "v" {
+			t.Fatalf("fork child: %+v (fork %+v)", k, k.Fork)
+		}
+		if eb := call(t, ctx, s, "stop", map[string]any{"id": k.ID}, nil); eb != nil {
+			t.Fatalf("stop child: %+v", eb)
+		}
 	}
 	var stoppedEnv api.Env
 	if eb := call(t, ctx, s, "stop", map[string]any{"id": env.ID}, &stoppedEnv); eb != nil || stoppedEnv.State != api.EnvStopped {

@@ -172,3 +172,81 @@ func ViewOps(ctx context.Context, p *spec.Plan, trees []api.Tree) (ops []view.Op
 	}
 	return ops, files, nil
 }
+
+// ForkTrees takes each planned tree of a fork's child from the tree of the
+// same name in from (storage.Fork) at the destination reserved for it:
+// the parent's trees (fromID is the parent), or a sibling's taken at the
+// fork instant and not written since. The caller has frozen every writer
+// of the trees in from. On error the trees made so far are returned so the
+// caller can remove them.
+func ForkTrees(ctx context.Context, parentID, fromID string, parent []api.Tree, p *spec.Plan, intents map[string]*registry.Intent) ([]api.Tree, error) {
+	byName := map[string]api.Tree{}
+	for _, t := range parent {
+		byName[t.Name] = t
+	}
+	out := []api.Tree{}
+	for _, pt := range p.Trees {
+		in := intents[pt.Name]
+		if in == nil {
+			return out, fmt.Errorf("tree %s was not reserved", pt.Name)
+		}
+		from, ok := byName[pt.Name]
+		if !ok || from.State != api.TreeAllocated {
+			return out, fmt.Errorf("%s has no allocated tree %s to fork (removed by gc?): %w", fromID, pt.Name, api.ErrInvalid)
+		}
+		var st storage.Tree
+		if err := json.Unmarshal(from.Storage, &st); err != nil {
+			return out, fmt.Errorf("tree %s: reading the parent's record: %w", pt.Name, err)
+		}
+		dest := in.Target
+		pool, err := storage.PoolDir(filepath.Dir(filepath.Dir(dest)), filepath.Base(filepath.Dir(dest)))
+		if err != nil {
+			return out, fmt.Errorf("tree %s: %w", pt.Name, err)
+		}
+		t, err := storage.Fork(ctx, st, storage.Request{Dest: dest, Pool: pool})
+		pool.Close()
+		if err != nil {
+			return out, fmt.Errorf("forking tree %s of %s: %w", pt.Name, fromID, err)
+		}
+		fault.Point(fault.ForkTreeTaken)
+		raw, _ := json.Marshal(t)
+		tr := api.Tree{
+			Name: pt.Name, Kind: pt.Kind, Baseline: pt.Baseline, Source: pt.Source,
+			HostPath: t.Path, WorkloadPath: pt.Target, Storage: raw, State: api.TreeAllocated,
+			Note: forkNote(parentID, fromID, t),
+		}
+		out = append(out, tr)
+	}
+	return out, nil
+}
+
+// forkNote says how a fork's tree was taken.
+func forkNote(parentID, fromID string, t storage.Tree) string {
+	whose := "the parent's"
+	if fromID != parentID {
+		whose = "sibling " + fromID + "'s (taken at the fork instant)"
+	}
+	how := "snapshot of " + whose + " snapshot"
+	ct := t.Copy
+	if t.Overlay != nil {
+		ct = t.Overlay.UpperCopy
+		how = whose + " upper"
+	} else if ct != nil {
+		how = whose + " copy"
+	}
+	if ct != nil {
+		verb := "copied"
+		switch ct.Reflink {
+		case storage.ReflinkAll:
+			verb = "cloned (reflink)"
+		case storage.ReflinkPartial:
+			verb = "partly cloned (reflink), partly copied"
+		case storage.ReflinkNone:
+			if ct.Files > 0 {
+				verb = "copied (no reflink on this filesystem)"
+			}
+		}
+		how = fmt.Sprintf("%s %s: %d files, %d bytes, reflink %s", how, verb, ct.Files, ct.Bytes, ct.Reflink)
+	}
+	return "forked from " + parentID + ": " + how
+}

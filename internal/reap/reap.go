@@ -278,6 +278,11 @@ func (e *Reaper) reapIntents(ctx context.Context, rep *api.ReapReport) error {
 // owner (the command, else the environment) is finished, and the intent is
 // pending, names a cgroup, or names a target that is gone.
 func (e *Reaper) intentDue(ctx context.Context, in registry.Intent, envState api.EnvState) bool {
+	if in.Kind == registry.KindFreeze {
+		// A fork's freeze: open only while a fork holds the
+		// environment's lock, or after its forker died.
+		return true
+	}
 	if retained(in) {
 		return false
 	}
@@ -313,6 +318,20 @@ func (e *Reaper) settleOne(ctx context.Context, id int64, f registry.Fact) {
 func (e *Reaper) reapIntent(ctx context.Context, env *api.Env, in registry.Intent, rep *api.ReapReport) {
 	if in.Kind == registry.KindScope {
 		e.reapScopeIntent(ctx, in, rep)
+		return
+	}
+	if in.Kind == registry.KindFreeze {
+		// A fork died with the environment's commands frozen (reap holds
+		// the environment's lock, so no fork is running): thaw them.
+		g := cgroup.Open(registry.FreezeGroup(in.Target))
+		if g.Exists() {
+			if err := g.SetFrozen(false); err != nil {
+				rep.Pending = append(rep.Pending, api.ReapPending{Env: in.EnvID, What: "freeze " + in.Target, Reason: err.Error()})
+				return
+			}
+		}
+		e.settleOne(ctx, in.ID, registry.Fact{Exists: false})
+		rep.Actions = append(rep.Actions, api.ReapAction{Env: in.EnvID, Action: "thawed", Detail: in.Target})
 		return
 	}
 	_, statErr := os.Lstat(in.Target)

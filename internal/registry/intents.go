@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -21,7 +22,19 @@ const (
 	KindCgroupV1 = "cgroup-v1" // a cgroup v1 limit group
 	KindScope    = "scope"     // a transient systemd scope (target systemd:<unit>)
 	KindTree     = "tree"      // a private tree's allocation destination
+	// KindFreeze is a fork's freeze of an environment's commands group
+	// (target: "freeze:" and the group's path, FreezeTarget). Recorded before the freeze and settled after
+	// the thaw; an open one is thawed by reap (decision 112).
+	KindFreeze = "freeze"
 )
+
+// FreezeTarget is the target of a KindFreeze intent on the cgroup at
+// path; FreezeGroup is its inverse. The prefix keeps it from reading as
+// a path that the freeze made.
+func FreezeTarget(path string) string { return "freeze:" + path }
+
+// FreezeGroup is the cgroup a KindFreeze intent's target names.
+func FreezeGroup(target string) string { return strings.TrimPrefix(target, "freeze:") }
 
 // Intent is one allocation-ledger entry.
 type Intent struct {

@@ -912,3 +912,31 @@ func (s *Server) removeBaseline(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, client.Removed{Name: name, Removed: true})
 	return nil
 }
+
+// forkEnv forks an environment into detached children (they outlive the
+// server, like the environments it creates).
+func (s *Server) forkEnv(w http.ResponseWriter, r *http.Request) error {
+	var req client.ForkRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if _, err := s.envRecord(r, r.PathValue("id")); err != nil {
+		return err
+	}
+	ctx, cancel := mutationContext(r)
+	defer cancel()
+	recs, err := s.h.Fork(ctx, r.PathValue("id"), hostfork.ForkOptions{Count: req.Count, Labels: req.Labels, TTL: time.Duration(req.TTL), OwnerExit: spec.OwnerExitDetach})
+	if err != nil {
+		return err
+	}
+	out := make([]hostfork.EnvRecord, 0, len(recs))
+	for _, rec := range recs {
+		e, err := redact(r, rec)
+		if err != nil {
+			return err
+		}
+		out = append(out, e)
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}

@@ -62,6 +62,8 @@ func (s *Server) table() []route {
 		{method: "PUT", path: "/v1/envs/{id}/dir", summary: "Create a directory of the environment (its parent must exist)", query: []param{pPath, pMode}, status: 201, resp: api.DirEntry{}, handle: s.mkdir},
 		{method: "GET", path: "/v1/envs/{id}/watch", summary: "Stream the changes in a directory of the environment as NDJSON (one api.FileEvent per line)", query: []param{pPath, pRecursive}, status: 200, resp: api.FileEvent{}, contentType: "application/x-ndjson", handle: s.watchFiles},
 		{method: "POST", path: "/v1/envs/{id}/export", summary: "Copy one of the environment's trees to a new destination", body: client.ExportRequest{}, status: 200, resp: api.ExportResult{}, handle: s.exportEnv},
+		{method: "POST", path: "/v1/envs/{id}/fork", summary: "Make count environments whose trees start as this one's at one instant (its commands frozen while the trees are taken; processes are not cloned); the children are detached",
+			query: []param{pShowEnv}, body: client.ForkRequest{}, status: 201, resp: []api.Env{}, handle: s.forkEnv},
 		{method: "POST", path: "/v1/runs", summary: "Create an environment with a first command (output in files) that stops when the command's tree has exited, or at its deadline (as hostfork run --detach)",
 			query: []param{pShowEnv}, body: runBody{}, status: 201, resp: api.Env{}, handle: s.run},
 		{method: "POST", path: "/v1/envs/{id}/commands", summary: "Start a detached command in the environment (output in files)", body: client.CommandRequest{}, status: 201, resp: api.Command{}, handle: s.startCommand},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"golang.org/x/sys/unix"
@@ -100,16 +101,7 @@ func (Copy) Prepare(ctx context.Context, req Request) (Tree, error) {
 	if err := c.copyInto(src, tree); err != nil {
 		return fail(err)
 	}
-	ct := &CopyTree{Source: req.Source, Dir: t.Path, DirID: tree.ID(), Files: c.files, Cloned: c.cloned, Bytes: c.bytes}
-	switch {
-	case c.cloned == 0:
-		ct.Reflink = ReflinkNone
-	case c.cloned == c.files:
-		ct.Reflink = ReflinkAll
-	default:
-		ct.Reflink = ReflinkPartial
-	}
-	t.Copy = ct
+	t.Copy = c.result(req.Source, t.Path, tree.ID())
 	return t, nil
 }
 
@@ -134,6 +126,11 @@ type copier struct {
 
 	files, cloned, bytes int64
 
+	// overlayXattrs: copy the trusted.overlay.* attributes of
+	// directories and files too (an overlay upper's opaque and redirect
+	// marks), for a fork's copy of an upper.
+	overlayXattrs bool
+
 	// tolerate: record per-entry errors (failed, errs) and go on.
 	tolerate bool
 	failed   int64
@@ -152,6 +149,9 @@ func (c *copier) copyInto(src, dst *safefs.Dir) error {
 		return err
 	}
 	st, err := src.Stat()
+	if err == nil {
+		err = c.copyXattrs(src.Fd(), dst.Fd(), dst.Path())
+	}
 	if err == nil {
 		err = c.setMeta(dst.Fd(), dst.Path(), &st)
 	}
@@ -256,7 +256,35 @@ func (c *copier) copySubdir(src, dst *safefs.Dir, name, rel string) error {
 	if err != nil {
 		return err
 	}
+	if err := c.copyXattrs(s.Fd(), d.Fd(), d.Path()); err != nil {
+		return err
+	}
 	return c.setMeta(d.Fd(), d.Path(), &st)
+}
+
+// copyXattrs copies the trusted.overlay.* attributes of sfd to dfd when
+// the copier is asked to (c.overlayXattrs); otherwise it does nothing.
+func (c *copier) copyXattrs(sfd, dfd int, path string) error {
+	if !c.overlayXattrs {
+		return nil
+	}
+	names, err := listXattrs(sfd)
+	if err != nil {
+		return &os.PathError{Op: "flistxattr", Path: path, Err: err}
+	}
+	for _, n := range names {
+		if !strings.HasPrefix(n, "trusted.overlay.") {
+			continue
+		}
+		v, err := getXattr(sfd, n)
+		if err != nil {
+			return &os.PathError{Op: "fgetxattr " + n, Path: path, Err: err}
+		}
+		if err := linux.IgnoringEINTR(func() error { return unix.Fsetxattr(dfd, n, v, 0) }); err != nil {
+			return &os.PathError{Op: "fsetxattr " + n, Path: path, Err: err}
+		}
+	}
+	return nil
 }
 
 // linkAgain makes name in dst a hard link to the first copy of a multiply
@@ -358,6 +386,9 @@ func (c *copier) copyFile(src, dst *safefs.Dir, name, rel string) error {
 	}
 	dfd := int(f.Fd())
 	err = c.copyData(sfd, dfd, srcPath, f.Name())
+	if err == nil {
+		err = c.copyXattrs(sfd, dfd, f.Name())
+	}
 	if err == nil {
 		err = c.setMeta(dfd, f.Name(), &st)
 	}
@@ -493,4 +524,40 @@ func (cp Copy) Remove(ctx context.Context, t Tree) error {
 		return fmt.Errorf("removing copy tree: %w", err)
 	}
 	return nil
+}
+
+// listXattrs returns the names of fd's extended attributes.
+func listXattrs(fd int) ([]string, error) {
+	for size := 256; ; size *= 4 {
+		buf := make([]byte, size)
+		n, err := linux.IgnoringEINTR2(func() (int, error) { return unix.Flistxattr(fd, buf) })
+		if errors.Is(err, unix.ERANGE) && size < 1<<20 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, name := range strings.Split(string(buf[:n]), "\x00") {
+			if name != "" {
+				out = append(out, name)
+			}
+		}
+		return out, nil
+	}
+}
+
+// getXattr returns the value of fd's attribute name.
+func getXattr(fd int, name string) ([]byte, error) {
+	for size := 256; ; size *= 4 {
+		buf := make([]byte, size)
+		n, err := linux.IgnoringEINTR2(func() (int, error) { return unix.Fgetxattr(fd, name, buf) })
+		if errors.Is(err, unix.ERANGE) && size < 1<<20 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return buf[:n], nil
+	}
 }

@@ -103,6 +103,9 @@ type OverlayTree struct {
 	UpperID FileID `json:"upper_id"`
 	Work    string `json:"work"`
 	WorkID  FileID `json:"work_id"`
+	// UpperCopy, on a fork's tree, says how the parent's upper was copied
+	// into this one (cloned or copied; Fork).
+	UpperCopy *CopyTree `json:"upper_copy,omitempty"`
 }
 
 // CopyTree is the identity of a copy and how it was made.

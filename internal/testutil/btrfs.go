@@ -120,3 +120,11 @@ func unmountRetrying(mnt string) error {
 	}
 	return nil
 }
+
+// LoopXFS makes a fresh 1 GiB XFS filesystem with reflink for one test,
+// like LoopBtrfs (mkfs.xfs -m reflink=1), and returns its mount point.
+func LoopXFS(t testing.TB) string {
+	t.Helper()
+	mnt, _ := loopFS(t, "xfs", 1<<30, []string{"mkfs.xfs", "-q", "-m", "reflink=1"}, "")
+	return mnt
+}

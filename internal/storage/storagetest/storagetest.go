@@ -55,6 +55,7 @@ func Run(t *testing.T, newFixture func(t *testing.T) Fixture) {
 		{"MetadataSurvives", testMetadataSurvives},
 		{"AllocationArea", testAllocationArea},
 		{"OpenPinsParts", testOpenPinsParts},
+		{"Fork", testFork},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -243,6 +244,38 @@ func testPrepareWriteReopen(t *testing.T, f Fixture) {
 	}
 	out = RunInView(t, m, `cat a.txt new.txt; test ! -e dir/b.txt; test -d made; echo ok`)
 	expect(t, "reopened view", out, "changed\nnew\nok\n")
+}
+
+// testFork: storage.Fork of a written tree starts as that tree (changes,
+// deletions and directories made again included, seen through a view),
+// and the two are independent afterwards; the baseline is untouched.
+func testFork(t *testing.T, f Fixture) {
+	before := Manifest(t, f.Source)
+	parent := Prepare(t, f, "parent")
+	RunInView(t, mounts(t, f, parent), `echo changed > a.txt; echo new > new.txt; rm dir/b.txt; rm -r dir/sub; mkdir dir/sub; echo fresh > dir/sub/f.txt`)
+	child, err := storage.Fork(context.Background(), parent, request(f, filepath.Join(f.Pool, "child")))
+	if err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := f.Backend.Remove(context.Background(), child); err != nil {
+			t.Errorf("cleanup: Remove(%s): %v", child.Dest, err)
+		}
+	})
+	if child.Kind != parent.Kind || child.Dest == parent.Dest {
+		t.Fatalf("fork record: %+v", child)
+	}
+	if err := f.Backend.Verify(context.Background(), child); err != nil {
+		t.Fatalf("Verify of the fork: %v", err)
+	}
+	const look = `cat a.txt new.txt dir/sub/f.txt; ls dir/sub; test ! -e dir/b.txt && echo no-b`
+	expect(t, "the fork's view", RunInView(t, mounts(t, f, child), look), "changed\nnew\nfresh\nf.txt\nno-b\n")
+	expect(t, "write in the fork", RunInView(t, mounts(t, f, child), `echo child > a.txt; cat a.txt`), "child\n")
+	expect(t, "the parent after", RunInView(t, mounts(t, f, parent), `cat a.txt`), "changed\n")
+	SameManifest(t, "baseline", before, Manifest(t, f.Source))
+	if _, err := storage.Fork(context.Background(), parent, request(f, filepath.Join(f.Pool, "child"))); !errors.Is(err, storage.ErrExists) {
+		t.Errorf("Fork onto an existing destination: %v, want ErrExists", err)
+	}
 }
 
 func testTwoTreesIsolated(t *testing.T, f Fixture) {
