@@ -24,4 +24,6 @@ var (
 	ErrNotExecutable      = api.ErrNotExecutable
 	ErrForbidden          = api.ErrForbidden
 	ErrExportFailed       = api.ErrExportFailed
+	ErrTimedOut           = api.ErrTimedOut
+	ErrEnded              = api.ErrEnded
 )

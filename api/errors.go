@@ -51,4 +51,11 @@ var (
 	// ErrExportFailed: an export did not produce a usable copy; the
 	// result says what was copied and where the partial copy is.
 	ErrExportFailed = errors.New("export failed")
+	// ErrTimedOut: a wait's own time limit (its timeout) passed before its
+	// condition held; the command runs on.
+	ErrTimedOut = errors.New("timed out")
+	// ErrEnded: the command's tree ended before what a wait waited for
+	// (a pattern in its output, a stall) happened, or an operation needs a
+	// command that is still running (input to a finished command).
+	ErrEnded = errors.New("the command has ended")
 )
