@@ -157,6 +157,8 @@ var causes = []struct {
 	{"incomplete_capture", api.ErrIncompleteCapture},
 	{"unverified", api.ErrUnverified},
 	{"export_failed", api.ErrExportFailed},
+	{"timed_out", api.ErrTimedOut},
+	{"ended", api.ErrEnded},
 	{"conflict", api.ErrConflict},
 	{"exists", api.ErrExists},
 	{"env_not_active", api.ErrEnvNotActive},

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"iter"
 	"os"
@@ -32,6 +34,9 @@ type backend interface {
 	Events(ctx context.Context, since int64, follow bool) iter.Seq2[hostfork.Event, error]
 	// Logs reads a command's output artifact (by its whole id).
 	Logs(ctx context.Context, commandID string, o hostfork.LogOptions) (io.ReadCloser, error)
+	// WaitUntil waits for a command (by its whole id) as o says, for at
+	// most timeout (0: no bound; past it an error matching ErrTimedOut).
+	WaitUntil(ctx context.Context, commandID string, o hostfork.WaitOptions, timeout time.Duration) (hostfork.WaitOutcome, error)
 
 	Plan(ctx context.Context, s spec.Environment) (*hostfork.Plan, error)
 	// Create makes the planned environment and returns its record.
@@ -101,6 +106,24 @@ func (l local) Logs(ctx context.Context, id string, o hostfork.LogOptions) (io.R
 		return nil, err
 	}
 	return cmd.Logs(ctx, o)
+}
+
+func (l local) WaitUntil(ctx context.Context, id string, o hostfork.WaitOptions, timeout time.Duration) (hostfork.WaitOutcome, error) {
+	cmd, err := l.OpenCommand(ctx, id)
+	if err != nil {
+		return hostfork.WaitOutcome{}, err
+	}
+	wctx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	out, err := cmd.WaitUntil(wctx, o)
+	if err != nil && timeout > 0 && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return out, fmt.Errorf("the wait's --timeout (%s) passed; command %s runs on: %w", timeout, id, hostfork.ErrTimedOut)
+	}
+	return out, err
 }
 
 func (l local) Create(ctx context.Context, p *hostfork.Plan) (*hostfork.EnvRecord, error) {

@@ -16,13 +16,16 @@ func newLogsCmd(g *globals) *cobra.Command {
 	var follow bool
 	var stream string
 	var offset int64
+	var tail int
 	c := &cobra.Command{
-		Use:   "logs [-f] [--stream stdout|stderr] [--offset N] ID",
+		Use:   "logs [-f] [--stream stdout|stderr] [--offset N | --tail N] ID",
 		Short: "Print a command's output files (an environment with one command is accepted)",
 		Long: `logs prints a command's stdout (to stdout) and stderr (to stderr), or only one
 stream (--stream, printed to stdout) from a byte offset (--offset: output is
-addressed by byte, so a reader resumes exactly where it stopped). With -f it
-follows the output until the command's tree has exited.`,
+addressed by byte, so a reader resumes exactly where it stopped), or from the
+last N lines of each (--tail). With -f it follows the output until the
+command's tree has exited, then exits with the command's status, as run does
+(124 when hostfork ended it).`,
 		Args: exactArgs(1, "one command or environment id"),
 		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			if stream != "" && stream != "stdout" && stream != "stderr" {
@@ -31,24 +34,13 @@ follows the output until the command's tree has exited.`,
 			if offset < 0 || (offset > 0 && stream == "") {
 				return usageErr("--offset needs --stream (each stream has its own offsets) and must not be negative")
 			}
+			if tail < 0 || (tail > 0 && offset > 0) {
+				return usageErr("--tail takes a number of lines and excludes --offset")
+			}
 			ctx := c.Context()
-			kind, id, err := h.Resolve(ctx, args[0])
+			id, err := commandOf(ctx, h, args[0])
 			if err != nil {
 				return err
-			}
-			if kind == "env" {
-				env, _, err := h.Status(ctx, id)
-				if err != nil {
-					return err
-				}
-				if len(env.Commands) != 1 {
-					ids := make([]string, len(env.Commands))
-					for i, c := range env.Commands {
-						ids[i] = c.ID
-					}
-					return usageErr("environment %s has %d commands; name one: %s", env.ID, len(env.Commands), strings.Join(ids, " "))
-				}
-				id = env.Commands[0].ID
 			}
 			_, rec, err := h.Status(ctx, id)
 			if err != nil {
@@ -75,7 +67,7 @@ follows the output until the command's tree has exited.`,
 			var wg sync.WaitGroup
 			errs := make([]error, len(srcs))
 			for i, s := range srcs {
-				rd, err := h.Logs(ctx, id, hostfork.LogOptions{Stream: s.stream, Offset: offset, Follow: follow})
+				rd, err := h.Logs(ctx, id, hostfork.LogOptions{Stream: s.stream, Offset: offset, Follow: follow, Tail: tail})
 				if err != nil {
 					return err
 				}
@@ -92,11 +84,45 @@ follows the output until the command's tree has exited.`,
 					return err
 				}
 			}
-			return nil
+			if !follow || ctx.Err() != nil {
+				return nil
+			}
+			// The tree has ended: exit with the command's status, as run.
+			_, final, err := h.Status(ctx, id)
+			if err != nil {
+				return err
+			}
+			return commandStatus(g, final)
 		}),
 	}
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the command's tree exits")
 	c.Flags().StringVar(&stream, "stream", "", "only stdout or only stderr (printed to stdout)")
 	c.Flags().Int64Var(&offset, "offset", 0, "start at this byte offset of the stream (with --stream)")
+	c.Flags().IntVar(&tail, "tail", 0, "start at the last N lines of each stream")
 	return c
+}
+
+// commandOf resolves an id argument to a command's whole id: a command's
+// id or prefix, or an environment's with exactly one command (as run
+// --detach prints).
+func commandOf(ctx context.Context, h backend, arg string) (string, error) {
+	kind, id, err := h.Resolve(ctx, arg)
+	if err != nil {
+		return "", err
+	}
+	if kind != "env" {
+		return id, nil
+	}
+	env, _, err := h.Status(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if len(env.Commands) != 1 {
+		ids := make([]string, len(env.Commands))
+		for i, c := range env.Commands {
+			ids[i] = c.ID
+		}
+		return "", usageErr("environment %s has %d commands; name one: %s", env.ID, len(env.Commands), strings.Join(ids, " "))
+	}
+	return env.Commands[0].ID, nil
 }

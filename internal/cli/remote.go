@@ -358,7 +358,7 @@ func (r *remote) notice(format string, args ...any) {
 // bytes it has when the connection is cut (the server restarted): a
 // followed stream ends only with the tree's exit (docs/api.md, "logs").
 func (r *remote) Logs(ctx context.Context, id string, o hostfork.LogOptions) (io.ReadCloser, error) {
-	l := &remoteLogs{ctx: ctx, r: r, id: id, o: client.LogOptions{Stream: o.Stream, Offset: o.Offset, Follow: o.Follow}}
+	l := &remoteLogs{ctx: ctx, r: r, id: id, o: client.LogOptions{Stream: o.Stream, Offset: o.Offset, Follow: o.Follow, Tail: o.Tail}}
 	if err := l.connect(); err != nil {
 		return nil, err
 	}
@@ -377,12 +377,40 @@ type remoteLogs struct {
 
 func (l *remoteLogs) connect() error {
 	return l.r.retry(l.ctx, "the output of command "+l.id, func() error {
-		rc, err := l.r.c.Logs(l.ctx, l.id, l.o)
+		rc, off, err := l.r.c.LogsAt(l.ctx, l.id, l.o)
 		if err == nil {
-			l.rc = rc
+			// A tail's start is an offset now: a reconnection resumes
+			// from the bytes read, not from a new tail.
+			l.rc, l.o.Offset, l.o.Tail = rc, off, 0
 		}
 		return err
 	})
+}
+
+// WaitUntil waits through the server, which bounds the wait by timeout
+// (an error matching ErrTimedOut past it); a connection cut meanwhile (the
+// server restarted) is retried.
+func (r *remote) WaitUntil(ctx context.Context, id string, o hostfork.WaitOptions, timeout time.Duration) (hostfork.WaitOutcome, error) {
+	co := client.WaitOptions{Condition: client.WaitLeader, Stream: o.Stream, Since: o.Since, Stalled: o.Stalled, Timeout: timeout}
+	if o.Tree {
+		co.Condition = client.WaitTree
+	}
+	if o.For != nil {
+		co.For, co.Condition = o.For.String(), ""
+	}
+	if o.Stalled > 0 {
+		co.Condition = ""
+	}
+	var out *hostfork.WaitOutcome
+	err := r.retry(ctx, "the wait for command "+id, func() error {
+		var err error
+		out, err = r.c.WaitFor(ctx, id, co)
+		return err
+	})
+	if err != nil {
+		return hostfork.WaitOutcome{}, err
+	}
+	return *out, nil
 }
 
 func (l *remoteLogs) Read(p []byte) (int, error) {

@@ -156,6 +156,7 @@ var verbs = []verb{
 	{name: "envs", build: plain(newEnvsCmd)},
 	{name: "status", build: plain(newStatusCmd)},
 	{name: "logs", build: plain(newLogsCmd)},
+	{name: "wait", build: plain(newWaitCmd)},
 	{name: "stop", build: plain(newStopCmd)},
 	{name: "events", build: plain(newEventsCmd)},
 	{name: "version", build: plain(newVersionCmd)},

@@ -373,15 +373,23 @@ func foreground(ctx context.Context, g *globals, h backend, cmd launched, sigs <
 	if final.ID == "" {
 		final = res
 	}
+	return commandStatus(g, &final)
+}
+
+// commandStatus turns a command's record into this process's exit status,
+// as run, exec, wait and logs --follow exit: the leader's status, 128+N,
+// or 124 with one line saying why when hostfork ended it; 120 when the
+// status was never observed.
+func commandStatus(g *globals, final *hostfork.CommandRecord) error {
 	if final.Error != "" && final.ExitCode != nil && (*final.ExitCode == ExitNotFound || *final.ExitCode == ExitCannotExec) {
 		fmt.Fprintf(g.err, "hostfork: %s\n", clean(final.Error))
 	}
-	warnTruncated(g, &final)
-	if why := endedBy(&final); why != "" {
+	warnTruncated(g, final)
+	if why := endedBy(final); why != "" {
 		fmt.Fprintf(g.err, "hostfork: %s\n", why)
 		return withCode(ExitEnded, nil)
 	}
-	status, ok := hostfork.ExitStatus(final)
+	status, ok := hostfork.ExitStatus(*final)
 	if !ok {
 		return withCode(ExitIncomplete, errors.New("the command's exit status was not observed (see 'hostfork status "+final.ID+"')"))
 	}
