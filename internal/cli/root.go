@@ -225,7 +225,7 @@ bounds them with deadlines, and keeps durable records of what ran, why, where
 its output is, whether it is alive and whether it can be stopped.
 
 Exit codes: run/exec exit with the command's status (128+N for signal N);
-hostfork's own failures use 116-127 (see docs/exit-codes.md).`,
+hostfork's own failures use 115-127 (see docs/exit-codes.md).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
