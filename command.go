@@ -49,8 +49,14 @@ type Command struct {
 	// Foreground makes the workload the terminal's foreground job (its
 	// Stdin is the terminal).
 	Foreground bool
-	Purpose    string
-	Labels     map[string]string
+	// TTY gives the command a pseudo-terminal of Size (80x24 if zero),
+	// held by its guardian: the workload's controlling terminal, its
+	// output the command's log (stdout file). Attach, Send and Resize
+	// reach it from any process (docs/sessions.md). Stdin must be nil.
+	TTY     bool
+	Size    TermSize
+	Purpose string
+	Labels  map[string]string
 	// OwnerExit overrides the environment's owner-exit policy for this
 	// command: "stop" ends the tree when the starting process exits,
 	// "detach" lets it run on under the environment's deadline.
@@ -120,6 +126,16 @@ func (c *Command) spec() (*engine.CommandSpec, error) {
 		Purpose: c.Purpose, Labels: c.Labels, OwnerExit: c.OwnerExit, Workload: c.Workload,
 		Admit: c.Admit, OnAdmissionWait: c.OnAdmissionWait, Capture: c.CaptureOutput, CaptureLimit: c.CaptureLimit,
 		Timeout: c.Timeout,
+	}
+	if c.TTY {
+		cs.Session, cs.TTYCols, cs.TTYRows = "tty", c.Size.Cols, c.Size.Rows
+		if c.Stdin != nil {
+			return nil, fmt.Errorf("hostfork: a TTY command's input is its terminal: leave Stdin nil: %w", api.ErrInvalid)
+		}
+	}
+	if c.Stdin == StdinPipe {
+		cs.Session = "stdin"
+		return cs, nil
 	}
 	switch in := c.Stdin.(type) {
 	case nil:

@@ -25,5 +25,6 @@ var (
 	ErrForbidden          = api.ErrForbidden
 	ErrExportFailed       = api.ErrExportFailed
 	ErrTimedOut           = api.ErrTimedOut
-	ErrEnded              = api.ErrEnded
+	ErrNoSession          = api.ErrNoSession
+	ErrCommandFinished    = api.ErrCommandFinished
 )

@@ -43,7 +43,7 @@ const MaxMatchLine = 64 << 10
 
 // WaitFor waits until the command's output (stdout or stderr) matches re
 // and returns where: the stream, the byte offset and the line. When the
-// tree ends without a match it returns an error matching ErrEnded. It
+// tree ends without a match it returns an error matching ErrCommandFinished. It
 // works on a command another process started (Host.OpenCommand).
 func (c *Command) WaitFor(ctx context.Context, re *regexp.Regexp) (Match, error) {
 	out, err := c.WaitUntil(ctx, WaitOptions{For: re})
@@ -51,21 +51,21 @@ func (c *Command) WaitFor(ctx context.Context, re *regexp.Regexp) (Match, error)
 		return Match{}, err
 	}
 	if out.Match == nil {
-		return Match{}, fmt.Errorf("command %s ended (%s) without output matching %q: %w", out.Command.ID, out.Command.State, re, api.ErrEnded)
+		return Match{}, fmt.Errorf("command %s ended (%s) without output matching %q: %w", out.Command.ID, out.Command.State, re, api.ErrCommandFinished)
 	}
 	return *out.Match, nil
 }
 
 // WaitStalled waits until the command has written no output for d and
 // returns when it last did. When the tree ends first it returns an error
-// matching ErrEnded.
+// matching ErrCommandFinished.
 func (c *Command) WaitStalled(ctx context.Context, d time.Duration) (time.Time, error) {
 	out, err := c.WaitUntil(ctx, WaitOptions{Stalled: d})
 	if err != nil {
 		return time.Time{}, err
 	}
 	if out.QuietSince == nil {
-		return time.Time{}, fmt.Errorf("command %s ended (%s) before its output stalled: %w", out.Command.ID, out.Command.State, api.ErrEnded)
+		return time.Time{}, fmt.Errorf("command %s ended (%s) before its output stalled: %w", out.Command.ID, out.Command.State, api.ErrCommandFinished)
 	}
 	return *out.QuietSince, nil
 }

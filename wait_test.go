@@ -106,13 +106,13 @@ func TestWaitForOtherProcess(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, hostfork.ErrEnded) {
+		if !errors.Is(err, hostfork.ErrCommandFinished) {
 			t.Fatalf("wait across the stop: %v", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("WaitFor did not return within 30s of the tree's end")
 	}
-	if _, err := cmd.WaitStalled(ctx, time.Hour); !errors.Is(err, hostfork.ErrEnded) {
+	if _, err := cmd.WaitStalled(ctx, time.Hour); !errors.Is(err, hostfork.ErrCommandFinished) {
 		t.Fatalf("stalled after the end: %v", err)
 	}
 }

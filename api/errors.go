@@ -54,8 +54,10 @@ var (
 	// ErrTimedOut: a wait's own time limit (its timeout) passed before its
 	// condition held; the command runs on.
 	ErrTimedOut = errors.New("timed out")
-	// ErrEnded: the command's tree ended before what a wait waited for
-	// (a pattern in its output, a stall) happened, or an operation needs a
-	// command that is still running (input to a finished command).
-	ErrEnded = errors.New("the command has ended")
+	// ErrNoSession: the command has no session to attach to, send to or
+	// resize (it was started without a terminal or a stdin pipe).
+	ErrNoSession = errors.New("command has no session: start it with --tty or --stdin pipe")
+	// ErrCommandFinished: the command's leader has exited, so its session
+	// is over (its output stays in its log).
+	ErrCommandFinished = errors.New("command has finished")
 )

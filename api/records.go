@@ -189,6 +189,14 @@ type Command struct {
 	OutputTruncated bool `json:"output_truncated,omitempty"`
 	// LimitsNote says when limits were accepted unenforced.
 	LimitsNote string `json:"limits_note,omitempty"`
+	// Session is "tty" (a pseudo-terminal held by the guardian) or
+	// "stdin" (a stdin pipe held by the guardian), "" without one
+	// (docs/sessions.md). LastInputAt and LastOutputAt are the session's
+	// last input (typed text, sent data, resizes) and output, as its
+	// guardian recorded them (at most a second late while it runs).
+	Session      string     `json:"session,omitempty"`
+	LastInputAt  *time.Time `json:"last_input_at,omitempty"`
+	LastOutputAt *time.Time `json:"last_output_at,omitempty"`
 
 	WorkloadKind  string                   `json:"workload_kind,omitempty"`
 	Admission     string                   `json:"admission,omitempty"`

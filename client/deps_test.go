@@ -56,7 +56,7 @@ func TestDependencies(t *testing.T) {
 func TestCauses(t *testing.T) {
 	for _, s := range []error{api.ErrNotFound, api.ErrAmbiguous, api.ErrExists, api.ErrConflict, api.ErrEnvNotActive, api.ErrInvalid,
 		api.ErrUnsupported, api.ErrAdmissionRefused, api.ErrIncompleteCapture, api.ErrStoreFull, api.ErrStore, api.ErrUnverified,
-		api.ErrClosed, api.ErrExecutableNotFound, api.ErrNotExecutable, api.ErrForbidden, api.ErrExportFailed, api.ErrTimedOut, api.ErrEnded} {
+		api.ErrClosed, api.ErrExecutableNotFound, api.ErrNotExecutable, api.ErrForbidden, api.ErrExportFailed, api.ErrTimedOut, api.ErrNoSession, api.ErrCommandFinished} {
 		cause := CauseOf(fmt.Errorf("wrapped: %w", s))
 		if cause == "" || !errors.Is(&Error{sentinel: sentinelOf(cause)}, s) {
 			t.Errorf("%v: cause %q does not map back", s, cause)

@@ -53,7 +53,6 @@ var exitTable = []struct {
 	{hostfork.ErrUnverified, ExitFailed},
 	{hostfork.ErrExportFailed, ExitFailed},
 	{hostfork.ErrTimedOut, ExitTimedOut},
-	{hostfork.ErrEnded, ExitFailed},
 	{hostfork.ErrEnvNotActive, ExitUsage}, // before ErrConflict: a refused precondition wraps both
 	{hostfork.ErrConflict, ExitFailed},
 	{hostfork.ErrExists, ExitUsage},

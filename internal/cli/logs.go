@@ -38,7 +38,7 @@ command's tree has exited, then exits with the command's status, as run does
 				return usageErr("--tail takes a number of lines and excludes --offset")
 			}
 			ctx := c.Context()
-			id, err := commandOf(ctx, h, args[0])
+			id, err := commandID(ctx, h, args[0])
 			if err != nil {
 				return err
 			}
@@ -102,10 +102,10 @@ command's tree has exited, then exits with the command's status, as run does
 	return c
 }
 
-// commandOf resolves an id argument to a command's whole id: a command's
+// commandID resolves an id argument to a command's whole id: a command's
 // id or prefix, or an environment's with exactly one command (as run
 // --detach prints).
-func commandOf(ctx context.Context, h backend, arg string) (string, error) {
+func commandID(ctx context.Context, h backend, arg string) (string, error) {
 	kind, id, err := h.Resolve(ctx, arg)
 	if err != nil {
 		return "", err

@@ -60,7 +60,7 @@ command runs on. --json prints the outcome (reason, match, record).`,
 				return usageErr("--tree is for a plain wait: a wait for --for or --stalled already ends when the tree does")
 			}
 			ctx := c.Context()
-			id, err := commandOf(ctx, h, args[0])
+			id, err := commandID(ctx, h, args[0])
 			if err != nil {
 				return err
 			}

@@ -38,7 +38,9 @@ type Receipt struct {
 	// sample of the counter was this old when it first saw the leader
 	// dying, or it could not read the counter, or never kept a sample.
 	LeaderOOMStaleMS int64
-	Complete         bool
+	// LastInput and LastOutput: a session's last activity.
+	LastInput, LastOutput *time.Time
+	Complete              bool
 }
 
 // Group is what a cgroup says.
@@ -232,6 +234,12 @@ func mergeLeader(n *api.Command, r *Receipt, ev Evidence) {
 	if r.OutputTruncated {
 		n.OutputTruncated = true
 	}
+	if r.LastInput != nil {
+		n.LastInputAt = r.LastInput
+	}
+	if r.LastOutput != nil {
+		n.LastOutputAt = r.LastOutput
+	}
 	switch {
 	case r.LeaderExited != nil && (n.LeaderState != api.PhaseExited || final) && (ev.LeaderGone || final):
 		// The guardian's last receipt overrides what an earlier read
@@ -288,7 +296,8 @@ func same(a, b api.Command) bool {
 		eqInt(a.ExitCode, b.ExitCode) && eqInt(a.Signal, b.Signal) && eqBool(a.OOM, b.OOM) &&
 		a.OOMEvidence == b.OOMEvidence && (a.Workload == nil) == (b.Workload == nil) &&
 		a.StoppedByHostfork == b.StoppedByHostfork && a.OutputTruncated == b.OutputTruncated && eqTime(a.LeaderExitedAt, b.LeaderExitedAt) &&
-		eqTime(a.TreeExitedAt, b.TreeExitedAt) && eqTime(a.StartedAt, b.StartedAt)
+		eqTime(a.TreeExitedAt, b.TreeExitedAt) && eqTime(a.StartedAt, b.StartedAt) &&
+		eqTime(a.LastInputAt, b.LastInputAt) && eqTime(a.LastOutputAt, b.LastOutputAt)
 }
 
 func eqInt(a, b *int) bool   { return (a == nil) == (b == nil) && (a == nil || *a == *b) }

@@ -65,6 +65,11 @@ type CommandSpec struct {
 	// AutoStop (Create with a first command only): the environment stops
 	// when this command's tree has exited.
 	AutoStop bool
+	// Session is "tty" (a pseudo-terminal of TTYCols x TTYRows, 80x24 if
+	// zero) or "stdin" (a stdin pipe) held by the guardian and served on
+	// its session socket (docs/sessions.md); "" none.
+	Session          string
+	TTYCols, TTYRows uint16
 }
 
 // launch is one command being launched: reserved, prepared at the gate,
@@ -117,6 +122,9 @@ func (e *Engine) newLaunch(ctx context.Context, cs *CommandSpec) (*launch, error
 	}
 	if cs.Timeout < 0 {
 		return nil, fmt.Errorf("timeout %v is negative: %w", cs.Timeout, api.ErrInvalid)
+	}
+	if err := checkSession(cs); err != nil {
+		return nil, err
 	}
 	switch cs.OwnerExit {
 	case "", api.OwnerExitStop, api.OwnerExitDetach:
@@ -178,6 +186,7 @@ func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 	if rec.Launcher != nil {
 		rec.Launcher.BootID = boot
 	}
+	rec.Session = cs.Session
 	if cs.Output != api.OutputInherit {
 		rec.StdoutPath = filepath.Join(dir, "stdout")
 		rec.StderrPath = filepath.Join(dir, "stderr")
@@ -568,6 +577,7 @@ func (l *launch) release(ctx context.Context, env *api.Env) (*Running, error) {
 		Output: string(cs.Output), WorkloadCgroup: l.wlPath, CgroupMount: l.mount, GuardiansCgroup: l.gcg,
 		V1Join: l.v1join, Grace: env.Grace.D(), Idle: env.IdleTimeout.D(), OwnerExit: env.OwnerExit,
 		Foreground: cs.Foreground, DeadlineMono: l.deadlineMono, AutoStop: cs.AutoStop,
+		Session: cs.Session, TTYCols: cs.TTYCols, TTYRows: cs.TTYRows,
 	}
 	if cs.OwnerExit != "" {
 		cfg.OwnerExit = cs.OwnerExit
@@ -767,4 +777,27 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 		return nil, l.abort(fmt.Errorf("registering the guardian: %w", err))
 	}
 	return l.release(ctx, env)
+}
+
+// checkSession refuses a session the guardian can't hold: a terminal or a
+// stdin pipe needs the output files (the session's log) and no stdin of
+// the caller's.
+func checkSession(cs *CommandSpec) error {
+	switch cs.Session {
+	case "":
+		return nil
+	case "tty", "stdin":
+	default:
+		return fmt.Errorf("session %q: use tty or stdin: %w", cs.Session, api.ErrInvalid)
+	}
+	if cs.Output == api.OutputInherit || (cs.Session == "tty" && cs.Output != api.OutputFiles) {
+		return fmt.Errorf("a %s session writes its output to the command's log: use output files, not %s: %w", cs.Session, cs.Output, api.ErrInvalid)
+	}
+	if cs.Stdin != nil || cs.Foreground {
+		return fmt.Errorf("a %s session is the command's input: give no stdin and no foreground: %w", cs.Session, api.ErrInvalid)
+	}
+	if cs.Session == "tty" && (cs.TTYCols == 0) != (cs.TTYRows == 0) {
+		return fmt.Errorf("terminal size %dx%d: give both columns and rows: %w", cs.TTYCols, cs.TTYRows, api.ErrInvalid)
+	}
+	return nil
 }

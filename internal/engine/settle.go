@@ -40,6 +40,7 @@ func receiptOf(c *api.Command) (*decide.Receipt, error) {
 		LeaderExited: r.LeaderExited, ExitCode: r.ExitCode, Signal: r.Signal, StopReason: r.StopReason,
 		StoppedByHostfork: r.StoppedByHostfork, OutsideCgroup: r.OutsideCgroup, TreeExited: r.TreeExited,
 		OutputTruncated: r.OutputTruncated, LeaderOOM: r.LeaderOOM, LeaderOOMStaleMS: r.LeaderOOMStaleMS, Complete: r.Complete,
+		LastInput: r.LastInputAt, LastOutput: r.LastOutputAt,
 	}, nil
 }
 

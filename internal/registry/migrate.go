@@ -76,7 +76,7 @@ func migrateV2Rows(ctx context.Context, tx *sql.Tx) error {
 		}
 		c := commandFromV2(&o)
 		c.Rev = r.rev
-		if _, err := tx.ExecContext(ctx, strings.Replace(commandInsert, "INTO commands ", "INTO commands3 ", 1), commandValues(c)...); err != nil {
+		if _, err := tx.ExecContext(ctx, commandInsertV3, commandValues(c)[:len(commandColumnsV3)]...); err != nil {
 			return err
 		}
 		if err := label("c", c.ID, c.Labels); err != nil {
@@ -94,6 +94,13 @@ func migrateV2Rows(ctx context.Context, tx *sql.Tx) error {
 	_, err = tx.ExecContext(ctx, indexesV3)
 	return err
 }
+
+// commandColumnsV3 are the columns of schema 3's commands table: those
+// after it come from later migrations.
+var (
+	commandColumnsV3 = commandColumns[:len(commandColumns)-3]
+	commandInsertV3  = "INSERT INTO commands3 (" + strings.Join(commandColumnsV3, ", ") + ") VALUES (" + placeholders(len(commandColumnsV3)) + ")"
+)
 
 func idFromV2(i *v2Identity) *api.Identity {
 	if i == nil {

@@ -690,7 +690,8 @@ func TestMigrateFromV3(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to schema 3's indexes.
-	if _, err := d.db.Exec("DROP INDEX commands_env_state; CREATE INDEX commands_env ON commands(env_id); PRAGMA user_version = 3"); err != nil {
+	if _, err := d.db.Exec("DROP INDEX commands_env_state; CREATE INDEX commands_env ON commands(env_id); " +
+		"ALTER TABLE commands DROP COLUMN session; ALTER TABLE commands DROP COLUMN last_input_at; ALTER TABLE commands DROP COLUMN last_output_at; PRAGMA user_version = 3"); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()

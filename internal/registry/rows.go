@@ -32,6 +32,7 @@ var commandColumns = []string{
 	"tree_state", "tree_exited_at", "tree_evidence", "stop_reason", "stopped_by_hostfork",
 	"oom", "oom_evidence", "oom_baseline", "survivors", "output_truncated", "limits_note",
 	"workload_kind", "admission", "capture", "cleanup_errors", "error",
+	"session", "last_input_at", "last_output_at",
 }
 
 var (
@@ -248,6 +249,7 @@ func commandTail(c *api.Command) []any {
 		string(c.TreeState), nsOf(c.TreeExitedAt), c.TreeEvidence, string(c.StopReason), b2i(c.StoppedByHostfork),
 		boolOf(c.OOM), c.OOMEvidence, oomBase, jsonText(c.Survivors), b2i(c.OutputTruncated), c.LimitsNote,
 		c.WorkloadKind, c.Admission, jsonText(c.Capture), jsonText(c.CleanupErrors), c.Error,
+		c.Session, nsOf(c.LastInputAt), nsOf(c.LastOutputAt),
 	}
 }
 
@@ -264,7 +266,7 @@ func scanCommand(r rowScanner) (*api.Command, error) {
 	var state, output, tier, leader, tree, reason, argv, envKeys, survivors, capture, cleanup, boot string
 	var created int64
 	var lp, ls, gp, gs, wp, ws, cgIno, proofDev, proofIno, timeout, timeoutMono, byHF, trunc int64
-	var started, exitCode, signal, leaderAt, treeAt, oom, oomBase sql.NullInt64
+	var started, exitCode, signal, leaderAt, treeAt, oom, oomBase, lastIn, lastOut sql.NullInt64
 	err := r.Scan(&c.ID, &c.Env, &c.Rev, &state, &created,
 		&c.Purpose, &argv, &c.Cwd, &output, &c.Dir, &c.StdoutPath, &c.StderrPath,
 		&c.EnvPolicy, &c.EnvPolicyNote, &envKeys, &tier,
@@ -274,7 +276,8 @@ func scanCommand(r rowScanner) (*api.Command, error) {
 		&exitCode, &signal, &leader, &leaderAt,
 		&tree, &treeAt, &c.TreeEvidence, &reason, &byHF,
 		&oom, &c.OOMEvidence, &oomBase, &survivors, &trunc, &c.LimitsNote,
-		&c.WorkloadKind, &c.Admission, &capture, &cleanup, &c.Error)
+		&c.WorkloadKind, &c.Admission, &capture, &cleanup, &c.Error,
+		&c.Session, &lastIn, &lastOut)
 	if err != nil {
 		return nil, err
 	}
@@ -289,6 +292,7 @@ func scanCommand(r rowScanner) (*api.Command, error) {
 	c.Timeout, c.TimeoutMono = api.Duration(timeout), time.Duration(timeoutMono)
 	c.ExitCode, c.Signal = nullInt(exitCode), nullInt(signal)
 	c.LeaderExitedAt, c.TreeExitedAt = timeOf(leaderAt), timeOf(treeAt)
+	c.LastInputAt, c.LastOutputAt = timeOf(lastIn), timeOf(lastOut)
 	c.StoppedByHostfork, c.OutputTruncated = byHF != 0, trunc != 0
 	if oom.Valid {
 		b := oom.Int64 != 0

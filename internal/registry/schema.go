@@ -111,6 +111,13 @@ CREATE INDEX events_env ON events(env_id);
 CREATE INDEX commands_env_state ON commands(env_id, state);
 DROP INDEX commands_env;
 `},
+	// 5: a command's session (tty or stdin pipe) and its last input and
+	// output times (docs/sessions.md).
+	{sql: `
+ALTER TABLE commands ADD COLUMN session TEXT NOT NULL DEFAULT '';
+ALTER TABLE commands ADD COLUMN last_input_at INTEGER;
+ALTER TABLE commands ADD COLUMN last_output_at INTEGER;
+`},
 }
 
 // SchemaVersion is the version this build writes.

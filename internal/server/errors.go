@@ -56,7 +56,7 @@ func statusOf(err error) int {
 		return http.StatusNotImplemented
 	case errors.Is(err, api.ErrTimedOut):
 		return http.StatusGatewayTimeout
-	case errors.Is(err, api.ErrConflict), errors.Is(err, api.ErrExists), errors.Is(err, api.ErrEnvNotActive), errors.Is(err, api.ErrEnded):
+	case errors.Is(err, api.ErrConflict), errors.Is(err, api.ErrExists), errors.Is(err, api.ErrEnvNotActive), errors.Is(err, api.ErrCommandFinished), errors.Is(err, api.ErrNoSession):
 		return http.StatusConflict
 	case errors.Is(err, api.ErrInvalid):
 		return http.StatusUnprocessableEntity

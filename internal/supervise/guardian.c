@@ -205,6 +205,7 @@ static void write_receipt(void)
 		hf_sb_s(&b, ",\"output_truncated\":true");
 	if (leader_oom >= 0)
 		hf_sb_s(&b, leader_oom ? ",\"leader_oom\":true" : ",\"leader_oom\":false");
+	hf_session_receipt(&b);
 	if (leader_oom_stale_ms > 0) {
 		hf_sb_s(&b, ",\"leader_oom_stale_ms\":");
 		hf_sb_i64(&b, leader_oom_stale_ms);
@@ -236,6 +237,16 @@ static void write_receipt(void)
 		while (fsync(HF_FD_RECEIPT) < 0 && errno == EINTR)
 			;
 	}
+}
+
+void hf_guardian_receipt(void)
+{
+	write_receipt();
+}
+
+void hf_guardian_truncated(void)
+{
+	output_truncated = 1;
 }
 
 /* emit writes one event line (protocol.go, Event). A dead launcher gives
@@ -369,6 +380,9 @@ static int parse_release(struct hf_msg *m)
 			if (hf_parse_i64(v, &n) < 0 || n < 0)
 				return -1;
 			cfg.view_start = (uint64_t)n;
+		} else if ((n = hf_session_key(p, v)) != 0) {
+			if (n < 0)
+				return -1;
 		} else {
 			hf_log("release: unknown key %.64s", p);
 			return -1;
@@ -428,7 +442,7 @@ static int dup_onto(int from, int to)
 static void child_exec(int in, int out, int err, int nsfd, int report)
 {
 	struct child_err ce = {STEP_START, 0};
-	if (setpgid(0, 0) < 0)
+	if (hf_session_child() < 0)
 		goto fail;
 	/* SIGTTOU is still ignored (inherited from the guardian). */
 	if (cfg.foreground && tcsetpgrp(in, getpid()) < 0)
@@ -662,6 +676,9 @@ static int64_t idle_check_at(void)
 {
 	if (cfg.idle_ns <= 0 || idle_fired || stop_phase != 0)
 		return INT64_MAX;
+	int64_t sa = hf_session_activity(hf_mono_now());
+	if (sa > last_activity)
+		last_activity = sa;
 	int64_t at = last_activity + cfg.idle_ns;
 	int64_t step = cfg.idle_ns / 8;
 	if (step < 100 * NS_PER_MS)
@@ -867,6 +884,7 @@ static void leader_exited(int status)
 	clock_gettime(CLOCK_REALTIME, &R.leader_at);
 	R.has_leader = 1;
 	leader_alive = 0;
+	hf_session_leader_exited(status);
 	oom_next = INT64_MAX;
 	R.after_stop = stop_phase > 0 || notified;
 	if (WIFSIGNALED(status)) {
@@ -1382,8 +1400,11 @@ int hf_guardian_main(void)
 		snprintf(msg, sizeof msg, "creating timerfd: %s", hf_errstr(errno));
 		return start_failed(msg, 125);
 	}
-	int serr = 0;
-	pid_t pid = start_workload(HF_FD_STDIN, out, err, msg, sizeof msg, &serr);
+	int serr = 0, in = HF_FD_STDIN;
+	if (hf_session_setup(&in, &out, &err, msg, sizeof msg) < 0)
+		return start_failed(msg, 125);
+	pid_t pid = start_workload(in, out, err, msg, sizeof msg, &serr);
+	hf_session_started();
 	release_done();
 	close(HF_FD_STDIN);
 	if (cfg.pipe_mode) {
@@ -1434,7 +1455,7 @@ int hf_guardian_main(void)
 			break;
 		oom_sample();
 		arm_timer();
-		struct pollfd pfd[7];
+		struct pollfd pfd[7 + HF_SESS_MAXC + 3];
 		int np = 0, ip_sig, ip_tim, ip_ctl = -1, ip_src[2] = {-1, -1}, ip_fwd[2] = {-1, -1};
 		ip_sig = np;
 		pfd[np++] = (struct pollfd){sfd, POLLIN, 0};
@@ -1454,7 +1475,9 @@ int hf_guardian_main(void)
 				pfd[np++] = (struct pollfd){t->src, POLLIN, 0};
 			}
 		}
-		if (poll(pfd, (nfds_t)np, -1) < 0) {
+		int ip_sess = np;
+		np += hf_session_pollfds(pfd + np, HF_SESS_MAXC + 3);
+		if (poll(pfd, (nfds_t)np, hf_session_poll_ms()) < 0) {
 			if (errno != EINTR)
 				hf_log("guardian: poll: %s", hf_errstr(errno));
 			continue;
@@ -1471,7 +1494,9 @@ int hf_guardian_main(void)
 			if (ip_fwd[i] >= 0 && pfd[ip_fwd[i]].revents)
 				tee_flush(&tees[i]);
 		}
+		hf_session_events(pfd + ip_sess, np - ip_sess);
 	}
+	hf_session_end();
 	clock_gettime(CLOCK_REALTIME, &R.tree_at);
 	/* Files mode: the artifacts are beside the receipt. */
 	if (!cfg.pipe_mode && !cfg.inherit_mode && fs_full(HF_FD_RECEIPT))

@@ -146,6 +146,29 @@ int hf_tree_populated(struct hf_tree *t);
 /* hf_queue_stop sends a queued SIGTERM stop request (see HF_STOP_NOTICE). */
 int hf_queue_stop(int pidfd, int reason, int notice, int64_t grace_ns);
 
+/* ---- the session loop (hf_session.c; docs/sessions.md) ---- */
+#define HF_SESS_TTY 1
+#define HF_SESS_STDIN 2
+#define HF_SESS_NO_INPUT 1  /* hello flags */
+#define HF_SESS_NO_OUTPUT 2
+#define HF_SESS_MAXC 16
+#define HF_SESS_IN_MAX (16 << 10)
+struct pollfd;
+int hf_session_key(const char *k, const char *v);
+int hf_session_setup(int *in, int *out, int *err, char *msg, size_t cap);
+int hf_session_child(void);
+void hf_session_started(void);
+int hf_session_pollfds(struct pollfd *p, int max);
+void hf_session_events(struct pollfd *p, int n);
+int hf_session_poll_ms(void);
+void hf_session_leader_exited(int status);
+int64_t hf_session_activity(int64_t now);
+void hf_session_receipt(struct hf_sb *b);
+void hf_session_end(void);
+/* guardian.c, for the session loop */
+void hf_guardian_receipt(void);
+void hf_guardian_truncated(void);
+
 int hf_guardian_main(void);
 int hf_keeper_main(void);
 

@@ -166,6 +166,13 @@ type Config struct {
 	// guardian asks the other guardians and the keeper to stop, reason
 	// "completed"): an environment made by run.
 	AutoStop bool `json:"auto_stop,omitempty"`
+	// Session is "tty" (the guardian holds a pty master; the pty is the
+	// workload's controlling terminal, TTYCols x TTYRows) or "stdin" (the
+	// guardian holds the write end of the workload's stdin pipe), served
+	// on session.sock in the command's directory (docs/sessions.md).
+	Session string `json:"session,omitempty"`
+	TTYCols uint16 `json:"tty_cols,omitempty"`
+	TTYRows uint16 `json:"tty_rows,omitempty"`
 }
 
 // Event is one guardian → launcher message: one JSON line on fdEvents.
@@ -232,7 +239,11 @@ type Receipt struct {
 	// not read the counter then, or it never kept a sample (the age is
 	// then from the workload's start). LeaderOOM is then absent.
 	LeaderOOMStaleMS int64 `json:"leader_oom_stale_ms,omitempty"`
-	Complete         bool  `json:"complete"`
+	// LastInputAt and LastOutputAt: a session's last input and output
+	// (rewritten at most once a second while it runs).
+	LastInputAt  *time.Time `json:"last_input_at,omitempty"`
+	LastOutputAt *time.Time `json:"last_output_at,omitempty"`
+	Complete     bool       `json:"complete"`
 }
 
 // encodeRelease frames cfg as the release message. It refuses values the
@@ -316,6 +327,13 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 	}
 	if cfg.AutoStop {
 		put("auto_stop", "1")
+	}
+	if cfg.Session != "" {
+		put("session", cfg.Session)
+	}
+	if cfg.TTYCols > 0 && cfg.TTYRows > 0 {
+		put("tty_cols", strconv.Itoa(int(cfg.TTYCols)))
+		put("tty_rows", strconv.Itoa(int(cfg.TTYRows)))
 	}
 	b.WriteByte(0)
 	if bad != nil {
