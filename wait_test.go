@@ -17,7 +17,7 @@ import (
 // this process reopens it by id and waits for the line (WaitFor), for its
 // output to stall (WaitStalled), reads its last lines (Tail), and bounds a
 // wait that can't succeed with its context; after the stop, a wait for a
-// pattern that never came ends with ErrEnded, not a hang.
+// pattern that never came ends with ErrCommandFinished, not a hang.
 func TestWaitForOtherProcess(t *testing.T) {
 	parent := testutil.CgroupParent(t)
 	root := t.TempDir()

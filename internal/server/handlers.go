@@ -264,6 +264,14 @@ func checkCommand(req *client.CommandRequest, at string) error {
 	if !spec.ValidEnvPolicy(req.EnvPolicy) {
 		return invalid("%senv_policy %q: use inherit, clean, host-shell or toolchain", at, req.EnvPolicy)
 	}
+	switch {
+	case req.Stdin != "" && req.Stdin != "pipe":
+		return invalid("%sstdin %q: use \"pipe\" (a stdin pipe that input writes to) or leave it out (/dev/null)", at, req.Stdin)
+	case req.TTY && req.Stdin != "":
+		return invalid("%sa tty is the command's input already: drop stdin", at)
+	case !req.TTY && (req.Cols != 0 || req.Rows != 0):
+		return invalid("%scols and rows size a terminal: they need tty", at)
+	}
 	switch req.Workload {
 	case "":
 		if req.Admit != "" {
@@ -286,11 +294,15 @@ func checkCommand(req *client.CommandRequest, at string) error {
 }
 
 // detached fills a command from a request: output in files, owner-exit
-// detach (stdin is /dev/null).
+// detach, stdin /dev/null unless a session (tty, stdin pipe) is asked for.
 func detached(cmd *hostfork.Command, req *client.CommandRequest) {
 	cmd.Cwd, cmd.EnvPolicy, cmd.EnvSet = req.Cwd, req.EnvPolicy, req.Env
 	cmd.Labels, cmd.Purpose, cmd.Timeout = req.Labels, req.Purpose, req.Timeout.D()
 	cmd.Workload, cmd.Admit = req.Workload, req.Admit
+	cmd.TTY, cmd.Size = req.TTY, hostfork.TermSize{Cols: req.Cols, Rows: req.Rows}
+	if req.Stdin == "pipe" {
+		cmd.Stdin = hostfork.StdinPipe
+	}
 	cmd.Output = hostfork.OutputFiles
 	cmd.OwnerExit = hostfork.OwnerExitDetach
 }

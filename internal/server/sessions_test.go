@@ -1,0 +1,249 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/client"
+	"github.com/habemus-papadum/hostfork/internal/server/servertest"
+)
+
+// ttyScript prints its terminal's size, then answers lines: "size" prints
+// the size again, "quit" exits 7, anything else is echoed back as got:LINE.
+const ttyScript = `stty size; while read l; do case "$l" in size) stty size;; quit) exit 7;; *) echo "got:$l";; esac; done`
+
+// reader accumulates what a session reads, so a test can wait for text.
+type reader struct {
+	rd  io.Reader
+	buf bytes.Buffer
+	err error
+}
+
+// until reads until the output holds want (true), or the stream ends or
+// 30 s pass (a safety bound only).
+func (r *reader) until(t *testing.T, want string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p := make([]byte, 4096)
+		for !strings.Contains(r.buf.String(), want) {
+			n, err := r.rd.Read(p)
+			r.buf.Write(p[:n])
+			if err != nil {
+				r.err = err
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %q in the output within 30s: %q", want, r.buf.String())
+	}
+	if !strings.Contains(r.buf.String(), want) {
+		t.Fatalf("the output ended (%v) without %q: %q", r.err, want, r.buf.String())
+	}
+}
+
+// TestSessionsAPI: a command with a terminal, through a real server on its
+// unix socket: wait for its output, attach over the WebSocket (replay,
+// typing, output to every client), input and resize without attaching; a
+// frame over the limit closes only that connection; the server is killed
+// while a client is attached and the session lives on, a new server's
+// attach replays it; the command's exit ends the attach with its status.
+func TestSessionsAPI(t *testing.T) {
+	e := servertest.New(t)
+	s := e.Serve()
+	c := newClient(t, s)
+	ctx := ctxFor(t, 2*time.Minute)
+
+	env, err := c.Run(ctx, client.RunRequest{Env: map[string]any{"lifetime": map[string]any{"max_runtime": "5m"}},
+		Command: client.CommandRequest{Argv: []string{"sh", "-c", ttyScript}, TTY: true, Cols: 100, Rows: 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := env.Commands[0].ID
+	out, err := c.WaitFor(ctx, id, client.WaitOptions{For: `^30 100`, Timeout: time.Minute})
+	if err != nil || out.Reason != api.OutcomeMatch || out.Match.Stream != "stdout" {
+		t.Fatalf("wait for the size: %+v %v", out, err)
+	}
+
+	a, err := c.Attach(ctx, id, client.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if !a.TTY() || a.Offset() != 0 || a.ReplayEnd() < 7 {
+		t.Fatalf("welcome: tty %v offset %d replay end %d", a.TTY(), a.Offset(), a.ReplayEnd())
+	}
+	ra := &reader{rd: a}
+	ra.until(t, "30 100") // the replay
+	if _, err := a.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	ra.until(t, "got:hello")
+
+	// Input and resize without attaching reach the same terminal; the
+	// attached client sees the answers.
+	if err := c.Send(ctx, id, []byte("abc\n")); err != nil {
+		t.Fatal(err)
+	}
+	ra.until(t, "got:abc")
+	if err := c.Resize(ctx, id, 120, 40); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(ctx, id, []byte("size\n")); err != nil {
+		t.Fatal(err)
+	}
+	ra.until(t, "40 120")
+
+	// A frame over the limit closes that client's connection (1009), not
+	// the session.
+	u := "ws://" + client.UnixHost + "/v1/commands/" + id + "/attach?replay=0"
+	hc := rawUnixClient(s.Socket)
+	big, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := big.Read(ctx); err != nil { // the welcome
+		t.Fatal(err)
+	}
+	_ = big.Write(ctx, websocket.MessageBinary, append([]byte{client.FrameData}, bytes.Repeat([]byte("x"), client.MaxInputFrame+1)...))
+	for {
+		if _, _, err = big.Read(ctx); err != nil {
+			break
+		}
+	}
+	if websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+		t.Fatalf("a frame over the limit: %v, want close status 1009", err)
+	}
+	if err := c.Send(ctx, id, []byte("still\n")); err != nil {
+		t.Fatal(err)
+	}
+	ra.until(t, "got:still")
+
+	// Bad input: no upgrade, an unknown frame limit aside, a bad size.
+	resp, err := hc.Get("http://" + client.UnixHost + "/v1/commands/" + id + "/attach")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUpgradeRequired {
+		t.Fatalf("attach without an upgrade: %s", resp.Status)
+	}
+	if err := c.Resize(ctx, id, 0, 10); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("resize to 0 columns: %v", err)
+	}
+
+	// The server dies while a client is attached: the session lives on in
+	// the guardian, and a new server's attach replays what came between.
+	s.Kill(t)
+	if _, err := io.ReadAll(a); err == nil {
+		t.Fatal("the attach outlived its server without an error")
+	}
+	s2 := e.Serve()
+	c2 := newClient(t, s2)
+	rec, err := c2.Command(ctx, id)
+	if err != nil || rec.LeaderState != api.PhaseLive {
+		t.Fatalf("after the server's death: %+v %v", rec, err)
+	}
+	b, err := c2.Attach(ctx, id, client.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	rb := &reader{rd: b}
+	rb.until(t, "got:still")
+	if _, err := b.Write([]byte("quit\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(rb.rd); err != nil {
+		t.Fatalf("the attach at the command's exit: %v", err)
+	}
+	if code, sig, ok := b.Exit(); !ok || code != 7 || sig != 0 {
+		t.Fatalf("exit frame: %d %d %v", code, sig, ok)
+	}
+
+	// After the end: input to a finished command, and attach, are refused
+	// with the cause that says so.
+	if _, err := c2.Wait(ctx, id, client.WaitTree); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Send(ctx, id, []byte("late\n")); !errors.Is(err, api.ErrCommandFinished) {
+		t.Fatalf("send to a finished command: %v", err)
+	}
+	if _, err := c2.Attach(ctx, id, client.AttachOptions{}); !errors.Is(err, api.ErrCommandFinished) {
+		t.Fatalf("attach to a finished command: %v", err)
+	}
+}
+
+// TestWaitAPI: waits for output through the server — a pattern, a stall,
+// the timeout (504, timed_out), an invalid pattern — and logs?tail.
+func TestWaitAPI(t *testing.T) {
+	e := servertest.New(t)
+	s := e.Serve()
+	c := newClient(t, s)
+	ctx := ctxFor(t, 2*time.Minute)
+	env, err := c.Run(ctx, client.RunRequest{Env: map[string]any{"lifetime": map[string]any{"max_runtime": "5m"}},
+		Command: client.CommandRequest{Argv: []string{"sh", "-c", `echo a; echo b; sleep 2; echo "listening on :8080"; exec sleep 300`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := env.Commands[0].ID
+	out, err := c.WaitFor(ctx, id, client.WaitOptions{For: `listening on :(\d+)`})
+	if err != nil || out.Reason != api.OutcomeMatch || out.Match.Offset != 4 || out.Match.Line != "listening on :8080" || out.Command.ID != id {
+		t.Fatalf("wait for: %+v %v", out, err)
+	}
+	out, err = c.WaitFor(ctx, id, client.WaitOptions{Stalled: 200 * time.Millisecond})
+	if err != nil || out.Reason != api.OutcomeStalled || out.QuietSince == nil {
+		t.Fatalf("wait stalled: %+v %v", out, err)
+	}
+	_, err = c.WaitFor(ctx, id, client.WaitOptions{For: "never", Timeout: 300 * time.Millisecond})
+	var ce *client.Error
+	if !errors.Is(err, api.ErrTimedOut) || !errors.As(err, &ce) || ce.Status != http.StatusGatewayTimeout || ce.ExitCode != 115 {
+		t.Fatalf("wait past its timeout: %v", err)
+	}
+	_, err = c.WaitFor(ctx, id, client.WaitOptions{For: "("})
+	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "not a valid regular expression") {
+		t.Fatalf("an invalid pattern: %v", err)
+	}
+	rd, off, err := c.LogsAt(ctx, id, client.LogOptions{Tail: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rd)
+	rd.Close()
+	if off != 2 || string(got) != "b\nlistening on :8080\n" {
+		t.Fatalf("tail 2: offset %d %q", off, got)
+	}
+	if _, err := c.StopCommand(ctx, id, client.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = c.WaitFor(ctx, id, client.WaitOptions{For: "never"})
+	if err != nil || out.Reason != api.OutcomeEnded || !out.Command.Final() {
+		t.Fatalf("wait for output after the end: %+v %v", out, err)
+	}
+	if err := c.Send(ctx, id, []byte("x")); !errors.Is(err, api.ErrNoSession) {
+		t.Fatalf("input to a command without a session: %v", err)
+	}
+}
+
+// rawUnixClient is an HTTP client on the server's socket, for requests
+// the Go client doesn't make (a raw WebSocket, a plain GET of attach).
+func rawUnixClient(socket string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+}
