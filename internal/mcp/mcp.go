@@ -83,6 +83,7 @@ func NewServer(h *hostfork.Host, o Options) *sdk.Server {
 	add(s, t, "status", reads, "Everything recorded about an environment or a command (id or unique prefix).", t.status)
 	add(s, t, "logs", reads, "Read a command's stdout or stderr from a byte offset, or its last lines (tail): at most length bytes (default 64 KiB). Continue from next_offset.", t.logs)
 	addReq(s, t, "wait", reads, "Wait for a command: until a line of its output matches a regular expression (for), until it has printed nothing for a while (stalled), or, with neither, until its leader exits (condition tree: its whole tree). Returns why (match with stream, offset and line; stalled; ended; leader; tree) and the command's record. Bounded by timeout (default 5m); sends progress notifications while it waits.", t.wait)
+	add(s, t, "send_input", runs, "Type text into a command's terminal (started with tty) or write it to its stdin pipe (started with stdin_pipe), as if typed: end a line with \\n, send control keys as characters (\\u0003 is ^C). eof ends the input (the pipe closes; ^D on a terminal).", t.sendInput)
 	add(s, t, "stop", &sdk.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}, "Stop a command's tree or a whole environment (id or unique prefix). Deletes no file.", t.stop)
 	add(s, t, "export", adds, "Copy one of an environment's private trees to a new destination directory.", t.export)
 	return s
@@ -331,7 +332,11 @@ type startArgs struct {
 	Cwd  string   `json:"cwd,omitempty" jsonschema:"working directory"`
 	Vars []string `json:"vars,omitempty" jsonschema:"extra NAME=VALUE environment variables"`
 	envArgs
-	Timeout string `json:"timeout,omitempty" jsonschema:"stop the command this long after it starts (never beyond the environment's ttl)"`
+	Timeout   string `json:"timeout,omitempty" jsonschema:"stop the command this long after it starts (never beyond the environment's ttl)"`
+	TTY       bool   `json:"tty,omitempty" jsonschema:"give the command a terminal (its output then is one stream, stdout); type into it with send_input"`
+	Cols      int    `json:"cols,omitempty" jsonschema:"the terminal's width with tty (default 80)"`
+	Rows      int    `json:"rows,omitempty" jsonschema:"the terminal's height with tty (default 24)"`
+	StdinPipe bool   `json:"stdin_pipe,omitempty" jsonschema:"without tty: give the command a stdin pipe that send_input writes to"`
 }
 
 // start runs a detached command (output in files) under the environment's
@@ -343,6 +348,14 @@ func (t *tools) start(ctx context.Context, a startArgs) (any, error) {
 	timeout, err := optDuration("timeout", a.Timeout)
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case a.TTY && a.StdinPipe:
+		return nil, fmt.Errorf("a tty is the command's input already: drop stdin_pipe: %w", api.ErrInvalid)
+	case !a.TTY && (a.Cols != 0 || a.Rows != 0):
+		return nil, fmt.Errorf("cols and rows size a terminal: they need tty: %w", api.ErrInvalid)
+	case a.Cols < 0 || a.Rows < 0 || a.Cols > 65535 || a.Rows > 65535:
+		return nil, fmt.Errorf("cols %d, rows %d: give sizes from 1 to 65535: %w", a.Cols, a.Rows, api.ErrInvalid)
 	}
 	ctx, cancel := bounded(context.WithoutCancel(ctx))
 	defer cancel()
@@ -373,6 +386,10 @@ func (t *tools) start(ctx context.Context, a startArgs) (any, error) {
 	cmd.Cwd, cmd.EnvSet, cmd.Purpose, cmd.Labels, cmd.Timeout = a.Cwd, a.Vars, a.Purpose, a.Labels, timeout
 	cmd.Output = hostfork.OutputFiles
 	cmd.OwnerExit = hostfork.OwnerExitDetach
+	cmd.TTY, cmd.Size = a.TTY, hostfork.TermSize{Cols: uint16(a.Cols), Rows: uint16(a.Rows)}
+	if a.StdinPipe {
+		cmd.Stdin = hostfork.StdinPipe
+	}
 	// A context whose Done is nil: the library arms no cancellation, so
 	// the tree keeps the environment's bounds after this call.
 	if p != nil {
@@ -623,6 +640,44 @@ func (t *tools) wait(ctx context.Context, req *sdk.CallToolRequest, a waitArgs) 
 		}
 	}
 	return out, nil
+}
+
+type sendArgs struct {
+	ID   string `json:"id" jsonschema:"a command id or unique prefix (started with tty or stdin_pipe)"`
+	Text string `json:"text,omitempty" jsonschema:"what to type, e.g. \"npm test\\n\""`
+	EOF  bool   `json:"eof,omitempty" jsonschema:"after the text, end the input (the pipe closes; ^D on a terminal)"`
+}
+
+// sendResult is what send_input answers.
+type sendResult struct {
+	Command string `json:"command"`
+	Bytes   int    `json:"bytes"`
+	EOF     bool   `json:"eof"`
+}
+
+// sendInput types into the command's session (Command.Send), then ends
+// its input with eof (Command.CloseStdin).
+func (t *tools) sendInput(ctx context.Context, a sendArgs) (any, error) {
+	if a.Text == "" && !a.EOF {
+		return nil, fmt.Errorf("nothing to send: give text or eof: %w", api.ErrInvalid)
+	}
+	ctx, cancel := bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	cmd, err := t.h.OpenCommand(ctx, a.ID)
+	if err != nil {
+		return nil, err
+	}
+	if a.Text != "" {
+		if err := cmd.Send(ctx, []byte(a.Text)); err != nil {
+			return nil, err
+		}
+	}
+	if a.EOF {
+		if err := cmd.CloseStdin(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return sendResult{Command: cmd.ID(), Bytes: len(a.Text), EOF: a.EOF}, nil
 }
 
 type stopArgs struct {

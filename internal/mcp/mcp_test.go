@@ -67,7 +67,7 @@ func TestMCP(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); !strings.Contains(got, "run") || !strings.Contains(got, "wait") || len(names) != 9 {
+	if got := strings.Join(names, ","); !strings.Contains(got, "run") || !strings.Contains(got, "wait") || len(names) != 10 {
 		t.Fatalf("tools: %s", got)
 	}
 	// Plain schemas: a list argument is "type": "array", never

@@ -29,7 +29,7 @@ const summary = {};
 try {
   const { tools } = await client.listTools();
   const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
-  for (const name of ["start", "wait", "logs", "stop"]) check(byName[name], "tool " + name);
+  for (const name of ["start", "wait", "logs", "stop", "send_input"]) check(byName[name], "tool " + name);
   check(byName.logs.annotations?.readOnlyHint === true, "logs is read-only");
   check(byName.wait.annotations?.readOnlyHint === true, "wait is read-only");
   check(byName.stop.annotations?.destructiveHint === true, "stop is destructive");
@@ -93,6 +93,21 @@ httpd.serve_forever()
   check(!stopped.error && stopped.tree_state === "exited" && stopped.stop_reason === "user", "stop: " + JSON.stringify(stopped));
   const ended = await call("wait", { id, condition: "tree" });
   check(ended.reason === "tree" && ended.command.record_state === "exited", "wait after the stop: " + JSON.stringify(ended.reason));
+
+  // A shell in a terminal: type into it, wait for its answer, end it.
+  const sh = await call("start", { argv: ["sh"], tty: true, cols: 100, rows: 30, ttl: "5m" });
+  check(!sh.error, "start tty: " + JSON.stringify(sh.error));
+  const typed = await call("send_input", { id: sh.id, text: "stty size; echo $((6*7))\n" });
+  check(!typed.error && typed.bytes === 25, "send_input: " + JSON.stringify(typed));
+  const answer = await call("wait", { id: sh.id, for: "^42", timeout: "1m" });
+  check(answer.reason === "match", "the shell's answer: " + JSON.stringify(answer));
+  const size = await call("logs", { id: sh.id, tail: 3 });
+  check(size.text.includes("30 100"), "the terminal's size: " + JSON.stringify(size.text));
+  await call("send_input", { id: sh.id, text: "exit 3\n" });
+  const shEnd = await call("wait", { id: sh.id, condition: "tree" });
+  check(shEnd.reason === "tree" && shEnd.command.exit_code === 3, "the shell's end: " + JSON.stringify(shEnd.command.exit_code));
+  const late = await call("send_input", { id: sh.id, text: "echo late\n" });
+  check(late.error && late.error.cause === "command_finished", "send_input after the end: " + JSON.stringify(late));
   summary.ok = true;
 } finally {
   console.log(JSON.stringify(summary));
