@@ -91,6 +91,10 @@ type launchReq struct {
 	stdin           *os.File
 	workload, admit string
 	onAdmissionWait func(reason string)
+	// session is "tty" or "stdin" (a stdin pipe), with the terminal's
+	// size ("" none; docs/sessions.md).
+	session string
+	size    hostfork.TermSize
 }
 
 // local is the library in this process.
@@ -143,6 +147,12 @@ func (lr *launchReq) command(cmd *hostfork.Command) *hostfork.Command {
 	cmd.Output, cmd.OwnerExit = lr.output, lr.ownerExit
 	cmd.EnvPolicy, cmd.EnvSet = lr.envPolicy, lr.envSet
 	cmd.Workload, cmd.Admit, cmd.OnAdmissionWait = lr.workload, lr.admit, lr.onAdmissionWait
+	switch lr.session {
+	case "tty":
+		cmd.TTY, cmd.Size = true, lr.size
+	case "stdin":
+		cmd.Stdin = hostfork.StdinPipe
+	}
 	if lr.stdin != nil {
 		cmd.Stdin = lr.stdin
 		cmd.Foreground = term.IsTerminal(int(lr.stdin.Fd()))

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -11,7 +12,7 @@ import (
 )
 
 func newExecCmd(g *globals) *cobra.Command {
-	var detach, asJSON bool
+	var detach, asJSON, tty bool
 	af := &admitFlags{}
 	var cwd, output, purpose, stdinFlag, timeoutFlag string
 	var labels []string
@@ -35,6 +36,11 @@ the environment's expiry either.`,
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			ctx := c.Context()
+			sess, out, err := sessionMode(g, tty, stdinFlag, detach, output)
+			if err != nil {
+				return err
+			}
+			output = out
 			switch {
 			case output == "" && detach:
 				output = string(hostfork.OutputFiles)
@@ -45,9 +51,11 @@ the environment's expiry either.`,
 			case detach && output != string(hostfork.OutputFiles):
 				return usageErr("--detach writes output to files; drop --output %s or run in the foreground", output)
 			}
-			stdin, err := stdinMode(g, stdinFlag, detach)
-			if err != nil {
-				return err
+			var stdin *os.File
+			if sess == "" {
+				if stdin, err = stdinMode(g, stdinFlag, detach); err != nil {
+					return err
+				}
 			}
 			if output == string(hostfork.OutputInherit) && g.remote() {
 				return usageErr("--output inherit can't go with --host: the server's command can't write to this process's descriptors (the default, pipe, streams its output here)")
@@ -82,7 +90,8 @@ the environment's expiry either.`,
 				return err
 			}
 			lr := &launchReq{argv: args[1:], output: hostfork.OutputMode(output), cwd: cwd, purpose: purpose, labels: lm,
-				timeout: timeout, envPolicy: launch.EnvPolicy, envSet: lf.envVars, ownerExit: hostfork.OwnerExitStop, stdin: stdin}
+				timeout: timeout, envPolicy: launch.EnvPolicy, envSet: lf.envVars, ownerExit: hostfork.OwnerExitStop, stdin: stdin,
+				session: sess, size: termSize()}
 			if detach {
 				lr.ownerExit = hostfork.OwnerExitDetach
 			}
@@ -106,6 +115,9 @@ the environment's expiry either.`,
 				fmt.Fprintln(g.out, cmd.ID())
 				return nil
 			}
+			if err := attachForeground(ctx, g, cmd, sess); err != nil {
+				return err
+			}
 			return foreground(ctx, g, h, cmd, sigs, lr.output, hostfork.ReasonOwnerExit)
 		},
 	}
@@ -113,7 +125,8 @@ the environment's expiry either.`,
 	c.Flags().BoolVar(&detach, "detach", false, "print the command id and return; it runs under the environment's deadline")
 	c.Flags().StringVar(&cwd, "cwd", "", "working directory, resolved inside the view")
 	c.Flags().StringVar(&output, "output", "", "files, pipe (foreground default) or inherit")
-	c.Flags().StringVar(&stdinFlag, "stdin", "", "inherit (the foreground default) or none")
+	c.Flags().StringVar(&stdinFlag, "stdin", "", "inherit (the foreground default), none, or pipe (with --detach: a pipe its guardian holds; write with 'hostfork send')")
+	c.Flags().BoolVar(&tty, "tty", false, "give the command a pseudo-terminal held by its guardian (foreground: this terminal, like ssh -t; --detach: 'hostfork attach' later)")
 	c.Flags().StringVar(&timeoutFlag, "timeout", "", "stop this command's tree this long after it starts (reason timeout, exit 124)")
 	c.Flags().StringVar(&purpose, "purpose", "", "why this command runs")
 	c.Flags().StringArrayVar(&labels, "label", nil, "label K=V (repeatable)")

@@ -30,6 +30,8 @@ const (
 	ExitInternal   = 125 // any other failure of hostfork itself
 	ExitCannotExec = 126 // the program exists but can't be executed
 	ExitNotFound   = 127 // the program was not found
+	ExitNoSession  = 114 // attach, send or resize to a command without a session (start it with --tty or --stdin pipe)
+	ExitFinished   = 113 // attach, send or resize to a command whose leader has exited (its output stays in its log)
 )
 
 // exitTable maps each sentinel error to its exit code; the first match
@@ -40,6 +42,8 @@ var exitTable = []struct {
 	code int
 }{
 	{hostfork.ErrAmbiguous, ExitAmbiguous},
+	{hostfork.ErrNoSession, ExitNoSession},
+	{hostfork.ErrCommandFinished, ExitFinished},
 	{hostfork.ErrExecutableNotFound, ExitNotFound},
 	{hostfork.ErrNotExecutable, ExitCannotExec},
 	{hostfork.ErrNotFound, ExitNoSuchID},

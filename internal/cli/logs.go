@@ -92,7 +92,7 @@ command's tree has exited, then exits with the command's status, as run does
 			if err != nil {
 				return err
 			}
-			return commandStatus(g, final)
+			return commandExit(g, *final)
 		}),
 	}
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the command's tree exits")
@@ -102,9 +102,8 @@ command's tree has exited, then exits with the command's status, as run does
 	return c
 }
 
-// commandID resolves an id argument to a command's whole id: a command's
-// id or prefix, or an environment's with exactly one command (as run
-// --detach prints).
+// commandID resolves a command id (or prefix), or an environment's with
+// exactly one command (what run --detach prints), to a command's id.
 func commandID(ctx context.Context, h backend, arg string) (string, error) {
 	kind, id, err := h.Resolve(ctx, arg)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -27,6 +29,7 @@ type runFlags struct {
 	detach  bool
 	json    bool
 	capture bool
+	tty     bool
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -58,7 +61,8 @@ required); its environment stops when CMD's tree ends.`,
 	f.envFlags.add(c)
 	c.Flags().StringVar(&f.output, "output", "", "files, pipe (foreground default) or inherit")
 	c.Flags().StringVar(&f.cwd, "cwd", "", "working directory")
-	c.Flags().StringVar(&f.stdin, "stdin", "", "inherit (the default in the foreground: pass this process's stdin through) or none (/dev/null; the default with --detach)")
+	c.Flags().StringVar(&f.stdin, "stdin", "", "inherit (the default in the foreground: pass this process's stdin through), none (/dev/null; the default with --detach) or pipe (with --detach: a pipe its guardian holds; write with 'hostfork send')")
+	c.Flags().BoolVar(&f.tty, "tty", false, "give the command a pseudo-terminal held by its guardian (in the foreground: this terminal, raw, like ssh -t; with --detach: 'hostfork attach' later)")
 	c.Flags().StringVar(&f.timeout, "timeout", "", "stop the command's tree this long after it starts (reason timeout, exit 124); never extends --ttl")
 	c.Flags().BoolVar(&f.detach, "detach", false, "return the environment id at once; the run continues under --ttl or --until-stopped")
 	c.Flags().BoolVar(&f.json, "json", false, "with --detach: print the environment's record as JSON")
@@ -89,6 +93,63 @@ func stdinMode(g *globals, flag string, detach bool) (*os.File, error) {
 		return nil, nil
 	}
 	return nil, usageErr("--stdin %q: use inherit or none", flag)
+}
+
+// sessionMode resolves --tty and --stdin pipe into the session to give
+// the command ("tty", "stdin" or "") and its output mode.
+func sessionMode(g *globals, tty bool, stdinFlag string, detach bool, output string) (string, string, error) {
+	switch {
+	case tty && g.remote():
+		return "", "", usageErr("--tty can't go with --host yet: the session's socket is on the server's host (run it there without --host)")
+	case tty && stdinFlag != "":
+		return "", "", usageErr("--tty makes the terminal the command's input; drop --stdin %s", stdinFlag)
+	case tty && output != "" && output != string(hostfork.OutputFiles):
+		return "", "", usageErr("--tty writes what the terminal shows to the command's log; drop --output %s", output)
+	case tty:
+		return "tty", string(hostfork.OutputFiles), nil
+	case stdinFlag != "pipe":
+		return "", output, nil
+	case !detach:
+		return "", "", usageErr("--stdin pipe is for a detached command: add --detach, then write with 'hostfork send ID TEXT' and end with 'hostfork send --eof ID'")
+	case g.remote():
+		return "", "", usageErr("--stdin pipe can't go with --host yet: the session's socket is on the server's host")
+	}
+	return "stdin", output, nil
+}
+
+// termSize is this terminal's size (zero when stdin is not a terminal).
+func termSize() hostfork.TermSize {
+	w, h, err := term.GetSize(int(os.Stdin.Fd()))
+	if err != nil || w <= 0 || h <= 0 || w > 65535 || h > 65535 {
+		return hostfork.TermSize{}
+	}
+	return hostfork.TermSize{Cols: uint16(w), Rows: uint16(h)}
+}
+
+// attachForeground connects this terminal to a foreground --tty
+// command, as ssh -t does, until its output ends.
+func attachForeground(ctx context.Context, g *globals, cmd launched, sess string) error {
+	c, ok := cmd.(*hostfork.Command)
+	if sess != "tty" || !ok {
+		return nil
+	}
+	s, err := c.AttachWith(ctx, hostfork.AttachOptions{Replay: math.MaxInt64})
+	if errors.Is(err, hostfork.ErrCommandFinished) {
+		// It ended before the attach: its output is all in its log.
+		r, lerr := c.Logs(ctx, hostfork.LogOptions{})
+		if lerr != nil {
+			return lerr
+		}
+		defer r.Close()
+		_, err = io.Copy(g.out, r)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	_, err = interact(g, s, nil, true)
+	return err
 }
 
 func parseTimeout(s string) (time.Duration, error) {
@@ -126,7 +187,14 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	if err != nil {
 		return err
 	}
-	output := hostfork.OutputMode(f.output)
+	sess, out, err := sessionMode(g, f.tty, f.stdin, f.detach, f.output)
+	if err != nil {
+		return err
+	}
+	output := hostfork.OutputMode(out)
+	if f.capture && sess != "" {
+		return usageErr("--capture takes the output back in the foreground; drop --tty/--stdin pipe")
+	}
 	if f.capture {
 		if f.detach || (output != "" && output != hostfork.OutputPipe) {
 			return usageErr("--capture takes the output back in the foreground; drop --detach/--output")
@@ -143,9 +211,11 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	case f.detach && output != hostfork.OutputFiles:
 		return usageErr("--detach writes output to files; drop --output %s or run in the foreground", output)
 	}
-	stdin, err := stdinMode(g, f.stdin, f.detach)
-	if err != nil {
-		return err
+	var stdin *os.File
+	if sess == "" {
+		if stdin, err = stdinMode(g, f.stdin, f.detach); err != nil {
+			return err
+		}
 	}
 	if f.cwd != "" && s.View.Empty() {
 		if st, err := os.Stat(f.cwd); err != nil || !st.IsDir() {
@@ -169,7 +239,7 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	if err != nil {
 		return err
 	}
-	lr := &launchReq{argv: argv, output: output, cwd: f.cwd, purpose: f.purpose, timeout: timeout, stdin: stdin}
+	lr := &launchReq{argv: argv, output: output, cwd: f.cwd, purpose: f.purpose, timeout: timeout, stdin: stdin, session: sess, size: termSize()}
 	if err := f.admitFlags.apply(lr, g); err != nil {
 		return err
 	}
@@ -193,6 +263,9 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 		}
 		fmt.Fprintln(g.out, env)
 		return nil
+	}
+	if err := attachForeground(ctx, g, cmd, sess); err != nil {
+		return err
 	}
 	// The run ends when the leader exits: stop whatever it left behind.
 	return foreground(ctx, g, h, cmd, sigs, output, hostfork.ReasonOwnerExit)
@@ -373,23 +446,23 @@ func foreground(ctx context.Context, g *globals, h backend, cmd launched, sigs <
 	if final.ID == "" {
 		final = res
 	}
-	return commandStatus(g, &final)
+	return commandExit(g, final)
 }
 
-// commandStatus turns a command's record into this process's exit status,
-// as run, exec, wait and logs --follow exit: the leader's status, 128+N,
-// or 124 with one line saying why when hostfork ended it; 120 when the
+// commandExit turns a command's final record into the exit status of
+// run, exec, attach, wait and logs --follow: the leader's own, 128+N, or
+// 124 with one line saying why when hostfork ended it; 120 when the
 // status was never observed.
-func commandStatus(g *globals, final *hostfork.CommandRecord) error {
+func commandExit(g *globals, final hostfork.CommandRecord) error {
 	if final.Error != "" && final.ExitCode != nil && (*final.ExitCode == ExitNotFound || *final.ExitCode == ExitCannotExec) {
 		fmt.Fprintf(g.err, "hostfork: %s\n", clean(final.Error))
 	}
-	warnTruncated(g, final)
-	if why := endedBy(final); why != "" {
+	warnTruncated(g, &final)
+	if why := endedBy(&final); why != "" {
 		fmt.Fprintf(g.err, "hostfork: %s\n", why)
 		return withCode(ExitEnded, nil)
 	}
-	status, ok := hostfork.ExitStatus(*final)
+	status, ok := hostfork.ExitStatus(final)
 	if !ok {
 		return withCode(ExitIncomplete, errors.New("the command's exit status was not observed (see 'hostfork status "+final.ID+"')"))
 	}

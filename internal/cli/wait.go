@@ -34,8 +34,8 @@ one another process started, and exits:
                after the previous match;
   --stalled D  when it has written no output for D, exiting 0.
 
-With --for or --stalled, a command that ends first makes wait exit 1 with a
-line saying so. --timeout D bounds any wait: past it wait exits 115 and the
+With --for or --stalled, a command that ends first makes wait exit 113 with
+a line saying so. --timeout D bounds any wait: past it wait exits 115 and the
 command runs on. --json prints the outcome (reason, match, record).`,
 		Args: exactArgs(1, "one command or environment id"),
 		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
@@ -97,9 +97,9 @@ command runs on. --json prints the outcome (reason, match, record).`,
 				if st, ok := hostfork.ExitStatus(out.Command); ok {
 					status = fmt.Sprintf("exit status %d", st)
 				}
-				return withCode(ExitFailed, fmt.Errorf("command %s ended (%s, %s) before it %s", out.Command.ID, out.Command.State, status, what))
+				return withCode(ExitFinished, fmt.Errorf("command %s ended (%s, %s) before it %s", out.Command.ID, out.Command.State, status, what))
 			}
-			return commandStatus(g, &out.Command)
+			return commandExit(g, out.Command)
 		}),
 	}
 	f := c.Flags()

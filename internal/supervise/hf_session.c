@@ -47,6 +47,7 @@ static unsigned short cols = 80, rows = 24;
 static int master = -1, slave = -1, pin = -1; /* pty; stdin pipe's read end */
 static int inw = -1;                          /* where input goes */
 static int logw = -1, logr = -1, lsock = -1;
+static char pts[64]; /* the terminal's name */
 static int64_t log_end;
 static int pty_eof, leader_done, exit_code = -1, exit_sig;
 static struct timespec last_in, last_out;
@@ -114,9 +115,8 @@ int hf_session_setup(int *in, int *out, int *err, char *msg, size_t cap)
 		log_end = st.st_size;
 	if (mode == HF_SESS_TTY) {
 		master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-		char name[128];
-		if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || ptsname_r(master, name, sizeof name) != 0 ||
-		    (slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
+		if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || ptsname_r(master, pts, sizeof pts) != 0 ||
+		    (slave = open(pts, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
 			snprintf(msg, cap, "session: opening a pseudo-terminal: %s", hf_errstr(errno));
 			return -1;
 		}
@@ -546,7 +546,9 @@ void hf_session_leader_exited(int status)
 }
 
 /* hf_session_activity is the last session activity (monotonic), or now
- * while an attached client waits on a workload that waits for typing. */
+ * while an attached client waits on a workload that waits for typing:
+ * the terminal's foreground process group leader has the terminal as
+ * stdin and sleeps in a terminal read, a poll or a select. */
 int64_t hf_session_activity(int64_t now)
 {
 	if (mode != HF_SESS_TTY || pty_eof)
@@ -558,6 +560,10 @@ int64_t hf_session_activity(int64_t now)
 	if (pg <= 0)
 		return act_mono;
 	char path[48], w[64];
+	snprintf(path, sizeof path, "/proc/%d/fd/0", (int)pg);
+	ssize_t l = readlink(path, w, sizeof w - 1);
+	if (l <= 0 || (size_t)l != strlen(pts) || memcmp(w, pts, (size_t)l))
+		return act_mono;
 	snprintf(path, sizeof path, "/proc/%d/wchan", (int)pg);
 	int n = hf_read_file(path, w, sizeof w);
 	if (n > 0 && (!strncmp(w, "n_tty_read", 10) || !strncmp(w, "wait_woken", 10) ||

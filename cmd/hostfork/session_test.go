@@ -1,0 +1,204 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/habemus-papadum/hostfork/internal/testutil"
+)
+
+// tmuxTerm is a real terminal: a tmux server of its own (a private
+// socket), whose panes run hostfork.
+type tmuxTerm struct {
+	t    *testing.T
+	sock string
+	bin  string // a directory with "hostfork" (this test binary)
+	c    *hostforkCLI
+}
+
+func newTmux(t *testing.T, c *hostforkCLI) *tmuxTerm {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		testutil.Skip(t, "tmux is not installed")
+	}
+	bin := t.TempDir()
+	if err := os.Symlink(c.exe, filepath.Join(bin, "hostfork")); err != nil {
+		t.Fatal(err)
+	}
+	tm := &tmuxTerm{t: t, sock: filepath.Join(t.TempDir(), "tmux.sock"), bin: bin, c: c}
+	t.Cleanup(func() { _ = exec.Command("tmux", "-S", tm.sock, "kill-server").Run() })
+	return tm
+}
+
+func (tm *tmuxTerm) tmux(args ...string) string {
+	tm.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-S", tm.sock}, args...)...).CombinedOutput()
+	if err != nil {
+		tm.t.Fatalf("tmux %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// open runs hostfork ARGS in a new 80x24 window named name; the pane
+// stays open after it exits and shows "rc=N".
+func (tm *tmuxTerm) open(name string, args ...string) {
+	tm.t.Helper()
+	sh := fmt.Sprintf("HOSTFORK_ROOT=%s HOSTFORK_CGROUP_PARENT=%s %s=%s PATH=%s:$PATH hostfork %s; echo rc=$?; sleep 600",
+		tm.c.root, tm.c.parent, markVar, tm.c.mark, tm.bin, strings.Join(args, " "))
+	if _, err := os.Stat(tm.sock); err != nil {
+		tm.tmux("-f", "/dev/null", "new-session", "-d", "-s", "t", "-n", name, "-x", "80", "-y", "24", sh)
+		tm.tmux("set-option", "-g", "remain-on-exit", "on")
+		return
+	}
+	tm.tmux("new-window", "-d", "-t", "t", "-n", name, sh)
+}
+
+func (tm *tmuxTerm) screen(name string) string { return tm.tmux("capture-pane", "-p", "-t", "t:"+name) }
+
+func (tm *tmuxTerm) waitFor(name, s string) {
+	tm.t.Helper()
+	eventually(tm.t, fmt.Sprintf("window %s shows %q", name, s), func() string {
+		if sc := tm.screen(name); !strings.Contains(sc, s) {
+			return "screen:\n" + sc
+		}
+		return ""
+	})
+}
+
+func (tm *tmuxTerm) keys(name string, keys ...string) {
+	tm.tmux(append([]string{"send-keys", "-t", "t:" + name}, keys...)...)
+}
+
+// panePID is the PID of the process a window runs (the shell line).
+func (tm *tmuxTerm) panePID(name string) int {
+	pid, err := strconv.Atoi(strings.TrimSpace(tm.tmux("display-message", "-p", "-t", "t:"+name, "#{pane_pid}")))
+	if err != nil {
+		tm.t.Fatal(err)
+	}
+	return pid
+}
+
+// attachPID is the PID of the hostfork attach process under a window's
+// shell.
+func (tm *tmuxTerm) attachPID(name string) int {
+	sh := tm.panePID(name)
+	var pid int
+	eventually(tm.t, "the attach process", func() string {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", sh, sh))
+		for _, f := range strings.Fields(string(b)) {
+			p, _ := strconv.Atoi(f)
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.HasPrefix(string(cmd), "hostfork\x00attach") {
+				pid = p
+				return ""
+			}
+		}
+		return "no child of " + strconv.Itoa(sh) + " runs hostfork attach"
+	})
+	return pid
+}
+
+func (c *hostforkCLI) startTTY(argv ...string) string {
+	c.t.Helper()
+	r := c.mustRun(append([]string{"run", "--detach", "--ttl", "5m", "--tty", "--"}, argv...)...)
+	return strings.TrimSpace(r.stdout)
+}
+
+// bash -i and python3 -i in a session, attached from a real terminal:
+// the replay redraws the prompt, the terminal's size follows a resize,
+// the detach keys leave the command running, output in between is
+// replayed to a new attach from another process, and attach exits with
+// the command's status.
+func TestSessionInteractiveShells(t *testing.T) {
+	c := newCLI(t)
+	for _, sh := range []struct {
+		name, prompt, size, exit string
+		argv                     []string
+	}{
+		{"bash", "sess$ ", "stty size", "exit 5", []string{"env", "PS1=sess$ ", "bash", "--norc", "--noprofile", "-i"}},
+		{"python", ">>> ", "import os; print(tuple(os.get_terminal_size()))", "raise SystemExit(5)", []string{"python3", "-q", "-i"}},
+	} {
+		t.Run(sh.name, func(t *testing.T) {
+			c := c.with(t)
+			tm := newTmux(t, c)
+			id := c.startTTY(sh.argv...)
+			eventually(t, "the prompt in the log", func() string {
+				if out := c.run("logs", id).stdout; !strings.Contains(out, sh.prompt) {
+					return "log: " + out
+				}
+				return ""
+			})
+			tm.open("a", "attach", id)
+			tm.waitFor("a", strings.TrimSpace(sh.prompt)) // the replay
+			tm.keys("a", sh.size, "Enter")
+			want := map[string][2]string{"bash": {"24 80", "30 100"}, "python": {"(80, 24)", "(100, 30)"}}[sh.name]
+			tm.waitFor("a", want[0])
+			tm.tmux("resize-window", "-t", "t:a", "-x", "100", "-y", "30")
+			tm.keys("a", "C-l")
+			tm.keys("a", sh.size, "Enter")
+			tm.waitFor("a", want[1])
+			tm.keys("a", "C-p", "C-q")
+			tm.waitFor("a", "rc=0")
+			if st := c.status(id); st["commands"].([]any)[0].(map[string]any)["state"] != "alive" {
+				t.Fatalf("detached, the command is not alive: %v", st)
+			}
+			mark := map[string]string{"bash": "echo between-$((6*7))\n", "python": "print('between-' + str(6*7))\n"}[sh.name]
+			c.mustRun("send", id, mark)
+			tm.open("b", "attach", id)
+			tm.waitFor("b", "between-42")
+			// The first attach survives its CLI's SIGKILL: the session
+			// lives on and a new attach works.
+			if err := syscall.Kill(tm.attachPID("b"), syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			tm.waitFor("b", "rc=137")
+			tm.open("c", "attach", id)
+			tm.waitFor("c", "between-42")
+			tm.keys("c", sh.exit, "Enter")
+			tm.waitFor("c", "rc=5")
+		})
+	}
+}
+
+// Bad input: each gets a clear error naming the fix, its exit code, and
+// nothing is made.
+func TestSessionBadInput(t *testing.T) {
+	c := newCLI(t)
+	plain := strings.TrimSpace(c.mustRun("run", "--detach", "--ttl", "5m", "--", "sleep", "300").stdout)
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"attach", plain}, 114, "start it with --tty or --stdin pipe"},
+		{[]string{"send", plain, "x"}, 114, "start it with --tty or --stdin pipe"},
+		{[]string{"resize", plain, "80", "24"}, 114, "start it with --tty or --stdin pipe"},
+		{[]string{"attach", "--detach-keys", "ctrl-pq", plain}, 122, "give a comma-separated list such as ctrl-p,ctrl-q"},
+		{[]string{"attach", "--replay", "lots", plain}, 122, "give a size such as 64KiB"},
+		{[]string{"resize", plain, "0", "24"}, 122, "from 1 to 65535"},
+		{[]string{"send", plain}, 122, "TEXT"},
+		{[]string{"run", "--stdin", "pipe", "--", "cat"}, 122, "add --detach"},
+		{[]string{"run", "--tty", "--output", "pipe", "--", "cat"}, 122, "drop --output pipe"},
+	} {
+		r := c.run(tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {
+			t.Errorf("hostfork %s: want exit %d with %q; %v", strings.Join(tc.args, " "), tc.code, tc.msg, r)
+		}
+	}
+	id := c.startTTY("sh", "-c", "exit 3")
+	eventually(t, "the command's end", func() string {
+		if r := c.run("send", id, "x"); r.code != 113 || !strings.Contains(r.stderr, "has finished") {
+			return r.String()
+		}
+		return ""
+	})
+	if r := c.run("attach", id); r.code != 113 || !strings.Contains(r.stderr, "read its output with logs") {
+		t.Errorf("attach to a finished command: %v", r)
+	}
+	c.mustRun("stop", plain)
+}
