@@ -297,7 +297,7 @@ func (c *Command) stall(ctx context.Context, rec *CommandRecord, d time.Duration
 		}
 		quiet := time.Since(last)
 		if quiet >= d {
-			return last, nil
+			return last.UTC(), nil
 		}
 		if c.treeGone(ctx, rec.ID) {
 			return time.Time{}, nil
