@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -227,9 +228,20 @@ func TestWaitAPI(t *testing.T) {
 	if off != 2 || string(got) != "b\nlistening on :8080\n" {
 		t.Fatalf("tail 2: offset %d %q", off, got)
 	}
+	// The CLI through the server: the same answers and exit codes.
+	if got := viaHost(t, e, s, 0, "wait", "--for", "listening on", id); got != "stdout:4:listening on :8080\n" {
+		t.Fatalf("wait --for through the server: %q", got)
+	}
+	viaHost(t, e, s, 115, "wait", "--timeout", "300ms", id)
+	if got := viaHost(t, e, s, 0, "logs", "--tail", "1", "--stream", "stdout", id); got != "listening on :8080\n" {
+		t.Fatalf("logs --tail through the server: %q", got)
+	}
 	if _, err := c.StopCommand(ctx, id, client.StopOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	viaHost(t, e, s, 124, "wait", id)
+	viaHost(t, e, s, 124, "logs", "-f", id)
+	viaHost(t, e, s, 113, "wait", "--for", "never", id)
 	out, err = c.WaitFor(ctx, id, client.WaitOptions{For: "never"})
 	if err != nil || out.Reason != api.OutcomeEnded || !out.Command.Final() {
 		t.Fatalf("wait for output after the end: %+v %v", out, err)
@@ -246,4 +258,22 @@ func rawUnixClient(socket string) *http.Client {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
 	}}}
+}
+
+// viaHost runs the CLI through the server (--host) and requires exit
+// status code; it returns the CLI's stdout.
+func viaHost(t *testing.T, e *servertest.Env, s *servertest.Serve, code int, args ...string) string {
+	t.Helper()
+	out, err := e.CLI(append([]string{"--host", "unix://" + s.Socket}, args...)...)
+	got := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		got = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("hostfork %v: %v", args, err)
+	}
+	if got != code {
+		t.Fatalf("hostfork --host %v: exit %d, want %d: %s", args, got, code, out)
+	}
+	return string(out)
 }
