@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/internal/session"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -151,5 +156,288 @@ func TestSessionStdinPipe(t *testing.T) {
 	if _, err := plain.Attach(ctx); !errors.Is(err, hostfork.ErrNoSession) {
 		t.Fatalf("attach without a session: %v", err)
 	}
-	_ = time.Second
+}
+
+// Eight clients attached at once type interleaved lines: every line
+// reaches the workload whole, each client's in its order, and every
+// client sees all the output.
+func TestSessionManyClients(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env := newEnv(t, h, spec.Environment{})
+	cmd := env.Command("sh", "-c", `stty -echo; echo ready; while read l; do [ "$l" = END ] && exit 0; echo "out:$l"; done`)
+	cmd.TTY = true
+	if err := cmd.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const clients, lines = 8, 200
+	ss := make([]*hostfork.Session, clients)
+	for i := range ss {
+		s, err := cmd.Attach(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ss[i] = s
+	}
+	var first bytes.Buffer
+	readUntil(t, ctx, ss[0], &first, "ready")
+	outs := make([]bytes.Buffer, clients)
+	var wg sync.WaitGroup
+	for i, s := range ss {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, _ = io.Copy(&outs[i], s)
+		}()
+		go func() {
+			defer wg.Done()
+			for j := 0; j < lines; j++ {
+				if _, err := fmt.Fprintf(s, "c%d-%d\n", i, j); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	// END goes last: after every writer has had its lines taken.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r, _ := cmd.Logs(ctx, hostfork.LogOptions{})
+		b, _ := io.ReadAll(r)
+		r.Close()
+		if strings.Count(string(b), "out:") == clients*lines || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Send(ctx, []byte("END\n")); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if _, err := cmd.WaitTree(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := cmd.Logs(ctx, hostfork.LogOptions{})
+	log, _ := io.ReadAll(r)
+	r.Close()
+	check := func(what, text string) {
+		next := make([]int, clients)
+		for _, l := range strings.Split(strings.ReplaceAll(text, "\r", ""), "\n") {
+			l, ok := strings.CutPrefix(l, "out:c")
+			if !ok {
+				continue
+			}
+			a, b, _ := strings.Cut(l, "-")
+			i, _ := strconv.Atoi(a)
+			j, err := strconv.Atoi(b)
+			if err != nil || i < 0 || i >= clients || j != next[i] {
+				t.Fatalf("%s: line out:c%s out of order or mixed (client %d expected line %d)", what, l, i, next[min(max(i, 0), clients-1)])
+			}
+			next[i]++
+		}
+		for i, n := range next {
+			if n != lines {
+				t.Fatalf("%s: client %d: %d of %d lines", what, i, n, lines)
+			}
+		}
+	}
+	check("log", string(log))
+	for i := range outs {
+		check(fmt.Sprintf("client %d's output", i), first.String()+outs[i].String())
+	}
+}
+
+// guardianAnon is a process's anonymous resident memory (RssAnon), in
+// bytes.
+func guardianAnon(t testing.TB, pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "RssAnon:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+// A workload writes 1 GiB to its terminal while a client reads slowly:
+// the log has every byte, the guardian stays within 1 MiB of anonymous
+// memory, and the client is moved ahead with a marker. The throughput
+// with and without the client is reported, never asserted.
+func TestSessionSlowClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 2 GiB")
+	}
+	h := newHost(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a pty moves 15-500 MiB/s
+	defer cancel()
+	env := newEnv(t, h, spec.Environment{})
+	const size = 1 << 30
+	runOnce := func(attach bool) (time.Duration, int64, string) {
+		cmd := env.Command("sh", "-c", "stty raw -echo; head -c 1073741824 /dev/zero")
+		cmd.TTY = true
+		start := time.Now()
+		if err := cmd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var maxAnon int64
+		var marker bytes.Buffer
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		if attach {
+			s, err := cmd.AttachWith(ctx, hostfork.AttachOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 4096)
+				for {
+					n, err := s.Read(buf)
+					if bytes.Contains(buf[:n], []byte("[hostfork:")) && marker.Len() == 0 {
+						marker.Write(buf[:n])
+					}
+					if err != nil {
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+		}
+		gpid := 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if gpid == 0 {
+					if g := cmd.Record().Guardian; g != nil {
+						gpid = g.PID
+					}
+				} else if a := guardianAnon(t, gpid); a > maxAnon {
+					maxAnon = a
+				}
+				select {
+				case <-done:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+		rec, err := cmd.Wait(ctx)
+		d := time.Since(start)
+		close(done)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cmd.WaitTree(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		st, err := os.Stat(rec.StdoutPath)
+		if err != nil || st.Size() != size {
+			t.Fatalf("log: %v, %d bytes of %d", err, st.Size(), size)
+		}
+		return d, maxAnon, marker.String()
+	}
+	d0, anon0, _ := runOnce(false)
+	d1, anon1, marker := runOnce(true)
+	t.Logf("1 GiB through the terminal: alone %v (%.0f MiB/s, guardian RssAnon max %d KiB); with a slow client %v (%.0f MiB/s, %+.1f%%, RssAnon max %d KiB)",
+		d0, 1024/d0.Seconds(), anon0>>10, d1, 1024/d1.Seconds(), 100*(d1.Seconds()/d0.Seconds()-1), anon1>>10)
+	if anon1 > 1<<20 || anon0 > 1<<20 {
+		t.Fatalf("guardian anonymous memory %d / %d KiB, over 1 MiB", anon0>>10, anon1>>10)
+	}
+	if !strings.Contains(marker, "bytes skipped, they are in the log") {
+		t.Fatalf("the slow client was not moved ahead with a marker")
+	}
+}
+
+// The idle timeout: typing every second keeps it from firing; an
+// attached client while the workload waits for terminal input suspends
+// it; alone and silent, the command is stopped as idle.
+func TestSessionIdle(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env := newEnv(t, h, spec.Environment{Lifetime: spec.Lifetime{IdleTimeout: spec.Duration(2 * time.Second), Grace: spec.Duration(200 * time.Millisecond)}})
+	cmd := env.Command("sh", "-c", "stty -echo; while read l; do :; done")
+	cmd.TTY = true
+	if err := cmd.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	alive := func(what string) {
+		t.Helper()
+		if rec := cmd.Record(); rec.LeaderState == hostfork.PhaseExited || rec.StopReason != "" {
+			t.Fatalf("%s: the idle timeout fired: %+v", what, rec)
+		}
+	}
+	for i := 0; i < 5; i++ { // 5 s of typing, silent output
+		if err := cmd.Send(ctx, []byte("x\n")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	}
+	alive("typing every second")
+	s, err := cmd.Attach(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	alive("an attached client, the workload reading its terminal")
+	s.Close()
+	rec, err := cmd.WaitTree(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.StopReason != hostfork.ReasonIdle {
+		t.Fatalf("alone and silent: stop reason %q", rec.StopReason)
+	}
+}
+
+// A frame over the limit is refused with an error naming the limit, and
+// the guardian goes on serving others.
+func TestSessionFrameLimit(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env := newEnv(t, h, spec.Environment{})
+	cmd := env.Command("cat")
+	cmd.Stdin = hostfork.StdinPipe
+	if err := cmd.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := session.Dial(ctx, cmd.Record().Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Send(session.Hello, session.HelloPayload(0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Send(session.Data, make([]byte, session.MaxClientPayload+1)); !errors.Is(err, session.ErrFrameTooLarge) {
+		t.Fatalf("the codec sent a frame over the limit: %v", err)
+	}
+	raw := session.AppendFrame(nil, session.Data, make([]byte, 1<<20))
+	if err := conn.SendRaw(raw[:5+64]); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	for {
+		f, err := conn.Next()
+		if err != nil {
+			break
+		}
+		if f.Type == session.Error {
+			got = string(f.Payload)
+		}
+	}
+	if !strings.Contains(got, "over the limit of 16384") {
+		t.Fatalf("guardian's answer: %q", got)
+	}
+	if err := cmd.Send(ctx, []byte("still served\n")); err != nil {
+		t.Fatal(err)
+	}
 }

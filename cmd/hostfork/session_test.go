@@ -202,3 +202,20 @@ func TestSessionBadInput(t *testing.T) {
 	}
 	c.mustRun("stop", plain)
 }
+
+// A foreground run --tty behaves like ssh -t: the command's terminal has
+// this terminal's size, typed lines reach it, ^C interrupts it (the pty
+// is its controlling terminal), and run exits with its status.
+func TestSessionRunForegroundTTY(t *testing.T) {
+	c := newCLI(t)
+	tm := newTmux(t, c)
+	tm.open("a", "run", "--tty", "--", "sh", "-c", "'stty size; read x; echo got-$x; exit 4'")
+	tm.waitFor("a", "24 80")
+	tm.keys("a", "hi", "Enter")
+	tm.waitFor("a", "got-hi")
+	tm.waitFor("a", "rc=4")
+	tm.open("b", "run", "--tty", "--", "sh", "-c", "'echo ready; exec sleep 300'")
+	tm.waitFor("b", "ready")
+	tm.keys("b", "C-c")
+	tm.waitFor("b", "rc=130")
+}

@@ -242,3 +242,9 @@ func (c *Conn) CloseRead() error { return c.c.CloseRead() }
 // SetDeadline sets the connection's deadline (a past time unblocks every
 // pending call).
 func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
+
+// SendRaw writes bytes as they are (tests of the guardian's framing).
+func (c *Conn) SendRaw(b []byte) error {
+	_, err := c.c.Write(b)
+	return err
+}

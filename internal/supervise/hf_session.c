@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -50,12 +51,15 @@ static int logw = -1, logr = -1, lsock = -1;
 static char pts[64]; /* the terminal's name */
 static int64_t log_end;
 static int pty_eof, leader_done, exit_code = -1, exit_sig;
+static int64_t exit_at; /* when the exit frame may go: the leader's output is in */
+#define SETTLE (200 * NS_PER_MS) /* at most this long after the leader */
 static struct timespec last_in, last_out;
 static int64_t act_mono, receipt_due;
 static char obuf[CHUNK + 5];
 
 struct client {
 	int fd, hello, flags, closing, exit_sent;
+	int full; /* its socket's buffer was full: wait for POLLOUT */
 	int64_t pos;         /* the next log byte to send */
 	uint32_t frame_left; /* payload bytes of the current output frame */
 	unsigned char hdr[5];
@@ -351,13 +355,12 @@ static void on_writable(struct client *c)
 			c->hdr_off += (int)w;
 			continue;
 		}
-		if (c->frame_left) {
-			size_t n = c->frame_left < CHUNK ? c->frame_left : CHUNK;
-			ssize_t r = pread(logr, obuf, n, c->pos);
-			if (r <= 0)
+		if (c->frame_left) { /* from the page cache, no copy here */
+			off_t at = c->pos;
+			ssize_t w = sendfile(c->fd, logr, &at, c->frame_left);
+			if (w == 0)
 				return drop(c); /* the log was cut under a frame */
-			ssize_t w = write(c->fd, obuf, (size_t)r);
-			if (w <= 0)
+			if (w < 0)
 				goto blocked;
 			c->pos += w, c->frame_left -= (uint32_t)w;
 			continue;
@@ -388,7 +391,7 @@ static void on_writable(struct client *c)
 			c->hdr_off = 0, c->hdr_len = 5, c->frame_left = (uint32_t)n;
 			continue;
 		}
-		if (leader_done) {
+		if (leader_done && (pty_eof || hf_mono_now() >= exit_at)) {
 			unsigned char x[8];
 			put32(x, (uint32_t)exit_code);
 			put32(x + 4, (uint32_t)exit_sig);
@@ -401,6 +404,8 @@ static void on_writable(struct client *c)
 blocked:
 	if (errno != EAGAIN && errno != EINTR)
 		drop(c);
+	else
+		c->full = 1;
 }
 
 static int wants_out(struct client *c)
@@ -502,13 +507,15 @@ void hf_session_events(struct pollfd *p, int n)
 			continue;
 		if (r & (POLLIN | POLLHUP | POLLERR))
 			on_readable(c);
-		if (c->fd >= 0 && (r & POLLOUT || c->ctl_len || c->closing))
+		if (r & POLLOUT)
+			c->full = 0;
+		if (c->fd >= 0 && !c->full)
 			on_writable(c);
 	}
 	if (p[0].revents & POLLIN)
 		on_accept();
 	for (int i = 0; i < MAXC; i++) /* new output, new clients */
-		if (cl[i].fd >= 0 && cl[i].hello && wants_out(&cl[i]))
+		if (cl[i].fd >= 0 && !cl[i].full && wants_out(&cl[i]))
 			on_writable(&cl[i]);
 	if (receipt_due && hf_mono_now() >= receipt_due) {
 		receipt_due = 0;
@@ -520,10 +527,14 @@ int hf_session_poll_ms(void)
 {
 	if (!mode)
 		return -1;
-	if (mode == HF_SESS_STDIN)
-		for (int i = 0; i < MAXC; i++)
-			if (cl[i].fd >= 0 && cl[i].hello && !(cl[i].flags & HF_SESS_NO_OUTPUT))
-				return 50; /* the workload writes the log itself */
+	for (int i = 0; i < MAXC; i++) {
+		if (cl[i].fd < 0 || !cl[i].hello || (cl[i].flags & HF_SESS_NO_OUTPUT))
+			continue;
+		if (mode == HF_SESS_STDIN)
+			return 50; /* the workload writes the log itself */
+		if (leader_done && !cl[i].exit_sent)
+			return 20; /* the exit frame's time comes */
+	}
 	if (receipt_due) {
 		int64_t ms = (receipt_due - hf_mono_now()) / NS_PER_MS;
 		return ms < 0 ? 0 : (int)ms + 1;
@@ -543,6 +554,18 @@ void hf_session_leader_exited(int status)
 		read_pty();
 	refresh_end();
 	leader_done = 1;
+	exit_at = hf_mono_now() + SETTLE;
+}
+
+/* drain_pty reads what the terminal still holds once no process has it
+ * open (its last bytes may still be on their way: bounded wait for EIO). */
+static void drain_pty(void)
+{
+	for (int64_t until = hf_mono_now() + 2000 * NS_PER_MS; master >= 0 && !pty_eof && hf_mono_now() < until;) {
+		struct pollfd p = {master, POLLIN, 0};
+		if (poll(&p, 1, 100) > 0)
+			read_pty();
+	}
 }
 
 /* hf_session_activity is the last session activity (monotonic), or now
@@ -592,6 +615,8 @@ void hf_session_end(void)
 		return;
 	if (!leader_done)
 		hf_session_leader_exited(0);
+	drain_pty();
+	pty_eof = 1;
 	close(lsock);
 	unlinkat(HF_FD_DIR, SOCK_NAME, 0);
 	int64_t until = hf_mono_now() + 2000 * NS_PER_MS;
@@ -609,8 +634,10 @@ void hf_session_end(void)
 		if (!n || left <= 0 || poll(p, MAXC, (int)left) < 0)
 			break;
 		for (int i = 0; i < MAXC; i++)
-			if (cl[i].fd >= 0 && p[i].revents)
+			if (cl[i].fd >= 0 && p[i].revents) {
+				cl[i].full = 0;
 				on_writable(&cl[i]);
+			}
 	}
 	for (int i = 0; i < MAXC; i++)
 		if (cl[i].fd >= 0)
