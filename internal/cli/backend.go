@@ -37,6 +37,9 @@ type backend interface {
 	// WaitUntil waits for a command (by its whole id) as o says, for at
 	// most timeout (0: no bound; past it an error matching ErrTimedOut).
 	WaitUntil(ctx context.Context, commandID string, o hostfork.WaitOptions, timeout time.Duration) (hostfork.WaitOutcome, error)
+	// SessionOf is a command's session (by its whole id), as attach,
+	// send and resize reach it.
+	SessionOf(ctx context.Context, commandID string) (sessionCmd, error)
 
 	Plan(ctx context.Context, s spec.Environment) (*hostfork.Plan, error)
 	// Create makes the planned environment and returns its record.
@@ -95,6 +98,46 @@ type launchReq struct {
 	// size ("" none; docs/sessions.md).
 	session string
 	size    hostfork.TermSize
+}
+
+// sessionCmd is a command's session: *hostfork.Command in this process
+// (through its guardian's socket), or through a server's API.
+type sessionCmd interface {
+	Send(ctx context.Context, p []byte) error
+	CloseStdin(ctx context.Context) error
+	Resize(ctx context.Context, cols, rows uint16) error
+	Attach(ctx context.Context, o hostfork.AttachOptions) (attached, error)
+}
+
+// attached is a client attached to a session (*hostfork.Session, or
+// client.Session through a server's WebSocket).
+type attached interface {
+	io.ReadWriter
+	TTY() bool
+	Resize(cols, rows uint16) error
+	Close() error
+	// Exit is the command's record once Read returned io.EOF (the leader
+	// exited).
+	Exit(ctx context.Context) (hostfork.CommandRecord, error)
+}
+
+// localSession is a command's session reached from this process.
+type localSession struct{ *hostfork.Command }
+
+func (l localSession) Attach(ctx context.Context, o hostfork.AttachOptions) (attached, error) {
+	s, err := l.AttachWith(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (l local) SessionOf(ctx context.Context, id string) (sessionCmd, error) {
+	cmd, err := l.OpenCommand(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return localSession{cmd}, nil
 }
 
 // local is the library in this process.

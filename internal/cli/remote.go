@@ -151,9 +151,16 @@ func (r *remote) request(lr *launchReq) (client.CommandRequest, error) {
 		}
 		cwd = wd
 	}
-	return client.CommandRequest{Argv: lr.argv, Cwd: cwd, Env: lr.envSet, EnvPolicy: lr.envPolicy,
+	req := client.CommandRequest{Argv: lr.argv, Cwd: cwd, Env: lr.envSet, EnvPolicy: lr.envPolicy,
 		Labels: lr.labels, Purpose: lr.purpose, Timeout: api.Duration(lr.timeout),
-		Workload: lr.workload, Admit: lr.admit}, nil
+		Workload: lr.workload, Admit: lr.admit}
+	switch lr.session {
+	case "tty":
+		req.TTY, req.Cols, req.Rows = true, lr.size.Cols, lr.size.Rows
+	case "stdin":
+		req.Stdin = "pipe"
+	}
+	return req, nil
 }
 
 // admitted launches through fn, waiting for admission as the library does
@@ -385,6 +392,48 @@ func (l *remoteLogs) connect() error {
 		}
 		return err
 	})
+}
+
+// SessionOf reaches a command's session through the server: input and
+// resize as requests, attach as its WebSocket.
+func (r *remote) SessionOf(ctx context.Context, id string) (sessionCmd, error) {
+	return remoteSession{r: r, id: id}, nil
+}
+
+type remoteSession struct {
+	r  *remote
+	id string
+}
+
+func (s remoteSession) Send(ctx context.Context, p []byte) error { return s.r.c.Send(ctx, s.id, p) }
+func (s remoteSession) CloseStdin(ctx context.Context) error    { return s.r.c.CloseStdin(ctx, s.id) }
+func (s remoteSession) Resize(ctx context.Context, cols, rows uint16) error {
+	return s.r.c.Resize(ctx, s.id, cols, rows)
+}
+
+func (s remoteSession) Attach(ctx context.Context, o hostfork.AttachOptions) (attached, error) {
+	cs, err := s.r.c.Attach(ctx, s.id, client.AttachOptions{Replay: &o.Replay, NoStdin: o.NoStdin})
+	if err != nil {
+		return nil, err
+	}
+	return remoteAttached{Session: cs, s: s}, nil
+}
+
+// remoteAttached is an attach through the server's WebSocket.
+type remoteAttached struct {
+	*client.Session
+	s remoteSession
+}
+
+// Exit reads the record the leader's exit left (the WebSocket's exit
+// frame says only the code and signal; the record also says whether
+// hostfork ended it).
+func (a remoteAttached) Exit(ctx context.Context) (hostfork.CommandRecord, error) {
+	rec, err := a.s.r.c.Wait(ctx, a.s.id, client.WaitLeader)
+	if err != nil {
+		return hostfork.CommandRecord{}, err
+	}
+	return *rec, nil
 }
 
 // WaitUntil waits through the server, which bounds the wait by timeout

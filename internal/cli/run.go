@@ -99,8 +99,8 @@ func stdinMode(g *globals, flag string, detach bool) (*os.File, error) {
 // the command ("tty", "stdin" or "") and its output mode.
 func sessionMode(g *globals, tty bool, stdinFlag string, detach bool, output string) (string, string, error) {
 	switch {
-	case tty && g.remote():
-		return "", "", usageErr("--tty can't go with --host yet: the session's socket is on the server's host (run it there without --host)")
+	case tty && g.remote() && !detach:
+		return "", "", usageErr("--tty in the foreground can't go with --host yet: add --detach, then 'hostfork attach ID' (through the server too), or run it on the server's host without --host")
 	case tty && stdinFlag != "":
 		return "", "", usageErr("--tty makes the terminal the command's input; drop --stdin %s", stdinFlag)
 	case tty && output != "" && output != string(hostfork.OutputFiles):
@@ -111,8 +111,6 @@ func sessionMode(g *globals, tty bool, stdinFlag string, detach bool, output str
 		return "", output, nil
 	case !detach:
 		return "", "", usageErr("--stdin pipe is for a detached command: add --detach, then write with 'hostfork send ID TEXT' and end with 'hostfork send --eof ID'")
-	case g.remote():
-		return "", "", usageErr("--stdin pipe can't go with --host yet: the session's socket is on the server's host")
 	}
 	return "stdin", output, nil
 }

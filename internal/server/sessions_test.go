@@ -277,3 +277,55 @@ func viaHost(t *testing.T, e *servertest.Env, s *servertest.Serve, code int, arg
 	}
 	return string(out)
 }
+
+// TestSessionsCLIThroughServer: the CLI's session verbs through a server
+// (--host): run --detach --tty and --stdin pipe, send, resize, and an
+// attach (over the WebSocket) that exits with the command's status.
+func TestSessionsCLIThroughServer(t *testing.T) {
+	e := servertest.New(t)
+	s := e.Serve()
+	id := strings.TrimSpace(viaHost(t, e, s, 0, "run", "--detach", "--ttl", "5m", "--tty", "--", "sh", "-c", ttyScript))
+	viaHost(t, e, s, 0, "send", id, "hello\n")
+	viaHost(t, e, s, 0, "wait", "--for", "got:hello", "--timeout", "1m", id)
+	viaHost(t, e, s, 0, "resize", id, "90", "20")
+	viaHost(t, e, s, 0, "send", id, "size\n")
+	viaHost(t, e, s, 0, "wait", "--for", "^20 90", "--timeout", "1m", id)
+
+	attach := e.Command("--host", "unix://"+s.Socket, "attach", "--no-stdin", id)
+	var out bytes.Buffer
+	attach.Stdout = &out
+	if err := attach.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- attach.Wait() }()
+	defer func() {
+		if attach.ProcessState == nil {
+			_ = attach.Process.Kill()
+			<-done
+		}
+	}()
+	viaHost(t, e, s, 0, "send", id, "quit\n")
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+			t.Fatalf("attach through the server: %v, want exit 7; output %q", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("attach through the server did not end within 60s of the command's exit")
+	}
+	if !strings.Contains(out.String(), "got:hello") {
+		t.Fatalf("attach's replay: %q", out.String())
+	}
+	viaHost(t, e, s, 113, "send", id, "late\n")
+
+	pipe := strings.TrimSpace(viaHost(t, e, s, 0, "run", "--detach", "--ttl", "5m", "--stdin", "pipe", "--", "cat"))
+	viaHost(t, e, s, 0, "send", "--eof", pipe, "through the pipe\n")
+	if got := viaHost(t, e, s, 0, "logs", "-f", pipe); got != "through the pipe\n" {
+		t.Fatalf("logs of the piped command: %q", got)
+	}
+	plain := strings.TrimSpace(viaHost(t, e, s, 0, "run", "--detach", "--ttl", "5m", "--", "sleep", "60"))
+	viaHost(t, e, s, 114, "resize", plain, "80", "24")
+	viaHost(t, e, s, 0, "stop", plain)
+}
