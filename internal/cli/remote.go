@@ -406,7 +406,7 @@ type remoteSession struct {
 }
 
 func (s remoteSession) Send(ctx context.Context, p []byte) error { return s.r.c.Send(ctx, s.id, p) }
-func (s remoteSession) CloseStdin(ctx context.Context) error    { return s.r.c.CloseStdin(ctx, s.id) }
+func (s remoteSession) CloseStdin(ctx context.Context) error     { return s.r.c.CloseStdin(ctx, s.id) }
 func (s remoteSession) Resize(ctx context.Context, cols, rows uint16) error {
 	return s.r.c.Resize(ctx, s.id, cols, rows)
 }
