@@ -447,8 +447,8 @@ func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) error {
 	}
 	forOutput := o.For != nil || o.Stalled > 0
 	if forOutput {
-		if cond != "" {
-			return invalid("condition is for a plain wait: a wait for output (for, stalled) ends when the tree does; drop one")
+		if cond == "leader" {
+			return invalid("condition leader is for a plain wait: a wait for output (for, stalled) ends when the tree does (condition tree); drop one")
 		}
 		o.Tree = false
 	}
