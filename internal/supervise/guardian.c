@@ -205,7 +205,16 @@ static void write_receipt(void)
 		hf_sb_s(&b, ",\"output_truncated\":true");
 	if (leader_oom >= 0)
 		hf_sb_s(&b, leader_oom ? ",\"leader_oom\":true" : ",\"leader_oom\":false");
-	hf_session_receipt(&b);
+	struct timespec s_in, s_out;
+	hf_session_times(&s_in, &s_out);
+	if (s_in.tv_sec) {
+		hf_sb_s(&b, ",\"last_input_at\":");
+		hf_sb_time(&b, &s_in);
+	}
+	if (s_out.tv_sec) {
+		hf_sb_s(&b, ",\"last_output_at\":");
+		hf_sb_time(&b, &s_out);
+	}
 	if (leader_oom_stale_ms > 0) {
 		hf_sb_s(&b, ",\"leader_oom_stale_ms\":");
 		hf_sb_i64(&b, leader_oom_stale_ms);

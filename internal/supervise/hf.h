@@ -163,7 +163,7 @@ void hf_session_events(struct pollfd *p, int n);
 int hf_session_poll_ms(void);
 void hf_session_leader_exited(int status);
 int64_t hf_session_activity(int64_t now);
-void hf_session_receipt(struct hf_sb *b);
+void hf_session_times(struct timespec *in, struct timespec *out);
 void hf_session_end(void);
 /* guardian.c, for the session loop */
 void hf_guardian_receipt(void);

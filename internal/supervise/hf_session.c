@@ -7,7 +7,7 @@
  *
  * Output: everything the pty shows is appended to the command's log (its
  * stdout file) first; each client is then served from the log by byte
- * offset (pread), so a client only costs a position and a few counters,
+ * offset (sendfile), so a client only costs a position and a few counters,
  * never a buffer of output, and a slow one never holds the workload back:
  * it lags in the log, and more than LAG_MAX behind it skips ahead with a
  * marker frame. Input: one client's frame at a time is written to the
@@ -55,7 +55,7 @@ static int64_t exit_at; /* when the exit frame may go: the leader's output is in
 #define SETTLE (200 * NS_PER_MS) /* at most this long after the leader */
 static struct timespec last_in, last_out;
 static int64_t act_mono, receipt_due;
-static char obuf[CHUNK + 5];
+static char obuf[CHUNK];
 
 struct client {
 	int fd, hello, flags, closing, exit_sent;
@@ -74,14 +74,10 @@ struct client {
 static struct client cl[MAXC];
 static int busy = -1; /* the client whose data frame is being written */
 
-static void put32(unsigned char *p, uint32_t v)
+static void put(unsigned char *p, uint64_t v, int n) /* n bytes, big-endian */
 {
-	p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-	put32(p, (uint32_t)(v >> 32));
-	put32(p + 4, (uint32_t)v);
+	while (n--)
+		p[n] = (unsigned char)v, v >>= 8;
 }
 
 int hf_session_key(const char *k, const char *v)
@@ -170,10 +166,7 @@ int hf_session_child(void)
 /* hf_session_started: the workload holds its ends now. */
 void hf_session_started(void)
 {
-	if (slave >= 0)
-		close(slave);
-	if (pin >= 0)
-		close(pin);
+	close(slave), close(pin); /* -1 when unused: EBADF */
 	slave = pin = -1;
 }
 
@@ -195,7 +188,7 @@ static void ctl_frame(struct client *c, char type, const void *p, uint32_t n)
 	}
 	unsigned char *h = (unsigned char *)c->ctl + c->ctl_len;
 	h[0] = (unsigned char)type;
-	put32(h + 1, n);
+	put(h + 1, n, 4);
 	memcpy(h + 5, p, n);
 	c->ctl_len += 5 + (int)n;
 }
@@ -256,7 +249,7 @@ static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
 		if (n != 9 || c->hello)
 			return fail(c, "bad hello frame");
 		uint64_t want = 0;
-		for (int i = 0; i < 8; i++)
+		for (int i = 0; i < 8; i++) /* big-endian */
 			want = want << 8 | (unsigned char)p[i];
 		c->flags = (unsigned char)p[8];
 		refresh_end();
@@ -266,8 +259,8 @@ static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
 		c->hello = 1;
 		unsigned char h[17];
 		h[0] = (unsigned char)mode;
-		put64(h + 1, (uint64_t)c->pos);
-		put64(h + 9, (uint64_t)log_end);
+		put(h + 1, (uint64_t)c->pos, 8);
+		put(h + 9, (uint64_t)log_end, 8);
 		return ctl_frame(c, 'H', h, sizeof h);
 	}
 	case 'd':
@@ -280,10 +273,9 @@ static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
 	case 'r': {
 		if (mode != HF_SESS_TTY)
 			return fail(c, "the command has no terminal to resize: start it with --tty");
-		struct winsize ws = {0};
-		ws.ws_col = (unsigned short)((unsigned char)p[0] << 8 | (unsigned char)p[1]);
-		ws.ws_row = (unsigned short)((unsigned char)p[2] << 8 | (unsigned char)p[3]);
-		if (n != 4 || !ws.ws_col || !ws.ws_row)
+		unsigned char *u = (unsigned char *)p;
+		struct winsize ws = {.ws_col = (unsigned short)(u[0] << 8 | u[1]), .ws_row = (unsigned short)(u[2] << 8 | u[3])};
+		if (n != 4 || !ws.ws_col || !ws.ws_row) /* p has IN_MAX bytes: read before the check */
 			return fail(c, "bad resize frame: give columns and rows above 0");
 		ioctl(master, TIOCSWINSZ, &ws);
 		return activity(&last_in);
@@ -344,6 +336,12 @@ static void on_readable(struct client *c)
 	}
 }
 
+/* exit_due: the exit frame may go (after the output the leader left). */
+static int exit_due(void)
+{
+	return leader_done && (pty_eof || hf_mono_now() >= exit_at);
+}
+
 /* on_writable sends control frames, then output from the log. */
 static void on_writable(struct client *c)
 {
@@ -380,21 +378,21 @@ static void on_writable(struct client *c)
 		if (log_end - c->pos > LAG_MAX) {
 			unsigned char k[8];
 			c->pos = log_end - SKIP_TO;
-			put64(k, (uint64_t)c->pos);
+			put(k, (uint64_t)c->pos, 8);
 			ctl_frame(c, 'k', k, 8);
 			continue;
 		}
 		if (c->pos < log_end) {
 			int64_t n = log_end - c->pos < CHUNK ? log_end - c->pos : CHUNK;
 			c->hdr[0] = 'o';
-			put32(c->hdr + 1, (uint32_t)n);
+			put(c->hdr + 1, (uint64_t)n, 4);
 			c->hdr_off = 0, c->hdr_len = 5, c->frame_left = (uint32_t)n;
 			continue;
 		}
-		if (leader_done && (pty_eof || hf_mono_now() >= exit_at)) {
+		if (exit_due()) {
 			unsigned char x[8];
-			put32(x, (uint32_t)exit_code);
-			put32(x + 4, (uint32_t)exit_sig);
+			put(x, (uint32_t)exit_code, 4);
+			put(x + 4, (uint32_t)exit_sig, 4);
 			ctl_frame(c, 'x', x, 8);
 			c->exit_sent = c->closing = 1;
 			continue;
@@ -411,22 +409,16 @@ blocked:
 static int wants_out(struct client *c)
 {
 	return c->hdr_off < c->hdr_len || c->frame_left || c->ctl_len || c->closing ||
-	    (c->hello && !c->exit_sent && (c->pos < log_end || leader_done));
+	    (c->hello && !c->exit_sent && (c->pos < log_end || exit_due()));
 }
 
 /* read_pty appends what the terminal shows to the log. */
 static void read_pty(void)
 {
-	for (;;) {
-		ssize_t n = read(master, obuf, CHUNK);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0) { /* EIO: no process holds the terminal any more */
-			pty_eof = 1;
-			return;
-		}
+	for (;;) { /* the pty gives 4 KiB a read: gather up to CHUNK a write */
+		ssize_t n = 0, r = 0;
+		while (n < CHUNK && ((r = read(master, obuf + n, (size_t)(CHUNK - n))) > 0 || (r < 0 && errno == EINTR)))
+			n += r > 0 ? r : 0;
 		for (ssize_t off = 0; off < n && logw >= 0;) {
 			ssize_t w = write(logw, obuf + off, (size_t)(n - off));
 			if (w < 0 && errno == EINTR)
@@ -441,7 +433,10 @@ static void read_pty(void)
 			off += w;
 			log_end += w;
 		}
-		activity(&last_out);
+		if (n > 0)
+			activity(&last_out);
+		if (r == 0 || (r < 0 && errno != EAGAIN))
+			pty_eof = 1; /* EIO: no process holds the terminal any more */
 		if (n < CHUNK)
 			return;
 	}
@@ -595,16 +590,11 @@ int64_t hf_session_activity(int64_t now)
 	return act_mono;
 }
 
-void hf_session_receipt(struct hf_sb *b)
+/* hf_session_times: the last input and output (CLOCK_REALTIME; zero:
+ * none), for the receipt. */
+void hf_session_times(struct timespec *in, struct timespec *out)
 {
-	if (last_in.tv_sec) {
-		hf_sb_s(b, ",\"last_input_at\":");
-		hf_sb_time(b, &last_in);
-	}
-	if (last_out.tv_sec) {
-		hf_sb_s(b, ",\"last_output_at\":");
-		hf_sb_time(b, &last_out);
-	}
+	*in = last_in, *out = last_out;
 }
 
 /* hf_session_end: the tree is gone. What the pty still holds goes to the
