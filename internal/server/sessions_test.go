@@ -134,8 +134,15 @@ func TestSessionsAPI(t *testing.T) {
 	}
 	ra.until(t, "got:still")
 
-	// Bad input: no upgrade, an unknown frame limit aside, a bad size.
-	resp, err := hc.Get("http://" + client.UnixHost + "/v1/commands/" + id + "/attach")
+	// A browser can't open it: a WebSocket request with an Origin header
+	// (as every browser sends) is refused before anything is attached.
+	_, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: hc, HTTPHeader: http.Header{"Origin": {"http://localhost"}}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a WebSocket with an Origin: %v %v", resp, err)
+	}
+
+	// Bad input: no upgrade, a bad size.
+	resp, err = hc.Get("http://" + client.UnixHost + "/v1/commands/" + id + "/attach")
 	if err != nil {
 		t.Fatal(err)
 	}
