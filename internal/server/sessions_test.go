@@ -327,6 +327,16 @@ func TestSessionsCLIThroughServer(t *testing.T) {
 	}
 	viaHost(t, e, s, 113, "send", id, "late\n")
 
+	// A foreground run --tty through the server: this process's input
+	// typed into the terminal, its output here, its status the exit.
+	fg := e.Command("--host", "unix://"+s.Socket, "run", "--ttl", "5m", "--tty", "--", "sh", "-c", `read l; echo "got:$l"; exit 5`)
+	fg.Stdin = strings.NewReader("typed\n")
+	fgOut, err := fg.Output()
+	var fgExit *exec.ExitError
+	if !errors.As(err, &fgExit) || fgExit.ExitCode() != 5 || !strings.Contains(string(fgOut), "got:typed") {
+		t.Fatalf("run --tty through the server: %v, output %q", err, fgOut)
+	}
+
 	pipe := strings.TrimSpace(viaHost(t, e, s, 0, "run", "--detach", "--ttl", "5m", "--stdin", "pipe", "--", "cat"))
 	viaHost(t, e, s, 0, "send", "--eof", pipe, "through the pipe\n")
 	if got := viaHost(t, e, s, 0, "logs", "-f", pipe); got != "through the pipe\n" {
