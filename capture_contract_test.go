@@ -75,3 +75,33 @@ func TestCaptureHelpersRefuseIncomplete(t *testing.T) {
 		})
 	}
 }
+
+// Capture returns the final record when the tree ends with its leader, the
+// same one the registry keeps: an OOM kill is known there, not "unknown"
+// (issue 39, library).
+func TestCaptureReturnsFinalRecord(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env := newEnv(t, h, spec.Environment{Limits: spec.Limits{Memory: 64 << 20}})
+	res, err := env.Command("sh", "-c", "head -c 300M /dev/zero | tail -c 300M > /dev/null").Capture(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := h.OpenCommand(ctx, res.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := other.WaitTree(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Record.Final() || !stored.Final() {
+		t.Fatalf("capture record %s, stored %s: want both final", res.Record.State, stored.State)
+	}
+	if stored.OOM == nil || !*stored.OOM {
+		t.Fatalf("the stored record: oom %v (%s); the test needs the OOM kill seen", stored.OOM, stored.OOMEvidence)
+	}
+	if res.Record.OOM == nil || *res.Record.OOM != *stored.OOM || res.Record.TreeState != stored.TreeState {
+		t.Errorf("Capture's record: oom %v, tree %s; the stored record: oom %v, tree %s", res.Record.OOM, res.Record.TreeState, *stored.OOM, stored.TreeState)
+	}
+}

@@ -198,7 +198,27 @@ func TestEnvOverlayExt4(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dest, "d")); err != nil || !fi.IsDir() {
 		t.Fatalf("export lost the directory d: %v", err)
 	}
+	if want := upper + " over " + lower; res.Source != want {
+		t.Errorf("export source %q, want %q (not the keeper's /proc path)", res.Source, want)
+	}
 	checkHostClean("after the export")
+	// Usage counts the bytes the exports copied, not their records'.
+	if u, err := h.Usage(ctx); err != nil || u.ExportBytes != res.Bytes {
+		t.Errorf("usage export_bytes %v (%v), want the export's %d bytes", u.ExportBytes, err, res.Bytes)
+	}
+
+	// The lower changed in place after the environment was made: the
+	// merged tree is not what it saw, so the export is not "complete"
+	// (issue 39, item 14).
+	writeFiles(t, lower, map[string]string{"d/other.txt": "later\n"})
+	dest2 := filepath.Join(t.TempDir(), "export")
+	res, err = h.Export(ctx, env.ID(), "proj", dest2, hostfork.ExportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Label != hostfork.ExportLive || !strings.Contains(res.Note, "lower changed in place") {
+		t.Errorf("export after the lower changed: label %s, note %q; want live/inconsistent with a note", res.Label, res.Note)
+	}
 }
 
 // A copy tree is reflinked where the filesystem allows it (a btrfs source,

@@ -9,6 +9,10 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/engine"
+	"github.com/habemus-papadum/hostfork/internal/export"
+	"github.com/habemus-papadum/hostfork/internal/launchenv"
+	"github.com/habemus-papadum/hostfork/internal/records"
+	"github.com/habemus-papadum/hostfork/internal/retention"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -199,7 +203,7 @@ type GCOptions struct {
 // evidence once no tree remains. Every deletion checks containment in the
 // store's own directories and the recorded identity first.
 func (h *Host) GC(ctx context.Context, opts GCOptions) (*GCReport, error) {
-	return h.e.GC(ctx, engine.GCOptions{DryRun: opts.DryRun, RetainTrees: opts.RetainTrees, RetainEvidence: opts.RetainEvidence, Force: opts.Force})
+	return h.e.GC(ctx, retention.GCOptions{DryRun: opts.DryRun, RetainTrees: opts.RetainTrees, RetainEvidence: opts.RetainEvidence, Force: opts.Force})
 }
 
 // Usage measures the store: runs, bytes, pools, backlog.
@@ -253,7 +257,7 @@ func (h *Host) Export(ctx context.Context, envPrefix, tree, dest string, opts Ex
 	if kind != "env" {
 		return nil, fmt.Errorf("%s is a command; give its environment: %w", id, api.ErrInvalid)
 	}
-	return h.e.Export(ctx, id, tree, dest, engine.ExportOptions{Progress: opts.Progress})
+	return h.e.Export(ctx, id, tree, dest, export.ExportOptions{Progress: opts.Progress})
 }
 
 // RecaptureHostShell captures the login shell's environment again for the
@@ -263,15 +267,15 @@ func (h *Host) RecaptureHostShell(ctx context.Context) error { return h.e.Recapt
 // LookPath resolves a program on the host the way a launch without a view
 // does, so a caller can reject a missing executable before creating
 // anything.
-func LookPath(argv0 string, env []string) (string, error) { return engine.LookPath(argv0, env) }
+func LookPath(argv0 string, env []string) (string, error) { return launchenv.LookPath(argv0, env) }
 
 // InheritedEnv is os.Environ() without Git redirections (GIT_DIR, ...).
-func InheritedEnv() []string { return engine.InheritedEnv() }
+func InheritedEnv() []string { return launchenv.InheritedEnv() }
 
 // RedactEnv returns env with the values of its spec's explicit
 // environment variables replaced by "<redacted>" (for output read by more
 // eyes than the store's owner).
-func RedactEnv(env EnvRecord) EnvRecord { return engine.RedactEnv(env) }
+func RedactEnv(env EnvRecord) EnvRecord { return records.RedactEnv(env) }
 
 // Redacted stands for a hidden value in a record RedactEnv returned.
-const Redacted = engine.Redacted
+const Redacted = records.Redacted

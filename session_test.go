@@ -264,7 +264,7 @@ func guardianAnon(t testing.TB, pid int) int64 {
 	return -1
 }
 
-// A workload writes 1 GiB to its terminal while a client reads slowly:
+// A workload writes 1 GiB to its terminal while a client reads slowly (4 KiB every 5 ms):
 // the log has every byte, the guardian stays within 1 MiB of anonymous
 // memory, and the client is moved ahead with a marker. The throughput
 // with and without the client is reported, never asserted.
@@ -306,7 +306,7 @@ func TestSessionSlowClient(t *testing.T) {
 					if err != nil {
 						return
 					}
-					time.Sleep(time.Millisecond)
+					time.Sleep(5 * time.Millisecond) // 0.8 MB/s: far slower than any pty
 				}
 			}()
 		}

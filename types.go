@@ -2,7 +2,7 @@ package hostfork
 
 import (
 	"github.com/habemus-papadum/hostfork/api"
-	"github.com/habemus-papadum/hostfork/internal/engine"
+	"github.com/habemus-papadum/hostfork/internal/planner"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -149,8 +149,8 @@ const (
 
 // Baseline kinds (Baseline.Kind).
 const (
-	BaselineSubvolume = engine.BaselineSubvolume
-	BaselineDirectory = engine.BaselineDirectory
+	BaselineSubvolume = planner.BaselineSubvolume
+	BaselineDirectory = planner.BaselineDirectory
 )
 
 // Export labels.

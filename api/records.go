@@ -78,7 +78,7 @@ type Env struct {
 	// Limits is the limit groups' record (mechanisms and group paths);
 	// LimitEvidence the kernel's counters read at the confirmed stop.
 	Limits        json.RawMessage `json:"limits,omitempty"`
-	LimitEvidence json.RawMessage `json:"limit_evidence,omitempty"`
+	LimitEvidence *LimitsEvidence `json:"limit_evidence,omitempty"`
 	// Unit is the transient systemd scope (systemd-scope tier),
 	// ScopeMembership how its first process was handed over, and
 	// ManagerResult the manager's result when it stopped.
@@ -106,7 +106,7 @@ type Env struct {
 	Due string `json:"due"`
 	// LimitsNow is the kernel's counters for the environment's budget,
 	// read now (absent once its groups are gone; see limit_evidence).
-	LimitsNow json.RawMessage `json:"limits_now,omitempty"`
+	LimitsNow *LimitsEvidence `json:"limits_now,omitempty"`
 	// Commands are the environment's commands, oldest first.
 	Commands []Command `json:"commands"`
 

@@ -76,14 +76,17 @@ type ExportResult struct {
 	Source string `json:"source"`
 	// PartialPath is where an export that failed left what it copied
 	// (never at Dest).
-	PartialPath string    `json:"partial_path,omitempty"`
-	Files       int64     `json:"files"`
-	Bytes       int64     `json:"bytes"`
-	Cloned      int64     `json:"cloned"`
-	Failed      int64     `json:"failed"`
-	Errors      []string  `json:"errors,omitempty"`
-	StartedAt   time.Time `json:"started_at"`
-	FinishedAt  time.Time `json:"finished_at"`
+	PartialPath string   `json:"partial_path,omitempty"`
+	Files       int64    `json:"files"`
+	Bytes       int64    `json:"bytes"`
+	Cloned      int64    `json:"cloned"`
+	Failed      int64    `json:"failed"`
+	Errors      []string `json:"errors,omitempty"`
+	// Note says why a label is weaker than the environment's state
+	// suggests (an overlay whose lower changed in place).
+	Note       string    `json:"note,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
 }
 
 // PoolUsage is the capacity of one storage root (a filesystem holding the

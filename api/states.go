@@ -84,6 +84,9 @@ const (
 	ReasonReboot     StopReason = "reboot"      // the host rebooted; nothing was signalled
 	ReasonAbandoned  StopReason = "abandoned"   // an operator released an unverified tree (stop --abandon)
 	ReasonLimit      StopReason = "limit"       // a resource limit ended it
+	// ReasonUnknown: hostfork stopped it (its groups are gone), but the
+	// decision could not be recorded (a full store) and nothing says why.
+	ReasonUnknown StopReason = "unknown"
 )
 
 // EndedByHostfork reports whether the reason means hostfork ended the

@@ -58,7 +58,7 @@ func TestStoreFilesystemFull(t *testing.T) {
 		t.Fatalf("no leader pid in status:\n%s", st)
 		return linux.Identity{}
 	}
-	stopEnv, code := hf("run", "--detach", "--until-stopped", "--", "sleep", "300")
+	stopEnv, code := hf("run", "--detach", "--ttl", "10m", "--", "sleep", "300")
 	if code != 0 {
 		t.Fatalf("run: %s", stopEnv)
 	}
@@ -106,5 +106,12 @@ func TestStoreFilesystemFull(t *testing.T) {
 	out, _ = hf("ps", "--json")
 	if strings.TrimSpace(out) != "[]" {
 		t.Fatalf("ps after space came back: %s", out)
+	}
+	// The stopped environment never reads active, nor stopped by a
+	// deadline it did not reach (issue 39, item 6): the user's stop when
+	// it was kept, else "unknown".
+	st, _ := hf("status", "--json", stopEnv)
+	if !strings.Contains(st, `"state": "stopped"`) || !(strings.Contains(st, `"stop_reason": "user"`) || strings.Contains(st, `"stop_reason": "unknown"`)) {
+		t.Errorf("the environment stopped on a full store, after reap: want stopped by user or unknown:\n%s", st)
 	}
 }

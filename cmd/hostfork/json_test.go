@@ -115,6 +115,7 @@ var jsonShapes = []struct {
 	{"doctor_plan", reflect.TypeFor[doctor.PlanSummary]()},
 	{"doctor_check", reflect.TypeFor[doctor.Check]()},
 	{"support_plan", reflect.TypeFor[support.Plan]()},
+	{"support_units", reflect.TypeFor[support.Units]()},
 	{"support_file", reflect.TypeFor[support.File]()},
 	{"support_install", reflect.TypeFor[support.InstallResult]()},
 	{"support_status", reflect.TypeFor[support.Status]()},
@@ -133,11 +134,9 @@ var opaqueTypes = map[reflect.Type]string{
 // rawShapes are json.RawMessage fields whose content has a Go type.
 // Others (a tree's storage record) are documented as "object".
 var rawShapes = map[string]reflect.Type{
-	"env.spec":           reflect.TypeFor[spec.Environment](),
-	"env.view":           reflect.TypeFor[spec.ViewPlan](),
-	"env.limits":         reflect.TypeFor[limits.Group](),
-	"env.limit_evidence": reflect.TypeFor[limits.Evidence](),
-	"env.limits_now":     reflect.TypeFor[limits.Evidence](),
+	"env.spec":   reflect.TypeFor[spec.Environment](),
+	"env.view":   reflect.TypeFor[spec.ViewPlan](),
+	"env.limits": reflect.TypeFor[limits.Group](),
 }
 
 var (

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"os"
@@ -34,6 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
@@ -1505,13 +1507,26 @@ func trustMust(b []byte, err error) []byte {
 // command and proof file, padded to at least n bytes.
 func trustForgeReceipt(t *testing.T, orig []byte, n int) []byte {
 	t.Helper()
-	var r map[string]any
-	if err := json.Unmarshal(bytes.TrimRight(orig, " \n\x00"), &r); err != nil {
+	if _, err := supervise.ParseReceipt(orig); err != nil {
 		t.Fatalf("receipt: %v: %q", err, orig)
 	}
-	now := time.Now().UTC().Format(time.RFC3339Nano)
-	r["leader_exited_at"], r["exit_code"], r["tree_exited_at"], r["complete"], r["stop_reason"] = now, 0, now, true, "completed"
-	b, _ := json.Marshal(r)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(string(orig), " \n\x00"), "\n") {
+		switch k, _, _ := strings.Cut(l, "="); k {
+		case "leader_exited_at", "exit_code", "tree_exited_at", "complete", "stop_reason", "end":
+		default:
+			lines = append(lines, l)
+		}
+	}
+	now := strconv.FormatInt(time.Now().UnixNano(), 10)
+	lines = append(lines, "leader_exited_at="+now, "exit_code=0", "tree_exited_at="+now, "complete=true", "stop_reason=completed")
+	text := strings.Join(lines, "\n") + "\n"
+	h := fnv.New32a()
+	h.Write([]byte(text))
+	b := []byte(fmt.Sprintf("%send=%08x\n", text, h.Sum32()))
+	if r, err := supervise.ParseReceipt(b); err != nil || !r.Complete || r.ExitCode == nil {
+		t.Fatalf("the forgery does not read as a receipt: %+v, %v", r, err)
+	}
 	if len(b) < n {
 		b = append(b, bytes.Repeat([]byte(" "), n-len(b))...)
 	}
@@ -1551,7 +1566,7 @@ func TestTrustForgedReceipt(t *testing.T) {
 			var orig []byte
 			eventually(t, "the guardian writes its receipt", func() string {
 				orig, _ = os.ReadFile(receipt)
-				if !bytes.Contains(orig, []byte(`"workload_pid"`)) {
+				if r, err := supervise.ParseReceipt(orig); err != nil || r.WorkloadPID == 0 {
 					return "no workload in the receipt yet"
 				}
 				return ""

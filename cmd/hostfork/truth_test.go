@@ -27,6 +27,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/cli"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
@@ -435,7 +436,7 @@ func TestTruthEscapedTree(t *testing.T) {
 	}
 	// The same with an escapee whose main thread has exited while another
 	// runs (stat says Z): the guardian must still count it as alive.
-	t.Run("run-detach/timeout-zombie-leader", func(t *testing.T) {
+	t.Run("run-detach/guardian-stop-zombie-leader", func(t *testing.T) {
 		if _, err := exec.LookPath("python3"); err != nil {
 			testutil.Skip(t, "python3 is needed to end a main thread with pthread_exit")
 		}
@@ -449,7 +450,7 @@ func TestTruthEscapedTree(t *testing.T) {
 		if err := os.WriteFile(esc, []byte(script), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		c.mustRun("run", "--detach", "--ttl", "5m", "--timeout", "2s", "--", "sh", "-c", "sh "+esc+" "+file+" & while [ ! -e "+file+" ]; do sleep 0.01; done")
+		c.mustRun("run", "--detach", "--ttl", "5m", "--", "sh", "-c", "sh "+esc+" "+file+" & while [ ! -e "+file+" ]; do sleep 0.01; done")
 		pid, start := identityFile(t, file)
 		t.Cleanup(func() {
 			if st, err := linux.ReadStat(pid); err == nil && st.StartTime == start {
@@ -466,12 +467,71 @@ func TestTruthEscapedTree(t *testing.T) {
 			}
 			return ""
 		})
-		eventually(t, "the guardian's timeout stop ends the zombie-led escapee", func() string {
+		// The guardian's own tree stop (the C helpers), asked by a stop
+		// request once the state is there: no timer races python's start.
+		g, _ := c.status(c.commandOf(file).ID)["guardian"].(map[string]any)
+		if gpid, _ := g["pid"].(float64); gpid <= 0 {
+			t.Fatalf("no guardian pid: %v", g)
+		} else if err := syscall.Kill(int(gpid), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the guardian's stop ends the zombie-led escapee", func() string {
 			if alive() {
 				return fmt.Sprintf("the escapee %d lives", pid)
 			}
 			return ""
 		})
+	})
+
+	// The escapee leaves the cgroup and the guardian is killed (issue 39,
+	// item 5): the empty cgroup is no proof, so the record says
+	// unverified, never exited, and ps keeps the command.
+	t.Run("run-detach/guardian-killed", func(t *testing.T) {
+		c := c.with(t)
+		dir := t.TempDir()
+		esc, file := escapeScript(t, dir, c.parent), filepath.Join(dir, "escapee")
+		env := strings.TrimSpace(c.mustRun("run", "--detach", "--ttl", "5m", "--", "sh", "-c", "sh "+esc+" "+file+" & exec sleep 300").stdout)
+		pid, st := escapee(t, c, file)
+		cmdID := c.commandOf(file).ID
+		g, _ := c.status(cmdID)["guardian"].(map[string]any)
+		gpid, _ := g["pid"].(float64)
+		if gpid <= 0 {
+			t.Fatalf("no guardian pid in %v", c.status(cmdID))
+		}
+		gst := startTime(int(gpid))
+		if !sameProcessAlive(int(gpid), gst) {
+			t.Fatalf("guardian %v is not running", gpid)
+		}
+		if err := syscall.Kill(int(gpid), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the guardian is gone", func() string {
+			if sameProcessAlive(int(gpid), gst) {
+				return "alive"
+			}
+			return ""
+		})
+		// The leader (sleep 300) is this test's to end: kill it, so the
+		// workload's cgroup holds nothing and only the escapee lives.
+		w, _ := c.status(cmdID)["workload"].(map[string]any)
+		lp, _ := w["pid"].(float64)
+		lst, _ := w["start_time"].(float64)
+		if lp <= 0 {
+			t.Fatalf("no workload identity in %v", c.status(cmdID))
+		}
+		if sameProcessAlive(int(lp), uint64(lst)) {
+			_ = syscall.Kill(int(lp), syscall.SIGKILL)
+		}
+		checkStillShown(t, c, cmdID, env, pid, st)
+		if s := c.status(cmdID); s["state"] != "unverified" || s["tree_state"] != "unverified" {
+			t.Errorf("guardian killed, cgroup empty, escapee alive: state %v, tree %v (%v); want unverified", s["state"], s["tree_state"], s["tree_evidence"])
+		}
+		// Nothing can name the escapee now (its only witness is gone), so
+		// the stop can't end it: it must not claim success.
+		r := c.run("stop", cmdID)
+		if s := c.status(cmdID); sameProcessAlive(pid, st) && (r.code == 0 || s["tree_state"] == "exited") {
+			t.Errorf("stop with the escapee alive: exit %d, tree %v (%v); want non-zero and not exited", r.code, s["tree_state"], s["tree_evidence"])
+		}
 	})
 
 	// Nobody but the guardian is left at the timeout: its own tree stop
@@ -643,13 +703,16 @@ func TestTruthEndedByHostfork(t *testing.T) {
 		if rec["oom"] != true {
 			t.Errorf("the record: oom %v (%v), want true", rec["oom"], rec["oom_evidence"])
 		}
-		// A guardian that did not get the CPU for more than 20 ms around
-		// the kill can't tell the OOM killer's kill from another
-		// (decision 79): 137, a warning, and the record saying so, never
-		// a wrong claim. Anything else must be the attribution.
+		// A guardian that did not get the CPU around the kill (or could not
+		// read the counter, or never kept a sample) can't tell the OOM
+		// killer's kill from another (decision 79): 137, a warning, and
+		// the record saying so, never a wrong claim. Anything else must be
+		// the attribution. Which of the two happens depends on the load;
+		// the age the guardian gives is reported, not checked, since a
+		// guardian that never kept a sample counts it from the start.
 		if ms, ok := staleOOMSample(fmt.Sprint(rec["oom_evidence"])); ok && r.code == 137 {
-			if ms <= 20 || rec["stopped_by_hostfork"] == true || rec["stop_reason"] != nil && rec["stop_reason"] != "" {
-				t.Errorf("left unknown with a sample %d ms old (want over 20), or with a stop reason %v, stopped_by_hostfork %v", ms, rec["stop_reason"], rec["stopped_by_hostfork"])
+			if rec["stopped_by_hostfork"] == true || rec["stop_reason"] != nil && rec["stop_reason"] != "" {
+				t.Errorf("left unknown (a sample %d ms old) with a stop reason %v, stopped_by_hostfork %v", ms, rec["stop_reason"], rec["stopped_by_hostfork"])
 			}
 			t.Logf("the guardian's sample was %d ms old: the attribution is unknown, as it must be", ms)
 			return
@@ -903,15 +966,13 @@ func waitReceiptComplete(t *testing.T, c *hostforkCLI, env string) string {
 		}
 		id, dir = f[0], f[1]
 		b := readFile(filepath.Join(dir, "receipt"))
-		if !strings.Contains(b, `"complete":true`) {
-			return "receipt: " + strings.Trim(b, "\x00 \n")
+		r, err := supervise.ParseReceipt([]byte(b))
+		if err != nil || !r.Complete {
+			return fmt.Sprintf("receipt: %q (%v)", strings.Trim(b, "\x00 \n"), err)
 		}
 		// A receipt is final only once its guardian is gone: until then
 		// readers rightly call the tree live.
-		var r struct {
-			Guardian int `json:"guardian_pid"`
-		}
-		if json.Unmarshal([]byte(strings.Trim(b, "\x00 \n")), &r) == nil && r.Guardian > 0 {
+		if r.Guardian > 0 {
 			if err := syscall.Kill(r.Guardian, 0); err == nil {
 				if st, err := linux.ReadStat(r.Guardian); err == nil && st.State != 'Z' {
 					return "the guardian " + strconv.Itoa(r.Guardian) + " is still running"
@@ -941,6 +1002,26 @@ func checkStoppedFor(t *testing.T, who string, rec map[string]any, reason string
 	if (rec["state"] != "stopped" && rec["state"] != "stopping") || rec["stop_reason"] != reason {
 		t.Errorf("%s: state %v, stop reason %v, due %v; want stopped or stopping (%s)", who, rec["state"], rec["stop_reason"], rec["due"], reason)
 	}
+}
+
+// TestTruthUsageAbandonedCreation: a creation whose creator was killed is
+// not an active environment in usage (reap abandons it); it counts in the
+// cleanup backlog until then (issue 39, item 14).
+func TestTruthUsageAbandonedCreation(t *testing.T) {
+	c := newCLI(t)
+	cmd := c.command("create", "--ttl", "5m")
+	cmd.Env = append(cmd.Env, "HOSTFORK_FAULT=create-cgroup")
+	if err := cmd.Run(); err == nil {
+		t.Fatal("create with its fault armed did not die")
+	}
+	var u map[string]any
+	if err := json.Unmarshal([]byte(c.mustRun("usage", "--json").stdout), &u); err != nil {
+		t.Fatal(err)
+	}
+	if u["active_envs"] != 0.0 || u["cleanup_backlog"] != 1.0 {
+		t.Errorf("usage after a killed creation: %v active environments, backlog %v; want 0 and 1", u["active_envs"], u["cleanup_backlog"])
+	}
+	c.mustRun("reap")
 }
 
 // TestTruthEnvState (class 10): readers say what they can prove now, and
@@ -1988,5 +2069,146 @@ func TestTruthCaptureFinalRecord(t *testing.T) {
 	}
 	if out.Record["oom"] != stored["oom"] || out.Record["state"] != stored["state"] {
 		t.Errorf("run --capture's record: oom %v, state %v; the registry's: oom %v, state %v", out.Record["oom"], out.Record["state"], stored["oom"], stored["state"])
+	}
+}
+
+// TestTruthSupervisorsOutOfOOMChoice: a memory budget's OOM kill takes a
+// workload, never its guardian (the witness its record depends on) or the
+// keeper: on cgroup v1 they are not in the budget's memory group, and
+// where privilege allows (CAP_SYS_RESOURCE) they run with oom_score_adj
+// -1000; the workload keeps the caller's value. Repeated OOM kills all
+// leave verified records.
+func TestTruthSupervisorsOutOfOOMChoice(t *testing.T) {
+	c := newCLI(t)
+	cleanupV1(t, c)
+	dir := t.TempDir()
+	env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m", "--memory", "32M", "--scratch", dir).stdout)
+	for i := 0; i < 6; i++ {
+		r := c.run("exec", env, "--", "sh", "-c", "head -c 96M /dev/zero | tail -c 96M > /dev/null")
+		if r.code != 137 {
+			t.Errorf("OOM run %d: %v; want 137 with its status observed", i, r)
+		}
+	}
+	c.mustRun("exec", "--detach", env, "--", "sleep", "300")
+	var sleeper string
+	for _, row := range c.ps(true) {
+		if row.State != "exited" {
+			sleeper = row.ID
+		} else if s := c.status(row.ID); s["tree_state"] != "exited" {
+			t.Errorf("command %s after its OOM kill: tree %v (%v)", row.ID, s["tree_state"], s["tree_evidence"])
+		}
+	}
+	s := c.status(sleeper)
+	g, _ := s["guardian"].(map[string]any)
+	w, _ := s["workload"].(map[string]any)
+	k, _ := c.status(env)["keeper"].(map[string]any)
+	pidOf := func(who string, id map[string]any) int {
+		pid, _ := id["pid"].(float64)
+		if pid <= 0 {
+			t.Fatalf("no %s pid: %v", who, id)
+		}
+		return int(pid)
+	}
+	memGroup := func(pid int) string {
+		for _, l := range strings.Split(readFile(fmt.Sprintf("/proc/%d/cgroup", pid)), "\n") {
+			if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "memory" {
+				return f[2]
+			}
+		}
+		return ""
+	}
+	adj := func(pid int) string {
+		return strings.TrimSpace(readFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid)))
+	}
+	wl := pidOf("workload", w)
+	privileged := capEffective(t)&(1<<unix.CAP_SYS_RESOURCE) != 0
+	for who, pid := range map[string]int{"guardian": pidOf("guardian", g), "keeper": pidOf("keeper", k)} {
+		if m := memGroup(wl); m != "" && strings.Contains(m, env) && strings.Contains(memGroup(pid), env) {
+			t.Errorf("the %s is in the environment's v1 memory group %s", who, memGroup(pid))
+		}
+		if a := adj(pid); privileged && a != "-1000" {
+			t.Errorf("%s oom_score_adj %s, want -1000", who, a)
+		}
+	}
+	if a, own := adj(wl), adj(os.Getpid()); a != own {
+		t.Errorf("workload oom_score_adj %s, want %s (the caller's)", a, own)
+	}
+	c.mustRun("stop", env)
+}
+
+// capEffective is this process's effective capability set.
+func capEffective(t *testing.T) uint64 {
+	for _, l := range strings.Split(readFile("/proc/self/status"), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no CapEff in /proc/self/status")
+	return 0
+}
+
+// TestTruthStuckGuardian (issue 39, item 7): a guardian stopped with
+// SIGSTOP can't enforce the deadline or reap its tree. The second clock
+// (reap, as 'reap --watch' or the support timer runs it) stops the
+// environment at its deadline; a stop ends the stuck guardian once every
+// child of it is a zombie, and records the tree exited, exit 0.
+func TestTruthStuckGuardian(t *testing.T) {
+	c := newCLI(t)
+	for _, how := range []string{"stop", "reap-after-deadline"} {
+		t.Run(how, func(t *testing.T) {
+			c := c.with(t)
+			dir := t.TempDir()
+			file := filepath.Join(dir, "ids")
+			ttl := "5m"
+			if how != "stop" {
+				ttl = "4s"
+			}
+			env := strings.TrimSpace(c.mustRun("run", "--detach", "--ttl", ttl, "--grace", "1s", "--", "sh", "-c",
+				"sleep 300 & echo $! $(cut -d' ' -f22 /proc/$!/stat) > "+file+".tmp && mv "+file+".tmp "+file+"; exec sleep 301").stdout)
+			pid, st := identityFile(t, file)
+			cmdID := c.commandOf(file).ID
+			g, _ := c.status(cmdID)["guardian"].(map[string]any)
+			gpid, _ := g["pid"].(float64)
+			if gpid <= 0 {
+				t.Fatalf("no guardian: %v", g)
+			}
+			if err := syscall.Kill(int(gpid), syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = syscall.Kill(int(gpid), syscall.SIGCONT) })
+			var r cliResult
+			if how == "stop" {
+				r = c.run("stop", env)
+			} else {
+				eventually(t, "the deadline passes", func() string {
+					if s := c.status(env); s["expired"] != true {
+						return fmt.Sprintf("expired %v", s["expired"])
+					}
+					return ""
+				})
+				r = c.run("reap")
+			}
+			if r.code != 0 {
+				t.Errorf("%s with the guardian stopped: %v", how, r)
+			}
+			if sameProcessAlive(pid, st) {
+				t.Errorf("the workload's sleep %d lives after %s", pid, how)
+			}
+			s := c.status(cmdID)
+			if s["state"] != "exited" || s["tree_state"] != "exited" {
+				t.Errorf("command after %s: state %v, tree %v (%v)", how, s["state"], s["tree_state"], s["tree_evidence"])
+			}
+			want := "user"
+			if how != "stop" {
+				want = "deadline"
+			}
+			if e := c.status(env); e["state"] != "stopped" || e["stop_reason"] != want {
+				t.Errorf("environment after %s: %v (%v), want stopped (%s)", how, e["state"], e["stop_reason"], want)
+			}
+		})
 	}
 }

@@ -451,3 +451,12 @@ func DelegatedSubtree(v2, self string, uid int) (string, bool) {
 	}
 	return best, best != ""
 }
+
+// OnCgroupFS reports whether path is on a cgroup (v1 or v2) filesystem.
+func OnCgroupFS(path string) bool {
+	var st unix.Statfs_t
+	if unix.Statfs(path, &st) != nil {
+		return false
+	}
+	return st.Type == unix.CGROUP2_SUPER_MAGIC || st.Type == unix.CGROUP_SUPER_MAGIC
+}

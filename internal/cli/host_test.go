@@ -646,6 +646,9 @@ func TestHostRunPlansOnlyForLimits(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		seen = append(seen, r.Method+" "+r.URL.Path)
+		if r.URL.Query().Has("show_env") {
+			seen = append(seen, "show_env "+r.Method+" "+r.URL.Path)
+		}
 		mu.Unlock()
 		rp.ServeHTTP(w, r)
 	})}
@@ -683,4 +686,19 @@ func TestHostRunPlansOnlyForLimits(t *testing.T) {
 	}
 	// The same run in-process prints the same (the warning, if any).
 	same(t, "run --pids 64 --allow-weaker", hf(t, e, nil, "run", "--ttl", "1m", "--pids", "64", "--allow-weaker", "--", "true"), r)
+
+	// Environment values come back only to a verb that shows them
+	// (issue 39, item 2): not to run, create or stop.
+	r = hf(t, e, nil, "--host", host, "run", "--detach", "--ttl", "1m", "--env", "TOKEN=secret", "--", "sleep", "60")
+	env := strings.TrimSpace(r.out)
+	hf(t, e, nil, "--host", host, "status", env)
+	hf(t, e, nil, "--host", host, "stop", env)
+	for _, q := range requests() {
+		if strings.HasPrefix(q, "show_env ") {
+			t.Errorf("asked for environment values without --show-env: %s", q)
+		}
+	}
+	if r := hf(t, e, nil, "--host", host, "status", "--show-env", env); !strings.Contains(r.out, "secret") || !has(requests(), "show_env GET /v1/envs/"+env) {
+		t.Errorf("status --show-env through the server: %s", r)
+	}
 }

@@ -120,7 +120,7 @@ func newPsCmd(g *globals) *cobra.Command {
 }
 
 func newEnvsCmd(g *globals) *cobra.Command {
-	var all, asJSON, quiet, showEnv bool
+	var all, asJSON, quiet bool
 	var states []string
 	var sf selectorFlags
 	c := &cobra.Command{
@@ -145,7 +145,7 @@ func newEnvsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if !showEnv {
+			if !g.showEnv {
 				for i := range envs {
 					envs[i] = hostfork.RedactEnv(envs[i])
 				}
@@ -209,7 +209,7 @@ func newEnvsCmd(g *globals) *cobra.Command {
 	c.Flags().BoolVar(&all, "all", false, "include stopped and failed environments")
 	c.Flags().StringArrayVar(&states, "state", nil, "only environments in this state (creating, active, stopping, stopped, failed); repeatable")
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only")
-	c.Flags().BoolVar(&showEnv, "show-env", false, "show the values of explicit environment variables (hidden by default: they may be secrets)")
+	c.Flags().BoolVar(&g.showEnv, "show-env", false, "show the values of explicit environment variables (hidden by default: they may be secrets)")
 	sf.add(c, "environments")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (an array of environment records)")
 	return c

@@ -38,6 +38,8 @@ type remote struct {
 	err  io.Writer
 	mu   sync.Mutex
 	lost bool // a notice about the lost server was printed
+	// showEnv: the verb shows explicit environment values (--show-env).
+	showEnv bool
 }
 
 func (r *remote) Close() error { return r.c.Close() }
@@ -53,9 +55,16 @@ func stopOpts(o hostfork.StopOptions) client.StopOptions {
 	return client.StopOptions{Grace: o.Grace, Abandon: o.Abandon, Reason: o.Reason}
 }
 
-// The CLI redacts spec values itself (unless --show-env), as in-process:
-// so it asks the server for them.
-var showEnv = client.ShowEnv()
+// env asks the server for the spec's explicit environment values only
+// when this verb shows them (--show-env): otherwise they stay redacted in
+// the answer, and the CLI redacts them itself too, as in-process (issue
+// 39, item 2: the client sends and receives values only when it must).
+func (r *remote) env() []client.ReadOption {
+	if r.showEnv {
+		return []client.ReadOption{client.ShowEnv()}
+	}
+	return nil
+}
 
 func (r *remote) Resolve(ctx context.Context, idPrefix string) (string, string, error) {
 	return r.c.Resolve(ctx, idPrefix)
@@ -70,12 +79,12 @@ func (r *remote) Status(ctx context.Context, idPrefix string) (*hostfork.EnvReco
 		c, err := r.c.Command(ctx, id)
 		return nil, c, err
 	}
-	e, err := r.c.Env(ctx, id, showEnv)
+	e, err := r.c.Env(ctx, id, r.env()...)
 	return e, nil, err
 }
 
 func (r *remote) Envs(ctx context.Context, f hostfork.EnvFilter) ([]hostfork.EnvRecord, error) {
-	return r.c.Envs(ctx, f, showEnv)
+	return r.c.Envs(ctx, f, r.env()...)
 }
 
 func (r *remote) Commands(ctx context.Context, f hostfork.CommandFilter) ([]hostfork.CommandRecord, error) {
@@ -137,7 +146,7 @@ func (r *remote) Plan(ctx context.Context, s spec.Environment) (*hostfork.Plan, 
 }
 
 func (r *remote) Create(ctx context.Context, p *hostfork.Plan) (*hostfork.EnvRecord, error) {
-	return r.c.CreateEnv(ctx, p.Spec, showEnv)
+	return r.c.CreateEnv(ctx, p.Spec, r.env()...)
 }
 
 // request is a launch request as the API takes it. The command's working
@@ -197,7 +206,7 @@ func (r *remote) Run(ctx context.Context, p *hostfork.Plan, lr *launchReq) (laun
 	}
 	var env *api.Env
 	err = r.admitted(ctx, lr, &req, func() (err error) {
-		env, err = r.c.Run(ctx, client.RunRequest{Env: p.Spec, Command: req}, showEnv)
+		env, err = r.c.Run(ctx, client.RunRequest{Env: p.Spec, Command: req}, r.env()...)
 		return err
 	})
 	if err != nil {
@@ -226,10 +235,10 @@ func (r *remote) Start(ctx context.Context, envPrefix string, lr *launchReq) (la
 }
 
 func (r *remote) StopEnv(ctx context.Context, idPrefix string, o hostfork.StopOptions) (*hostfork.EnvRecord, error) {
-	rec, err := r.c.StopEnv(ctx, idPrefix, stopOpts(o), showEnv)
+	rec, err := r.c.StopEnv(ctx, idPrefix, stopOpts(o), r.env()...)
 	if err != nil && errors.Is(err, api.ErrUnverified) {
 		// As in-process: the record comes with the failure.
-		if e, gerr := r.c.Env(ctx, idPrefix, showEnv); gerr == nil {
+		if e, gerr := r.c.Env(ctx, idPrefix, r.env()...); gerr == nil {
 			return e, err
 		}
 	}

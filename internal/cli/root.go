@@ -22,6 +22,9 @@ type globals struct {
 	out  io.Writer
 	err  io.Writer
 	args []string // this call's arguments, for the companion
+	// showEnv: this verb shows explicit environment values (--show-env);
+	// only then does a remote backend ask the server for them.
+	showEnv bool
 }
 
 func (g *globals) open(ctx context.Context) (*hostfork.Host, error) {
@@ -46,7 +49,7 @@ func (g *globals) backend(ctx context.Context) (backend, error) {
 		if err != nil {
 			return nil, withCode(ExitUsage, fmt.Errorf("--host: %w", err))
 		}
-		return &remote{c: c, err: g.err}, nil
+		return &remote{c: c, err: g.err, showEnv: g.showEnv}, nil
 	}
 	h, err := g.open(ctx)
 	if err != nil {

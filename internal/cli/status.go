@@ -13,7 +13,7 @@ import (
 )
 
 func newStatusCmd(g *globals) *cobra.Command {
-	var asJSON, showEnv bool
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   "status ID",
 		Short: "Everything recorded about an environment or a command",
@@ -23,7 +23,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if env != nil && !showEnv {
+			if env != nil && !g.showEnv {
 				r := hostfork.RedactEnv(*env)
 				env = &r
 			}
@@ -46,12 +46,12 @@ func newStatusCmd(g *globals) *cobra.Command {
 					known = specEnv(e)
 				}
 			}
-			printCommandEnv(g.out, cmd, "", known, showEnv)
+			printCommandEnv(g.out, cmd, "", known, g.showEnv)
 			return nil
 		}),
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (the environment's or the command's record)")
-	c.Flags().BoolVar(&showEnv, "show-env", false, "show the values of explicit environment variables (hidden by default: they may be secrets)")
+	c.Flags().BoolVar(&g.showEnv, "show-env", false, "show the values of explicit environment variables (hidden by default: they may be secrets)")
 	return c
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork"
 	"github.com/habemus-papadum/hostfork/internal/launchenv"
+	"github.com/habemus-papadum/hostfork/internal/store"
 	"github.com/habemus-papadum/hostfork/internal/support"
 )
 
@@ -93,14 +94,16 @@ func buildSupportPlan(g *globals, f *supportFlags) (*support.Plan, error) {
 	if a, err := launchenv.CurrentAccount(); err == nil {
 		name = a.Name
 	}
-	p, err := support.Build(support.Config{Mode: mode, Exe: exe, Root: root, Version: buildVersion(exe), UserName: name},
+	builtin, _ := store.BuiltinRoot()
+	p, err := support.Build(support.Config{Mode: mode, Exe: exe, Root: root, Version: buildVersion(exe), UserName: name,
+		DefaultStore: builtin != "" && filepath.Clean(builtin) == root},
 		support.Detect(mode, name))
 	if err != nil {
 		return nil, withCode(ExitUsage, err)
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(exe), CompanionName)); err != nil {
 		p.Notes = append(p.Notes, fmt.Sprintf("%s is missing beside %s: %s would fail at its socket's first connection ('hostfork serve' executes it); install will refuse until it is built there with 'go build -o %s/ ./cmd/hostfork-serve'",
-			CompanionName, exe, support.ServeService, filepath.Dir(exe)))
+			CompanionName, exe, p.Units.ServeService, filepath.Dir(exe)))
 	}
 	return p, nil
 }
@@ -199,7 +202,7 @@ func supportInstall(ctx context.Context, g *globals, f *supportFlags) error {
 	if p.Systemd {
 		if _, err := os.Stat(filepath.Join(filepath.Dir(p.Executable), CompanionName)); err != nil {
 			return withCode(ExitCapability, fmt.Errorf("support install: %s is missing beside %s, and %s runs it ('hostfork serve' executes it): build it there with 'go build -o %s/ ./cmd/hostfork-serve'; nothing was written",
-				CompanionName, p.Executable, support.ServeService, filepath.Dir(p.Executable)))
+				CompanionName, p.Executable, p.Units.ServeService, filepath.Dir(p.Executable)))
 		}
 		// The API socket is made inside the store root: the store must
 		// exist first (a directory holding only a socket is no store).

@@ -91,6 +91,11 @@ type Evidence struct {
 	// StopDecision is a stop's reason kept beside the command's evidence
 	// (its stop-decision file) by a stopper, before it signalled.
 	StopDecision api.StopReason
+	// StuckGuardianKilled: a stop found the guardian stopped (SIGSTOP),
+	// every child of it a zombie and no survivor, and killed it. A
+	// subreaper's live descendants are its children or theirs, so that
+	// proves the tree ended (issue 39, item 7).
+	StuckGuardianKilled bool
 }
 
 // Command decides what c's record becomes given ev. It returns the new
@@ -101,8 +106,8 @@ type Evidence struct {
 // only the guardian can know it and a receipt can't vouch for a live
 // guardian. A guardian that is alive means the tree is live. A guardian
 // gone without a complete receipt: another boot proves the former lifetime
-// ended; an empty cgroup is the kernel's proof for its members; anything
-// else is unverified.
+// ended; anything else is unverified, an empty cgroup included (it can't
+// vouch for members that moved themselves out of it).
 func Command(c api.Command, ev Evidence) (api.Command, bool) {
 	if c.Final() {
 		return c, false
@@ -182,16 +187,24 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 		n.State = api.CommandExited
 		return n, !same(c, n)
 	}
-	switch ev.Workload {
-	case GroupEmpty:
+	if ev.StuckGuardianKilled && ev.Workload != GroupPopulated {
 		n.TreeState = api.PhaseExited
-		n.TreeEvidence = "cgroup empty (guardian lost: a process that moved itself out of the cgroup would not be seen)"
+		n.TreeEvidence = "its guardian was stopped with only zombie children left; hostfork killed it"
 		n.TreeExitedAt = &now
 		if n.LeaderState != api.PhaseExited {
-			n.LeaderState = api.PhaseUnknown
+			n.LeaderState = api.PhaseExited // a zombie: ended, its status unobserved
 		}
 		n.State = api.CommandExited
 		finishOOM(&n, ev)
+		return n, !same(c, n)
+	}
+	switch ev.Workload {
+	case GroupEmpty:
+		// Not proof: the guardian was the only witness of members that
+		// moved themselves out of the cgroup (issue 39, item 5).
+		n.TreeState = api.PhaseUnverified
+		n.TreeEvidence = "cgroup empty, but the guardian was lost without a receipt: a process that moved itself out of the cgroup would not be seen"
+		n.State = api.CommandUnverified
 	case GroupPopulated:
 		n.TreeState = api.PhaseLive
 		n.TreeEvidence = "cgroup populated (guardian lost)"

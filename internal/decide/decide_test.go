@@ -126,12 +126,9 @@ func TestCommand(t *testing.T) {
 		{"files never named is no proof while the guardian lives", running, Evidence{BootID: "b1", Guardian: Alive, Unnamed: true}, api.CommandRunning, api.PhaseLive, nil},
 		{"a readable receipt outweighs a missing name", running, Evidence{BootID: "b1", Guardian: Gone, Unnamed: true, Receipt: complete}, api.CommandExited, api.PhaseExited, nil},
 		{"start error", running, Evidence{BootID: "b1", Guardian: Gone, Receipt: &Receipt{StartError: "no", LeaderExited: &now, ExitCode: ip(127), TreeExited: &now, Complete: true}}, api.CommandFailed, api.PhaseExited, nil},
-		{"guardian gone, cgroup empty", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupEmpty}, api.CommandExited, api.PhaseExited,
-			func(t *testing.T, n api.Command) {
-				if n.LeaderState != api.PhaseUnknown {
-					t.Fatalf("leader %s", n.LeaderState)
-				}
-			}},
+		{"guardian gone, cgroup empty: no proof for members that left it", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupEmpty}, api.CommandUnverified, api.PhaseUnverified, nil},
+		{"a stuck guardian killed by a stop, its children all zombies", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupEmpty, StuckGuardianKilled: true}, api.CommandExited, api.PhaseExited, nil},
+		{"a stuck guardian killed, but its cgroup populated", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupPopulated, StuckGuardianKilled: true}, api.CommandRunning, api.PhaseLive, nil},
 		{"guardian gone, cgroup populated", running, Evidence{BootID: "b1", Guardian: Gone, Workload: GroupPopulated}, api.CommandRunning, api.PhaseLive, nil},
 		{"guardian gone, no cgroup", running, Evidence{BootID: "b1", Guardian: Gone}, api.CommandUnverified, api.PhaseUnverified, nil},
 		{"guardian gone, its leader too, no cgroup: the leader is not live", func() api.Command {
@@ -225,6 +222,9 @@ func TestEnv(t *testing.T) {
 		{"auto-stop, all done", with(func(e *api.Env) { e.AutoStop = true }), EnvFacts{BootID: "b", Commands: []api.Command{done}}, true, api.ReasonCompleted, true},
 		{"auto-stop, one live", with(func(e *api.Env) { e.AutoStop = true }), EnvFacts{BootID: "b", Commands: []api.Command{done, live}}, false, "", false},
 		{"decided, unrecorded", base, EnvFacts{BootID: "b", Decided: api.ReasonUser}, true, api.ReasonUser, true},
+		{"decided, unrecorded, the deadline passed since", with(func(e *api.Env) { e.DeadlineMono = 10 }), EnvFacts{BootID: "b", NowMono: 10, Decided: api.ReasonUser}, true, api.ReasonUser, true},
+		{"group removed, nothing kept: stopped, reason unknown", with(func(e *api.Env) { e.Tier, e.DeadlineMono = api.TierCgroup2, 10 }), EnvFacts{BootID: "b", NowMono: 10, GroupGone: true}, true, api.ReasonUnknown, true},
+		{"a scope's group goes by itself: no proof of a stop", with(func(e *api.Env) { e.Tier = api.TierSystemdScope }), EnvFacts{BootID: "b", GroupGone: true}, false, "", true},
 		{"stopping completes", with(func(e *api.Env) { e.State = api.EnvStopping; e.StopReason = api.ReasonIdle }), EnvFacts{BootID: "b"}, true, api.ReasonIdle, true},
 	}
 	for _, c := range cases {

@@ -20,6 +20,9 @@ type EnvFacts struct {
 	// Decided is a stop reason found in the environment's run directory:
 	// a stop that was carried out but could not be recorded.
 	Decided api.StopReason
+	// GroupGone: the environment's own cgroup (cgroup2 tier), which only
+	// a stop removes, no longer exists.
+	GroupGone bool
 }
 
 // EnvAction is what an environment's reconciliation must do.
@@ -76,13 +79,19 @@ func Env(e api.Env, f EnvFacts) EnvAction {
 			return stop(api.ReasonDeadline, "the host rebooted (deadline)")
 		}
 		return stop(api.ReasonReboot, "the host rebooted")
+	case f.Decided != "":
+		// A kept decision outweighs a deadline that passed since: the
+		// stop came first (issue 39, item 6).
+		return stop(f.Decided, fmt.Sprintf("%s (decided, not yet recorded)", f.Decided))
+	case f.GroupGone && e.Tier == api.TierCgroup2:
+		// A stop removed its group but could record neither the state
+		// nor the decision (a full store): it is stopped, why is unknown.
+		return stop(api.ReasonUnknown, "its group was removed by a stop whose decision could not be recorded")
 	case e.DeadlineMono > 0 && f.NowMono >= e.DeadlineMono-e.Grace.D():
 		// The deadline's stop begins a grace before it (SIGTERM, then
 		// the kill at the deadline): a keeper or tree gone from then on
 		// went to the deadline.
 		return stop(api.ReasonDeadline, "deadline passed")
-	case f.Decided != "":
-		return stop(f.Decided, fmt.Sprintf("%s (decided, not yet recorded)", f.Decided))
 	case e.OwnerExit == api.OwnerExitStop && f.Owner == Gone:
 		return stop(api.ReasonOwnerExit, "its owner exited")
 	case e.Keeper != nil && f.Keeper == Gone:

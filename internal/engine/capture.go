@@ -93,7 +93,8 @@ func (s *StreamCapture) result(artifact string) api.StreamResult {
 	return r
 }
 
-// Capture waits for the leader and returns the captured output: at most
+// Capture waits for the leader and returns the captured output and the
+// record, final when the tree ended with the leader: at most
 // the limit per stream; the first validated workload exit starts the
 // fixed FinalDrain, which output can't extend, so a descendant that keeps
 // a pipe open can't withhold the result. An incomplete capture leaves a
@@ -109,6 +110,16 @@ func (r *Running) Capture(ctx context.Context) (*api.CaptureResult, error) {
 		return nil, ctx.Err()
 	case <-r.e.closed:
 		return nil, api.ErrClosed
+	}
+	// A tree that ends with its leader is settled within moments: give it
+	// one more drain, so the result carries the final record (its OOM and
+	// stop facts), as the stored one does. A tree that lives on returns
+	// the live record (Final() false); WaitTree gives the final one.
+	select {
+	case <-r.treeDone:
+	case <-time.After(FinalDrain):
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	rec := r.Record()
 	res := &api.CaptureResult{Record: rec, Stdout: r.capOut.result(rec.StdoutPath), Stderr: r.capErr.result(rec.StderrPath)}
@@ -184,13 +195,4 @@ func (r *Running) recordCapture(ctx context.Context, res *api.CaptureResult) {
 		}
 	}
 	res.Record = r.Record()
-}
-
-// writeJSONAtomic writes v as indented JSON, atomically (atomicfile.Replace,
-// mode 0600); failures are ignored: these are readable copies of what the
-// registry holds durably (manifests, command records, export records).
-func writeJSONAtomic(dst string, v any) {
-	if b, err := json.MarshalIndent(v, "", "  "); err == nil {
-		_ = atomicfile.Replace(dst, append(b, '\n'), 0o600)
-	}
 }

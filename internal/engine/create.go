@@ -13,10 +13,17 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/evidence"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/planner"
+	"github.com/habemus-papadum/hostfork/internal/provision"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/retention"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
+	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/view"
 	"github.com/habemus-papadum/hostfork/spec"
@@ -27,7 +34,7 @@ import (
 type creation struct {
 	e       *Engine
 	p       *spec.Plan
-	infos   map[string]*baselineInfo
+	infos   map[string]*planner.Source
 	rec     *api.Env
 	intents []*registry.Intent
 	treeIn  map[string]*registry.Intent // by tree name
@@ -40,9 +47,9 @@ type creation struct {
 // guardians, and (with a view) its keeper. A stop removes them by name
 // (cgroup.Group.Remove), as does a failed creation.
 const (
-	cgCommands  = "commands"
-	cgGuardians = "guardians"
-	cgKeeper    = "keeper"
+	cgCommands  = records.CommandsGroup
+	cgGuardians = records.GuardiansGroup
+	cgKeeper    = records.KeeperGroup
 )
 
 var envSubgroups = []string{cgCommands, cgGuardians, cgKeeper}
@@ -65,7 +72,7 @@ func (e *Engine) Create(ctx context.Context, p *spec.Plan, cs *CommandSpec) (*ap
 	// trees' sources again.
 	check := *p
 	check.Unsupported, check.Trees, check.Notes = nil, nil, nil
-	infos, err := e.planView(ctx, &check)
+	infos, err := e.plans().PlanView(ctx, &check)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -119,7 +126,7 @@ func (e *Engine) Create(ctx context.Context, p *spec.Plan, cs *CommandSpec) (*ap
 		}
 	}
 	if !c.rec.AutoStop {
-		e.writeManifest(ctx, c.rec.ID)
+		e.reg.WriteManifest(ctx, c.rec.ID)
 	}
 	return c.rec, r, nil
 }
@@ -127,7 +134,7 @@ func (e *Engine) Create(ctx context.Context, p *spec.Plan, cs *CommandSpec) (*ap
 // reserveEnv records the environment (state creating) and an intent for
 // every resource its creation will make, with the first command's
 // reservation when there is one: one commit.
-func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]*baselineInfo, l *launch) (*creation, error) {
+func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]*planner.Source, l *launch) (*creation, error) {
 	boot, err := linux.BootID()
 	if err != nil {
 		return nil, err
@@ -142,7 +149,7 @@ func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]
 	rec := &api.Env{
 		ID: id, State: api.EnvCreating, CreatedAt: now, BootID: boot,
 		Purpose: p.Spec.Purpose, Labels: labels, Tier: p.Tier,
-		RunDir: filepath.Join(e.root, "runs", id), OwnerExit: p.OwnerExit, Owner: toAPI(self),
+		RunDir: filepath.Join(e.root, "runs", id), OwnerExit: p.OwnerExit, Owner: records.ToAPI(self),
 		UntilStopped: p.UntilStopped, AutoStop: l != nil && l.cs.AutoStop,
 		TTL: p.MaxRuntime, Grace: p.Grace, IdleTimeout: p.Spec.Lifetime.IdleTimeout,
 		Trees: []api.Tree{}, CleanupErrors: []string{}, Commands: nil,
@@ -172,7 +179,7 @@ func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]
 		add(registry.KindScope, "systemd:hostfork-"+id+".scope")
 	}
 	if !p.Spec.Limits.Empty() {
-		lh, err := e.limitHost(p)
+		lh, err := e.plans().LimitHost(p)
 		if err != nil {
 			return nil, err
 		}
@@ -181,7 +188,7 @@ func (e *Engine) reserveEnv(ctx context.Context, p *spec.Plan, infos map[string]
 		}
 	}
 	for _, pt := range p.Trees {
-		c.treeIn[pt.Name] = add(registry.KindTree, e.treeDest(id, pt.Name, pt.Kind, infos[pt.Name]))
+		c.treeIn[pt.Name] = add(registry.KindTree, provision.TreeDest(e.root, id, pt.Name, pt.Kind, infos[pt.Name]))
 	}
 	var b registry.Batch
 	b.Now = now
@@ -207,7 +214,7 @@ func lhOf(e *Engine, p *spec.Plan) *limits.Host {
 	if p.Spec.Limits.Empty() {
 		return nil
 	}
-	lh, _ := e.limitHost(p)
+	lh, _ := e.plans().LimitHost(p)
 	return lh
 }
 
@@ -248,12 +255,12 @@ func (c *creation) build(ctx context.Context) error {
 	var ops []supervise.KeeperOp
 	var treeFiles []*os.File
 	if p.View != nil {
-		trees, err := e.allocateTrees(ctx, rec, p, c.infos, c.treeIn)
+		trees, err := provision.AllocateTrees(ctx, rec, p, c.infos, c.treeIn)
 		rec.Trees = trees
 		if err != nil {
 			return err
 		}
-		vops, files, err := viewOps(ctx, p, trees)
+		vops, files, err := provision.ViewOps(ctx, p, trees)
 		if err != nil {
 			return err
 		}
@@ -287,10 +294,10 @@ func (c *creation) build(ctx context.Context) error {
 			ks.CgroupMount = m.Path
 		}
 		if scope {
-			k, err := e.createScope(ctx, rec, p, ks)
+			k, err := provision.CreateScope(ctx, rec, p, ks)
 			c.keeper = k
 			if k != nil {
-				rec.Keeper = toAPI(k.ID)
+				rec.Keeper = records.ToAPI(k.ID)
 			}
 			if err != nil {
 				return err
@@ -309,7 +316,7 @@ func (c *creation) build(ctx context.Context) error {
 				return err
 			}
 			c.keeper = k
-			rec.Keeper = toAPI(k.ID)
+			rec.Keeper = records.ToAPI(k.ID)
 		}
 		if c.lg != nil {
 			// The keeper counts against the budget (v1: join by PID).
@@ -332,7 +339,7 @@ func (c *creation) makeLimits() error {
 	if p.Spec.Limits.Empty() {
 		return nil
 	}
-	lh, err := c.e.limitHost(p)
+	lh, err := c.e.plans().LimitHost(p)
 	if err != nil {
 		return err
 	}
@@ -341,7 +348,7 @@ func (c *creation) makeLimits() error {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
-	g, err := lh.Create(rec.ID, rec.CgroupPath, budget(p))
+	g, err := lh.Create(rec.ID, rec.CgroupPath, planner.Budget(p))
 	if err != nil {
 		return fmt.Errorf("applying limits: %w", err)
 	}
@@ -376,7 +383,7 @@ func (c *creation) activate(ctx context.Context, l *launch) error {
 			}
 		}
 	}
-	settleAll(&b, c.intents, override)
+	records.SettleAll(&b, c.intents, override)
 	if l != nil {
 		l.register(&b, &next)
 	}
@@ -401,7 +408,7 @@ func (c *creation) abandon(cause error, l *launch) {
 		c.keeper.Kill()
 	}
 	if rec.Unit != "" {
-		if err := stopScope(ctx, rec); err != nil {
+		if err := provision.StopScope(ctx, rec); err != nil {
 			cleanup = append(cleanup, err.Error())
 		}
 	}
@@ -420,7 +427,7 @@ func (c *creation) abandon(cause error, l *launch) {
 			cleanup = append(cleanup, err.Error())
 		}
 	}
-	cleanup = append(cleanup, e.removeTrees(ctx, rec.ID, rec.Trees)...)
+	cleanup = append(cleanup, provision.RemoveTrees(ctx, e.root, rec.ID, rec.Trees)...)
 	// Trees whose identity was never recorded (made, but not yet in the
 	// record): exact allocation destinations are removed; anything else
 	// stays pending for a person to check.
@@ -428,7 +435,7 @@ func (c *creation) abandon(cause error, l *launch) {
 	if ins, err := e.reg.Intents(ctx, registry.IntentFilter{EnvID: rec.ID, Kind: registry.KindTree, Open: true}); err == nil {
 		for _, in := range ins {
 			if in.State == registry.IntentPending {
-				if f, ok := e.removeUnrecordedTree(ctx, in, &cleanup); ok {
+				if f, ok := retention.RemoveUnrecordedTree(ctx, e.root, in, &cleanup); ok {
 					treeFacts[in.ID] = f
 				}
 			}
@@ -463,10 +470,10 @@ func (c *creation) abandon(cause error, l *launch) {
 			}
 			if ins[i].CommandID != "" && l != nil && ins[i].CommandID == l.rec.ID && ins[i].Kind == registry.KindDir {
 				// The command's directory stays as evidence.
-				override[ins[i].ID] = registry.Fact{Exists: true, Identity: pathIdentity(ins[i].Target)}
+				override[ins[i].ID] = registry.Fact{Exists: true, Identity: records.PathIdentity(ins[i].Target)}
 			}
 		}
-		settleAll(&b, ptrs(ins), override)
+		records.SettleAll(&b, records.Ptrs(ins), override)
 		if l != nil {
 			l.failInBatch(ctx, &b, cause)
 		}
@@ -475,13 +482,50 @@ func (c *creation) abandon(cause error, l *launch) {
 			break
 		}
 	}
-	e.writeManifest(ctx, rec.ID)
+	e.reg.WriteManifest(ctx, rec.ID)
 }
 
-func ptrs(ins []registry.Intent) []*registry.Intent {
-	out := make([]*registry.Intent, len(ins))
-	for i := range ins {
-		out[i] = &ins[i]
+// abandonInterrupted finishes a creation whose creator died: whatever the
+// ledger shows was made is killed and removed (exact targets only), and the
+// environment is recorded as failed.
+func (e *Engine) abandonInterrupted(ctx context.Context, env *api.Env) {
+	ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: env.ID, Open: true})
+	for _, in := range ins {
+		if in.Kind == registry.KindTree && in.State == registry.IntentCreated {
+			found := false
+			for _, t := range env.Trees {
+				if t.HostPath == in.Target || safefs.Within(in.Target, t.HostPath) {
+					found = true
+				}
+			}
+			if !found {
+				// The identity is only in the intent: rebuild the record.
+				var st storage.Tree
+				if json.Unmarshal([]byte(in.Identity), &st) == nil {
+					raw, _ := json.Marshal(st)
+					env.Trees = append(env.Trees, api.Tree{Name: filepath.Base(in.Target), Kind: string(st.Kind), HostPath: st.Path, Storage: raw, State: api.TreeAllocated})
+				}
+			}
+		}
 	}
-	return out
+	c := &creation{e: e, rec: env}
+	if env.CgroupPath != "" {
+		c.madeCg = true
+	}
+	c.lg = evidence.LimitGroup(env)
+	if env.Keeper != nil {
+		// Not our child: end it through its verified identity.
+		supervise.StopKeeper(ctx, records.ToLinux(env.Keeper))
+	}
+	var l *launch
+	cmds, _ := e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
+	why := "creation interrupted: its creator exited before the environment was active"
+	for _, cmd := range cmds {
+		if !cmd.Final() {
+			if n, _ := e.settleCommand(ctx, env, cmd); n != nil && !n.Final() {
+				_, _ = e.stopCommand(ctx, env, n, StopOptions{Reason: api.ReasonOwnerExit})
+			}
+		}
+	}
+	c.abandon(errors.New(why), l)
 }

@@ -1,9 +1,12 @@
 // Package engine is hostfork's orchestration: it creates environments,
-// launches, watches and stops command trees, settles records from
-// evidence, reaps, applies retention, exports trees and reports usage and
-// capacity. It combines the registry (internal/registry), the pure
-// decisions (internal/decide), the tree-stop mechanism (internal/tree), the
-// C helpers (internal/supervise), storage, views, limits and systemd.
+// launches, watches and stops command trees, and settles records from
+// evidence. It combines the registry (through internal/records), the pure
+// decisions (internal/decide), the evidence (internal/evidence), the
+// tree-stop mechanism (internal/tree), the C helpers (internal/supervise),
+// storage, views, limits and systemd. The store-wide passes and the other
+// jobs it delegates — reap, retention, export, usage, planning, admission,
+// provisioning — live in their own packages below it (services.go opens
+// them and gives them the few operations of its own they need).
 //
 // Its rules (DESIGN.md): every OS mutation is preceded by an intent in the
 // ledger and followed by the resulting identity; the registry is written

@@ -5,16 +5,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
-	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/planner"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/store"
 )
@@ -39,7 +36,7 @@ type Capabilities = api.Capabilities
 // Engine is one open store.
 type Engine struct {
 	root string
-	reg  *records
+	reg  *records.Records
 	opts Options
 
 	capOnce sync.Once
@@ -74,7 +71,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		opts.Exe = "/proc/self/exe"
 	}
 	opts.Root = root
-	return &Engine{root: root, reg: newRecords(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
+	return &Engine{root: root, reg: records.New(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
 }
 
 // Root is the store directory.
@@ -175,50 +172,8 @@ func (e *Engine) checkOpen() error {
 
 // Capabilities probes (once) what ownership tiers this host offers.
 func (e *Engine) Capabilities() Capabilities {
-	e.capOnce.Do(func() { e.caps = probeCapabilities(e.opts.CgroupParent) })
+	e.capOnce.Do(func() { e.caps = planner.ProbeCapabilities(e.opts.CgroupParent) })
 	return e.caps
-}
-
-func probeCapabilities(parent string) Capabilities {
-	var c Capabilities
-	m, err := cgroup.FindMount()
-	if err != nil {
-		c.Cgroup2Reason = err.Error()
-		return c
-	}
-	c.CgroupMount = m.Path
-	c.Hybrid = m.Hybrid
-	if parent == "" {
-		parent = os.Getenv("HOSTFORK_CGROUP_PARENT")
-	}
-	if parent == "" {
-		if os.Geteuid() != 0 {
-			self := cgroup.SelfPath()
-			d, ok := cgroup.DelegatedSubtree(m.Path, self, os.Geteuid())
-			if !ok {
-				c.Cgroup2Reason = "no delegated cgroup2 subtree for this user: this process's cgroup " + self + " is not inside a directory this user owns (ask the administrator to delegate one — chown it to you, or use a systemd user session with Delegate=yes — and run from inside it, or set HOSTFORK_CGROUP_PARENT)"
-				return c
-			}
-			parent = filepath.Join(d, "hostfork")
-		} else {
-			parent = filepath.Join(m.Path, "hostfork")
-		}
-	}
-	if !strings.HasPrefix(filepath.Clean(parent)+"/", filepath.Clean(m.Path)+"/") {
-		c.Cgroup2Reason = fmt.Sprintf("cgroup parent %s is not under the cgroup2 mount %s", parent, m.Path)
-		return c
-	}
-	if err := cgroup.EnsureParent(parent); err != nil {
-		c.Cgroup2Reason = err.Error()
-		return c
-	}
-	if err := unix.Access(parent, unix.W_OK); err != nil {
-		c.Cgroup2Reason = fmt.Sprintf("cgroup parent %s is not writable by this user", parent)
-		return c
-	}
-	c.Cgroup2 = true
-	c.CgroupParent = parent
-	return c
 }
 
 // newID returns a short random id: 10 characters of lowercase base32hex,
@@ -230,7 +185,7 @@ func probeCapabilities(parent string) Capabilities {
 func newID() string {
 	const alphabet = "0123456789abcdefghijklmnopqrstuv"
 	var b [10]byte
-	if n, err := unix.Getrandom(b[:], 0); err != nil || n != len(b) {
+	if !linux.FillRandom(b[:]) {
 		_, _ = rand.Read(b[:])
 	}
 	for i := range b {

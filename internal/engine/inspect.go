@@ -2,18 +2,19 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/evidence"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 )
 
@@ -146,16 +147,17 @@ func canStop(c *api.Command) bool {
 		return true
 	}
 	if c.CgroupPath != "" {
-		return unix.Access(filepath.Join(c.CgroupPath, "cgroup.kill"), unix.W_OK) == nil
+		return linux.Writable(filepath.Join(c.CgroupPath, "cgroup.kill"))
 	}
 	if c.Guardian == nil {
 		return false
 	}
-	var st unix.Stat_t
-	if unix.Stat("/proc/"+strconv.Itoa(c.Guardian.PID), &st) != nil {
+	fi, err := os.Stat("/proc/" + strconv.Itoa(c.Guardian.PID))
+	if err != nil {
 		return false
 	}
-	return int(st.Uid) == os.Geteuid()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
 }
 
 // Command reads one command (by exact id), settled and computed.
@@ -274,6 +276,31 @@ func (e *Engine) readEnv(ctx context.Context, id string, live bool) (*api.Env, e
 	return env, nil
 }
 
+// envFacts gathers what decide.Env needs about an environment, settling
+// its commands first.
+func (e *Engine) envFacts(ctx context.Context, env *api.Env, cmds []*api.Command) (decide.EnvFacts, []*api.Command) {
+	boot, _ := linux.BootID()
+	f := decide.EnvFacts{NowMono: linux.MonotonicNow(), BootID: boot, Owner: records.Liveness(env.Owner)}
+	if env.Keeper != nil {
+		f.Keeper = records.Liveness(env.Keeper)
+	}
+	f.Decided = records.ReadDecision(filepath.Join(env.RunDir, "stop-decision"))
+	if env.Tier == api.TierCgroup2 && env.CgroupPath != "" {
+		_, err := os.Stat(env.CgroupPath)
+		f.GroupGone = errors.Is(err, os.ErrNotExist)
+	}
+	settled := make([]*api.Command, 0, len(cmds))
+	for _, c := range cmds {
+		n, _ := e.settleCommand(ctx, env, c)
+		if n == nil {
+			n = c
+		}
+		settled = append(settled, n)
+		f.Commands = append(f.Commands, *n)
+	}
+	return f, settled
+}
+
 // reconcile settles an environment that is not final and fills the
 // reader's computed fields (and its commands, when given).
 func (e *Engine) reconcile(ctx context.Context, env *api.Env, cmds []*api.Command, with bool) *api.Env {
@@ -291,7 +318,7 @@ func (e *Engine) reconcile(ctx context.Context, env *api.Env, cmds []*api.Comman
 			// Nothing of it runs any more: finish the bookkeeping the
 			// guardians and the keeper could not (they don't write the
 			// registry).
-			if unlock, err := envLock(env.RunDir, 0); err == nil {
+			if unlock, err := records.EnvLock(env.RunDir, 0); err == nil {
 				if n, err := e.stopEnvLocked(ctx, env, StopOptions{Reason: a.Reason}); err == nil && n != nil {
 					env = n
 					env.Due = ""
@@ -304,11 +331,12 @@ func (e *Engine) reconcile(ctx context.Context, env *api.Env, cmds []*api.Comman
 		}
 	}
 	env.LimitsNow = nil
-	if g := limitGroup(env); g != nil && !env.State.Final() {
-		env.LimitsNow, _ = json.Marshal(g.Evidence())
+	if g := evidence.LimitGroup(env); g != nil && !env.State.Final() {
+		ev := g.Evidence()
+		env.LimitsNow = &ev
 	}
 	boot, _ := linux.BootID()
-	env.OwnerAlive = livenessText(liveness(env.Owner))
+	env.OwnerAlive = records.LivenessText(records.Liveness(env.Owner))
 	env.Expired = env.DeadlineMono > 0 && (env.BootID != boot || linux.MonotonicNow() >= env.DeadlineMono)
 	if env.Trees == nil {
 		env.Trees = []api.Tree{}

@@ -10,20 +10,23 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/admission"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/evidence"
 	"github.com/habemus-papadum/hostfork/internal/fault"
+	"github.com/habemus-papadum/hostfork/internal/launchenv"
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
 
 // WorkloadAgent marks a command as an agent workload: it takes part in
 // admission (DESIGN.md, "Not overload the host").
-const WorkloadAgent = "agent"
+const WorkloadAgent = admission.WorkloadAgent
 
 // CommandSpec is one command to launch.
 type CommandSpec struct {
@@ -91,7 +94,7 @@ type launch struct {
 	cwd          string
 	envv         []string
 	path         string
-	view         *viewRoot
+	view         *launchenv.ViewRoot
 	keeperPID    int
 	keeperStart  uint64
 	deadlineMono time.Duration
@@ -133,7 +136,7 @@ func (e *Engine) newLaunch(ctx context.Context, cs *CommandSpec) (*launch, error
 	}
 	l := &launch{e: e, cs: cs}
 	if cs.Workload == WorkloadAgent {
-		rel, d, err := e.admitCommand(ctx, cs.Admit, cs.OnAdmissionWait)
+		rel, d, err := e.admission().Admit(ctx, cs.Admit, cs.OnAdmissionWait)
 		if err != nil {
 			return nil, err
 		}
@@ -179,7 +182,7 @@ func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 	rec := &api.Command{
 		ID: id, Env: env.ID, State: api.CommandReserved, CreatedAt: time.Now().UTC(),
 		Purpose: purpose, Labels: labels, Argv: cs.Argv, Cwd: cs.Cwd, Output: cs.Output, Dir: dir,
-		Tier: env.Tier, Launcher: toAPI(self), LeaderState: api.PhasePending, TreeState: api.PhasePending,
+		Tier: env.Tier, Launcher: records.ToAPI(self), LeaderState: api.PhasePending, TreeState: api.PhasePending,
 		WorkloadKind: cs.Workload, Admission: l.decision, Timeout: api.Duration(cs.Timeout),
 		CleanupErrors: []string{},
 	}
@@ -195,7 +198,7 @@ func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 		rec.CgroupPath = filepath.Join(env.CgroupPath, cgCommands, id)
 	}
 	if env.Limits != nil && lh == nil {
-		if g := limitGroup(env); g != nil {
+		if g := evidence.LimitGroup(env); g != nil {
 			l.lg = g
 		}
 	}
@@ -228,19 +231,19 @@ func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 // keeper's root.
 func (l *launch) resolve(env *api.Env) error {
 	e, cs := l.e, l.cs
-	envv, policy, note, keys, err := e.commandEnv(context.Background(), env, cs)
+	envv, policy, note, keys, err := launchenv.CommandEnv(context.Background(), e.hostShellCacheDir(), env.Spec, launchenv.CommandSpec{Env: cs.Env, EnvSet: cs.EnvSet, EnvPolicy: cs.EnvPolicy})
 	if err != nil {
 		return err
 	}
 	l.envv = envv
 	l.policy, l.note, l.keys = policy, note, keys
 	if env.Keeper != nil {
-		p, err := linux.OpenVerified(toLinux(env.Keeper))
+		p, err := linux.OpenVerified(records.ToLinux(env.Keeper))
 		if err != nil {
 			return fmt.Errorf("environment %s: its keeper is gone (%v); new commands are refused (stop it and create a new one): %w", env.ID, err, api.ErrEnvNotActive)
 		}
 		defer p.Close()
-		v, err := openViewRoot(env.Keeper.PID)
+		v, err := launchenv.OpenViewRoot(env.Keeper.PID)
 		if err != nil {
 			return fmt.Errorf("environment %s: its view can't be entered: %v: %w", env.ID, err, api.ErrEnvNotActive)
 		}
@@ -248,10 +251,10 @@ func (l *launch) resolve(env *api.Env) error {
 		defer func() { l.view.Close(); l.view = nil }()
 	}
 	if l.view != nil {
-		if l.path, err = l.view.lookPath(cs.Argv[0], envv); err != nil {
+		if l.path, err = l.view.LookPath(cs.Argv[0], envv); err != nil {
 			return err
 		}
-	} else if l.path, err = LookPath(cs.Argv[0], envv); err != nil {
+	} else if l.path, err = launchenv.LookPath(cs.Argv[0], envv); err != nil {
 		return err
 	}
 	cwd := cs.Cwd
@@ -265,7 +268,7 @@ func (l *launch) resolve(env *api.Env) error {
 		}
 		ok := false
 		if l.view != nil {
-			ok = l.view.isDir(cwd)
+			ok = l.view.IsDir(cwd)
 		} else if st, err := os.Stat(cwd); err == nil && st.IsDir() {
 			ok = true
 		}
@@ -278,7 +281,7 @@ func (l *launch) resolve(env *api.Env) error {
 		}
 	} else if wd, err := os.Getwd(); err == nil {
 		cwd = wd
-		if l.view != nil && !l.view.isDir(cwd) {
+		if l.view != nil && !l.view.IsDir(cwd) {
 			cwd = "/"
 		}
 	}
@@ -311,7 +314,7 @@ func (l *launch) prepare(ctx context.Context, env *api.Env, lg *limits.Group) er
 	if err := os.Mkdir(rec.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating command directory: %w", err)
 	}
-	dirf, err := os.OpenFile(rec.Dir, unix.O_PATH|unix.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	dirf, err := safefs.OpenPathDir(rec.Dir)
 	if err != nil {
 		return fmt.Errorf("opening command directory: %w", err)
 	}
@@ -346,9 +349,9 @@ func (l *launch) outputs(ss *supervise.StartSpec, open func(name string, flag in
 	}
 	// The receipt is rewritten in place as facts arrive: its blocks are
 	// allocated now, so a full filesystem can't cut it later.
-	_ = unix.Fallocate(int(receipt.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, 4096)
-	var rst unix.Stat_t
-	if err := unix.Fstat(int(receipt.Fd()), &rst); err != nil {
+	_ = safefs.Preallocate(receipt, 4096)
+	rst, err := safefs.IDOf(receipt)
+	if err != nil {
 		return fmt.Errorf("stat receipt: %w", err)
 	}
 	rec.ProofDev, rec.ProofIno = rst.Dev, rst.Ino
@@ -426,11 +429,11 @@ func (l *launch) startGuardian(env *api.Env, ss supervise.StartSpec, join bool) 
 		}
 	}
 	fault.Point(fault.GuardianStarted)
-	rec.Guardian = toAPI(g.ID)
+	rec.Guardian = records.ToAPI(g.ID)
 	rec.State = api.CommandRunning
 	now := time.Now().UTC()
 	rec.StartedAt = &now
-	if notes := unenforcedOf(env); notes != "" {
+	if notes := evidence.Unenforced(env); notes != "" {
 		rec.LimitsNote = notes
 	}
 	return nil
@@ -467,16 +470,15 @@ func (l *launch) early(env *api.Env) (bool, error) {
 	if noEarlyLaunch {
 		return false, nil
 	}
-	parent, err := os.OpenFile(filepath.Join(env.RunDir, "commands"), unix.O_PATH|unix.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	parent, err := safefs.OpenPathDir(filepath.Join(env.RunDir, "commands"))
 	if err != nil {
 		return false, fmt.Errorf("opening the environment's commands directory: %w", err)
 	}
-	probe, err := unix.Openat(int(parent.Fd()), ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	first, err := safefs.OpenUnnamed(parent, "receipt", os.O_RDWR)
 	if err != nil {
 		parent.Close()
 		return false, nil
 	}
-	first := os.NewFile(uintptr(probe), "receipt")
 	l.opened = append(l.opened, parent)
 	ss := supervise.StartSpec{Parent: parent}
 	err = l.outputs(&ss, func(name string, flag int) (*os.File, error) {
@@ -485,11 +487,7 @@ func (l *launch) early(env *api.Env) (bool, error) {
 			first = nil
 			return f, nil
 		}
-		fd, err := unix.Openat(int(parent.Fd()), ".", unix.O_TMPFILE|unix.O_CLOEXEC|flag, 0o600)
-		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: filepath.Join(env.RunDir, "commands"), Err: err}
-		}
-		return os.NewFile(uintptr(fd), name), nil
+		return safefs.OpenUnnamed(parent, name, flag)
 	})
 	if err == nil {
 		l.guardianGroup(env, &ss)
@@ -514,7 +512,7 @@ func (l *launch) place(env *api.Env) error {
 	if err := os.Mkdir(rec.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating command directory: %w", err)
 	}
-	dir, err := os.OpenFile(rec.Dir, unix.O_PATH|unix.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	dir, err := safefs.OpenPathDir(rec.Dir)
 	if err != nil {
 		return fmt.Errorf("opening command directory: %w", err)
 	}
@@ -523,9 +521,7 @@ func (l *launch) place(env *api.Env) error {
 	// named, and a receipt without a name that the guardian's release
 	// never came (decide.Evidence.Unnamed).
 	name := func(nf namedFile) error {
-		// An unnamed file is named through its /proc link (AT_EMPTY_PATH
-		// would need CAP_DAC_READ_SEARCH).
-		if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", nf.f.Fd()), int(dir.Fd()), nf.name, unix.AT_SYMLINK_FOLLOW); err != nil {
+		if err := safefs.LinkUnnamed(nf.f, dir, nf.name); err != nil {
 			return fmt.Errorf("naming the command's %s file: %w", nf.name, &os.PathError{Op: "link", Path: filepath.Join(rec.Dir, nf.name), Err: err})
 		}
 		return nil
@@ -561,7 +557,7 @@ func (l *launch) register(b *registry.Batch, env *api.Env) {
 	old := *l.rec
 	old.State, old.Rev = api.CommandReserved, 1
 	b.UpdateCommand(&old, l.rec)
-	settleAll(b, l.intents, nil)
+	records.SettleAll(b, l.intents, nil)
 }
 
 // release opens the gate and starts watching the guardian.
@@ -686,17 +682,17 @@ func (l *launch) abort(cause error) error {
 		for _, in := range l.intents {
 			if in.Kind == registry.KindDir {
 				if _, err := os.Lstat(in.Target); err == nil {
-					override[in.ID] = registry.Fact{Exists: true, Identity: pathIdentity(in.Target)}
+					override[in.ID] = registry.Fact{Exists: true, Identity: records.PathIdentity(in.Target)}
 				}
 			}
 		}
-		settleAll(&b, l.intents, override)
+		records.SettleAll(&b, l.intents, override)
 		if err := l.e.reg.Commit(ctx, &b); err == nil || !errors.Is(err, registry.ErrConflict) {
 			break
 		}
 	}
 	if cur, err := l.e.reg.Command(ctx, l.rec.ID); err == nil {
-		writeCommandRecord(cur)
+		records.WriteCommandRecord(cur)
 	}
 	return cause
 }
@@ -764,7 +760,7 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 		return nil, fmt.Errorf("registering the command: %w", err)
 	}
 	l.reserved()
-	if err := l.prepare(ctx, env, limitGroup(env)); err != nil {
+	if err := l.prepare(ctx, env, evidence.LimitGroup(env)); err != nil {
 		return nil, l.abort(err)
 	}
 	var b2 registry.Batch

@@ -12,7 +12,9 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/evidence"
 	"github.com/habemus-papadum/hostfork/internal/limits"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 )
@@ -241,7 +243,7 @@ func (r *Running) end(startClosed, leaderClosed bool) {
 func (r *Running) observe(guardian decide.Liveness, event string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ev := r.e.evidence(&r.env, r.rec)
+	ev := evidence.Gather(&r.env, r.rec)
 	ev.Guardian = guardian
 	switch event {
 	case "started":
@@ -250,7 +252,7 @@ func (r *Running) observe(guardian decide.Liveness, event string) {
 		ev.WorkloadVerified, ev.LeaderGone = true, true
 	}
 	if guardian == decide.Gone {
-		r.e.oomEvidence(&r.env, r.rec, r.lg, &ev)
+		evidence.OOM(&r.env, r.rec, r.lg, &ev)
 	}
 	n, _ := decide.Command(*r.rec, ev)
 	r.rec = &n
@@ -329,7 +331,7 @@ func (r *Running) finish() {
 	for try := 0; try < 8; try++ {
 		var b registry.Batch
 		b.UpdateCommand(&base, cur)
-		settleAll(&b, r.intents, nil)
+		records.SettleAll(&b, r.intents, nil)
 		if r.autoStop {
 			envCur, eerr := e.reg.Env(ctx, r.env.ID)
 			if eerr != nil {
@@ -353,7 +355,7 @@ func (r *Running) finish() {
 			err = rerr
 			break
 		}
-		ev := e.evidence(&r.env, fresh)
+		ev := evidence.Gather(&r.env, fresh)
 		ev.Guardian = decide.Gone
 		// The command's own groups are gone: its OOM verdict is the one
 		// read before they were removed.
@@ -382,8 +384,8 @@ func (r *Running) finish() {
 	snapshot.Capture = maps.Clone(cur.Capture)
 	r.mu.Unlock()
 	if r.autoStop {
-		e.writeManifest(ctx, r.env.ID)
+		e.reg.WriteManifest(ctx, r.env.ID)
 	} else {
-		writeCommandRecord(&snapshot)
+		records.WriteCommandRecord(&snapshot)
 	}
 }

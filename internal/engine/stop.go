@@ -2,24 +2,22 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
-	"github.com/habemus-papadum/hostfork/internal/atomicfile"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/decide"
+	"github.com/habemus-papadum/hostfork/internal/evidence"
 	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/lockfile"
+	"github.com/habemus-papadum/hostfork/internal/provision"
+	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/tree"
@@ -39,15 +37,6 @@ type StopOptions struct {
 	Abandon bool
 }
 
-// stopLock serializes overlapping stops of one tree across processes.
-func stopLock(ctx context.Context, dir string) (func(), error) {
-	l, err := lockfile.Acquire(ctx, filepath.Join(dir, "stop.lock"))
-	if err != nil {
-		return nil, err
-	}
-	return l.Release, nil
-}
-
 func (e *Engine) grace(env *api.Env, opts StopOptions) time.Duration {
 	g := opts.Grace
 	if g == 0 {
@@ -57,67 +46,6 @@ func (e *Engine) grace(env *api.Env, opts StopOptions) time.Duration {
 		g = 0
 	}
 	return g
-}
-
-// target is the tree-stop target of a command; its guardian is a root
-// only when guardianProven.
-func target(env *api.Env, c *api.Command) tree.Target {
-	t := tree.Target{Cgroup: c.CgroupPath}
-	if t.Cgroup != "" {
-		if m, err := cgroup.FindMount(); err == nil {
-			t.Mount = m.Path
-		}
-	}
-	alive := c.Guardian != nil && linux.Assess(toLinux(c.Guardian)) == linux.Alive
-	if alive && guardianProven(env, c) == nil {
-		// A guardian makes itself its tree's subreaper before anything
-		// starts, or exits.
-		t.Roots, t.Subreapers = []linux.Identity{toLinux(c.Guardian)}, true
-	} else if !alive && c.Workload != nil && workloadProven(c) == nil {
-		// No guardian is left to be the tree's root: its leader, still
-		// the process its guardian recorded, is stopped with its
-		// descendants (issue 39, item 8).
-		t.Leaders = []linux.Identity{toLinux(c.Workload)}
-	}
-	return t
-}
-
-// workloadProven says whether the record's workload is the one its
-// guardian recorded in its receipt (registered by inode): a record alone
-// never names a process to signal.
-func workloadProven(c *api.Command) error {
-	r, err := receiptOf(c)
-	if err != nil {
-		return err
-	}
-	if r.WorkloadPID != c.Workload.PID || r.WorkloadStart != c.Workload.StartTime || (c.Guardian != nil && c.Guardian.BootID != c.Workload.BootID) {
-		return fmt.Errorf("the record's workload (pid %d) is not the one its guardian's receipt names (pid %d)", c.Workload.PID, r.WorkloadPID)
-	}
-	return nil
-}
-
-// guardianProven says whether the live process the record names as the
-// command's guardian is hostfork's guardian of it, not merely a process
-// with the same PID and start time (a record can be edited): in the cgroup
-// tiers it must be in its environment's guardians group, where only
-// guardians are started; without a cgroup, the guardian's own receipt
-// (registered by inode) must name it. Nothing is signalled or treated as a
-// tree's root without this proof.
-func guardianProven(env *api.Env, c *api.Command) error {
-	if c.Guardian == nil {
-		return errors.New("no guardian is recorded")
-	}
-	if env != nil && env.CgroupPath != "" && c.CgroupPath != "" {
-		m, err := cgroup.FindMount()
-		if err != nil {
-			return fmt.Errorf("the cgroup2 mount can't be found: %v", err)
-		}
-		if !tree.InGroup(c.Guardian.PID, m.Path, filepath.Join(env.CgroupPath, cgGuardians)) {
-			return fmt.Errorf("pid %d is not in the environment's guardians group", c.Guardian.PID)
-		}
-		return nil
-	}
-	return guardianMatchesReceipt(c)
 }
 
 // StopCommand stops one command tree: it tells the guardian the decided
@@ -154,7 +82,7 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 		opts.Reason = api.ReasonUser
 	}
 	grace := e.grace(env, opts)
-	unlock, err := stopLock(ctx, c.Dir)
+	unlock, err := records.StopLock(ctx, c.Dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("serializing stop of %s: %w", c.ID, err)
 	}
@@ -189,7 +117,7 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 		// signalled or killed (the evidence proves the exit).
 		return cur, fmt.Errorf("stopping %s: recorded in another boot, yet not settled: %w", cur.ID, api.ErrUnverified)
 	}
-	rcpt := readReceipt(cur)
+	rcpt := evidence.Receipt(cur)
 	var rr api.StopReason
 	if rcpt != nil {
 		rr = rcpt.StopReason
@@ -198,7 +126,7 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 	if cur.Tier == api.TierSubreaper && cur.Guardian != nil {
 		// Without a cgroup the guardian is the tree's only witness: the
 		// recorded identity must be the one its own receipt names.
-		if err := guardianMatchesReceipt(cur); err != nil {
+		if err := evidence.GuardianMatchesReceipt(cur); err != nil {
 			return cur, fmt.Errorf("not stopping %s: %v: %w", cur.ID, err, api.ErrUnverified)
 		}
 	}
@@ -207,24 +135,33 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 	// reaper that runs after this stopper died must find the decision at
 	// once (class 11; the environment's stop does the same).
 	decision := filepath.Join(c.Dir, "stop-decision")
-	keepDecision(decision, reason)
+	records.KeepDecision(decision, reason)
 	// Tell the guardian (a notice: it records the reason and keeps a
 	// backup kill in case this stopper dies), then kill. The pidfd is
 	// opened before the proof is checked, so the process checked is the
 	// one signalled.
 	if cur.Guardian != nil {
-		if p, err := linux.OpenVerified(toLinux(cur.Guardian)); err == nil {
-			if guardianProven(env, cur) == nil {
+		if p, err := linux.OpenVerified(records.ToLinux(cur.Guardian)); err == nil {
+			if evidence.GuardianProven(env, cur) == nil {
 				_ = p.SignalValue(syscall.SIGTERM, supervise.StopValue(reason, true, grace))
 			}
 			p.Close()
 		}
 	}
 	fault.Point(fault.StopRecorded)
-	res, stopErr := tree.Stop(ctx, target(env, cur), grace)
+	res, stopErr := tree.Stop(ctx, evidence.Target(env, cur), grace)
 	fault.Point(fault.StopKilled)
 	// The guardian now reaps what is left and writes its receipt.
 	waitGone(ctx, cur.Guardian, 2*time.Second)
+	// A guardian that can't (stopped, its children zombies) is ended
+	// here: the zombies then go to init, and that is the tree's end.
+	stuck := false
+	if cur.Guardian != nil && len(res.Survivors) == 0 && tree.StuckWithZombies(records.ToLinux(cur.Guardian)) {
+		if p, err := linux.OpenVerified(records.ToLinux(cur.Guardian)); err == nil {
+			stuck = p.Signal(syscall.SIGKILL) == nil && p.WaitExit(ctx, 2*time.Second)
+			p.Close()
+		}
+	}
 	if r := e.runningOf(cur.ID); r != nil {
 		// This process launched it: its watcher records the result.
 		select {
@@ -233,15 +170,15 @@ func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, 
 		case <-time.After(5 * time.Second):
 		}
 		rec := r.Record()
-		dropDecision(decision, &rec)
+		records.DropDecision(decision, &rec)
 		return &rec, stopErrOf(&rec, res, stopErr)
 	}
-	final, err := e.recordStop(ctx, env, cur, reason, res)
+	final, err := e.recordStop(ctx, env, cur, reason, res, stuck)
 	if err != nil && final == nil {
 		return cur, err
 	}
 	if err == nil {
-		dropDecision(decision, final)
+		records.DropDecision(decision, final)
 	}
 	if err := stopErrOf(final, res, stopErr); err != nil {
 		return final, err
@@ -264,7 +201,7 @@ func stopErrOf(rec *api.Command, res tree.Result, stopErr error) error {
 // recordStop records a stop's outcome: the first stop reason, and
 // whatever the evidence now proves. When the registry can't be written,
 // the decision is kept in the command's directory for the reaper.
-func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, reason api.StopReason, res tree.Result) (*api.Command, error) {
+func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, reason api.StopReason, res tree.Result, stuckKilled bool) (*api.Command, error) {
 	cur := c
 	for try := 0; try < 5; try++ {
 		if cur.Final() {
@@ -272,7 +209,8 @@ func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, r
 			// first final record stands.
 			return cur, nil
 		}
-		ev := e.evidence(env, cur)
+		ev := evidence.Gather(env, cur)
+		ev.StuckGuardianKilled = stuckKilled && ev.Guardian == decide.Gone
 		n, _ := decide.Command(*cur, ev)
 		if n.StopReason == "" && !(n.Final() && n.LeaderState == api.PhaseExited && !n.StoppedByHostfork && res.Signalled == 0 && res.Killed == 0) {
 			n.StopReason = reason
@@ -280,7 +218,7 @@ func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, r
 		if len(res.Survivors) > 0 {
 			n.Survivors = nil
 			for _, s := range res.Survivors {
-				n.Survivors = append(n.Survivors, *toAPI(s))
+				n.Survivors = append(n.Survivors, *records.ToAPI(s))
 			}
 			if ev.Guardian == decide.Gone {
 				n.State, n.TreeState = api.CommandUnverified, api.PhaseUnverified
@@ -292,7 +230,7 @@ func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, r
 			return &n, nil
 		}
 		if !errors.Is(err, registry.ErrConflict) {
-			keepDecision(filepath.Join(c.Dir, "stop-decision"), reason)
+			records.KeepDecision(filepath.Join(c.Dir, "stop-decision"), reason)
 			return &n, fmt.Errorf("the tree was stopped, but the record could not be written (%v); the decision is kept in %s and 'hostfork reap' records it: %w", err, filepath.Join(c.Dir, "stop-decision"), err)
 		}
 		fresh, rerr := e.reg.Command(ctx, c.ID)
@@ -304,68 +242,17 @@ func (e *Engine) recordStop(ctx context.Context, env *api.Env, c *api.Command, r
 	return cur, registry.ErrConflict
 }
 
-// keepDecision writes a stop decision next to its evidence, for the reaper
-// (best effort: on a full filesystem even this may fail; the guardian's
-// receipt carries the reason too).
-func keepDecision(path string, reason api.StopReason) {
-	// Durable and whole, or not written: a full store leaves the old
-	// decision (or none), never an empty file (issue 39, item 6). The stop
-	// goes on either way: recording never prevents a kill (DESIGN.md, "The
-	// store").
-	_ = atomicfile.WriteFile(path, []byte(string(reason)+"\n"), 0o600)
-}
-
-// dropDecision removes a kept stop decision once the record is final: the
-// record now says what happened (with the reason, or without one when the
-// tree had ended by itself before the stop touched it).
-func dropDecision(path string, rec *api.Command) {
-	if rec != nil && rec.Final() {
-		_ = os.Remove(path)
-	}
-}
-
-// readDecision reads a kept stop decision ("" none).
-func readDecision(path string) api.StopReason {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	return api.StopReason(strings.TrimSpace(string(b)))
-}
-
 // waitGone waits (bounded) for a recorded process to exit.
 func waitGone(ctx context.Context, id *api.Identity, limit time.Duration) {
 	if id == nil {
 		return
 	}
-	p, err := linux.OpenVerified(toLinux(id))
+	p, err := linux.OpenVerified(records.ToLinux(id))
 	if err != nil {
 		return
 	}
 	defer p.Close()
-	fds := []unix.PollFd{{Fd: int32(p.Fd()), Events: unix.POLLIN}}
-	end := time.Now().Add(limit)
-	for time.Now().Before(end) && ctx.Err() == nil {
-		if n, _ := unix.Poll(fds, 50); n > 0 {
-			return
-		}
-	}
-}
-
-// guardianMatchesReceipt checks the recorded guardian against the receipt
-// the guardian itself wrote through its registered proof file.
-func guardianMatchesReceipt(c *api.Command) error {
-	if c.ProofIno == 0 {
-		return errors.New("no receipt was registered")
-	}
-	r, err := supervise.ReadReceipt(filepath.Join(c.Dir, "receipt"), c.ID, c.ProofDev, c.ProofIno)
-	if err != nil {
-		return fmt.Errorf("its receipt can't vouch for it: %w", err)
-	}
-	if r.Guardian != c.Guardian.PID || r.BootID != c.Guardian.BootID {
-		return fmt.Errorf("the record names pid %d but the guardian's receipt names pid %d", c.Guardian.PID, r.Guardian)
-	}
-	return nil
+	p.WaitExit(ctx, limit)
 }
 
 // abandonCommand releases an unverified command's record without proof of
@@ -381,7 +268,7 @@ func (e *Engine) abandonCommand(ctx context.Context, env *api.Env, c *api.Comman
 		// Released, not ended: a record that says exited must not say
 		// its leader is live (issue 39, item 9).
 		n.LeaderState = api.PhaseUnknown
-		if n.Workload != nil && liveness(n.Workload) == decide.Gone {
+		if n.Workload != nil && records.Liveness(n.Workload) == decide.Gone {
 			n.LeaderState = api.PhaseExited
 		}
 	}
@@ -396,31 +283,12 @@ func (e *Engine) abandonCommand(ctx context.Context, env *api.Env, c *api.Comman
 	return &n, nil
 }
 
-// stopKeeper ends a keeper: SIGTERM through a verified pidfd, a bounded
-// wait, then SIGKILL.
-func stopKeeper(ctx context.Context, id *api.Identity) {
-	p, err := linux.OpenVerified(toLinux(id))
-	if err != nil {
-		return
-	}
-	defer p.Close()
-	_ = p.Signal(syscall.SIGTERM)
-	fds := []unix.PollFd{{Fd: int32(p.Fd()), Events: unix.POLLIN}}
-	end := time.Now().Add(2 * time.Second)
-	for time.Now().Before(end) && ctx.Err() == nil {
-		if n, _ := unix.Poll(fds, 50); n > 0 {
-			return
-		}
-	}
-	_ = p.Signal(syscall.SIGKILL)
-}
-
 // envFinish is what ending an environment's execution did: the keeper, the
 // scope and the cgroups are gone (or why not), the limit evidence read.
 type envFinish struct {
 	reason     api.StopReason
 	cleanup    []string
-	evidence   json.RawMessage
+	evidence   *api.LimitsEvidence
 	result     string // the systemd manager's
 	stopped    time.Time
 	facts      map[int64]registry.Fact
@@ -461,16 +329,16 @@ func (e *Engine) finishEnv(ctx context.Context, env *api.Env, reason api.StopRea
 		// Guardians write their receipts and exit once their trees are
 		// gone.
 		for _, r := range t.Roots {
-			waitGone(ctx, toAPI(r), 2*time.Second)
+			waitGone(ctx, records.ToAPI(r), 2*time.Second)
 		}
 	}
 	if env.Keeper != nil && !otherBoot {
 		// The view is released once its keeper and the commands that
 		// joined it are gone. Trees stay.
-		stopKeeper(ctx, env.Keeper)
+		supervise.StopKeeper(ctx, records.ToLinux(env.Keeper))
 	}
 	if env.Unit != "" && !otherBoot {
-		if err := stopScope(ctx, env); err != nil {
+		if err := provision.StopScope(ctx, env); err != nil {
 			f.cleanup = append(f.cleanup, err.Error())
 		}
 		f.result = env.ManagerResult
@@ -480,10 +348,9 @@ func (e *Engine) finishEnv(ctx context.Context, env *api.Env, reason api.StopRea
 			f.cleanup = append(f.cleanup, err.Error())
 		}
 	}
-	if lg := limitGroup(env); lg != nil {
-		if ev, err := json.Marshal(lg.Evidence()); err == nil {
-			f.evidence = ev
-		}
+	if lg := evidence.LimitGroup(env); lg != nil {
+		ev := lg.Evidence()
+		f.evidence = &ev
 		if err := lg.Remove(ctx); err != nil {
 			f.cleanup = append(f.cleanup, err.Error())
 		}
@@ -501,7 +368,7 @@ func (e *Engine) finishEnv(ctx context.Context, env *api.Env, reason api.StopRea
 			continue // trees stay: retention decides
 		case registry.KindDir:
 			if _, err := os.Lstat(in.Target); err == nil {
-				f.facts[in.ID] = registry.Fact{Exists: true, Identity: pathIdentity(in.Target)}
+				f.facts[in.ID] = registry.Fact{Exists: true, Identity: records.PathIdentity(in.Target)}
 			}
 		case registry.KindScope:
 			if f.result != "" || otherBoot {
@@ -543,7 +410,7 @@ func (f envFinish) next(cur *api.Env) *api.Env {
 }
 
 // settle adds the environment's intent settlements to b.
-func (f envFinish) settle(b *registry.Batch) { settleAll(b, f.intents, f.facts) }
+func (f envFinish) settle(b *registry.Batch) { records.SettleAll(b, f.intents, f.facts) }
 
 // StopEnv stops every command of an environment, confirms their exit,
 // ends the keeper and the scope, removes the environment's empty cgroups
@@ -565,7 +432,7 @@ func (e *Engine) StopEnv(ctx context.Context, id string, opts StopOptions) (*api
 		cmds, _ := e.reg.Commands(ctx, registry.CommandQuery{Env: id})
 		return e.reconcile(ctx, env, cmds, true), nil
 	}
-	unlock, err := envLock(env.RunDir, 30*time.Second)
+	unlock, err := records.EnvLock(env.RunDir, 30*time.Second)
 	if errors.Is(err, lockfile.ErrBusy) {
 		return env, fmt.Errorf("environment %s: another stop or reaper holds it; try again: %w", id, api.ErrConflict)
 	}
@@ -597,13 +464,13 @@ func (e *Engine) stopEnvLocked(ctx context.Context, env *api.Env, opts StopOptio
 	if env.State.Final() {
 		return env, nil
 	}
-	reason := decide.StopReason(env.StopReason, readDecision(filepath.Join(env.RunDir, "stop-decision")), opts.Reason)
+	reason := decide.StopReason(env.StopReason, records.ReadDecision(filepath.Join(env.RunDir, "stop-decision")), opts.Reason)
 	// The decision is kept beside the evidence before anything is
 	// stopped, so that a stopper killed at any point leaves a stop the
 	// reaper completes (the record may not have it yet: admission closes
 	// in parallel with the kill). It is removed once the stop is
 	// recorded.
-	keepDecision(filepath.Join(env.RunDir, "stop-decision"), reason)
+	records.KeepDecision(filepath.Join(env.RunDir, "stop-decision"), reason)
 	// Close admission, in parallel with the kill.
 	closed := make(chan error, 1)
 	go func() {
@@ -628,7 +495,7 @@ func (e *Engine) stopEnvLocked(ctx context.Context, env *api.Env, opts StopOptio
 			err = e.reg.Commit(ctx, &b)
 			if err == nil || !errors.Is(err, registry.ErrConflict) {
 				if err != nil {
-					keepDecision(filepath.Join(env.RunDir, "stop-decision"), reason)
+					records.KeepDecision(filepath.Join(env.RunDir, "stop-decision"), reason)
 				}
 				closed <- err
 				return
@@ -640,10 +507,12 @@ func (e *Engine) stopEnvLocked(ctx context.Context, env *api.Env, opts StopOptio
 		<-closed
 		return e.abandonEnv(ctx, env)
 	}
-	errs := e.stopCommands(ctx, env, reason, opts)
+	tried := map[string]bool{}
+	errs := e.stopCommands(ctx, env, reason, opts, tried)
 	cerr := <-closed
-	// A launch that registered before admission closed is stopped too.
-	errs = append(errs, e.stopCommands(ctx, env, reason, opts)...)
+	// A launch that registered before admission closed is stopped too
+	// (only those: the first pass's failures are said once).
+	errs = append(errs, e.stopCommands(ctx, env, reason, opts, tried)...)
 	fin := e.finishEnv(ctx, env, reason, "")
 	if fin.incomplete != nil {
 		errs = append(errs, fin.incomplete)
@@ -675,7 +544,7 @@ func (e *Engine) stopEnvLocked(ctx context.Context, env *api.Env, opts StopOptio
 			break
 		}
 		if !errors.Is(err, registry.ErrConflict) {
-			keepDecision(filepath.Join(env.RunDir, "stop-decision"), reason)
+			records.KeepDecision(filepath.Join(env.RunDir, "stop-decision"), reason)
 			errs = append(errs, fmt.Errorf("the environment was stopped, but the record could not be written (%v); the decision is kept in %s and 'hostfork reap' records it: %w", err, filepath.Join(env.RunDir, "stop-decision"), err))
 			break
 		}
@@ -683,7 +552,7 @@ func (e *Engine) stopEnvLocked(ctx context.Context, env *api.Env, opts StopOptio
 	if cerr != nil && !errors.Is(cerr, registry.ErrConflict) && final == nil {
 		errs = append(errs, fmt.Errorf("closing admission: %w", cerr))
 	}
-	e.writeManifest(ctx, id)
+	e.reg.WriteManifest(ctx, id)
 	if final == nil {
 		final = env
 	}
@@ -691,7 +560,7 @@ func (e *Engine) stopEnvLocked(ctx context.Context, env *api.Env, opts StopOptio
 }
 
 // stopCommands stops every live command of env in parallel.
-func (e *Engine) stopCommands(ctx context.Context, env *api.Env, reason api.StopReason, opts StopOptions) []error {
+func (e *Engine) stopCommands(ctx context.Context, env *api.Env, reason api.StopReason, opts StopOptions, tried map[string]bool) []error {
 	cmds, err := e.reg.Commands(ctx, registry.CommandQuery{Env: env.ID})
 	if err != nil {
 		return []error{err}
@@ -700,9 +569,10 @@ func (e *Engine) stopCommands(ctx context.Context, env *api.Env, reason api.Stop
 	results := make(chan result, len(cmds))
 	pending := 0
 	for _, c := range cmds {
-		if c.Final() {
+		if c.Final() || tried[c.ID] {
 			continue
 		}
+		tried[c.ID] = true
 		pending++
 		go func(c *api.Command) {
 			_, err := e.stopCommand(ctx, env, c, StopOptions{Reason: reason, Grace: opts.Grace})
@@ -763,28 +633,6 @@ func (e *Engine) abandonEnv(ctx context.Context, env *api.Env) (*api.Env, error)
 	if err := e.reg.Commit(ctx, &b); err != nil {
 		return cur, err
 	}
-	e.writeManifest(ctx, env.ID)
+	e.reg.WriteManifest(ctx, env.ID)
 	return n, nil
-}
-
-// envLock serializes reapers, stops and gc on one environment. It waits at
-// most limit (an error matching lockfile.ErrBusy then). An environment
-// whose run directory does not exist (a creation killed before its mkdir)
-// is locked through the directory that holds the run directories. A lock
-// that can't be taken at all is an error, never a lock taken.
-func envLock(runDir string, limit time.Duration) (func(), error) {
-	f, err := lockfile.Open(filepath.Join(runDir, "reap.lock"))
-	if errors.Is(err, os.ErrNotExist) {
-		f, err = os.Open(filepath.Dir(runDir))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("locking the environment: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	l, err := lockfile.Take(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	return l.Release, nil
 }

@@ -6,26 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/habemus-papadum/hostfork/internal/planner"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 	"github.com/habemus-papadum/hostfork/spec"
 )
-
-func TestV1LimitParent(t *testing.T) {
-	for _, c := range []struct{ mount, v2, want string }{
-		{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/unified/hostfork", "hostfork"},
-		{"/sys/fs/cgroup", "/sys/fs/cgroup/hostfork", "hostfork"},
-		{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/unified/hostfork-test-1a2b", "hostfork-test-1a2b"},
-		{"/sys/fs/cgroup", "/sys/fs/cgroup/user.slice/user-1000.slice/hostfork", "user.slice/user-1000.slice/hostfork"},
-		{"/sys/fs/cgroup/unified", "", V1LimitParent},
-		{"", "/sys/fs/cgroup/unified/hostfork-x", V1LimitParent},
-		{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/unified", V1LimitParent},
-		{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/other", V1LimitParent},
-	} {
-		if got := v1LimitParent(c.mount, c.v2); got != c.want {
-			t.Errorf("v1LimitParent(%q, %q) = %q, want %q", c.mount, c.v2, got, c.want)
-		}
-	}
-}
 
 // TestV1GroupsMirrorTheParent: on a host whose memory controller is on
 // cgroup v1 (hybrid), an environment with a memory limit gets its v1
@@ -60,8 +44,8 @@ func TestV1GroupsMirrorTheParent(t *testing.T) {
 	if _, err := os.Stat(group); err != nil {
 		t.Errorf("the environment's v1 memory group: %v; want it under the mirrored parent %s", err, rel)
 	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", V1LimitParent, env.ID)); err == nil {
-		t.Errorf("the environment's v1 memory group is under the shared %q", V1LimitParent)
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", planner.V1LimitParent, env.ID)); err == nil {
+		t.Errorf("the environment's v1 memory group is under the shared %q", planner.V1LimitParent)
 	}
 	if _, err := e.StopEnv(ctx, env.ID, StopOptions{Grace: -1}); err != nil {
 		t.Fatal(err)

@@ -39,6 +39,22 @@ func rmdir(path string) error {
 	}
 }
 
+// RemoveV1Dir removes a v1 limit group left behind: its subdirectories
+// (best effort), then itself. One already gone is not an error.
+func RemoveV1Dir(path string) error {
+	if ents, err := os.ReadDir(path); err == nil {
+		for _, ent := range ents {
+			if ent.IsDir() {
+				_ = unix.Rmdir(filepath.Join(path, ent.Name()))
+			}
+		}
+	}
+	if err := unix.Rmdir(path); err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "rmdir", Path: path, Err: err}
+	}
+	return nil
+}
+
 // writeFile writes val to an existing control file in one write(2), as the
 // cgroup interface requires (os.File retries EINTR itself).
 func writeFile(path, val string) error {

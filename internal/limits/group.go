@@ -224,12 +224,19 @@ func (g *Group) write(b Budget) error {
 	return nil
 }
 
-// Join moves pid (0: the calling process) into every v1 group. cgroup v1
-// has no clone-into, so the launcher makes the gated guardian join before
-// its workload starts; children inherit the groups. With no v1 groups it
-// does nothing (cgroup2 placement is clone-into, by the caller).
+// Join moves a supervisor (a gated guardian, a keeper; 0: the calling
+// process) into every v1 group but memory. cgroup v1 has no clone-into, so
+// the launcher makes the gated guardian join before its workload starts;
+// children inherit the groups, and a workload joins its own memory group
+// (CommandGroups, under the environment's). The supervisors stay out of
+// the memory budget they witness, so its OOM kill never takes them. With
+// no v1 groups it does nothing (cgroup2 placement is clone-into, by the
+// caller).
 func (g *Group) Join(pid int) error {
 	for _, d := range g.v1Dirs() {
+		if d == g.V1["memory"] {
+			continue
+		}
 		p := filepath.Join(d, "cgroup.procs")
 		if err := writeFile(p, strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("joining pid %d to %s: %w", pid, d, err)

@@ -132,8 +132,15 @@ func (r *rig) start(t *testing.T, cmd *exec.Cmd) *proc {
 			t.Errorf("pid %d not reaped 10 s after SIGKILL", cmd.Process.Pid)
 		}
 	})
+	// As a launch does: the supervisor's groups (Join), then, as the
+	// workload does, the memory group.
 	if err := r.g.Join(cmd.Process.Pid); err != nil {
 		t.Fatal(err)
+	}
+	if d := r.g.V1["memory"]; d != "" {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := checkMembership(cmd.Process.Pid, r.g); err != nil {
 		t.Fatalf("not starting the workload: %v", err)

@@ -1,10 +1,12 @@
 package linux
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -47,6 +49,20 @@ func OpenVerified(id Identity) (*Pidfd, error) {
 		return nil, fmt.Errorf("%v: PID now has start time %d: %w", id, st.StartTime, ErrIdentityMismatch)
 	}
 	return &Pidfd{fd: fd, ID: id}, nil
+}
+
+// WaitExit waits until the process has exited (its pidfd is readable), at
+// most limit and while ctx lasts, looking every 50 ms; it reports whether
+// the process exited.
+func (p *Pidfd) WaitExit(ctx context.Context, limit time.Duration) bool {
+	fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
+	end := time.Now().Add(limit)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if n, _ := unix.Poll(fds, 50); n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Signal sends sig through the pidfd. A process that already exited gives

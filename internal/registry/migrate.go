@@ -117,7 +117,7 @@ func envFromV2(o *v2Env) *api.Env {
 		OwnerExit: o.OwnerExit, Owner: idFromV2(o.Owner), UntilStopped: o.UntilStopped,
 		TTL: api.Duration(o.TTL), Grace: api.Duration(o.Grace), IdleTimeout: api.Duration(o.IdleTimeout),
 		DeadlineAt: o.DeadlineAt, Spec: o.Spec, Keeper: idFromV2(o.Keeper), View: o.View,
-		Limits: o.Limits, LimitEvidence: durationsInEvidence(o.LimitEvidence),
+		Limits: o.Limits, LimitEvidence: evidenceOf(durationsInEvidence(o.LimitEvidence)),
 		Unit: o.Unit, ScopeMembership: o.ScopeMembership, ManagerResult: o.ManagerResult,
 		StopReason: api.StopReason(o.StopReason), StopRequestedAt: o.StopRequestedAt, StoppedAt: o.StoppedAt,
 		CleanupErrors: o.CleanupErrors, Error: o.Error,
@@ -201,4 +201,17 @@ func durationsInEvidence(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return out
+}
+
+// evidenceOf decodes a former version's limit evidence (nil when absent or
+// unreadable: unknown, never zero).
+func evidenceOf(raw json.RawMessage) *api.LimitsEvidence {
+	if len(raw) == 0 {
+		return nil
+	}
+	var ev api.LimitsEvidence
+	if json.Unmarshal(raw, &ev) != nil {
+		return nil
+	}
+	return &ev
 }

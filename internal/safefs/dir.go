@@ -102,6 +102,15 @@ func (d *Dir) Stat() (unix.Stat_t, error) {
 	return st, nil
 }
 
+// FSType returns the magic number (statfs' f_type) of d's filesystem.
+func (d *Dir) FSType() (int64, error) {
+	var sf unix.Statfs_t
+	if err := linux.IgnoringEINTR(func() error { return unix.Fstatfs(d.fd, &sf) }); err != nil {
+		return 0, err
+	}
+	return int64(sf.Type), nil
+}
+
 // Close closes the descriptor. Closing a closed or nil Dir does nothing.
 func (d *Dir) Close() error {
 	if d == nil || d.fd < 0 {
@@ -317,6 +326,18 @@ func (d *Dir) Lchmod(name string, perm os.FileMode) error {
 	}
 	if err != nil {
 		return pathErr("chmod", d.join(name), err)
+	}
+	return nil
+}
+
+// Lchown sets the owner and group of name (one component) in d without
+// following it if it is a symbolic link.
+func (d *Dir) Lchown(name string, uid, gid int) error {
+	if err := checkName(d, name); err != nil {
+		return err
+	}
+	if err := linux.IgnoringEINTR(func() error { return unix.Fchownat(d.fd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+		return pathErr("chown", d.join(name), err)
 	}
 	return nil
 }

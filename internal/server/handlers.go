@@ -14,11 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork"
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/client"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/watch"
 	"github.com/habemus-papadum/hostfork/spec"
 )
@@ -508,7 +507,7 @@ func parseSignal(raw json.RawMessage) (syscall.Signal, error) {
 	if !strings.HasPrefix(name, "SIG") {
 		name = "SIG" + name
 	}
-	if sig := unix.SignalNum(name); sig != 0 {
+	if sig := linux.SignalNum(name); sig != 0 {
 		return sig, nil
 	}
 	return 0, invalid("signal %q: unknown name (use e.g. TERM, INT, HUP, KILL, USR1)", s)

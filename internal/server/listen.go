@@ -12,9 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/lockfile"
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 )
@@ -35,9 +34,10 @@ func (s *Socket) Path() string { return s.path }
 // Listen made (same device and inode), and releases the lock.
 func (s *Socket) Close() error {
 	err := s.UnixListener.Close()
-	var st unix.Stat_t
-	if unix.Lstat(s.path, &st) == nil && st.Dev == s.dev && st.Ino == s.ino && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
-		_ = os.Remove(s.path)
+	if fi, err := os.Lstat(s.path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Dev == s.dev && st.Ino == s.ino {
+			_ = os.Remove(s.path)
+		}
 	}
 	s.lock.Release()
 	return err
@@ -97,12 +97,13 @@ func lockBeside(path string) (*lockfile.Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("socket %w", err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+	fi, err := f.Stat()
+	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("socket lock %s: %w", lp, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
+	st := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || int(st.Uid) != os.Geteuid() {
 		f.Close()
 		return nil, fmt.Errorf("socket lock %s is not a regular file of this user (uid %d): remove it or choose another --socket: %w", lp, st.Uid, api.ErrForbidden)
 	}
@@ -119,19 +120,19 @@ func lockBeside(path string) (*lockfile.Lock, error) {
 }
 
 func listenLocked(path, dir string, o ListenOptions) (*Socket, error) {
-	var st unix.Stat_t
-	switch err := unix.Lstat(path, &st); {
-	case errors.Is(err, unix.ENOENT):
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
 		return nil, fmt.Errorf("socket %s: %w", path, err)
-	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
+	case fi.Mode()&os.ModeSocket == 0:
 		return nil, fmt.Errorf("socket %s exists and is not a socket: remove it or choose another --socket: %w", path, api.ErrExists)
 	default:
 		if answers(path) {
 			return nil, fmt.Errorf("a server already answers on %s: stop it first, or choose another --socket: %w", path, api.ErrExists)
 		}
-		if int(st.Uid) != os.Geteuid() {
-			return nil, fmt.Errorf("stale socket %s belongs to uid %d, not this user: remove it yourself: %w", path, st.Uid, api.ErrForbidden)
+		if uid := fi.Sys().(*syscall.Stat_t).Uid; int(uid) != os.Geteuid() {
+			return nil, fmt.Errorf("stale socket %s belongs to uid %d, not this user: remove it yourself: %w", path, uid, api.ErrForbidden)
 		}
 		if o.StoreDir == "" || filepath.Clean(o.StoreDir) != dir {
 			return nil, fmt.Errorf("stale socket %s is outside the store's directory: remove it yourself (only a stale socket in the store is removed automatically): %w", path, api.ErrExists)
@@ -168,21 +169,23 @@ func listenLocked(path, dir string, o ListenOptions) (*Socket, error) {
 	}
 	// Mode, owner and the move into place act relative to the opened
 	// directories, never through a path resolved again.
-	if err := unix.Fchmodat(tdir.Fd(), "s", 0o660, 0); err != nil {
+	if err := tdir.Lchmod("s", 0o660); err != nil {
 		return fail(err)
 	}
-	if err := unix.Fchownat(tdir.Fd(), "s", o.UID, o.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil && os.Geteuid() == 0 {
+	if err := tdir.Lchown("s", o.UID, o.GID); err != nil && os.Geteuid() == 0 {
 		return fail(err)
 	}
-	if err := unix.Renameat2(tdir.Fd(), "s", parent.Fd(), filepath.Base(path), unix.RENAME_NOREPLACE); err != nil {
-		if errors.Is(err, unix.EEXIST) {
+	if err := tdir.Rename("s", parent, filepath.Base(path)); err != nil {
+		if errors.Is(err, safefs.ErrExists) {
 			return fail(fmt.Errorf("it appeared while starting: %w", api.ErrExists))
 		}
 		return fail(err)
 	}
-	if err := unix.Lstat(path, &st); err != nil {
+	placed, err := os.Lstat(path)
+	if err != nil {
 		return fail(err)
 	}
+	st := placed.Sys().(*syscall.Stat_t)
 	return &Socket{UnixListener: ln, path: path, dev: st.Dev, ino: st.Ino}, nil
 }
 
@@ -217,12 +220,8 @@ func peerOfConn(c net.Conn) peer {
 	case *limitedConn:
 		return uc.peer
 	case *net.UnixConn:
-		if raw, err := uc.SyscallConn(); err == nil {
-			_ = raw.Control(func(fd uintptr) {
-				if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-					p = peer{ok: true, uid: int(cred.Uid), pid: int(cred.Pid)}
-				}
-			})
+		if uid, pid, ok := linux.PeerCred(uc); ok {
+			p = peer{ok: true, uid: uid, pid: pid}
 		}
 	case *net.TCPConn:
 		p.tcp = true
@@ -364,14 +363,11 @@ func Inherited() (*net.UnixListener, error) {
 		return nil, fmt.Errorf("systemd passed %s sockets (LISTEN_FDS); hostfork serve takes one: a .socket unit with one ListenStream=: %w", fds, api.ErrInvalid)
 	}
 	const fd = 3 // SD_LISTEN_FDS_START
-	unix.CloseOnExec(fd)
-	domain, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
-	typ, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
-	acc, err3 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
-	if err := errors.Join(err1, err2, err3); err != nil {
+	ok, err := linux.ListeningUnixStream(fd)
+	if err != nil {
 		return nil, fmt.Errorf("the socket systemd passed (descriptor 3): %w", err)
 	}
-	if domain != unix.AF_UNIX || typ != unix.SOCK_STREAM || acc != 1 {
+	if !ok {
 		return nil, fmt.Errorf("the socket systemd passed is not a listening unix stream socket (ListenStream=/path/api.sock): %w", api.ErrInvalid)
 	}
 	f := os.NewFile(fd, "systemd socket")

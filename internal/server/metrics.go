@@ -146,22 +146,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// limitsNow is the part of api.Env.LimitsNow (internal/limits.Evidence as
-// JSON) the metrics read; absent counters stay nil.
-type limitsNow struct {
-	Memory struct {
-		Source   string  `json:"source"`
-		OOMKills *uint64 `json:"oom_kills"`
-		Current  *uint64 `json:"current_bytes"`
-	} `json:"memory"`
-	CPU struct {
-		Usage *hostfork.Duration `json:"usage"`
-	} `json:"cpu"`
-	Pids struct {
-		Current *uint64 `json:"current"`
-	} `json:"pids"`
-}
-
 // limitGroups is the part of api.Env.Limits (the limit groups' record)
 // the metrics read: which resources have a mechanism, and the v1 dirs.
 type limitGroups struct {
@@ -177,11 +161,8 @@ type envSpecLimits struct {
 }
 
 func envMetrics(ch chan<- prometheus.Metric, e *hostfork.EnvRecord) {
-	if len(e.LimitsNow) == 0 {
-		return
-	}
-	var now limitsNow
-	if json.Unmarshal(e.LimitsNow, &now) != nil {
+	now := e.LimitsNow
+	if now == nil {
 		return
 	}
 	var groups limitGroups

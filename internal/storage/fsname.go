@@ -6,6 +6,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// BtrfsMagic is Btrfs's statfs magic (f_type).
+const BtrfsMagic = unix.BTRFS_SUPER_MAGIC
+
 // FSName names a filesystem by its statfs magic (f_type), for reports:
 // "btrfs", "ext4", ... or the magic in hex when unknown.
 func FSName(magic int64) string {

@@ -21,6 +21,12 @@ func DefaultRoot() (string, error) {
 	if r := os.Getenv("HOSTFORK_ROOT"); r != "" {
 		return r, nil
 	}
+	return BuiltinRoot()
+}
+
+// BuiltinRoot is DefaultRoot without $HOSTFORK_ROOT: the store a user gets
+// when nothing names one.
+func BuiltinRoot() (string, error) {
 	if os.Geteuid() == 0 {
 		return "/var/lib/hostfork", nil
 	}

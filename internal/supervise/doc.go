@@ -14,8 +14,9 @@
 // single-threaded: one poll loop over a signalfd (SIGCHLD, SIGTERM), a
 // timerfd (deadline, stop grace), the control pipe and the tee pipes; it
 // uses no heap. Its wire protocol (a NUL-framed release, then one-line
-// control messages; JSON events and receipt out) is documented in
-// protocol.go, so that the C side never parses JSON.
+// control messages; key=value events and receipt out, read by one parser
+// in fields.go) is documented in protocol.go: the C side never reads or
+// writes JSON.
 //
 // The guardian does not touch the registry. It reports through a pipe to
 // the launcher (when one is alive) and through its receipt file, which any

@@ -1,16 +1,9 @@
 /*
- * The guardian: one small supervisor per command (DESIGN.md, "Linux
- * execution: who owns what"). It is a hidden mode of every binary that links
- * package supervise: hf_ctor (hf_ctor.c) runs as an ELF constructor, before
- * the Go runtime starts, and calls hf_guardian_main when argv[1] is
- * HF_GUARDIAN_MODE.
- *
- * The guardian is single-threaded: one poll loop over a signalfd (SIGCHLD,
- * SIGTERM), a timerfd (deadline, timeout, idle and stop timers), the control
- * pipe and, in pipe mode, the tee pipes. It uses no heap: static buffers,
- * plus one anonymous mapping for the release message that is unmapped once
- * the workload runs. Its tree stops use hf_tree.c, the same rules as
- * internal/tree. The wire format is documented in protocol.go.
+ * The guardian: one small supervisor per command, a hidden mode of every
+ * binary that links package supervise (hf_ctor.c; doc.go). Single-threaded:
+ * one poll loop over a signalfd (SIGCHLD, SIGTERM), a timerfd, the control
+ * pipe and, in pipe mode, the tee pipes; no heap. Its tree stops are
+ * hf_tree.c's; its wire format is documented in protocol.go.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -68,30 +61,21 @@ static struct {
 	int njoin;
 	const char *path, *cwd; /* valid until the release is unmapped */
 	char **argv, **envp;
-	int pipe_mode, inherit_mode, owner_stop, foreground, view_pid, auto_stop;
-	uint64_t view_start;
-	int64_t deadline_ns, timeout_ns, grace_ns, idle_ns;
+	int pipe_mode, inherit_mode, owner_stop, foreground, auto_stop;
+	int64_t view_pid, view_start, deadline_ns, timeout_ns, grace_ns, idle_ns;
 	char oom_file[HF_MAX_PATH + 1]; /* the command's own file with an oom_kill line */
 } cfg;
 
-/* OOM attribution: the command's oom_kill counter, sampled every
- * OOM_SAMPLE while the leader lives; a leader dead of SIGKILL was the OOM
- * killer's victim when the counter rose since the last sample (a child's
- * earlier kill does not count). -1: unknown. */
+/* OOM attribution (decisions 49, 79): the command's oom_kill counter,
+ * sampled every OOM_SAMPLE while the leader lives; a leader dead of
+ * SIGKILL was the OOM killer's victim when the counter rose since the last
+ * sample (-1: unknown). When the guardian first sees the leader dying or
+ * dead more than OOM_FRESH after its last kept sample (it was starved), or
+ * can't read the counter, or never kept a sample, the receipt has
+ * leader_oom_stale_ms (that age) and no leader_oom. */
 #define OOM_SAMPLE (10 * NS_PER_MS)
 static int64_t oom_last = -1, oom_next = INT64_MAX;
 static int leader_oom = -1;
-/* The sampling tells a child's OOM kill from a later kill of the leader
- * only while the guardian gets the CPU: a kill from elsewhere soon after
- * a child's, before the next sample, reads as the leader's OOM kill. When
- * the guardian first sees the leader dying or dead (a sample that finds
- * it touched since the last one it kept, else its reaping) more than
- * OOM_FRESH after the last sample it kept (a starved guardian), or can't
- * read the counter at the reaping, or never kept a sample, it leaves the
- * attribution unknown: the receipt then has leader_oom_stale_ms, the age
- * of its last sample (from the workload's start if none), and no
- * leader_oom. The first sight, not the reaping, bounds the kill: an OOM
- * victim with a large heap takes milliseconds to exit. */
 #define OOM_FRESH (2 * OOM_SAMPLE)
 static int64_t oom_last_at, oom_touched_at, leader_oom_stale_ms;
 
@@ -150,80 +134,53 @@ static char rec_buf[16 << 10];
  * launcher is there to record the result durably (its control channel is
  * closed): a launcher that is alive commits the result to the registry
  * before it returns. */
+static int64_t ns_of(const struct timespec *ts) { return (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec; }
+
 static void write_receipt(void)
 {
-	struct hf_sb b = {rec_buf, 0, sizeof rec_buf - 1};
-	hf_sb_s(&b, "{\"command_id\":");
-	hf_sb_str(&b, cfg.command_id, 1600);
-	hf_sb_s(&b, ",\"env_id\":");
-	hf_sb_str(&b, cfg.env_id, 1600);
-	hf_sb_s(&b, ",\"boot_id\":");
-	hf_sb_str(&b, R.boot_id, 128);
-	hf_sb_s(&b, ",\"guardian_pid\":");
-	hf_sb_i64(&b, self_pid);
-	hf_sb_s(&b, ",\"proof_dev\":");
-	hf_sb_u64(&b, R.dev);
-	hf_sb_s(&b, ",\"proof_ino\":");
-	hf_sb_u64(&b, R.ino);
-	if (leader_pid > 0) {
-		hf_sb_s(&b, ",\"workload_pid\":");
-		hf_sb_i64(&b, leader_pid);
-	}
-	if (R.workload_start) {
-		hf_sb_s(&b, ",\"workload_start\":");
-		hf_sb_u64(&b, R.workload_start);
-	}
-	if (R.start_error[0]) {
-		hf_sb_s(&b, ",\"start_error\":");
-		hf_sb_str(&b, R.start_error, 4096);
-	}
-	if (R.has_leader) {
-		hf_sb_s(&b, ",\"leader_exited_at\":");
-		hf_sb_time(&b, &R.leader_at);
-	}
-	if (R.has_code) {
-		hf_sb_s(&b, ",\"exit_code\":");
-		hf_sb_i64(&b, R.code);
-	}
-	if (R.has_signal) {
-		hf_sb_s(&b, ",\"signal\":");
-		hf_sb_i64(&b, R.signal);
-	}
-	if (stop_reason) {
-		hf_sb_s(&b, ",\"stop_reason\":");
-		hf_sb_str(&b, hf_reason_name(stop_reason), 64);
-	}
+	struct hf_kv b = {rec_buf, 0, sizeof rec_buf, '\n'};
+	hf_kv(&b, "command_id", cfg.command_id);
+	hf_kv(&b, "env_id", cfg.env_id);
+	hf_kv(&b, "boot_id", R.boot_id);
+	hf_kvf(&b, "guardian_pid", "%d", (int)self_pid);
+	hf_kvf(&b, "proof_dev", "%llu", (unsigned long long)R.dev);
+	hf_kvf(&b, "proof_ino", "%llu", (unsigned long long)R.ino);
+	if (leader_pid > 0)
+		hf_kvf(&b, "workload_pid", "%d", (int)leader_pid);
+	if (R.workload_start)
+		hf_kvf(&b, "workload_start", "%llu", (unsigned long long)R.workload_start);
+	if (R.start_error[0])
+		hf_kv(&b, "start_error", R.start_error);
+	if (R.has_leader)
+		hf_kvf(&b, "leader_exited_at", "%lld", (long long)ns_of(&R.leader_at));
+	if (R.has_code)
+		hf_kvf(&b, "exit_code", "%d", (int)R.code);
+	if (R.has_signal)
+		hf_kvf(&b, "signal", "%d", (int)R.signal);
+	if (stop_reason)
+		hf_kv(&b, "stop_reason", hf_reason_name(stop_reason));
 	if (R.after_stop)
-		hf_sb_s(&b, ",\"stopped_by_hostfork\":true");
-	if (R.outsiders) {
-		hf_sb_s(&b, ",\"outside_cgroup\":");
-		hf_sb_i64(&b, R.outsiders);
-	}
+		hf_kv(&b, "stopped_by_hostfork", "true");
+	if (R.outsiders)
+		hf_kvf(&b, "outside_cgroup", "%d", (int)R.outsiders);
 	if (R.unstable)
-		hf_sb_s(&b, ",\"membership_unstable\":true");
+		hf_kv(&b, "membership_unstable", "true");
 	if (output_truncated)
-		hf_sb_s(&b, ",\"output_truncated\":true");
+		hf_kv(&b, "output_truncated", "true");
 	if (leader_oom >= 0)
-		hf_sb_s(&b, leader_oom ? ",\"leader_oom\":true" : ",\"leader_oom\":false");
+		hf_kv(&b, "leader_oom", leader_oom ? "true" : "false");
+	if (leader_oom_stale_ms > 0)
+		hf_kvf(&b, "leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
 	struct timespec s_in, s_out;
 	hf_session_times(&s_in, &s_out);
-	if (s_in.tv_sec) {
-		hf_sb_s(&b, ",\"last_input_at\":");
-		hf_sb_time(&b, &s_in);
-	}
-	if (s_out.tv_sec) {
-		hf_sb_s(&b, ",\"last_output_at\":");
-		hf_sb_time(&b, &s_out);
-	}
-	if (leader_oom_stale_ms > 0) {
-		hf_sb_s(&b, ",\"leader_oom_stale_ms\":");
-		hf_sb_i64(&b, leader_oom_stale_ms);
-	}
-	if (R.has_tree) {
-		hf_sb_s(&b, ",\"tree_exited_at\":");
-		hf_sb_time(&b, &R.tree_at);
-	}
-	hf_sb_s(&b, R.complete ? ",\"complete\":true}\n" : ",\"complete\":false}\n");
+	if (s_in.tv_sec)
+		hf_kvf(&b, "last_input_at", "%lld", (long long)ns_of(&s_in));
+	if (s_out.tv_sec)
+		hf_kvf(&b, "last_output_at", "%lld", (long long)ns_of(&s_out));
+	if (R.has_tree)
+		hf_kvf(&b, "tree_exited_at", "%lld", (long long)ns_of(&R.tree_at));
+	hf_kv(&b, "complete", R.complete ? "true" : "false");
+	hf_kv_end(&b);
 	/* Padding: the text never shrinks, and from the first write on it
 	 * rarely grows, so a concurrent reader does not see new text cut at an
 	 * old file size (ReadReceipt retries a torn read anyway). */
@@ -266,36 +223,22 @@ static void emit(const char *kind, pid_t pid, uint64_t start, const int *code,
 	static char buf[8192];
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
-	struct hf_sb b = {buf, 0, sizeof buf};
-	hf_sb_s(&b, "{\"ev\":");
-	hf_sb_str(&b, kind, 64);
-	if (pid > 0) {
-		hf_sb_s(&b, ",\"pid\":");
-		hf_sb_i64(&b, pid);
-	}
-	if (start) {
-		hf_sb_s(&b, ",\"start\":");
-		hf_sb_u64(&b, start);
-	}
-	if (code) {
-		hf_sb_s(&b, ",\"code\":");
-		hf_sb_i64(&b, *code);
-	}
-	if (sig) {
-		hf_sb_s(&b, ",\"signal\":");
-		hf_sb_i64(&b, *sig);
-	}
-	if (reason) {
-		hf_sb_s(&b, ",\"reason\":");
-		hf_sb_str(&b, hf_reason_name(reason), 64);
-	}
-	if (error && error[0]) {
-		hf_sb_s(&b, ",\"error\":");
-		hf_sb_str(&b, error, 4096);
-	}
-	hf_sb_s(&b, ",\"at\":");
-	hf_sb_time(&b, &now);
-	hf_sb_s(&b, "}\n");
+	struct hf_kv b = {buf, 0, sizeof buf, ' '};
+	hf_kv(&b, "ev", kind);
+	if (pid > 0)
+		hf_kvf(&b, "pid", "%d", (int)pid);
+	if (start)
+		hf_kvf(&b, "start", "%llu", (unsigned long long)start);
+	if (code)
+		hf_kvf(&b, "code", "%d", (int)*code);
+	if (sig)
+		hf_kvf(&b, "signal", "%d", (int)*sig);
+	if (reason)
+		hf_kv(&b, "reason", hf_reason_name(reason));
+	if (error && error[0])
+		hf_kv(&b, "error", error);
+	hf_kvf(&b, "at", "%lld", (long long)ns_of(&now));
+	b.p[b.len - 1] = '\n';
 	hf_write_all(HF_FD_EVENTS, b.p, b.len);
 }
 
@@ -319,6 +262,28 @@ static int parse_release(struct hf_msg *m)
 		return -1;
 	cfg.argv = (char **)(void *)(buf + at);
 	cfg.envp = cfg.argv + nargv + 1;
+	static const struct hf_key keys[] = {
+		{"command_id", 's', cfg.command_id, sizeof cfg.command_id, 0},
+		{"env_id", 's', cfg.env_id, sizeof cfg.env_id, 0},
+		{"path", 'p', &cfg.path, 0, 0},
+		{"cwd", 'p', &cfg.cwd, 0, 0},
+		{"output", 'f', &cfg.pipe_mode, 0, "pipe"},
+		{"output", 'f', &cfg.inherit_mode, 0, "inherit"},
+		{"workload_cgroup", 's', cfg.cgroup, sizeof cfg.cgroup, 0},
+		{"cgroup_mount", 's', cfg.mount, sizeof cfg.mount, 0},
+		{"guardians_cgroup", 's', cfg.guardians, sizeof cfg.guardians, 0},
+		{"oom_file", 's', cfg.oom_file, sizeof cfg.oom_file, 0},
+		{"deadline_mono_ns", 'i', &cfg.deadline_ns, 0, 0},
+		{"timeout_mono_ns", 'i', &cfg.timeout_ns, 0, 0},
+		{"grace_ns", 'i', &cfg.grace_ns, 0, 0},
+		{"idle_ns", 'i', &cfg.idle_ns, INT64_MAX, 0},
+		{"owner_exit", 'f', &cfg.owner_stop, 0, "stop"},
+		{"foreground", 'f', &cfg.foreground, 0, "1"},
+		{"auto_stop", 'f', &cfg.auto_stop, 0, "1"},
+		{"view_pid", 'i', &cfg.view_pid, INT_MAX, 0},
+		{"view_start", 'i', &cfg.view_start, INT64_MAX, 0},
+		{0, 0, 0, 0, 0},
+	};
 	size_t ia = 0, ie = 0;
 	char *next;
 	for (char *p = buf + 1; *p; p = next) {
@@ -329,73 +294,17 @@ static int parse_release(struct hf_msg *m)
 			return -1;
 		}
 		*v++ = 0;
-		int64_t n;
-		if (!strcmp(p, "argv")) {
+		int r = 1;
+		if (!strcmp(p, "argv"))
 			cfg.argv[ia++] = v;
-		} else if (!strcmp(p, "env")) {
+		else if (!strcmp(p, "env"))
 			cfg.envp[ie++] = v;
-		} else if (!strcmp(p, "command_id")) {
-			if (hf_copy_bounded(cfg.command_id, sizeof cfg.command_id, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "env_id")) {
-			if (hf_copy_bounded(cfg.env_id, sizeof cfg.env_id, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "path")) {
-			cfg.path = v;
-		} else if (!strcmp(p, "cwd")) {
-			cfg.cwd = v;
-		} else if (!strcmp(p, "output")) {
-			cfg.pipe_mode = !strcmp(v, "pipe");
-			cfg.inherit_mode = !strcmp(v, "inherit");
-		} else if (!strcmp(p, "workload_cgroup")) {
-			if (hf_copy_bounded(cfg.cgroup, sizeof cfg.cgroup, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "cgroup_mount")) {
-			if (hf_copy_bounded(cfg.mount, sizeof cfg.mount, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "guardians_cgroup")) {
-			if (hf_copy_bounded(cfg.guardians, sizeof cfg.guardians, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "oom_file")) {
-			if (hf_copy_bounded(cfg.oom_file, sizeof cfg.oom_file, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "v1_join")) {
-			if (cfg.njoin >= HF_MAX_JOIN || hf_copy_bounded(cfg.join[cfg.njoin], sizeof cfg.join[0], v) < 0)
-				return -1;
-			cfg.njoin++;
-		} else if (!strcmp(p, "deadline_mono_ns")) {
-			if (hf_parse_i64(v, &cfg.deadline_ns) < 0)
-				return -1;
-		} else if (!strcmp(p, "timeout_mono_ns")) {
-			if (hf_parse_i64(v, &cfg.timeout_ns) < 0)
-				return -1;
-		} else if (!strcmp(p, "grace_ns")) {
-			if (hf_parse_i64(v, &cfg.grace_ns) < 0)
-				return -1;
-		} else if (!strcmp(p, "idle_ns")) {
-			if (hf_parse_i64(v, &cfg.idle_ns) < 0 || cfg.idle_ns < 0)
-				return -1;
-		} else if (!strcmp(p, "owner_exit")) {
-			cfg.owner_stop = !strcmp(v, "stop");
-		} else if (!strcmp(p, "foreground")) {
-			cfg.foreground = !strcmp(v, "1");
-		} else if (!strcmp(p, "auto_stop")) {
-			cfg.auto_stop = !strcmp(v, "1");
-		} else if (!strcmp(p, "view_pid")) {
-			if (hf_parse_i64(v, &n) < 0 || n < 0 || n > INT_MAX)
-				return -1;
-			cfg.view_pid = (int)n;
-		} else if (!strcmp(p, "view_start")) {
-			if (hf_parse_i64(v, &n) < 0 || n < 0)
-				return -1;
-			cfg.view_start = (uint64_t)n;
-		} else if ((n = hf_session_key(p, v)) != 0) {
-			if (n < 0)
-				return -1;
-		} else {
+		else if (!strcmp(p, "v1_join"))
+			r = cfg.njoin < HF_MAX_JOIN && hf_copy_bounded(cfg.join[cfg.njoin++], sizeof cfg.join[0], v) == 0 ? 1 : -1;
+		else if ((r = hf_session_key(p, v)) == 0 && (r = hf_set_key(keys, p, v)) == 0)
 			hf_log("release: unknown key %.64s", p);
+		if (r <= 0)
 			return -1;
-		}
 	}
 	cfg.argv[ia] = NULL;
 	cfg.envp[ie] = NULL;
@@ -448,6 +357,10 @@ static int dup_onto(int from, int to)
 }
 
 /* child_exec runs in the new child; it never returns. */
+/* The oom_score_adj the guardian inherited, which the workload gets back
+ * (the guardian itself is protected: hf_helper_start). */
+static char oom_adj[HF_OOM_ADJ_LEN];
+
 static void child_exec(int in, int out, int err, int nsfd, int report)
 {
 	struct child_err ce = {STEP_START, 0};
@@ -462,7 +375,7 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	for (int i = 0; i < cfg.njoin; i++) {
 		char p[HF_MAX_PATH + 32];
 		snprintf(p, sizeof p, "%s/cgroup.procs", cfg.join[i]);
-		if (hf_write_fileat(AT_FDCWD, p, "0") < 0) {
+		if (hf_write_file(p, "0") < 0) {
 			ce.step = STEP_LIMITS;
 			goto fail;
 		}
@@ -479,6 +392,8 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	if (cfg.cwd && cfg.cwd[0] && chdir(cfg.cwd) < 0)
 		goto fail;
 	reset_signals();
+	if (oom_adj[0])
+		hf_write_file("/proc/self/oom_score_adj", oom_adj);
 	execve(cfg.path, cfg.argv, cfg.envp);
 fail:
 	ce.err = errno;
@@ -487,24 +402,22 @@ fail:
 	_exit(127);
 }
 
-/* open_view returns a pidfd of the environment's keeper, verified to be
- * the recorded process (its start time), through which the workload
- * joins the view: setns(pidfd, CLONE_NEWNS), Linux 5.8. Joining through
- * the pidfd, not /proc/PID/ns/mnt, leaves no window in which the PID could
- * name another process: if the keeper exits, setns fails. */
-static int open_view(char *msg, size_t cap, int *err)
+/* keeper_pidfd returns a pidfd of the environment's keeper, verified to be
+ * the recorded process (its start time), or -1. The workload joins the
+ * view through it: setns(pidfd, CLONE_NEWNS), Linux 5.8, leaves no window
+ * in which the PID could name another process (if the keeper exits, setns
+ * fails). */
+static int keeper_pidfd(void)
 {
-	int pfd = (int)syscall(SYS_pidfd_open, cfg.view_pid, 0);
-	uint64_t start = 0;
-	if (pfd < 0 || hf_read_stat(cfg.view_pid, NULL, NULL, &start) < 0 || (cfg.view_start && start != cfg.view_start)) {
-		*err = ESRCH;
-		snprintf(msg, cap, "joining the view: the environment's keeper (pid %d) is gone", cfg.view_pid);
-		if (pfd >= 0)
-			close(pfd);
-		return -1;
+	struct hf_stat st;
+	int fd = (int)syscall(SYS_pidfd_open, (pid_t)cfg.view_pid, 0);
+	if (fd >= 0 && (hf_read_stat((pid_t)cfg.view_pid, &st) < 0 || (cfg.view_start && st.start != (uint64_t)cfg.view_start))) {
+		close(fd);
+		fd = -1;
 	}
-	fcntl(pfd, F_SETFD, FD_CLOEXEC);
-	return pfd;
+	if (fd >= 0)
+		fcntl(fd, F_SETFD, FD_CLOEXEC);
+	return fd;
 }
 
 /* ---- the workload's clone ---- */
@@ -550,8 +463,11 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 			return -1;
 		}
 	}
-	if (cfg.view_pid > 0 && (nsfd = open_view(msg, cap, err)) < 0)
+	if (cfg.view_pid > 0 && (nsfd = keeper_pidfd()) < 0) {
+		*err = ESRCH;
+		snprintf(msg, cap, "joining the view: the environment's keeper (pid %d) is gone", (int)cfg.view_pid);
 		goto out;
+	}
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		*err = errno;
 		snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(*err));
@@ -651,32 +567,14 @@ static uint64_t io_total(void)
 {
 	static pid_t m[4096];
 	static char b[1024];
-	static struct hf_tree cg;
 	uint64_t sum = 0;
-	/* With a cgroup, its members are the tree (cheap to list); the /proc
-	 * walk is for the subreaper tier only. */
-	struct hf_tree *t = &tree;
-	if (tree.cgroup[0]) {
-		memcpy(cg.cgroup, tree.cgroup, sizeof cg.cgroup);
-		memcpy(cg.mount, tree.mount, sizeof cg.mount);
-		cg.nroots = 0;
-		t = &cg;
-	}
-	int n = hf_tree_list(t, m, 4096);
+	int n = hf_tree_list(&tree, m, 4096);
 	for (int i = 0; i < n && i < 4096; i++) {
 		char path[48];
+		uint64_t r, w;
 		snprintf(path, sizeof path, "/proc/%d/io", (int)m[i]);
-		if (hf_read_file(path, b, sizeof b) <= 0)
-			continue;
-		for (char *line = b; line && *line;) {
-			int64_t v;
-			char *nl = strchr(line, '\n');
-			if (nl)
-				*nl = 0;
-			if ((!strncmp(line, "rchar: ", 7) || !strncmp(line, "wchar: ", 7)) && hf_parse_i64(line + 7, &v) == 0)
-				sum += (uint64_t)v;
-			line = nl ? nl + 1 : NULL;
-		}
+		if (hf_read_file(path, b, sizeof b) > 0 && hf_keyed(b, "rchar: ", 10, &r) == 0 && hf_keyed(b, "wchar: ", 10, &w) == 0)
+			sum += r + w;
 	}
 	return sum;
 }
@@ -807,64 +705,26 @@ static void on_timer(void)
 static int64_t oom_count(void)
 {
 	static char b[2048];
-	if (!cfg.oom_file[0] || hf_read_file(cfg.oom_file, b, sizeof b) <= 0)
+	uint64_t v;
+	if (!cfg.oom_file[0] || hf_read_file(cfg.oom_file, b, sizeof b) <= 0 || hf_keyed(b, "oom_kill ", 10, &v) < 0)
 		return -1;
-	for (char *line = b; line && *line;) {
-		char *nl = strchr(line, '\n');
-		if (nl)
-			*nl = 0;
-		int64_t v;
-		if (!strncmp(line, "oom_kill ", 9) && hf_parse_i64(line + 9, &v) == 0)
-			return v;
-		line = nl ? nl + 1 : NULL;
-	}
-	return -1;
+	return (int64_t)v;
 }
 
 /* leader_untouched reports whether the leader is, now, neither dying nor
  * dead: no SIGKILL pending (the OOM killer sends it before it counts the
- * kill), not exiting (PF_EXITING, stat field 9), not a zombie. */
+ * kill), not exiting (PF_EXITING), not a zombie. */
 static int leader_untouched(void)
 {
 	static char b[4096];
 	char path[48];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)leader_pid);
-	int n = hf_read_file(path, b, sizeof b);
-	if (n <= 0)
-		return 0;
-	char *p = memrchr(b, ')', (size_t)n);
-	if (!p || p + 2 >= b + n)
-		return 0;
-	p += 2; /* field 3, the state */
-	if (*p == 'Z' || *p == 'X' || *p == 'x')
-		return 0;
-	for (int field = 3; field < 9 && p; field++) {
-		p = strchr(p, ' ');
-		if (p)
-			p++;
-	}
-	int64_t flags;
-	char *end = p ? strchr(p, ' ') : NULL;
-	if (!end)
-		return 0;
-	*end = 0;
-	if (hf_parse_i64(p, &flags) < 0 || (flags & 0x4)) /* PF_EXITING */
-		return 0;
+	struct hf_stat st;
+	uint64_t pnd, shd;
 	snprintf(path, sizeof path, "/proc/%d/status", (int)leader_pid);
-	if (hf_read_file(path, b, sizeof b) <= 0)
+	if (hf_read_stat(leader_pid, &st) < 0 || strchr("ZXx", st.state) || (st.flags & 0x4) /* PF_EXITING */ ||
+	    hf_read_file(path, b, sizeof b) <= 0 || hf_keyed(b, "SigPnd:", 16, &pnd) < 0 || hf_keyed(b, "ShdPnd:", 16, &shd) < 0)
 		return 0;
-	for (char *line = b; line && *line;) {
-		char *nl = strchr(line, '\n');
-		if (nl)
-			*nl = 0;
-		if (!strncmp(line, "SigPnd:", 7) || !strncmp(line, "ShdPnd:", 7)) {
-			unsigned long long mask = strtoull(line + 7, NULL, 16);
-			if (mask & (1ULL << (SIGKILL - 1)))
-				return 0;
-		}
-		line = nl ? nl + 1 : NULL;
-	}
-	return 1;
+	return !((pnd | shd) & (1ULL << (SIGKILL - 1)));
 }
 
 /* oom_sample takes a sample while the leader lives untouched: read first,
@@ -889,7 +749,6 @@ static void oom_sample(void)
 
 static void leader_exited(int status)
 {
-	int v;
 	clock_gettime(CLOCK_REALTIME, &R.leader_at);
 	R.has_leader = 1;
 	leader_alive = 0;
@@ -897,10 +756,9 @@ static void leader_exited(int status)
 	oom_next = INT64_MAX;
 	R.after_stop = stop_phase > 0 || notified;
 	if (WIFSIGNALED(status)) {
-		v = WTERMSIG(status);
 		R.has_signal = 1;
-		R.signal = v;
-		if (v == SIGKILL && cfg.oom_file[0]) {
+		R.signal = WTERMSIG(status);
+		if (R.signal == SIGKILL && cfg.oom_file[0]) {
 			/* oom_last_at is the workload's start until a sample is
 			 * kept; the first sight is never before the last sample. */
 			int64_t now = oom_count(), seen = oom_touched_at ? oom_touched_at : hf_mono_now();
@@ -912,15 +770,12 @@ static void leader_exited(int status)
 			else
 				leader_oom_stale_ms = age / NS_PER_MS > 0 ? age / NS_PER_MS : 1;
 		}
-		write_receipt();
-		emit("leader", 0, 0, NULL, &v, stop_reason, NULL);
 	} else {
-		v = WEXITSTATUS(status);
 		R.has_code = 1;
-		R.code = v;
-		write_receipt();
-		emit("leader", 0, 0, &v, NULL, stop_reason, NULL);
+		R.code = WEXITSTATUS(status);
 	}
+	write_receipt();
+	emit("leader", 0, 0, R.has_code ? &R.code : NULL, R.has_signal ? &R.signal : NULL, stop_reason, NULL);
 }
 
 /* reap waits for every child that has exited, adopted orphans included;
@@ -1091,22 +946,6 @@ static void tee_flush(struct tee *t)
 		tee_close_fwd(t);
 }
 
-/* artifact_write writes all of p, or fails (-1, errno set). */
-static int artifact_write(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* fs_full reports whether fd's filesystem has less than 128 KiB left for
  * this user. */
 static int fs_full(int fd)
@@ -1129,7 +968,7 @@ static void tee_read(struct tee *t)
 		 * failed write (a full store) the file stays the exact prefix it
 		 * holds, and the receipt says it is cut; the reader still gets
 		 * everything. */
-		if (t->file >= 0 && artifact_write(t->file, t->buf, (size_t)n) < 0) {
+		if (t->file >= 0 && hf_write_all(t->file, t->buf, (size_t)n) < 0) {
 			hf_log("writing the output file: %s; it is cut here", hf_errstr(errno));
 			output_truncated = 1;
 			close(t->file);
@@ -1179,55 +1018,12 @@ static int tees_done(void)
  * start time. The registry is settled by the next reader. */
 static void finish_environment(void)
 {
-	if (cfg.guardians[0]) {
-		static char procs[65536];
-		char p[HF_MAX_PATH + 32];
-		snprintf(p, sizeof p, "%s/cgroup.procs", cfg.guardians);
-		int len = hf_read_file(p, procs, sizeof procs);
-		struct hf_tree g;
-		memset(&g, 0, sizeof g);
-		snprintf(g.cgroup, sizeof g.cgroup, "%s", cfg.guardians);
-		snprintf(g.mount, sizeof g.mount, "%s", cfg.mount);
-		int64_t cur = -1;
-		for (int i = 0; len > 0 && i <= len; i++) {
-			char c = i < len ? procs[i] : '\n';
-			if (c >= '0' && c <= '9') {
-				cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
-			} else if (cur > 0) {
-				pid_t pid = (pid_t)cur;
-				cur = -1;
-				if (pid == self_pid)
-					continue;
-				int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-				if (fd < 0)
-					continue;
-				/* Still a guardian of this environment after the open. */
-				char cg[HF_MAX_PATH + 32];
-				snprintf(cg, sizeof cg, "/proc/%d/cgroup", (int)pid);
-				static char b[8192];
-				const char *rel = cfg.guardians + strlen(cfg.mount);
-				int in = 0;
-				if (hf_read_file(cg, b, sizeof b) > 0) {
-					char *l = strstr(b, "0::");
-					if (l) {
-						l += 3;
-						size_t lr = strcspn(l, "\n");
-						in = lr == strlen(rel) && !strncmp(l, rel, lr);
-					}
-				}
-				if (in)
-					hf_queue_stop(fd, HF_R_COMPLETED, 0, cfg.grace_ns);
-				close(fd);
-			}
-		}
-	}
-	if (cfg.view_pid > 0) {
-		int fd = (int)syscall(SYS_pidfd_open, cfg.view_pid, 0);
-		uint64_t start = 0;
-		if (fd >= 0 && hf_read_stat(cfg.view_pid, NULL, NULL, &start) == 0 && start == cfg.view_start)
-			hf_queue_stop(fd, HF_R_COMPLETED, 0, cfg.grace_ns);
-		if (fd >= 0)
-			close(fd);
+	if (cfg.guardians[0])
+		hf_stop_guardians(cfg.mount, cfg.guardians, self_pid, HF_R_COMPLETED, cfg.grace_ns, NULL);
+	int fd = cfg.view_pid > 0 ? keeper_pidfd() : -1;
+	if (fd >= 0) {
+		hf_queue_stop(fd, HF_R_COMPLETED, 0, cfg.grace_ns);
+		close(fd);
 	}
 }
 
@@ -1309,17 +1105,9 @@ int hf_guardian_main(void)
 	 * a SIGTERM that arrives at the gate ends the guardian there, before
 	 * anything starts (see the gate below). */
 	sigset_t mask;
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGCHLD);
-	sigaddset(&mask, SIGTERM);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
+	hf_helper_start(&mask, 1, HF_FD_PARENT, oom_adj);
 	self_pid = getpid();
 	ensure_std_fds();
-	for (int fd = HF_FD_CONTROL; fd <= HF_FD_PARENT; fd++) {
-		int fl = fcntl(fd, F_GETFD);
-		if (fl >= 0)
-			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
-	}
 	if (fcntl(HF_FD_DIR, F_GETFD) >= 0)
 		hf_log_dirfd = HF_FD_DIR;
 	/* A subreaper before anything can be orphaned to us. */
@@ -1327,12 +1115,6 @@ int hf_guardian_main(void)
 		hf_log("guardian: PR_SET_CHILD_SUBREAPER: %s", hf_errstr(errno));
 		return 125;
 	}
-	static const int ignored[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2, SIGWINCH};
-	struct sigaction ign;
-	memset(&ign, 0, sizeof ign);
-	ign.sa_handler = SIG_IGN;
-	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
-		sigaction(ignored[i], &ign, NULL);
 
 	/* The gate: nothing runs until the launcher has durably registered our
 	 * identity and sends the release. EOF here is an aborted launch. A
@@ -1452,7 +1234,9 @@ int hf_guardian_main(void)
 	last_activity = hf_mono_now();
 	if (cfg.idle_ns > 0)
 		idle_poll(), last_activity = hf_mono_now();
-	hf_read_stat(pid, NULL, NULL, &R.workload_start);
+	struct hf_stat wst;
+	if (hf_read_stat(pid, &wst) == 0)
+		R.workload_start = wst.start;
 	write_receipt();
 	emit("started", pid, R.workload_start, NULL, NULL, 0, NULL);
 

@@ -257,10 +257,33 @@ func populated(t *testing.T, path string) bool {
 	return ev.Populated
 }
 
+// atGate waits until the guardian is blocked at its gate: it has made its
+// signalfd, its last step before the gate, and sleeps (in the gate's poll:
+// nothing after the signalfd blocks before the release). Anything it would
+// do without a release, it would have done by then.
+func (h *harness) atGate() {
+	h.t.Helper()
+	fdDir := fmt.Sprintf("/proc/%d/fd", h.g.ID.PID)
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		ents, _ := os.ReadDir(fdDir)
+		sfd := false
+		for _, e := range ents {
+			l, _ := os.Readlink(filepath.Join(fdDir, e.Name()))
+			sfd = sfd || l == "anon_inode:[signalfd]"
+		}
+		if st, err := linux.ReadStat(h.g.ID.PID); err == nil && sfd && st.State == 'S' {
+			return
+		}
+		if time.Now().After(end) {
+			h.t.Fatal("the guardian never blocked at its gate")
+		}
+	}
+}
+
 func TestGateAbortStartsNothing(t *testing.T) {
 	h := launch(t, launchOpts{})
 	// Blocked at the gate: alive, no child, nothing in the workload group.
-	time.Sleep(50 * time.Millisecond)
+	h.atGate()
 	if linux.Assess(h.g.ID) != linux.Alive {
 		t.Fatal("guardian not alive at the gate")
 	}
@@ -291,7 +314,7 @@ func TestGateAbortStartsNothing(t *testing.T) {
 // launcher's release finds no reader.
 func TestStopAtGateStartsNothing(t *testing.T) {
 	h := launch(t, launchOpts{})
-	time.Sleep(50 * time.Millisecond)
+	h.atGate()
 	fd := pidfdOf(t, h.g.ID.PID)
 	defer unix.Close(fd)
 	p, err := linux.OpenVerified(h.g.ID)
@@ -855,7 +878,11 @@ func TestGuardianMemory(t *testing.T) {
 			}
 			h.release(cfg)
 			h.next("started", 10*time.Second)
-			time.Sleep(100 * time.Millisecond)
+			// The workload has written its output (and in pipe mode the
+			// guardian has copied it): the guardian has done its work.
+			if out := h.waitFile("stdout"); out != "hello" {
+				t.Fatalf("stdout %q", out)
+			}
 			status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.g.ID.PID))
 			if err != nil {
 				t.Fatal(err)

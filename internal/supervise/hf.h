@@ -8,6 +8,7 @@
 #ifndef HOSTFORK_HF_H
 #define HOSTFORK_HF_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -15,22 +16,11 @@
 #define HF_GUARDIAN_MODE "__hostfork_guardian"
 #define HF_KEEPER_MODE "__hostfork_keeper"
 
-/* Descriptor numbers in the guardian (protocol.go, fd*). */
-#define HF_FD_CONTROL 3
-#define HF_FD_EVENTS 4
-#define HF_FD_RECEIPT 5
-#define HF_FD_STDIN 6
-#define HF_FD_STDOUT 7
-#define HF_FD_STDERR 8
-#define HF_FD_FWDOUT 9
-#define HF_FD_FWDERR 10
-#define HF_FD_DIR 11
-#define HF_FD_PARENT 12
-
-/* Descriptor numbers in the keeper (keeper.go, kfd*). */
-#define HF_KFD_CONFIG 3
-#define HF_KFD_READY 4
-#define HF_KFD_OWNER 5
+/* Descriptor numbers in the guardian (protocol.go, fd*) and the keeper
+ * (keeper.go, kfd*). */
+enum { HF_FD_CONTROL = 3, HF_FD_EVENTS, HF_FD_RECEIPT, HF_FD_STDIN, HF_FD_STDOUT, HF_FD_STDERR,
+	HF_FD_FWDOUT, HF_FD_FWDERR, HF_FD_DIR, HF_FD_PARENT };
+enum { HF_KFD_CONFIG = 3, HF_KFD_READY, HF_KFD_OWNER };
 
 /* Control messages (protocol.go, msg*). */
 #define HF_MSG_RELEASE 'R'
@@ -53,20 +43,9 @@
  */
 #define HF_STOP_NOTICE (1 << 8)
 #define HF_GRACE_SHIFT 9
-enum {
-	HF_R_NONE = 0,
-	HF_R_USER = 1,
-	HF_R_DEADLINE = 2,
-	HF_R_IDLE = 3,
-	HF_R_OWNER_EXIT = 4,
-	HF_R_TIMEOUT = 5,
-	HF_R_CANCELLED = 6,
-	HF_R_COMPLETED = 7,
-	HF_R_KEEPER_LOST = 8,
-	HF_R_LIMIT = 9,
-	HF_R_ABANDONED = 10,
-	HF_R_MAX = 10,
-};
+/* Stop reasons (protocol.go, reasonCodes). */
+enum { HF_R_NONE, HF_R_USER, HF_R_DEADLINE, HF_R_IDLE, HF_R_OWNER_EXIT, HF_R_TIMEOUT, HF_R_CANCELLED,
+	HF_R_COMPLETED, HF_R_KEEPER_LOST, HF_R_LIMIT, HF_R_ABANDONED, HF_R_MAX = HF_R_ABANDONED };
 const char *hf_reason_name(int code);
 int hf_reason_code(const char *name);
 
@@ -76,17 +55,38 @@ const char *hf_guardian_mode(void);
 /* ---- common helpers (hf_common.c) ---- */
 #define NS_PER_MS 1000000LL
 int64_t hf_mono_now(void);
-void hf_write_all(int fd, const char *p, size_t n);
+/* hf_helper_start blocks SIGTERM (and SIGCHLD with chld) for a signalfd
+ * on mask, ignores the signals of a terminal or a gone reader, and makes
+ * descriptors 3 to last close-on-exec. */
+#define HF_OOM_ADJ_LEN 16
+void hf_helper_start(sigset_t *mask, int chld, int last, char oom_orig[HF_OOM_ADJ_LEN]);
+int hf_write_all(int fd, const char *p, size_t n); /* 0, or -1 with errno */
 void hf_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void hf_log_to(int fd);
 extern int hf_log_dirfd; /* guardian: create guardian.log here on first use */
 const char *hf_errstr(int err);
 int hf_read_file(const char *path, char *buf, size_t cap);
-int hf_read_fileat(int dirfd, const char *path, char *buf, size_t cap);
-int hf_write_fileat(int dirfd, const char *path, const char *val);
+int hf_write_file(const char *path, const char *val);
 int hf_parse_i64(const char *s, int64_t *out);
-int hf_read_stat(pid_t pid, char *state, pid_t *ppid, uint64_t *start);
-int hf_read_stat_full(pid_t pid, char *state, pid_t *ppid, int *threads, uint64_t *start);
+struct hf_stat {
+	char state;
+	pid_t ppid;
+	unsigned flags;
+	int threads;
+	uint64_t start;
+};
+int hf_read_stat(pid_t pid, struct hf_stat *st);
+int hf_keyed(const char *buf, const char *key, int base, uint64_t *out);
+/* A key of a message and where its value goes: 's' copied into dst (arg
+ * bytes), 'p' pointed to, 'f' a flag set when the value is eq, 'i' an
+ * int64 (between 0 and arg when arg is not 0). */
+struct hf_key {
+	const char *name;
+	char kind;
+	void *dst;
+	size_t arg;
+	const char *eq;
+};
+int hf_set_key(const struct hf_key *keys, const char *key, const char *val);
 int hf_copy_bounded(char *dst, size_t cap, const char *src);
 
 /* A NUL-framed message: 'R' then "key=value\0" strings, ended by "\0". */
@@ -101,19 +101,18 @@ struct hf_msg {
 int hf_read_msg(int fd, struct hf_msg *m);
 void hf_free_msg(struct hf_msg *m);
 
-/* JSON writing into a fixed buffer. */
-struct hf_sb {
+/* key=value fields into a fixed buffer, each followed by sep; values are
+ * percent-encoded (fields.go). A field that does not fit is left out. */
+struct hf_kv {
 	char *p;
 	size_t len, cap;
+	char sep;
 };
-void hf_sb_raw(struct hf_sb *b, const char *s, size_t n);
-void hf_sb_s(struct hf_sb *b, const char *s);
-void hf_sb_u64(struct hf_sb *b, uint64_t v);
-void hf_sb_i64(struct hf_sb *b, int64_t v);
-void hf_sb_str(struct hf_sb *b, const char *s, size_t max);
-void hf_sb_time(struct hf_sb *b, const struct timespec *ts);
+void hf_kv(struct hf_kv *b, const char *key, const char *val);
+void hf_kvf(struct hf_kv *b, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void hf_kv_end(struct hf_kv *b);
 
-/* ---- the tree-stop mechanism (hf_tree.c; internal/tree is its Go twin) ---- */
+/* ---- the tree stop (hf_tree.c; internal/tree has the same rules) ---- */
 #define HF_MAX_ROOTS 1024
 #define HF_MAX_MEMBERS 65536
 struct hf_tree {
@@ -121,30 +120,35 @@ struct hf_tree {
 	 * cgroup2 mount it lies under (to read /proc/PID/cgroup). */
 	char cgroup[HF_MAX_PATH + 1];
 	char mount[HF_MAX_PATH + 1];
-	/* The live descendants of these processes are members too (the roots
-	 * themselves are not): a guardian is its tree's subreaper. */
+	/* The live descendants of these subreapers are members too (the roots
+	 * themselves are not). */
 	pid_t roots[HF_MAX_ROOTS];
 	int nroots;
-	/* State of one stop. */
-	int froze;        /* this stop froze the cgroup */
-	int stable;       /* membership was stable at the last kill */
-	int outsiders;    /* members found outside the cgroup at the last kill */
+	/* The last kill: membership outside the cgroup was stable before it,
+	 * and this many members were outside the cgroup. */
+	int stable, outsiders;
 };
-/* hf_tree_list lists the members into out (at most max) and returns how
- * many there are. */
+/* hf_in_cgroup: 1 when pid's cgroup2 group is group (under mount), 2 when
+ * it is below group, else 0. */
+int hf_in_cgroup(pid_t pid, const char *mount, const char *group);
+/* hf_tree_list lists the members into out (at most max), sorted, and
+ * returns how many it listed. */
 int hf_tree_list(struct hf_tree *t, pid_t *out, int max);
 /* hf_tree_signal sends sig to every member through a pidfd, re-checking
  * membership after the open; returns the number signalled. */
 int hf_tree_signal(struct hf_tree *t, int sig);
-/* hf_tree_kill quiesces (freeze the cgroup, SIGSTOP members outside it),
- * lists until two listings agree (bounded), SIGKILLs every member
- * (cgroup.kill, and each member through a pidfd), then thaws what it froze.
- * Returns the number of members it killed. */
+/* hf_tree_kill writes cgroup.kill, stops (SIGSTOP) the members outside
+ * the cgroup until two listings agree and SIGKILLs them; returns the
+ * number of members it found. */
 int hf_tree_kill(struct hf_tree *t);
 /* hf_tree_populated reports whether any member remains. */
 int hf_tree_populated(struct hf_tree *t);
 /* hf_queue_stop sends a queued SIGTERM stop request (see HF_STOP_NOTICE). */
 int hf_queue_stop(int pidfd, int reason, int notice, int64_t grace_ns);
+/* hf_stop_guardians queues a stop to every process of the guardians group
+ * (but skip), each checked through a pidfd to be in the group, and adds
+ * them to roots (when not NULL). */
+void hf_stop_guardians(const char *mount, const char *group, pid_t skip, int reason, int64_t grace, struct hf_tree *roots);
 
 /* ---- the session loop (hf_session.c; docs/sessions.md) ---- */
 #define HF_SESS_TTY 1

@@ -9,6 +9,8 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -45,25 +47,49 @@ int64_t hf_mono_now(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-void hf_write_all(int fd, const char *p, size_t n)
+int hf_write_all(int fd, const char *p, size_t n)
 {
 	while (n > 0) {
 		ssize_t w = write(fd, p, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return;
-		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
 		p += w;
 		n -= (size_t)w;
+	}
+	return 0;
+}
+
+void hf_helper_start(sigset_t *mask, int chld, int last, char oom_orig[HF_OOM_ADJ_LEN])
+{
+	/* Out of the OOM killer's choice (-1000; it takes CAP_SYS_RESOURCE,
+	 * so unprivileged it stays): a cgroup's OOM must take a workload,
+	 * never its witness. The inherited value is kept for the workload. */
+	if (hf_read_file("/proc/self/oom_score_adj", oom_orig, HF_OOM_ADJ_LEN) < 0)
+		oom_orig[0] = 0;
+	hf_write_file("/proc/self/oom_score_adj", "-1000");
+	static const int ignored[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2, SIGWINCH};
+	struct sigaction ign;
+	memset(&ign, 0, sizeof ign);
+	ign.sa_handler = SIG_IGN;
+	sigemptyset(mask);
+	sigaddset(mask, SIGTERM);
+	if (chld)
+		sigaddset(mask, SIGCHLD);
+	sigprocmask(SIG_BLOCK, mask, NULL);
+	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+		sigaction(ignored[i], &ign, NULL);
+	for (int fd = 3; fd <= last; fd++) {
+		int fl = fcntl(fd, F_GETFD);
+		if (fl >= 0)
+			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
 	}
 }
 
 int hf_log_dirfd = -1;
 static int log_fd = 2;
 static int log_opened;
-
-void hf_log_to(int fd) { log_fd = fd, log_opened = 1; }
 
 void hf_log(const char *fmt, ...)
 {
@@ -99,34 +125,22 @@ const char *hf_errstr(int err)
 	return b;
 }
 
-int hf_read_fileat(int dirfd, const char *path, char *buf, size_t cap)
+int hf_read_file(const char *path, char *buf, size_t cap)
 {
-	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = 0;
 	size_t len = 0;
-	while (len < cap - 1) {
-		ssize_t n = read(fd, buf + len, cap - 1 - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			close(fd);
-			return -1;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	close(fd);
+	while (fd >= 0 && len < cap - 1 && ((n = read(fd, buf + len, cap - 1 - len)) > 0 || (n < 0 && errno == EINTR)))
+		len += n > 0 ? (size_t)n : 0;
+	if (fd >= 0)
+		close(fd);
 	buf[len] = 0;
-	return (int)len;
+	return fd < 0 || n < 0 ? -1 : (int)len;
 }
 
-int hf_read_file(const char *path, char *buf, size_t cap) { return hf_read_fileat(AT_FDCWD, path, buf, cap); }
-
-int hf_write_fileat(int dirfd, const char *path, const char *val)
+int hf_write_file(const char *path, const char *val)
 {
-	int fd = openat(dirfd, path, O_WRONLY | O_CLOEXEC);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	size_t n = strlen(val);
@@ -141,22 +155,12 @@ int hf_write_fileat(int dirfd, const char *path, const char *val)
 
 int hf_parse_i64(const char *s, int64_t *out)
 {
-	int neg = 0;
-	uint64_t v = 0;
-	if (*s == '-') {
-		neg = 1;
-		s++;
-	}
-	if (!*s)
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (!((s[0] >= '0' && s[0] <= '9') || (s[0] == '-' && s[1] >= '0' && s[1] <= '9')) || *end || errno)
 		return -1;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9' || v > (uint64_t)INT64_MAX / 10)
-			return -1;
-		v = v * 10 + (uint64_t)(*s - '0');
-		if (v > (uint64_t)INT64_MAX)
-			return -1;
-	}
-	*out = neg ? -(int64_t)v : (int64_t)v;
+	*out = v;
 	return 0;
 }
 
@@ -169,57 +173,65 @@ int hf_copy_bounded(char *dst, size_t cap, const char *src)
 	return 0;
 }
 
-/* hf_read_stat_full parses /proc/PID/stat; fields are counted from the last
- * ')', since the command name may contain spaces and parentheses. Each out
- * pointer may be NULL. */
-int hf_read_stat_full(pid_t pid, char *state, pid_t *ppid, int *threads, uint64_t *start)
+/* hf_read_stat counts fields from the last ')', since the command name may
+ * contain spaces and parentheses. */
+int hf_read_stat(pid_t pid, struct hf_stat *st)
 {
 	static char b[2048];
 	char path[48];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	int n = hf_read_file(path, b, sizeof b);
-	if (n <= 0)
+	char *p = n > 0 ? memrchr(b, ')', (size_t)n) : NULL;
+	int ppid;
+	unsigned long long start;
+	/* Fields 3 (state), 4 (ppid), 9 (flags), 20 (threads), 22 (start). */
+	if (!p || sscanf(p + 1, " %c %d %*s %*s %*s %*s %u %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %d %*s %llu",
+	              &st->state, &ppid, &st->flags, &st->threads, &start) != 5)
 		return -1;
-	char *p = memrchr(b, ')', (size_t)n);
-	if (!p || p + 2 >= b + n)
-		return -1;
-	p += 2;
-	/* p is field 3 (state); ppid is field 4, num_threads field 20,
-	 * starttime field 22. */
-	for (int field = 3; field <= 22; field++) {
-		char *end = p;
-		while (*end && *end != ' ')
-			end++;
-		if (end == p)
-			return -1;
-		if (field == 3 && state)
-			*state = *p;
-		if (field == 4 || field == 20 || field == 22) {
-			char c = *end;
-			*end = 0;
-			int64_t v;
-			int bad = hf_parse_i64(p, &v) < 0;
-			*end = c;
-			if (bad)
-				return -1;
-			if (field == 4 && ppid)
-				*ppid = (pid_t)v;
-			if (field == 20 && threads)
-				*threads = (int)v;
-			if (field == 22) {
-				if (start)
-					*start = (uint64_t)v;
-				return 0;
-			}
+	st->ppid = (pid_t)ppid;
+	st->start = (uint64_t)start;
+	return 0;
+}
+
+/* hf_keyed finds the line of buf that starts with key and parses the
+ * number after it (base 10 or 16). */
+int hf_keyed(const char *buf, const char *key, int base, uint64_t *out)
+{
+	size_t n = strlen(key);
+	for (const char *l = buf; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		if (!strncmp(l, key, n)) {
+			char *end;
+			errno = 0;
+			*out = strtoull(l + n, &end, base);
+			return end == l + n || errno ? -1 : 0;
 		}
-		if (!*end)
-			return -1;
-		p = end + 1;
 	}
 	return -1;
 }
 
-int hf_read_stat(pid_t pid, char *state, pid_t *ppid, uint64_t *start) { return hf_read_stat_full(pid, state, ppid, NULL, start); }
+/* hf_set_key stores val where the entries of keys named key say; it
+ * returns 1 when one was set, 0 for an unknown key, -1 for a bad value. */
+int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
+{
+	int found = 0;
+	for (const struct hf_key *k = keys; k->name; k++) {
+		int64_t n;
+		if (strcmp(k->name, key))
+			continue;
+		found = 1;
+		if (k->kind == 's' && hf_copy_bounded(k->dst, k->arg, val) < 0)
+			return -1;
+		if (k->kind == 'p')
+			*(const char **)k->dst = val;
+		if (k->kind == 'f')
+			*(int *)k->dst = !strcmp(val, k->eq);
+		if (k->kind == 'i' && (hf_parse_i64(val, &n) < 0 || (k->arg && (n < 0 || n > (int64_t)k->arg))))
+			return -1;
+		if (k->kind == 'i')
+			*(int64_t *)k->dst = n;
+	}
+	return found;
+}
 
 /* ---- NUL-framed messages ---- */
 
@@ -280,106 +292,41 @@ void hf_free_msg(struct hf_msg *m)
 	m->buf = NULL;
 }
 
-/* ---- JSON ---- */
+/* ---- key=value fields (protocol.go, fields.go) ---- */
 
-void hf_sb_raw(struct hf_sb *b, const char *s, size_t n)
+void hf_kv(struct hf_kv *b, const char *key, const char *val)
 {
-	if (n > b->cap - b->len)
-		n = b->cap - b->len;
-	memcpy(b->p + b->len, s, n);
+	size_t n = strlen(key);
+	if (b->len + n + 3 * strlen(val) + 3 > b->cap)
+		return;
+	memcpy(b->p + b->len, key, n);
 	b->len += n;
+	b->p[b->len++] = '=';
+	for (const unsigned char *s = (const unsigned char *)val; *s; s++) {
+		if (*s <= ' ' || *s == '%' || *s == 0x7f)
+			b->len += (size_t)snprintf(b->p + b->len, 4, "%%%02X", *s);
+		else
+			b->p[b->len++] = (char)*s;
+	}
+	b->p[b->len++] = b->sep;
 }
 
-void hf_sb_s(struct hf_sb *b, const char *s) { hf_sb_raw(b, s, strlen(s)); }
-
-void hf_sb_u64(struct hf_sb *b, uint64_t v)
+void hf_kvf(struct hf_kv *b, const char *key, const char *fmt, ...)
 {
-	char t[24];
-	int i = sizeof t;
-	do {
-		t[--i] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	hf_sb_raw(b, t + i, sizeof t - (size_t)i);
+	char t[32];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(t, sizeof t, fmt, ap);
+	va_end(ap);
+	hf_kv(b, key, t);
 }
 
-void hf_sb_i64(struct hf_sb *b, int64_t v)
+/* hf_kv_end appends "end=" and the FNV-1a hash of the text before it. */
+void hf_kv_end(struct hf_kv *b)
 {
-	if (v < 0) {
-		hf_sb_raw(b, "-", 1);
-		hf_sb_u64(b, (uint64_t)0 - (uint64_t)v);
-	} else {
-		hf_sb_u64(b, (uint64_t)v);
-	}
-}
-
-/* hf_sb_str writes s as a JSON string, with at most max bytes of escaped
- * content. Other bytes pass through: valid UTF-8 stays as it is (invalid
- * UTF-8 becomes U+FFFD in Go's decoder). */
-void hf_sb_str(struct hf_sb *b, const char *s, size_t max)
-{
-	static const char hex[] = "0123456789abcdef";
-	size_t used = 0;
-	hf_sb_raw(b, "\"", 1);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		char e[6];
-		size_t n = 0;
-		if (c == '"' || c == '\\') {
-			e[n++] = '\\';
-			e[n++] = (char)c;
-		} else if (c == '\n') {
-			e[n++] = '\\';
-			e[n++] = 'n';
-		} else if (c == '\t') {
-			e[n++] = '\\';
-			e[n++] = 't';
-		} else if (c < 0x20 || c == 0x7f) {
-			memcpy(e, "\\u00", 4);
-			e[4] = hex[c >> 4];
-			e[5] = hex[c & 15];
-			n = 6;
-		} else {
-			e[n++] = (char)c;
-		}
-		if (used + n > max)
-			break;
-		hf_sb_raw(b, e, n);
-		used += n;
-	}
-	hf_sb_raw(b, "\"", 1);
-}
-
-/* hf_sb_time writes ts as Go's time.RFC3339Nano in UTC, quoted. */
-void hf_sb_time(struct hf_sb *b, const struct timespec *ts)
-{
-	int64_t s = ts->tv_sec, days = s / 86400, rem = s % 86400;
-	if (rem < 0) {
-		rem += 86400;
-		days--;
-	}
-	/* Civil date from days since 1970-01-01 (H. Hinnant's algorithm). */
-	int64_t z = days + 719468;
-	int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-	int64_t doe = z - era * 146097;
-	int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-	int64_t y = yoe + era * 400;
-	int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-	int64_t mp = (5 * doy + 2) / 153;
-	int64_t d = doy - (153 * mp + 2) / 5 + 1;
-	int64_t m = mp < 10 ? mp + 3 : mp - 9;
-	if (m <= 2)
-		y++;
-	char t[64];
-	int n = snprintf(t, sizeof t, "\"%04lld-%02lld-%02lldT%02lld:%02lld:%02lld",
-	    (long long)y, (long long)m, (long long)d, (long long)(rem / 3600),
-	    (long long)(rem / 60 % 60), (long long)(rem % 60));
-	if (ts->tv_nsec > 0) {
-		n += snprintf(t + n, sizeof t - (size_t)n, ".%09ld", (long)ts->tv_nsec);
-		while (t[n - 1] == '0')
-			n--;
-	}
-	t[n++] = 'Z';
-	t[n++] = '"';
-	hf_sb_raw(b, t, (size_t)n);
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < b->len; i++)
+		h = (h ^ (unsigned char)b->p[i]) * 16777619u;
+	if (b->len + 14 <= b->cap)
+		b->len += (size_t)snprintf(b->p + b->len, 15, "end=%08x\n", h);
 }

@@ -95,6 +95,20 @@ static char errmsg[2048];
 
 static int parse_config(struct hf_msg *m)
 {
+	static const char *kinds[] = {"", "mount", "remount", "rdonly", "tmpfs", "mkdirs", "capture", "mkpoint", "move", NULL};
+	static int64_t files;
+	static const struct hf_key keys[] = {
+		{"env_id", 's', kc.env_id, sizeof kc.env_id, 0},
+		{"cgroup_mount", 's', kc.mount, sizeof kc.mount, 0},
+		{"commands_cgroup", 's', kc.commands, sizeof kc.commands, 0},
+		{"guardians_cgroup", 's', kc.guardians, sizeof kc.guardians, 0},
+		{"owner_exit", 'f', &kc.owner_stop, 0, "stop"},
+		{"propagation", 'f', &kc.slave, 0, "slave"},
+		{"deadline_mono_ns", 'i', &kc.deadline_ns, 0, 0},
+		{"grace_ns", 'i', &kc.grace_ns, 0, 0},
+		{"files", 'i', &files, 256, 0},
+		{0, 0, 0, 0, 0},
+	};
 	struct op *o = NULL;
 	char *next;
 	for (char *p = m->buf + 1; *p; p = next) {
@@ -110,23 +124,9 @@ static int parse_config(struct hf_msg *m)
 			o = &ops[nops++];
 			memset(o, 0, sizeof *o);
 			o->slot = -1;
-			if (!strcmp(v, "mount"))
-				o->kind = OP_MOUNT;
-			else if (!strcmp(v, "remount"))
-				o->kind = OP_REMOUNT;
-			else if (!strcmp(v, "rdonly"))
-				o->kind = OP_RDONLY;
-			else if (!strcmp(v, "tmpfs"))
-				o->kind = OP_TMPFS;
-			else if (!strcmp(v, "mkdirs"))
-				o->kind = OP_MKDIRS;
-			else if (!strcmp(v, "capture"))
-				o->kind = OP_CAPTURE;
-			else if (!strcmp(v, "mkpoint"))
-				o->kind = OP_MKPOINT;
-			else if (!strcmp(v, "move"))
-				o->kind = OP_MOVE;
-			else
+			for (int k = 1; kinds[k] && !o->kind; k++)
+				o->kind = strcmp(v, kinds[k]) ? 0 : k;
+			if (!o->kind)
 				return -1;
 		} else if (o && !strcmp(p, "source")) {
 			o->source = v;
@@ -136,45 +136,19 @@ static int parse_config(struct hf_msg *m)
 			o->fstype = v;
 		} else if (o && !strcmp(p, "data")) {
 			o->data = v;
-		} else if (o && !strcmp(p, "flags")) {
-			if (hf_parse_i64(v, &n) < 0 || n < 0)
+		} else if (o && (!strcmp(p, "flags") || !strcmp(p, "slot"))) {
+			if (hf_parse_i64(v, &n) < 0 || n < 0 || (p[0] == 's' && n >= MAX_SLOTS))
 				return -1;
-			o->flags = (unsigned long)n;
-		} else if (o && !strcmp(p, "slot")) {
-			if (hf_parse_i64(v, &n) < 0 || n < 0 || n >= MAX_SLOTS)
-				return -1;
-			o->slot = (int)n;
-		} else if (!strcmp(p, "env_id")) {
-			if (hf_copy_bounded(kc.env_id, sizeof kc.env_id, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "cgroup_mount")) {
-			if (hf_copy_bounded(kc.mount, sizeof kc.mount, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "commands_cgroup")) {
-			if (hf_copy_bounded(kc.commands, sizeof kc.commands, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "guardians_cgroup")) {
-			if (hf_copy_bounded(kc.guardians, sizeof kc.guardians, v) < 0)
-				return -1;
-		} else if (!strcmp(p, "owner_exit")) {
-			kc.owner_stop = !strcmp(v, "stop");
-		} else if (!strcmp(p, "propagation")) {
-			kc.slave = !strcmp(v, "slave");
-		} else if (!strcmp(p, "deadline_mono_ns")) {
-			if (hf_parse_i64(v, &kc.deadline_ns) < 0)
-				return -1;
-		} else if (!strcmp(p, "grace_ns")) {
-			if (hf_parse_i64(v, &kc.grace_ns) < 0)
-				return -1;
-		} else if (!strcmp(p, "files")) {
-			if (hf_parse_i64(v, &n) < 0 || n < 0 || n > 256)
-				return -1;
-			kc.files = (int)n;
-		} else {
-			hf_log("keeper: unknown key %.64s", p);
+			if (p[0] == 's')
+				o->slot = (int)n;
+			else
+				o->flags = (unsigned long)n;
+		} else if (hf_set_key(keys, p, v) <= 0) {
+			hf_log("keeper: bad or unknown key %.64s", p);
 			return -1;
 		}
 	}
+	kc.files = (int)files;
 	for (int i = 0; i < nops; i++) {
 		o = &ops[i];
 		if (!o->target || o->target[0] != '/')
@@ -441,62 +415,19 @@ static void ready(const char *line)
 	hf_write_all(HF_KFD_READY, b, (size_t)n);
 }
 
-/* in_group reports whether pid is in the cgroup2 group at path (exactly). */
-static int in_group(pid_t pid, const char *path)
-{
-	static char b[8192];
-	char p[48];
-	size_t lm = strlen(kc.mount);
-	if (strncmp(path, kc.mount, lm))
-		return 0;
-	const char *rel = path + lm;
-	snprintf(p, sizeof p, "/proc/%d/cgroup", (int)pid);
-	if (hf_read_file(p, b, sizeof b) <= 0)
-		return 0;
-	char *l = strstr(b, "0::");
-	if (!l)
-		return 0;
-	l += 3;
-	size_t lr = strcspn(l, "\n");
-	return lr == strlen(rel) && !strncmp(l, rel, lr);
-}
-
 /* stop_commands ends every command of the environment: each guardian is
  * asked to stop its tree with the reason and the grace (its receipt then
  * carries the reason); what is left after the grace is killed. */
 static void stop_commands(int reason, int64_t grace)
 {
-	static char procs[65536];
 	static struct hf_tree t;
-	char p[HF_MAX_PATH + 32];
 	if (!kc.commands[0])
 		return;
 	memset(&t, 0, sizeof t);
 	snprintf(t.cgroup, sizeof t.cgroup, "%s", kc.commands);
 	snprintf(t.mount, sizeof t.mount, "%s", kc.mount);
-	if (kc.guardians[0]) {
-		snprintf(p, sizeof p, "%s/cgroup.procs", kc.guardians);
-		int len = hf_read_file(p, procs, sizeof procs);
-		int64_t cur = -1;
-		for (int i = 0; len > 0 && i <= len; i++) {
-			char c = i < len ? procs[i] : '\n';
-			if (c >= '0' && c <= '9') {
-				cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
-			} else if (cur > 0) {
-				pid_t pid = (pid_t)cur;
-				cur = -1;
-				int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-				if (fd < 0)
-					continue;
-				if (in_group(pid, kc.guardians)) {
-					hf_queue_stop(fd, reason, 0, grace);
-					if (t.nroots < HF_MAX_ROOTS)
-						t.roots[t.nroots++] = pid;
-				}
-				close(fd);
-			}
-		}
-	}
+	if (kc.guardians[0])
+		hf_stop_guardians(kc.mount, kc.guardians, 0, reason, grace, &t);
 	int64_t end = hf_mono_now() + grace + 1000 * NS_PER_MS;
 	while (hf_mono_now() < end && hf_tree_populated(&t)) {
 		struct timespec ts = {0, 10 * 1000000L};
@@ -512,20 +443,8 @@ static void stop_commands(int reason, int64_t grace)
 int hf_keeper_main(void)
 {
 	sigset_t mask;
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
-	static const int ignored[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2};
-	struct sigaction ign;
-	memset(&ign, 0, sizeof ign);
-	ign.sa_handler = SIG_IGN;
-	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
-		sigaction(ignored[i], &ign, NULL);
-	for (int fd = HF_KFD_CONFIG; fd <= HF_KFD_OWNER; fd++) {
-		int fl = fcntl(fd, F_GETFD);
-		if (fl >= 0)
-			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
-	}
+	char oom_adj[HF_OOM_ADJ_LEN]; /* the keeper runs nothing: unused */
+	hf_helper_start(&mask, 0, HF_KFD_OWNER, oom_adj);
 	for (int i = 0; i < MAX_SLOTS; i++)
 		slots[i] = -1;
 	int r = hf_read_msg(HF_KFD_CONFIG, &cfgmsg);

@@ -3,10 +3,12 @@ package supervise
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -288,4 +290,19 @@ func (k *Keeper) Detach() { k.owner.Close() }
 func (k *Keeper) Kill() {
 	k.owner.Close()
 	k.proc.kill()
+}
+
+// StopKeeper ends a keeper: SIGTERM through a verified pidfd, a bounded
+// wait, then SIGKILL.
+func StopKeeper(ctx context.Context, id linux.Identity) {
+	p, err := linux.OpenVerified(id)
+	if err != nil {
+		return
+	}
+	defer p.Close()
+	_ = p.Signal(syscall.SIGTERM)
+	if p.WaitExit(ctx, 2*time.Second) {
+		return
+	}
+	_ = p.Signal(syscall.SIGKILL)
 }

@@ -2,8 +2,6 @@ package supervise
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -212,8 +210,7 @@ func (g *Guardian) Events() <-chan Event {
 		defer close(ch)
 		sc := bufio.NewScanner(g.events)
 		for sc.Scan() {
-			var ev Event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil {
+			if ev, err := parseEvent(sc.Bytes()); err == nil {
 				ch <- ev
 			}
 		}
@@ -253,19 +250,18 @@ func ReadReceipt(path string, commandID string, dev, ino uint64) (*Receipt, erro
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, err
 		}
-		b := bytes.TrimRight(buf[:n], " \n\x00")
-		if len(b) == 0 {
-			return nil, ErrNoReceipt
+		r, err := ParseReceipt(buf[:n])
+		if errors.Is(err, ErrNoReceipt) {
+			return nil, err
 		}
-		var r Receipt
-		if err := json.Unmarshal(b, &r); err != nil {
+		if err != nil {
 			last = err // the guardian may be mid-write; read again
 			continue
 		}
 		if r.CommandID != commandID || r.ProofDev != dev || r.ProofIno != ino {
 			return nil, fmt.Errorf("receipt %s does not belong to command %s", path, commandID)
 		}
-		return &r, nil
+		return r, nil
 	}
 	return nil, fmt.Errorf("receipt %s is unreadable: %w", path, last)
 }

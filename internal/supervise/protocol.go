@@ -19,7 +19,7 @@ const GuardianMode = "__hostfork_guardian"
 // holds the same numbers; guardian_cgo.go checks them at compile time.
 const (
 	fdControl = 3 // launcher → guardian: release, signal, stop; EOF = owner gone
-	fdEvents  = 4 // guardian → launcher: JSON lines
+	fdEvents  = 4 // guardian → launcher: one line of key=value fields an event
 	fdReceipt = 5 // the proof/receipt file, opened by the launcher (O_EXCL)
 	fdStdin   = 6
 	fdStdout  = 7
@@ -175,8 +175,9 @@ type Config struct {
 	TTYRows uint16 `json:"tty_rows,omitempty"`
 }
 
-// Event is one guardian → launcher message: one JSON line on fdEvents.
-// A dead launcher only loses events; the receipt is the durable channel.
+// Event is one guardian → launcher message: one line of key=value fields
+// on fdEvents, keyed by the JSON names below (fields.go). A dead launcher
+// only loses events; the receipt is the durable channel.
 type Event struct {
 	Kind      string         `json:"ev"` // started | exec-failed | leader | tree
 	PID       int            `json:"pid,omitempty"`
@@ -192,10 +193,11 @@ type Event struct {
 // It grows as the command progresses; Complete is set only after the
 // kernel reported that the guardian has no children left (ECHILD). The
 // guardian rewrites it in place (pwrite at offset 0, so the file keeps the
-// device and inode registered at launch): one JSON object and a newline,
-// padded with spaces to at least 512 bytes and never shorter than the
-// previous text. Times are RFC 3339 with nanoseconds, UTC. It is fsynced
-// when it becomes complete.
+// device and inode registered at launch): one key=value field a line,
+// keyed by the JSON names below, ended by a line with the hash of the text
+// (fields.go, ParseReceipt), padded with spaces to at least 512 bytes and
+// never shorter than the previous text. It is fsynced when it becomes
+// complete.
 type Receipt struct {
 	CommandID string `json:"command_id"`
 	EnvID     string `json:"env_id"`

@@ -1,20 +1,78 @@
 package supervise
 
 import (
+	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/api"
 )
+
+// sealed is text followed by its end line, as the guardian writes it.
+func sealed(text string) []byte {
+	h := fnv.New32a()
+	h.Write([]byte(text))
+	return []byte(fmt.Sprintf("%send=%08x\n", text, h.Sum32()))
+}
+
+func TestParseReceipt(t *testing.T) {
+	text := "command_id=c\nenv_id=e\nboot_id=b\nguardian_pid=7\nproof_dev=1\nproof_ino=18446744073709551615\n" +
+		"start_error=starting%20/x:%0Ano%25\nleader_exited_at=1700000000123456789\nexit_code=-1\n" +
+		"stop_reason=owner-exit\nleader_oom=false\nleader_oom_stale_ms=3\nfuture_key=1\ncomplete=true\n"
+	r, err := ParseReceipt(append(sealed(text), "      "...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(0, 1700000000123456789).UTC()
+	if r.CommandID != "c" || r.Guardian != 7 || r.ProofIno != 1<<64-1 || r.StartError != "starting /x:\nno%" ||
+		r.LeaderExited == nil || !r.LeaderExited.Equal(at) || r.ExitCode == nil || *r.ExitCode != -1 ||
+		r.StopReason != api.ReasonOwnerExit || r.LeaderOOM == nil || *r.LeaderOOM || r.LeaderOOMStaleMS != 3 || !r.Complete {
+		t.Fatalf("receipt %+v", r)
+	}
+	torn := sealed(text)
+	torn[3] = 'x'
+	for _, b := range [][]byte{torn, []byte(text), sealed("exit_code=x\n"), sealed("exit_code\n")} {
+		if r, err := ParseReceipt(b); err == nil {
+			t.Errorf("%q accepted: %+v", b, r)
+		}
+	}
+	if _, err := ParseReceipt([]byte("  \n\x00")); err != ErrNoReceipt {
+		t.Errorf("an empty receipt: %v", err)
+	}
+	ev, err := parseEvent([]byte("ev=exec-failed code=127 error=starting%20x at=5"))
+	if err != nil || ev.Kind != "exec-failed" || ev.ExitCode == nil || *ev.ExitCode != 127 || ev.Error != "starting x" || !ev.At.Equal(time.Unix(0, 5)) {
+		t.Fatalf("event %+v (%v)", ev, err)
+	}
+}
+
+// FuzzParseReceipt: whatever bytes a receipt holds, ParseReceipt returns a
+// receipt or an error, never a panic; and a receipt accepted is one whose
+// end line matches its text.
+func FuzzParseReceipt(f *testing.F) {
+	f.Add(sealed("command_id=c\nexit_code=0\nleader_exited_at=1\ncomplete=true\n"))
+	f.Add(sealed("start_error=a%0Ab\nleader_oom=true\n"))
+	f.Add([]byte("   \n"))
+	f.Add([]byte("ev=leader code=1 at=2\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := ParseReceipt(b); err == nil && r == nil {
+			t.Fatal("nil receipt without an error")
+		}
+		_, _ = parseEvent(b)
+	})
+}
 
 // FuzzReadReceipt: whatever bytes a receipt file holds, ReadReceipt
 // returns a receipt of the registered command or an error — never a
 // panic, never another command's receipt.
 func FuzzReadReceipt(f *testing.F) {
-	f.Add([]byte(`{"command_id":"c","env_id":"e","guardian_pid":1,"proof_dev":0,"proof_ino":0,"complete":true}`))
-	f.Add([]byte(`{"command_id":"other","complete":true}`))
+	f.Add(sealed("command_id=c\nenv_id=e\nguardian_pid=1\nproof_dev=0\nproof_ino=0\ncomplete=true\n"))
+	f.Add(sealed("command_id=other\ncomplete=true\n"))
 	f.Add([]byte("   \n"))
-	f.Add([]byte(`{"command_id":"c","exit_code":"x"}`))
+	f.Add(sealed("command_id=c\nexit_code=x\n"))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p := filepath.Join(dir, "receipt")

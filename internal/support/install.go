@@ -176,7 +176,7 @@ func Install(ctx context.Context, p *Plan, run Runner) (*InstallResult, error) {
 		}
 	}
 	// The timer and the socket: enabled and running, or enabled now.
-	for i, unit := range []string{ReapTimer, ServeSocket} {
+	for i, unit := range []string{p.Units.ReapTimer, p.Units.ServeSocket} {
 		enabled, _ := run(ctx, p.Mode.systemctl("is-enabled", unit))
 		active, _ := run(ctx, p.Mode.systemctl("is-active", unit))
 		if strings.TrimSpace(enabled) != "enabled" || strings.TrimSpace(active) != "active" {
@@ -278,7 +278,7 @@ func Inspect(ctx context.Context, p *Plan, run Runner) (*Status, error) {
 				out, _ = run(ctx, p.Mode.systemctl("is-active", f.Unit))
 				us.Active = firstLine(out)
 			}
-			if (f.Unit == ReapTimer || f.Unit == ServeSocket) && u.ours() && (us.Enabled != "enabled" || us.Active != "active") {
+			if (f.Unit == p.Units.ReapTimer || f.Unit == p.Units.ServeSocket) && u.ours() && (us.Enabled != "enabled" || us.Active != "active") {
 				us.Findings = append(us.Findings, fmt.Sprintf("%s is %s and %s, not enabled and active", f.Unit, us.Enabled, us.Active))
 			}
 		}
@@ -349,7 +349,7 @@ func Uninstall(ctx context.Context, p *Plan, run Runner) (*UninstallResult, erro
 	// Disable the timer and the socket, stop the server (what it made
 	// runs on), then remove the files.
 	if p.Systemd {
-		for i, unit := range []string{ReapTimer, ServeSocket, ServeService} {
+		for i, unit := range []string{p.Units.ReapTimer, p.Units.ServeSocket, p.Units.ServeService} {
 			if ours[unit] {
 				runCmd(p.Uninstall[i])
 			}

@@ -1,6 +1,8 @@
 package support
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -20,17 +22,33 @@ const (
 	User Mode = "user"
 )
 
-// Unit names. They are fixed: one store root per manager is integrated at
-// a time, and install refuses to take over units written for another root.
-const (
-	ReapService     = "hostfork-reap.service"
-	ReapTimer       = "hostfork-reap.timer"
-	FinalizeService = "hostfork-finalize@.service"
+// Units are one store's unit names. The default store (Config.DefaultStore)
+// keeps the plain names (hostfork-reap.service, ...); any other root gets
+// its own, tagged with a hash of the root (hostfork-1a2b3c4d-reap.service),
+// so two stores' installs never take each other's files.
+type Units struct {
+	ReapService     string `json:"reap_service"`
+	ReapTimer       string `json:"reap_timer"`
+	FinalizeService string `json:"finalize_service"`
 	// ServeSocket listens on the store's API socket; its first connection
 	// starts ServeService ('hostfork serve' with the inherited socket).
-	ServeSocket  = "hostfork-serve.socket"
-	ServeService = "hostfork-serve.service"
-)
+	ServeSocket  string `json:"serve_socket"`
+	ServeService string `json:"serve_service"`
+}
+
+// UnitsFor names the units of the store at root.
+func UnitsFor(root string, defaultStore bool) Units {
+	prefix := "hostfork-"
+	if !defaultStore {
+		sum := sha256.Sum256([]byte(filepath.Clean(root)))
+		prefix += hex.EncodeToString(sum[:4]) + "-"
+	}
+	return Units{
+		ReapService: prefix + "reap.service", ReapTimer: prefix + "reap.timer",
+		FinalizeService: prefix + "finalize@.service",
+		ServeSocket:     prefix + "serve.socket", ServeService: prefix + "serve.service",
+	}
+}
 
 // FormatVersion is the version of the unit layout written here; a change
 // of what the units do bumps it (2: the API server's socket and service).
@@ -80,6 +98,9 @@ type Config struct {
 	UnitDir string
 	// UserName names the user, for --user lingering advice.
 	UserName string
+	// DefaultStore: Root is the mode's default store, whose units keep the
+	// plain names (UnitsFor).
+	DefaultStore bool
 }
 
 // Host is what Detect found about the selected manager.
@@ -112,7 +133,9 @@ type Plan struct {
 	// NoSystemd says why there is no manager, when there is none.
 	NoSystemd string `json:"no_systemd,omitempty"`
 	UnitDir   string `json:"unit_dir"`
-	Files     []File `json:"files"`
+	// Units are this store's unit names.
+	Units Units  `json:"units"`
+	Files []File `json:"files"`
 	// Install are the commands install runs after writing the files (a
 	// reload and a restart of a running server only when a file changed,
 	// enabling only when the timer or the socket is not enabled and
@@ -172,8 +195,9 @@ func Build(cfg Config, host Host) (*Plan, error) {
 	}
 	p := &Plan{
 		Mode: cfg.Mode, Root: cfg.Root, Executable: cfg.Exe, Version: cfg.Version,
-		Systemd: host.Systemd, UnitDir: dir,
+		Systemd: host.Systemd, UnitDir: dir, Units: UnitsFor(cfg.Root, cfg.DefaultStore),
 	}
+	u := p.Units
 	if !host.Systemd {
 		p.NoSystemd = host.Reason
 	}
@@ -185,30 +209,30 @@ func Build(cfg Config, host Host) (*Plan, error) {
 	header := "# Written by 'hostfork support install'; 'hostfork support uninstall' removes it.\n"
 	wantedBy := "timers.target"
 	p.Files = []File{
-		{Unit: ReapService, Content: header + "[Unit]\n" +
+		{Unit: u.ReapService, Content: header + "[Unit]\n" +
 			"Description=hostfork reaper for " + specifierSafe(cfg.Root) + ": finish what crashes interrupted\n" +
 			marker +
 			"\n[Service]\nType=oneshot\n" +
 			"ExecStart=" + reap + "\n" +
 			"TimeoutStartSec=10min\n"},
-		{Unit: ReapTimer, Content: header + "[Unit]\n" +
+		{Unit: u.ReapTimer, Content: header + "[Unit]\n" +
 			"Description=Run the hostfork reaper for " + specifierSafe(cfg.Root) + " every minute\n" +
 			marker +
-			"\n[Timer]\nOnBootSec=1min\nOnUnitActiveSec=1min\nAccuracySec=10s\nUnit=" + ReapService + "\n" +
+			"\n[Timer]\nOnBootSec=1min\nOnUnitActiveSec=1min\nAccuracySec=10s\nUnit=" + u.ReapService + "\n" +
 			"\n[Install]\nWantedBy=" + wantedBy + "\n"},
 		// The API server, started by its socket's first connection. What
 		// it creates is not the service's: environments and commands are
 		// bounded by their own deadlines and keep running when the
 		// server stops or restarts, so only its main process is killed.
-		{Unit: ServeSocket, Content: header + "[Unit]\n" +
+		{Unit: u.ServeSocket, Content: header + "[Unit]\n" +
 			"Description=hostfork API socket for " + specifierSafe(cfg.Root) + " (docs/api.md)\n" +
 			marker +
 			"\n[Socket]\nListenStream=" + specifierSafe(socket) + "\n" +
 			"SocketMode=0660\nDirectoryMode=0700\nRemoveOnStop=yes\n" +
 			"\n[Install]\nWantedBy=sockets.target\n"},
-		{Unit: ServeService, Content: header + "[Unit]\n" +
+		{Unit: u.ServeService, Content: header + "[Unit]\n" +
 			"Description=hostfork API server for " + specifierSafe(cfg.Root) + " (docs/api.md)\n" +
-			"Requires=" + ServeSocket + "\nAfter=" + ServeSocket + "\n" +
+			"Requires=" + u.ServeSocket + "\nAfter=" + u.ServeSocket + "\n" +
 			marker +
 			"\n[Service]\nType=simple\n" +
 			"ExecStart=" + serve + "\n" +
@@ -216,7 +240,7 @@ func Build(cfg Config, host Host) (*Plan, error) {
 		// 'hostfork reap' takes no environment argument: the finalizer
 		// for one environment runs a full reap, which finalizes that
 		// environment among any others due.
-		{Unit: FinalizeService, Content: header + "[Unit]\n" +
+		{Unit: u.FinalizeService, Content: header + "[Unit]\n" +
 			"Description=hostfork finalizer for environment %i in " + specifierSafe(cfg.Root) + " (runs a full reap)\n" +
 			marker +
 			"\n[Service]\nType=oneshot\n" +
@@ -229,21 +253,21 @@ func Build(cfg Config, host Host) (*Plan, error) {
 		p.Files[i].Mode = 0o644
 		p.Files[i].ModeText = "0644"
 	}
-	p.Install = [][]string{cfg.Mode.systemctl("daemon-reload"), cfg.Mode.systemctl("enable", "--now", ReapTimer),
-		cfg.Mode.systemctl("enable", "--now", ServeSocket), cfg.Mode.systemctl("try-restart", ServeService)}
-	p.Uninstall = [][]string{cfg.Mode.systemctl("disable", "--now", ReapTimer), cfg.Mode.systemctl("disable", "--now", ServeSocket),
-		cfg.Mode.systemctl("stop", ServeService), cfg.Mode.systemctl("daemon-reload")}
+	p.Install = [][]string{cfg.Mode.systemctl("daemon-reload"), cfg.Mode.systemctl("enable", "--now", u.ReapTimer),
+		cfg.Mode.systemctl("enable", "--now", u.ServeSocket), cfg.Mode.systemctl("try-restart", u.ServeService)}
+	p.Uninstall = [][]string{cfg.Mode.systemctl("disable", "--now", u.ReapTimer), cfg.Mode.systemctl("disable", "--now", u.ServeSocket),
+		cfg.Mode.systemctl("stop", u.ServeService), cfg.Mode.systemctl("daemon-reload")}
 
 	p.Notes = append(p.Notes,
-		fmt.Sprintf("%s runs '%s' once a minute (and a minute after boot); it is recovery and retention support, not the deadline clock: deadlines are enforced without it", ReapTimer, reap),
-		fmt.Sprintf("%s is a finite template: 'systemctl%s start hostfork-finalize@ENV.service' finalizes one environment; reap takes no environment argument yet, so it runs a full reap", FinalizeService, map[bool]string{true: " --user"}[cfg.Mode == User]),
-		fmt.Sprintf("%s listens on %s (mode 0660; only root and the store's owner may use the API); its first connection starts %s ('%s'), which then keeps serving: use it with 'hostfork --host unix://%s VERB' or HOSTFORK_HOST", ServeSocket, socket, ServeService, serve, socket),
-		fmt.Sprintf("environments and commands made through the server are not %s's: they keep running when it stops or restarts (KillMode=process), bounded by their own deadlines; install restarts a running server when it rewrites the units", ServeService),
+		fmt.Sprintf("%s runs '%s' once a minute (and a minute after boot); it is recovery and retention support, not the deadline clock: deadlines are enforced without it", u.ReapTimer, reap),
+		fmt.Sprintf("%s is a finite template: 'systemctl%s start %s' finalizes one environment; reap takes no environment argument yet, so it runs a full reap", u.FinalizeService, map[bool]string{true: " --user"}[cfg.Mode == User], strings.Replace(u.FinalizeService, "@.", "@ENV.", 1)),
+		fmt.Sprintf("%s listens on %s (mode 0660; only root and the store's owner may use the API); its first connection starts %s ('%s'), which then keeps serving: use it with 'hostfork --host unix://%s VERB' or HOSTFORK_HOST", u.ServeSocket, socket, u.ServeService, serve, socket),
+		fmt.Sprintf("environments and commands made through the server are not %s's: they keep running when it stops or restarts (KillMode=process), bounded by their own deadlines; install restarts a running server when it rewrites the units", u.ServeService),
 		"install creates the store "+cfg.Root+" if it does not exist yet (the API socket is made inside it)",
 		"re-running install with the same executable, version and root changes nothing",
 	)
 	if len(socket) > 107 {
-		p.Notes = append(p.Notes, fmt.Sprintf("%s is longer than a unix socket address allows (107 bytes): %s will fail to listen; choose a shorter store root", socket, ServeSocket))
+		p.Notes = append(p.Notes, fmt.Sprintf("%s is longer than a unix socket address allows (107 bytes): %s will fail to listen; choose a shorter store root", socket, u.ServeSocket))
 	}
 	if cfg.Mode == User {
 		name := cfg.UserName

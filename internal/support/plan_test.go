@@ -11,6 +11,16 @@ import (
 	"testing"
 )
 
+// The default store's unit names, which cfg's plans use.
+var (
+	defaultUnits    = UnitsFor("", true)
+	ReapService     = defaultUnits.ReapService
+	ReapTimer       = defaultUnits.ReapTimer
+	FinalizeService = defaultUnits.FinalizeService
+	ServeSocket     = defaultUnits.ServeSocket
+	ServeService    = defaultUnits.ServeService
+)
+
 func cfg(t *testing.T, dir string) Config {
 	t.Helper()
 	exe := filepath.Join(dir, "bin", "hostfork")
@@ -20,7 +30,43 @@ func cfg(t *testing.T, dir string) Config {
 	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return Config{Mode: System, Exe: exe, Root: "/srv/hostfork", Version: "v1.2.3 0123456789ab", UnitDir: filepath.Join(dir, "units")}
+	return Config{Mode: System, Exe: exe, Root: "/srv/hostfork", Version: "v1.2.3 0123456789ab", UnitDir: filepath.Join(dir, "units"), DefaultStore: true}
+}
+
+// Two stores' installs never take the same unit files; the default store
+// keeps the plain names.
+func TestUnitsPerStore(t *testing.T) {
+	a, b := cfg(t, t.TempDir()), cfg(t, t.TempDir())
+	a.DefaultStore, b.DefaultStore = false, false
+	b.Root, b.UnitDir = "/srv/other", a.UnitDir
+	pa, err := Build(a, Host{Systemd: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := Build(b, Host{Systemd: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := map[string]bool{}
+	for _, f := range pa.Files {
+		paths[f.Path] = true
+	}
+	for _, f := range pb.Files {
+		if paths[f.Path] {
+			t.Errorf("both stores write %s", f.Path)
+		}
+	}
+	for _, cmd := range pb.Install[1:] {
+		if u := cmd[len(cmd)-1]; !strings.HasPrefix(u, "hostfork-") || u == ReapTimer || u == ServeSocket || u == ServeService {
+			t.Errorf("store %s enables %s", b.Root, u)
+		}
+	}
+	if again := UnitsFor(a.Root+"/", false); again != pa.Units {
+		t.Errorf("the same root, spelled with a slash, names other units: %+v vs %+v", again, pa.Units)
+	}
+	if !strings.Contains(pb.Files[1].Content, "Unit="+pb.Units.ReapService+"\n") {
+		t.Errorf("the timer does not start its own store's reaper:\n%s", pb.Files[1].Content)
+	}
 }
 
 func TestBuildPlan(t *testing.T) {

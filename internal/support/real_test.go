@@ -13,6 +13,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork/internal/cli"
 	"github.com/habemus-papadum/hostfork/internal/servecli"
+	"github.com/habemus-papadum/hostfork/internal/support"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
@@ -64,7 +65,8 @@ func TestWithoutSystemd(t *testing.T) {
 	}
 	hf := hostforkLink(t)
 	root := filepath.Join(t.TempDir(), "store")
-	units := "/etc/systemd/system/hostfork-reap.service"
+	u := support.UnitsFor(root, false)
+	units := "/etc/systemd/system/" + u.ReapService
 	_, before := os.Stat(units)
 	for _, mode := range []string{"--system", "--user"} {
 		out, err := exec.Command(hf, "--root", root, "support", "plan", mode).CombinedOutput()
@@ -75,7 +77,7 @@ func TestWithoutSystemd(t *testing.T) {
 			"no systemd manager for " + mode, "PID 1 is not systemd", "will refuse (exit 121)",
 			"* * * * * ", " --root " + root + " reap'",
 			"reap --watch --interval 1m",
-			"--- ", "hostfork-reap.timer", "never:",
+			"--- ", u.ReapTimer, "never:",
 		} {
 			if !bytes.Contains(out, []byte(want)) {
 				t.Errorf("plan %s lacks %q:\n%s", mode, want, out)
@@ -142,6 +144,7 @@ func TestInstallInRealSystemd(t *testing.T) {
 	}
 	n := testutil.BootSystemd(t, testutil.NspawnOptions{ReadOnlyBinds: []string{self + ":/usr/local/bin/hostfork", self + ":/usr/local/bin/" + cli.CompanionName}})
 	const root = "/var/lib/hostfork-support-test"
+	u := support.UnitsFor(root, false)
 	hf := func(args ...string) (string, int) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -159,7 +162,7 @@ func TestInstallInRealSystemd(t *testing.T) {
 	}
 
 	out, code := hf("support", "plan", "--system")
-	if code != 0 || !strings.Contains(out, "systemctl enable --now hostfork-reap.timer") || strings.Contains(out, "no systemd manager") {
+	if code != 0 || !strings.Contains(out, "systemctl enable --now "+u.ReapTimer) || strings.Contains(out, "no systemd manager") {
 		t.Fatalf("plan: exit %d\n%s", code, out)
 	}
 	t0 := time.Now()
@@ -168,20 +171,20 @@ func TestInstallInRealSystemd(t *testing.T) {
 		t.Fatalf("install: exit %d\n%s", code, out)
 	}
 	t.Logf("install took %v:\n%s", time.Since(t0).Round(time.Millisecond), out)
-	for _, u := range []string{"hostfork-reap.service", "hostfork-reap.timer", "hostfork-finalize@.service"} {
+	for _, u := range []string{u.ReapService, u.ReapTimer, u.FinalizeService} {
 		st, err := os.Stat(n.Path("/etc/systemd/system/" + u))
 		if err != nil || st.Mode().Perm() != 0o644 {
 			t.Fatalf("%s: %v %v", u, st, err)
 		}
 	}
-	b, _ := os.ReadFile(n.Path("/etc/systemd/system/hostfork-reap.service"))
+	b, _ := os.ReadFile(n.Path("/etc/systemd/system/" + u.ReapService))
 	if !strings.Contains(string(b), "ExecStart=/usr/local/bin/hostfork --root "+root+" reap\n") {
 		t.Fatalf("service:\n%s", b)
 	}
-	if s, _ := sh("systemctl", "is-enabled", "hostfork-reap.timer"); s != "enabled" {
+	if s, _ := sh("systemctl", "is-enabled", u.ReapTimer); s != "enabled" {
 		t.Errorf("timer is-enabled: %s", s)
 	}
-	if s, _ := sh("systemctl", "is-active", "hostfork-reap.timer"); s != "active" {
+	if s, _ := sh("systemctl", "is-active", u.ReapTimer); s != "active" {
 		t.Errorf("timer is-active: %s", s)
 	}
 	out, code = hf("support", "install", "--system")
@@ -194,25 +197,25 @@ func TestInstallInRealSystemd(t *testing.T) {
 	}
 
 	// The timer's service, run once now, succeeds.
-	if s, code := sh("systemctl", "start", "hostfork-reap.service"); code != 0 {
-		j, _ := sh("journalctl", "-u", "hostfork-reap.service", "--no-pager", "-o", "cat")
-		t.Fatalf("systemctl start hostfork-reap.service: exit %d: %s\n%s", code, s, j)
+	if s, code := sh("systemctl", "start", u.ReapService); code != 0 {
+		j, _ := sh("journalctl", "-u", u.ReapService, "--no-pager", "-o", "cat")
+		t.Fatalf("systemctl start %s: exit %d: %s\n%s", u.ReapService, code, s, j)
 	}
-	s, _ := sh("systemctl", "show", "hostfork-reap.service", "-p", "Result", "-p", "ExecMainStatus", "-p", "ExecMainCode")
+	s, _ := sh("systemctl", "show", u.ReapService, "-p", "Result", "-p", "ExecMainStatus", "-p", "ExecMainCode")
 	if !strings.Contains(s, "Result=success") || !strings.Contains(s, "ExecMainStatus=0") {
 		t.Fatalf("reap service: %s", s)
 	}
-	s, _ = sh("journalctl", "-u", "hostfork-reap.service", "--no-pager", "-o", "cat")
+	s, _ = sh("journalctl", "-u", u.ReapService, "--no-pager", "-o", "cat")
 	if !strings.Contains(s, "checked 0 environment(s)") {
 		t.Errorf("reap service output:\n%s", s)
 	}
 	// The finalizer template runs a full reap for one environment id.
-	if s, code := sh("systemctl", "start", "hostfork-finalize@abc123.service"); code != 0 {
+	if s, code := sh("systemctl", "start", strings.Replace(u.FinalizeService, "@.", "@abc123.", 1)); code != 0 {
 		t.Fatalf("finalizer: exit %d: %s", code, s)
 	}
 
 	// A unit written by another version is a finding; install repairs it.
-	svc := n.Path("/etc/systemd/system/hostfork-reap.service")
+	svc := n.Path("/etc/systemd/system/" + u.ReapService)
 	stale := strings.Replace(string(b), "X-Hostfork-Version=", "X-Hostfork-Version=v0.0.1-old", 1)
 	if err := os.WriteFile(svc, []byte(stale), 0o644); err != nil {
 		t.Fatal(err)
@@ -222,7 +225,7 @@ func TestInstallInRealSystemd(t *testing.T) {
 		t.Fatalf("status of a stale unit: exit %d\n%s", code, out)
 	}
 	out, code = hf("support", "install", "--system")
-	if code != 0 || !strings.Contains(out, "wrote     /etc/systemd/system/hostfork-reap.service") || !strings.Contains(out, "daemon-reload") {
+	if code != 0 || !strings.Contains(out, "wrote     /etc/systemd/system/"+u.ReapService) || !strings.Contains(out, "daemon-reload") {
 		t.Fatalf("repairing install: exit %d\n%s", code, out)
 	}
 
@@ -233,15 +236,15 @@ func TestInstallInRealSystemd(t *testing.T) {
 		t.Fatalf("uninstall: exit %d\n%s", code, out)
 	}
 	t.Logf("uninstall:\n%s", out)
-	for _, u := range []string{"hostfork-reap.service", "hostfork-reap.timer", "hostfork-finalize@.service", "hostfork-serve.socket", "hostfork-serve.service"} {
+	for _, u := range []string{u.ReapService, u.ReapTimer, u.FinalizeService, u.ServeSocket, u.ServeService} {
 		if _, err := os.Stat(n.Path("/etc/systemd/system/" + u)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s still there: %v", u, err)
 		}
 	}
-	if s, _ := sh("systemctl", "is-enabled", "hostfork-reap.timer"); s == "enabled" {
+	if s, _ := sh("systemctl", "is-enabled", u.ReapTimer); s == "enabled" {
 		t.Errorf("timer still enabled after uninstall")
 	}
-	for _, u := range []string{"hostfork-serve.socket", "hostfork-serve.service"} {
+	for _, u := range []string{u.ServeSocket, u.ServeService} {
 		if s, _ := sh("systemctl", "is-active", u); s == "active" {
 			t.Errorf("%s still active after uninstall", u)
 		}
@@ -310,6 +313,7 @@ func TestUninstallListsActiveRuns(t *testing.T) {
 // through it outlives the server's stop, and the next connection starts
 // the server again. It returns the id of an environment left running.
 func serveThroughSocket(t *testing.T, n *testutil.Nspawn, root string, hf, sh func(args ...string) (string, int)) string {
+	u := support.UnitsFor(root, false)
 	t.Helper()
 	sock := root + "/api.sock"
 	host := func(args ...string) (string, string, int) {
@@ -323,7 +327,7 @@ func serveThroughSocket(t *testing.T, n *testutil.Nspawn, root string, hf, sh fu
 		err := cmd.Run()
 		return stdout.String(), stderr.String(), exitCode(err)
 	}
-	for _, u := range []string{"hostfork-serve.socket"} {
+	for _, u := range []string{u.ServeSocket} {
 		if s, _ := sh("systemctl", "is-enabled", u); s != "enabled" {
 			t.Errorf("%s is-enabled: %s", u, s)
 		}
@@ -335,7 +339,7 @@ func serveThroughSocket(t *testing.T, n *testutil.Nspawn, root string, hf, sh fu
 	if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o660 {
 		t.Fatalf("the API socket %s: %v %v", sock, st, err)
 	}
-	if s, _ := sh("systemctl", "is-active", "hostfork-serve.service"); s == "active" {
+	if s, _ := sh("systemctl", "is-active", u.ServeService); s == "active" {
 		t.Errorf("the server runs before anything connected")
 	}
 
@@ -345,10 +349,10 @@ func serveThroughSocket(t *testing.T, n *testutil.Nspawn, root string, hf, sh fu
 	if code != 3 || out != "hello\n" || errOut != "oops\n" {
 		t.Fatalf("run through the socket: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	if s, _ := sh("systemctl", "is-active", "hostfork-serve.service"); s != "active" {
-		t.Errorf("hostfork-serve.service after a connection: %s", s)
+	if s, _ := sh("systemctl", "is-active", u.ServeService); s != "active" {
+		t.Errorf("%s after a connection: %s", u.ServeService, s)
 	}
-	j, _ := sh("journalctl", "-u", "hostfork-serve.service", "--no-pager", "-o", "cat")
+	j, _ := sh("journalctl", "-u", u.ServeService, "--no-pager", "-o", "cat")
 	if !strings.Contains(j, "listening on unix://"+sock) || !strings.Contains(j, "socket activation") {
 		t.Errorf("the server's journal:\n%s", j)
 	}
@@ -369,10 +373,10 @@ func serveThroughSocket(t *testing.T, n *testutil.Nspawn, root string, hf, sh fu
 		t.Fatalf("run --detach through the socket: exit %d: %s", code, errOut)
 	}
 	envID := strings.TrimSpace(out)
-	if s, code := sh("systemctl", "stop", "hostfork-serve.service"); code != 0 {
-		t.Fatalf("systemctl stop hostfork-serve.service: exit %d: %s", code, s)
+	if s, code := sh("systemctl", "stop", u.ServeService); code != 0 {
+		t.Fatalf("systemctl stop %s: exit %d: %s", u.ServeService, code, s)
 	}
-	if s, _ := sh("systemctl", "is-active", "hostfork-serve.socket"); s != "active" {
+	if s, _ := sh("systemctl", "is-active", u.ServeSocket); s != "active" {
 		t.Errorf("the socket after the server stopped: %s", s)
 	}
 	out, code = hf("status", "--json", envID)
@@ -383,8 +387,8 @@ func serveThroughSocket(t *testing.T, n *testutil.Nspawn, root string, hf, sh fu
 	if code != 0 || !strings.Contains(out, `"state": "alive"`) {
 		t.Fatalf("status through the socket after the server stopped: exit %d\n%s", code, out)
 	}
-	if s, _ := sh("systemctl", "is-active", "hostfork-serve.service"); s != "active" {
-		t.Errorf("hostfork-serve.service after the next connection: %s", s)
+	if s, _ := sh("systemctl", "is-active", u.ServeService); s != "active" {
+		t.Errorf("%s after the next connection: %s", u.ServeService, s)
 	}
 	return envID
 }

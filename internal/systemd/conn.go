@@ -30,6 +30,15 @@ var SystemBus = Bus{kind: "system"}
 // /run/user/UID/bus). It never starts a bus.
 var UserBus = Bus{kind: "user"}
 
+// DefaultBus is the manager hostfork talks to: the system manager for
+// root, the user's manager otherwise.
+func DefaultBus() Bus {
+	if os.Geteuid() == 0 {
+		return SystemBus
+	}
+	return UserBus
+}
+
 // SocketBus is a bus reached through an explicit socket path, for example a
 // container's system bus seen from the host:
 // /proc/PID/root/run/dbus/system_bus_socket. (A manager's private socket,

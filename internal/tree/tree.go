@@ -6,26 +6,31 @@
 //
 // Every stop of a command tree, of an environment's leftovers and of a
 // keeper-less environment's commands goes through Stop; the C helpers
-// (internal/supervise, hf_tree.c) follow the same rules in C for the
-// guardian's deadline, timeout and idle stops and the keeper's owner-exit
-// stop:
+// (internal/supervise, hf_tree.c) follow the same rules for the guardian's
+// deadline, timeout, idle and owner-exit stops and the keeper's, whose
+// roots are always subreapers. One table of cases (supervise's
+// tree_table_test.go) runs against both. The rules:
 //
 //   - membership is the whole cgroup2 subtree of the target, nested groups
 //     included, and every live descendant of its roots (a command's
 //     guardian is its subreaper, so a process that moved itself out of the
-//     cgroup is still a member while the guardian lives);
+//     cgroup is still a member while the guardian lives), and the leaders
+//     that are still the recorded processes; the roots are not members;
 //   - every signal goes through a pidfd opened first and then re-checked
-//     for membership, so a PID reused after an exit is never signalled;
-//   - after SIGTERM and the grace, a tree with a cgroup and subreaper
-//     roots (or none) is killed with cgroup.kill (atomic against forks),
-//     with no listing before it in Go; otherwise, and in the C helpers,
-//     it is listed first and killed with cgroup.kill alone when every
-//     member is inside. What is left after the group is empty, or a tree
-//     without a cgroup, is quiesced (cgroup.freeze, and SIGSTOP for
-//     members outside the cgroup), listed until two listings agree, every
-//     listed member is killed (and the cgroup with cgroup.kill), and only
+//     for membership, so a PID reused after an exit, or a process that is
+//     not provably a member, is never signalled;
+//   - SIGTERM first, then, after the grace, the kill: a tree with a cgroup
+//     and subreaper roots (or none) starts with cgroup.kill (atomic
+//     against forks), with no listing before it and nothing frozen; the
+//     members left outside the cgroup are stopped (SIGSTOP) until two
+//     listings agree, and killed. A tree with leaders, or roots that are
+//     not subreapers, can lose an orphan to init if its parent dies
+//     first: it is quiesced instead (cgroup.freeze, and SIGSTOP for
+//     members outside the cgroup), listed until two listings agree,
+//     killed (cgroup.kill and every member through its pidfd), and only
 //     what this stop froze is thawed;
-//   - the stop is verified: it reports the members that survive.
+//   - the stop is verified: Go reports the members that survive; a
+//     guardian repeats the kill until waitpid says ECHILD.
 //
 // Only the engine imports it.
 package tree
@@ -489,10 +494,8 @@ const (
 func Stop(ctx context.Context, t Target, grace time.Duration) (Result, error) {
 	var res Result
 	roots := t.roots()
-	if grace <= 0 && t.killFirst() {
-		if res, ok, err := killGroup(ctx, t, roots); ok {
-			return res, err
-		}
+	if grace <= 0 {
+		return Kill(ctx, t)
 	}
 	pids, allIn, err := t.members(roots)
 	if err != nil {
@@ -501,9 +504,6 @@ func Stop(ctx context.Context, t Target, grace time.Duration) (Result, error) {
 	if len(pids) == 0 && t.gone(roots) {
 		res.Stable = true
 		return res, nil
-	}
-	if grace <= 0 {
-		return kill(ctx, t, roots, res, pids, allIn)
 	}
 	hs := t.open(pids, roots)
 	res.Signalled = signal(hs, syscall.SIGTERM)
@@ -514,11 +514,17 @@ func Stop(ctx context.Context, t Target, grace time.Duration) (Result, error) {
 		res.Stable = true
 		return res, nil
 	}
+	if t.killFirst() {
+		if kr, ok, err := killGroup(ctx, t, roots); ok {
+			kr.Signalled = res.Signalled
+			return kr, err
+		}
+	}
 	pids, allIn, err = t.members(roots)
 	if err != nil {
 		pids, allIn = nil, false
 	}
-	return kill(ctx, t, roots, res, pids, allIn)
+	return kill(ctx, t, roots, res, pids, allIn, false)
 }
 
 // Kill kills the tree at once (the quiesced kill and its verification).
@@ -538,7 +544,7 @@ func Kill(ctx context.Context, t Target) (Result, error) {
 		res.Stable = true
 		return res, nil
 	}
-	return kill(ctx, t, roots, res, first, allIn)
+	return kill(ctx, t, roots, res, first, allIn, false)
 }
 
 // killFirst says whether a kill may start with cgroup.kill, before any
@@ -568,7 +574,8 @@ func killGroup(ctx context.Context, t Target, roots []int) (res Result, ok bool,
 		res.Stable = true
 		return res, true, nil
 	}
-	if len(in) > 0 && g.Kill() == nil {
+	killed := len(in) > 0 && g.Kill() == nil
+	if killed {
 		res.Killed = len(in)
 		wctx, cancel := context.WithTimeout(ctx, verifyWait)
 		_ = g.WaitEmpty(wctx)
@@ -578,7 +585,7 @@ func killGroup(ctx context.Context, t Target, roots []int) (res Result, ok bool,
 			return res, true, nil
 		}
 	}
-	res, err = kill(ctx, t, roots, res, nil, false)
+	res, err = kill(ctx, t, roots, res, nil, false, killed)
 	return res, true, err
 }
 
@@ -598,11 +605,15 @@ func (t Target) gone(roots []int) bool {
 }
 
 // kill is the kill step, given the tree's latest listing (first) and
-// whether every descendant in it was in the cgroup's listing.
-func kill(ctx context.Context, t Target, roots []int, res Result, first []int, allIn bool) (Result, error) {
+// whether every descendant in it was in the cgroup's listing. killed says
+// that the group was killed already (killGroup): what is left is outside
+// it, and nothing is frozen.
+func kill(ctx context.Context, t Target, roots []int, res Result, first []int, allIn, killed bool) (Result, error) {
 	var g *cgroup.Group
 	if t.Cgroup != "" {
 		g = cgroup.Open(t.Cgroup)
+	}
+	if g != nil && !killed {
 		// Every member inside the cgroup: cgroup.kill alone ends them
 		// all, atomically (the kernel kills what is forked meanwhile too),
 		// so there is nothing to quiesce. Only if something is left
@@ -726,4 +737,27 @@ func describe(ids []linux.Identity) string {
 		parts = append(parts, fmt.Sprintf("pid %d state %s", id.PID, state))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// StuckWithZombies reports whether the supervisor id is stopped (SIGSTOP,
+// or traced) with every child of it a zombie: as a subreaper its live
+// descendants would be its children or theirs, so its tree has ended and
+// only the stuck supervisor keeps the zombies from being reaped (issue 39,
+// item 7). A zombie whose other threads run is alive.
+func StuckWithZombies(id linux.Identity) bool {
+	st, err := linux.ReadStat(id.PID)
+	if err != nil || st.StartTime != id.StartTime || (st.State != 'T' && st.State != 't') {
+		return false
+	}
+	kids, _, ok := childrenOf(id.PID, st, make([]byte, 4096))
+	if !ok {
+		return false
+	}
+	for _, k := range kids {
+		ks, err := linux.ReadStat(k)
+		if err == nil && (ks.State != 'Z' || ks.Threads > 1) {
+			return false
+		}
+	}
+	return true
 }

@@ -111,7 +111,10 @@ type Result struct {
 // lost environment stops by itself (its owner, the dead worker, exited) and
 // the workflow also asks its node to stop it in case the node is alive.
 // Cancelling the workflow stops the running command's whole tree and the
-// environment, and returns a CanceledError whose details are the Result.
+// environment, and returns a CanceledError whose details are the Result. A
+// last command whose exit status is not 0 fails the workflow with a
+// non-retryable ApplicationError of type ErrCommandFailed, whose details are
+// the Result too.
 func RunInEnvironment(ctx workflow.Context, req Request) (*Result, error) {
 	if len(req.Commands) == 0 {
 		return nil, temporal.NewNonRetryableApplicationError("RunInEnvironment needs at least one command", ErrInvalid, nil)
@@ -160,6 +163,9 @@ func (r *runner) run() (*Result, error) {
 		}
 		switch outcome {
 		case OutcomeCompleted:
+			if r.res.ExitStatus != 0 {
+				return r.finish(r.commandFailed)
+			}
 			return r.finish(nil)
 		case OutcomeCancelled:
 			return r.finish(r.cancelled)
@@ -179,9 +185,32 @@ func (r *runner) run() (*Result, error) {
 // with; its details are the Result.
 const ErrRunFailed = "RunFailed"
 
-// cancelled and failed build the workflow's error once the result is
-// final: its details are the Result.
+// ErrCommandFailed is the type of the ApplicationError RunInEnvironment
+// fails with when everything ran but the last command's exit status is not
+// 0 (or is unknown): the workflow shows as Failed, not Completed, and its
+// details are the same Result a success returns (decision 105).
+const ErrCommandFailed = "CommandFailed"
+
+// cancelled, commandFailed and failed build the workflow's error once the
+// result is final: its details are the Result.
 func (r *runner) cancelled() error { return temporal.NewCanceledError(*r.res) }
+
+func (r *runner) commandFailed() error {
+	msg := "no command record came back: exit status unknown"
+	if n := len(r.res.Commands); n > 0 {
+		last := r.res.Commands[n-1]
+		status := "unknown"
+		if r.res.ExitStatus >= 0 {
+			status = fmt.Sprint(r.res.ExitStatus)
+		}
+		msg = fmt.Sprintf("command %d of %d %q exited with status %s (state %s", n, len(r.req.Commands), last.Argv, status, last.State)
+		if last.StopReason != "" {
+			msg += ", stop reason " + string(last.StopReason)
+		}
+		msg += ")"
+	}
+	return temporal.NewNonRetryableApplicationError(msg, ErrCommandFailed, nil, *r.res)
+}
 
 func (r *runner) failed(msg string, cause error) func() error {
 	return func() error { return temporal.NewNonRetryableApplicationError(msg, ErrRunFailed, cause, *r.res) }

@@ -142,10 +142,14 @@ func TestRunStopsAtFailingCommand(t *testing.T) {
 		return exited(3, req.Command.Argv), nil
 	}}
 	res, err := run(t, f, request([]string{"false"}, []string{"never"}), nil)
-	if err != nil {
-		t.Fatal(err)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != flow.ErrCommandFailed || !ae.NonRetryable() {
+		t.Fatalf("workflow error %v, want a non-retryable %s", err, flow.ErrCommandFailed)
 	}
-	if len(res.Commands) != 1 || res.ExitStatus != 3 {
+	if !strings.Contains(ae.Error(), `command 1 of 2 ["false"] exited with status 3`) {
+		t.Fatalf("message %q", ae.Error())
+	}
+	if len(res.Commands) != 1 || res.ExitStatus != 3 || res.Stopped == nil || res.Placements[0].Outcome != flow.OutcomeCompleted {
 		t.Fatalf("result %+v", res)
 	}
 }

@@ -11,7 +11,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/habemus-papadum/hostfork/temporal/node"
 )
 
 // connFlags are the flags that say how to reach the Temporal cluster,
@@ -60,7 +61,8 @@ func (c *connFlags) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// dial connects to the cluster; sdk receives the SDK's own logs.
+// dial connects to the cluster; sdk receives the SDK's own logs, a
+// cancellation at INFO (node.SDKLogger).
 func (c *connFlags) dial(ctx context.Context, identity string, sdk *slog.Logger) (client.Client, error) {
 	tc, err := c.tlsConfig()
 	if err != nil {
@@ -70,7 +72,7 @@ func (c *connFlags) dial(ctx context.Context, identity string, sdk *slog.Logger)
 		HostPort:          c.address,
 		Namespace:         c.namespace,
 		Identity:          identity,
-		Logger:            sdklog.NewStructuredLogger(sdk),
+		Logger:            node.SDKLogger(sdk),
 		ConnectionOptions: client.ConnectionOptions{TLS: tc},
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -194,7 +195,8 @@ func TestPausedNode(t *testing.T) {
 
 // TestCancel: cancelling the workflow stops the command's whole tree,
 // setsid daemon included (checked by PID and start time), and the records
-// say why.
+// say why. The worker logs the cancellation at INFO: no ERROR line, and no
+// WARN about it (the SDK's own lines go through node.SDKLogger).
 func TestCancel(t *testing.T) {
 	c := newCluster(t)
 	c.node("a")
@@ -233,6 +235,35 @@ func TestCancel(t *testing.T) {
 	}
 	if left := cgroupProcs(n.cgroup); len(left) != 0 {
 		t.Fatalf("processes left under %s: %v", n.cgroup, left)
+	}
+	checkCancelLog(t, n)
+}
+
+// checkCancelLog reads a worker's log (JSON lines) after a cancellation:
+// the worker said it stopped the tree, at INFO, and nothing is at ERROR or
+// a WARN about the cancellation.
+func checkCancelLog(t *testing.T, n *nodeProc) {
+	t.Helper()
+	b, err := os.ReadFile(n.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var said bool
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("worker log line %q: %v", line, err)
+			continue
+		}
+		switch {
+		case rec.Level == "ERROR", rec.Level == "WARN" && strings.Contains(strings.ToLower(line), "cancel"):
+			t.Errorf("worker log: %s", line)
+		case rec.Level == "INFO" && rec.Msg == "exec cancelled: tree stopped":
+			said = true
+		}
+	}
+	if !said {
+		t.Errorf("worker log has no INFO \"exec cancelled: tree stopped\":\n%s", b)
 	}
 }
 

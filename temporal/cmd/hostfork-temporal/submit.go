@@ -42,7 +42,9 @@ func newSubmitCmd() *cobra.Command {
 			"JSON; default an empty spec), runs the command in it, stops it, and copies\n" +
 			"each --export TREE=DEST (DEST is a path on that node). It waits and prints\n" +
 			"the workflow's result as JSON, and exits with the command's status (1 when\n" +
-			"the workflow failed). SIGINT or SIGTERM cancels the workflow: the command's\n" +
+			"the workflow failed otherwise; a non-zero status fails the workflow with\n" +
+			"an ApplicationError of type " + flow.ErrCommandFailed + " whose details are the same\n" +
+			"result). SIGINT or SIGTERM cancels the workflow: the command's\n" +
 			"tree is stopped, and the result printed.",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -93,6 +95,11 @@ func newSubmitCmd() *cobra.Command {
 			if res != nil {
 				out, _ := json.MarshalIndent(res, "", "  ")
 				fmt.Fprintln(cmd.OutOrStdout(), string(out))
+			}
+			var ae *temporal.ApplicationError
+			if errors.As(err, &ae) && ae.Type() == flow.ErrCommandFailed && res != nil {
+				// Everything ran; the command's status is the answer.
+				err = nil
 			}
 			switch {
 			case err != nil:

@@ -1,0 +1,138 @@
+package launchenv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/habemus-papadum/hostfork/api"
+)
+
+// InheritedEnv is os.Environ() without Git redirections
+// (IsGitRedirection).
+func InheritedEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !IsGitRedirection(k) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func pathOf(env []string) string {
+	path := ""
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			path = kv[5:]
+		}
+	}
+	return path
+}
+
+// LookPath resolves a program on the host the way a launch without a view
+// does.
+func LookPath(argv0 string, env []string) (string, error) {
+	if env == nil {
+		env = InheritedEnv()
+	}
+	if strings.Contains(argv0, "/") {
+		st, err := os.Stat(argv0)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w (check the path)", argv0, api.ErrExecutableNotFound)
+		}
+		if st.IsDir() || st.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%s: %w (it is a directory or lacks execute permission)", argv0, api.ErrNotExecutable)
+		}
+		return argv0, nil
+	}
+	for _, dir := range filepath.SplitList(pathOf(env)) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, argv0)
+		st, err := os.Stat(p)
+		if err != nil || st.IsDir() {
+			continue
+		}
+		if st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%q not found in PATH: %w (install it or give its full path)", argv0, api.ErrExecutableNotFound)
+}
+
+// ViewRoot is a descriptor of a view's root: the keeper's /proc/PID/root,
+// through which paths are resolved as the workload will see them
+// (openat2 RESOLVE_IN_ROOT: absolute symlinks and ".." stay inside).
+type ViewRoot struct{ fd int }
+
+// OpenViewRoot opens the root of the view kept by keeperPID.
+func OpenViewRoot(keeperPID int) (*ViewRoot, error) {
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root", keeperPID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: fmt.Sprintf("/proc/%d/root", keeperPID), Err: err}
+	}
+	return &ViewRoot{fd: fd}, nil
+}
+
+// Close releases the descriptor.
+func (v *ViewRoot) Close() { unix.Close(v.fd) }
+
+// stat resolves p inside the view, following symlinks as the view does.
+func (v *ViewRoot) stat(p string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := unix.Openat2(v.fd, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(fd)
+	err = unix.Fstat(fd, &st)
+	return st, err
+}
+
+// LookPath resolves argv0 inside the view; the returned path is the one
+// the guardian execs there.
+func (v *ViewRoot) LookPath(argv0 string, env []string) (string, error) {
+	check := func(p string) (bool, error) {
+		st, err := v.stat(p)
+		if err != nil {
+			return false, nil
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR || st.Mode&0o111 == 0 {
+			return true, fmt.Errorf("%s: %w inside the environment's view (it is a directory or lacks execute permission)", p, api.ErrNotExecutable)
+		}
+		return true, nil
+	}
+	if strings.Contains(argv0, "/") {
+		p := argv0
+		if !filepath.IsAbs(p) {
+			wd, _ := os.Getwd()
+			p = filepath.Join(wd, p)
+		}
+		found, err := check(p)
+		if !found {
+			return "", fmt.Errorf("%s: %w inside the environment's view (check the path)", argv0, api.ErrExecutableNotFound)
+		}
+		return p, err
+	}
+	for _, dir := range filepath.SplitList(pathOf(env)) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, argv0)
+		if found, err := check(p); found && err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%q not found in PATH inside the environment's view: %w (install it or give its full path)", argv0, api.ErrExecutableNotFound)
+}
+
+// IsDir reports whether p is a directory inside the view.
+func (v *ViewRoot) IsDir(p string) bool {
+	st, err := v.stat(p)
+	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+}

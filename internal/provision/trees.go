@@ -1,0 +1,158 @@
+package provision
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/fault"
+	"github.com/habemus-papadum/hostfork/internal/plan"
+	"github.com/habemus-papadum/hostfork/internal/planner"
+	"github.com/habemus-papadum/hostfork/internal/records"
+	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/retention"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
+	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
+	"github.com/habemus-papadum/hostfork/internal/view"
+	"github.com/habemus-papadum/hostfork/spec"
+)
+
+// TreeDest chooses where a tree is allocated: snapshots and copies of a
+// btrfs source go into the allocation area beside the source, on its
+// filesystem (a snapshot must, and a copy can then reflink); everything
+// else goes under the store (decision 18).
+func TreeDest(root, envID, name, kind string, src *planner.Source) string {
+	leaf := envID + "-" + name
+	if src != nil && src.FSType == "btrfs" && kind != spec.KindOverlay {
+		return filepath.Join(filepath.Dir(src.Path), records.PoolName, leaf)
+	}
+	return filepath.Join(root, "trees", leaf)
+}
+
+// AllocateTrees prepares each planned tree in its allocation area (made
+// private, never through a symlink). Their intents were recorded with the
+// environment; their identities are recorded with its activation. On
+// error the trees made so far are returned so the caller can remove them.
+func AllocateTrees(ctx context.Context, rec *api.Env, p *spec.Plan, infos map[string]*planner.Source, intents map[string]*registry.Intent) ([]api.Tree, error) {
+	out := []api.Tree{}
+	for _, pt := range p.Trees {
+		in := intents[pt.Name]
+		if in == nil {
+			return out, fmt.Errorf("tree %s was not reserved", pt.Name)
+		}
+		dest := in.Target
+		pool, err := storage.PoolDir(filepath.Dir(filepath.Dir(dest)), filepath.Base(filepath.Dir(dest)))
+		if err != nil {
+			return out, fmt.Errorf("tree %s: %w", pt.Name, err)
+		}
+		b, err := storage.ForKind(storage.Kind(pt.Kind))
+		if err != nil {
+			pool.Close()
+			return out, err
+		}
+		req := storage.Request{Dest: dest, Source: pt.Source, Pool: pool}
+		if info := infos[pt.Name]; info != nil {
+			req.Source = info.Path
+			req.SourceID = &safefs.FileID{Dev: info.Dev, Ino: info.Ino, FSID: info.FSID}
+		}
+		t, err := b.Prepare(ctx, req)
+		pool.Close()
+		if err != nil {
+			return out, fmt.Errorf("preparing tree %s (%s of %s): %w", pt.Name, pt.Kind, pt.Source, err)
+		}
+		fault.Point(fault.TreePrepared)
+		raw, _ := json.Marshal(t)
+		tr := api.Tree{
+			Name: pt.Name, Kind: pt.Kind, Baseline: pt.Baseline, Source: pt.Source,
+			HostPath: t.Path, WorkloadPath: pt.Target, Storage: raw, State: api.TreeAllocated,
+		}
+		if t.Copy != nil {
+			tr.Note = fmt.Sprintf("copied %d files, reflink %s", t.Copy.Files, t.Copy.Reflink)
+		}
+		out = append(out, tr)
+	}
+	return out, nil
+}
+
+// RemoveTrees deletes trees (identity-checked by the backend); it is used
+// only to undo a failed creation. Errors are returned as text for the
+// record.
+func RemoveTrees(ctx context.Context, root, envID string, trees []api.Tree) []string {
+	var errs []string
+	for i := range trees {
+		t := &trees[i]
+		if t.State != api.TreeAllocated {
+			continue
+		}
+		if err := retention.RemoveTree(ctx, root, envID, t); err != nil {
+			errs = append(errs, fmt.Sprintf("removing tree %s: %v", t.Name, err))
+			continue
+		}
+		t.State = api.TreeRemoved
+	}
+	return errs
+}
+
+// ViewOps turns the planned rules and the allocated trees into the view's
+// operations. Each tree is opened by descriptor and checked against its
+// record first; its mounts name those descriptors as the keeper will see
+// them (/proc/self/fd/N, from supervise.KeeperFirstFile on), and the files
+// are returned to be handed to the keeper (the caller closes them).
+func ViewOps(ctx context.Context, p *spec.Plan, trees []api.Tree) (ops []view.Op, files []*os.File, err error) {
+	defer func() {
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			files = nil
+		}
+	}()
+	byName := map[string]api.Tree{}
+	for _, t := range trees {
+		byName[t.Name] = t
+	}
+	for _, r := range p.View.Rules {
+		why := r.Kind + " " + r.Target
+		switch r.Kind {
+		case plan.Replace:
+			tr, ok := byName[r.Tree]
+			if !ok {
+				return nil, nil, fmt.Errorf("tree %s was not allocated", r.Tree)
+			}
+			var st storage.Tree
+			if err := json.Unmarshal(tr.Storage, &st); err != nil {
+				return nil, nil, err
+			}
+			b, err := storage.ForKind(st.Kind)
+			if err != nil {
+				return nil, nil, err
+			}
+			opened, err := b.Open(ctx, st)
+			if err != nil {
+				return nil, nil, fmt.Errorf("tree %s: %w", tr.Name, err)
+			}
+			base := supervise.KeeperFirstFile + len(files)
+			files = append(files, opened.Files...)
+			ms := opened.Mounts(func(i int) string { return "/proc/self/fd/" + strconv.Itoa(base+i) })
+			for i := range ms {
+				ops = append(ops, view.Op{Kind: view.OpMount, Target: r.Target, Mount: &ms[i], Mkdir: r.Mkdir, Why: why})
+			}
+		case plan.Scratch:
+			ops = append(ops, view.Op{Kind: view.OpTmpfs, Target: r.Target, Mkdir: r.Mkdir, Why: why})
+		case plan.ReadOnly:
+			ops = append(ops, view.Op{Kind: view.OpReadOnly, Target: r.Target, Mkdir: r.Mkdir, Why: why})
+		case plan.Share:
+			if r.Restore {
+				// The covering rule may lack the path (an empty scratch, a
+				// tree without it): the mount point is made in that layer.
+				ops = append(ops, view.Op{Kind: view.OpRestore, Target: r.Target, Mkdir: true, Why: why})
+			}
+		}
+	}
+	return ops, files, nil
+}
