@@ -36,7 +36,10 @@ type Match struct {
 	Next int64 `json:"next"`
 }
 
-// WaitOutcome is what a wait for output (a pattern, a stall) returned.
+// WaitOutcome is what a wait returned: why, and the command's record
+// then. The record's fields are its own (embedded): an outcome is a
+// command record with reason, match and quiet_since added, so a reader of
+// records reads it as one.
 type WaitOutcome struct {
 	// Reason is leader, tree, match, stalled or ended (the tree ended
 	// before the output matched or stalled).
@@ -47,5 +50,5 @@ type WaitOutcome struct {
 	// output (the newest modification time of its output files).
 	QuietSince *time.Time `json:"quiet_since,omitempty"`
 	// Command is the command's record when the wait returned.
-	Command Command `json:"command"`
+	Command
 }

@@ -497,21 +497,8 @@ func (c *Client) WaitFor(ctx context.Context, id string, o WaitOptions) (*api.Wa
 	if o.Timeout != 0 {
 		q.Set("timeout", o.Timeout.String())
 	}
-	path := "/v1/commands/" + esc(id) + "/wait"
-	if o.For == "" && o.Stalled == 0 {
-		// A plain wait answers the record.
-		var rec api.Command
-		if err := c.call(ctx, http.MethodGet, path, q, nil, &rec); err != nil {
-			return nil, err
-		}
-		reason := api.OutcomeTree
-		if o.Condition == WaitLeader {
-			reason = api.OutcomeLeader
-		}
-		return &api.WaitOutcome{Reason: reason, Command: rec}, nil
-	}
 	var out api.WaitOutcome
-	if err := c.call(ctx, http.MethodGet, path, q, nil, &out); err != nil {
+	if err := c.call(ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/wait", q, nil, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -411,8 +411,9 @@ func (s *Server) openCommand(r *http.Request) (*hostfork.Command, error) {
 // waitCommand blocks until the condition holds (the leader's exit, the
 // tree's end), the output matches (for) or stalls (stalled), the timeout
 // passes (504, cause timed_out), the client leaves (the request's
-// context) or the server shuts down (503, cause closed). A plain wait
-// answers the record; a wait for output answers a WaitOutcome.
+// context) or the server shuts down (503, cause closed). It answers a
+// WaitOutcome: the record (its fields at the top level, so a reader of
+// records reads it as one) with why the wait returned.
 func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	cond := q.Get("condition")
@@ -471,10 +472,6 @@ func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) error {
 			return fmt.Errorf("the wait's timeout (%s) passed; command %s runs on: %w", timeout, c.ID(), hostfork.ErrTimedOut)
 		}
 		return err
-	}
-	if !forOutput {
-		writeJSON(w, http.StatusOK, out.Command)
-		return nil
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

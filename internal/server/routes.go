@@ -65,7 +65,7 @@ func (s *Server) table() []route {
 				{name: "live", typ: "boolean", desc: "1: only commands whose tree is alive or unverified (hostfork ps)"},
 				{name: "brief", typ: "boolean", desc: "1: final commands carry only what a listing prints (CommandFilter.Brief); the other fields are zero"}}, handle: s.listCommands},
 		{method: "GET", path: "/v1/commands/{id}", summary: "One command's record (id or unique prefix)", status: 200, resp: api.Command{}, handle: s.getCommand},
-		{method: "GET", path: "/v1/commands/{id}/wait", summary: "Block until the leader exited (condition=leader) or the tree is gone and recorded (condition=tree, the default), answering the record; or, with for or stalled, until the output matches or stalls (or the tree ends first), answering a WaitOutcome (reason match, stalled or ended)",
+		{method: "GET", path: "/v1/commands/{id}/wait", summary: "Block until the leader exited (condition=leader) or the tree is gone and recorded (condition=tree, the default); or, with for or stalled, until the output matches or stalls (or the tree ends first). The answer is the command's record with why the wait returned (reason leader, tree, match, stalled or ended; match; quiet_since)",
 			query: []param{{name: "condition", typ: "string", desc: "leader or tree (default tree) for a plain wait; a wait for output (for, stalled) ends with the tree: only tree goes with it"},
 				{name: "for", typ: "string", desc: "a regular expression (Go RE2 syntax) a line of the output must match; the answer's match gives the stream, the byte offset and the line"},
 				{name: "stream", typ: "string", desc: "with for: search only stdout or stderr (default both)"},

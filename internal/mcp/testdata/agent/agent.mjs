@@ -92,7 +92,7 @@ httpd.serve_forever()
   const stopped = await call("stop", { id });
   check(!stopped.error && stopped.tree_state === "exited" && stopped.stop_reason === "user", "stop: " + JSON.stringify(stopped));
   const ended = await call("wait", { id, condition: "tree" });
-  check(ended.reason === "tree" && ended.command.record_state === "exited", "wait after the stop: " + JSON.stringify(ended.reason));
+  check(ended.reason === "tree" && ended.record_state === "exited", "wait after the stop: " + JSON.stringify(ended.reason));
 
   // A shell in a terminal: type into it, wait for its answer, end it.
   const sh = await call("start", { argv: ["sh"], tty: true, cols: 100, rows: 30, ttl: "5m" });
@@ -105,7 +105,7 @@ httpd.serve_forever()
   check(size.text.includes("30 100"), "the terminal's size: " + JSON.stringify(size.text));
   await call("send_input", { id: sh.id, text: "exit 3\n" });
   const shEnd = await call("wait", { id: sh.id, condition: "tree" });
-  check(shEnd.reason === "tree" && shEnd.command.exit_code === 3, "the shell's end: " + JSON.stringify(shEnd.command.exit_code));
+  check(shEnd.reason === "tree" && shEnd.exit_code === 3, "the shell's end: " + JSON.stringify(shEnd.exit_code));
   const late = await call("send_input", { id: sh.id, text: "echo late\n" });
   check(late.error && late.error.cause === "command_finished", "send_input after the end: " + JSON.stringify(late));
   summary.ok = true;
