@@ -155,6 +155,13 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 			}
 			return nil
 		}
+		if errors.Is(rerr, io.EOF) {
+			// The session ended without its exit frame (its guardian
+			// closed it as the command ended): a normal end, as for the
+			// library's Session; the record says how the command ended.
+			ws.Close(websocket.StatusNormalClosure, "the session ended")
+			return nil
+		}
 		if rerr != nil {
 			if ctx.Err() == nil {
 				ws.Close(websocket.StatusGoingAway, "the session ended: "+truncate(rerr.Error(), 100))

@@ -299,25 +299,53 @@ func TestSessionsCLIThroughServer(t *testing.T) {
 	viaHost(t, e, s, 0, "wait", "--for", "^20 90", "--timeout", "1m", id)
 
 	attach := e.Command("--host", "unix://"+s.Socket, "attach", "--no-stdin", id)
-	var out bytes.Buffer
-	attach.Stdout = &out
+	stdout, err := attach.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := attach.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- attach.Wait() }()
+	// The attach is connected once its replay is here: then the quit.
+	var out bytes.Buffer
+	replayed, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		p := make([]byte, 4096)
+		seen := false
+		for {
+			n, rerr := stdout.Read(p)
+			out.Write(p[:n])
+			if !seen && strings.Contains(out.String(), "20 90") {
+				seen = true
+				close(replayed)
+			}
+			if rerr != nil {
+				break
+			}
+		}
+		done <- attach.Wait()
+	}()
+	select {
+	case <-replayed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("attach through the server replayed nothing within 60s")
+	}
 	defer func() {
 		if attach.ProcessState == nil {
 			_ = attach.Process.Kill()
 			<-done
 		}
 	}()
-	viaHost(t, e, s, 0, "send", id, "quit\n")
+	if out, err := e.CLI("--host", "unix://"+s.Socket, "send", id, "quit\n"); err != nil {
+		st, _ := e.CLI("status", "--json", id)
+		t.Fatalf("send quit: %v %s; the command: %s", err, out, st)
+	}
 	select {
 	case err := <-done:
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 7 {
-			t.Fatalf("attach through the server: %v, want exit 7; output %q", err, out.String())
+			st, _ := e.CLI("status", "--json", id)
+			t.Fatalf("attach through the server: %v, want exit 7; output %q; the command: %s", err, out.String(), st)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("attach through the server did not end within 60s of the command's exit")
