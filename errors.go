@@ -24,6 +24,7 @@ var (
 	ErrNotExecutable      = api.ErrNotExecutable
 	ErrForbidden          = api.ErrForbidden
 	ErrExportFailed       = api.ErrExportFailed
+	ErrTimedOut           = api.ErrTimedOut
 	ErrNoSession          = api.ErrNoSession
 	ErrCommandFinished    = api.ErrCommandFinished
 )

@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -288,4 +289,52 @@ func ExampleHost_Events() {
 	// 5 env.stop_decided user
 	// 6 env.stopped user
 	// --- last event: 6
+}
+
+// Waiting for a dev server: start it in the background, wait until it
+// prints that it listens (the line and its byte offset), then until it has
+// been quiet for a moment, read its last line, and stop it.
+func ExampleCommand_WaitFor() {
+	ctx := context.Background()
+	root, remove := tempStore()
+	defer remove()
+	h, err := hostfork.Open(ctx, hostfork.Options{Root: root})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Close()
+	plan, err := h.Plan(ctx, spec.Environment{Purpose: "example: dev server",
+		Lifetime: spec.Lifetime{MaxRuntime: spec.Duration(10 * time.Minute)}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	env, err := h.Create(ctx, plan)
+	if err != nil {
+		log.Fatal(err)
+	}
+	server := env.Command("sh", "-c", `echo starting; sleep 0.5; echo "listening on :8080"; exec sleep 60`)
+	if err := server.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	m, err := server.WaitFor(ctx, regexp.MustCompile(`listening on :(\d+)`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s at byte %d: %q\n", m.Stream, m.Offset, m.Line)
+	if _, err := server.WaitStalled(ctx, 100*time.Millisecond); err != nil {
+		log.Fatal(err)
+	}
+	last, err := server.Logs(ctx, hostfork.LogOptions{Tail: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	line, _ := io.ReadAll(last)
+	last.Close()
+	fmt.Printf("last line: %q\n", line)
+	if _, err := h.StopEnv(ctx, env.ID(), hostfork.StopOptions{}); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// stdout at byte 9: "listening on :8080"
+	// last line: "listening on :8080\n"
 }

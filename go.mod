@@ -3,6 +3,7 @@ module github.com/habemus-papadum/hostfork
 go 1.26.0
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/godbus/dbus/v5 v5.2.4

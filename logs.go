@@ -25,6 +25,9 @@ type LogOptions struct {
 	// Follow keeps reading as the command writes, until its tree has
 	// exited and everything written is read (then EOF).
 	Follow bool
+	// Tail starts at the last Tail lines instead of Offset (a last line
+	// without its newline counts as one); TailOffset says where that is.
+	Tail int
 }
 
 // Logs returns a reader of the command's stdout or stderr artifact from a
@@ -55,8 +58,11 @@ func (c *Command) Logs(ctx context.Context, opts LogOptions) (io.ReadCloser, err
 	if path == "" {
 		return nil, fmt.Errorf("command %s has no output files (output %s): %w", rec.ID, rec.Output, api.ErrNotFound)
 	}
-	if opts.Offset < 0 {
-		return nil, fmt.Errorf("offset %d is negative: %w", opts.Offset, api.ErrInvalid)
+	if opts.Offset < 0 || opts.Tail < 0 {
+		return nil, fmt.Errorf("offset %d, tail %d: neither may be negative: %w", opts.Offset, opts.Tail, api.ErrInvalid)
+	}
+	if opts.Offset > 0 && opts.Tail > 0 {
+		return nil, fmt.Errorf("give an offset or a tail, not both: %w", api.ErrInvalid)
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -64,6 +70,12 @@ func (c *Command) Logs(ctx context.Context, opts LogOptions) (io.ReadCloser, err
 			return nil, fmt.Errorf("command %s: %s is gone (retention?): %w", rec.ID, path, api.ErrNotFound)
 		}
 		return nil, err
+	}
+	if opts.Tail > 0 {
+		if opts.Offset, err = tailOffset(f, opts.Tail); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	if _, err := f.Seek(opts.Offset, io.SeekStart); err != nil {
 		f.Close()
@@ -111,10 +123,14 @@ func (l *logReader) Read(p []byte) (int, error) {
 	}
 }
 
-func (l *logReader) treeGone() bool {
-	l.c.mu.Lock()
-	r := l.c.r
-	l.c.mu.Unlock()
+func (l *logReader) treeGone() bool { return l.c.treeGone(l.ctx, l.id) }
+
+// treeGone reports whether the command's tree has ended (or its end can't
+// be verified): from the launch in this process, else from the record.
+func (c *Command) treeGone(ctx context.Context, id string) bool {
+	c.mu.Lock()
+	r := c.r
+	c.mu.Unlock()
 	if r != nil {
 		select {
 		case <-r.TreeDone():
@@ -123,8 +139,58 @@ func (l *logReader) treeGone() bool {
 			return false
 		}
 	}
-	rec, err := l.c.h.e.Command(l.ctx, l.id)
+	rec, err := c.h.e.Command(ctx, id)
 	return err == nil && (rec.Final() || rec.State == api.CommandUnverified)
+}
+
+// TailOffset is the byte offset at which the last lines of the command's
+// stdout or stderr begin (a last line without its newline counts as
+// one): where LogOptions.Tail starts reading.
+func (c *Command) TailOffset(ctx context.Context, stream string, lines int) (int64, error) {
+	rd, err := c.Logs(ctx, LogOptions{Stream: stream, Tail: lines})
+	if err != nil {
+		return 0, err
+	}
+	defer rd.Close()
+	return rd.(*logReader).f.Seek(0, io.SeekCurrent)
+}
+
+// tailOffset finds where the last n lines of f begin, reading backwards
+// from its end in blocks.
+func tailOffset(f *os.File, n int) (int64, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	end := st.Size()
+	buf := make([]byte, 32<<10)
+	pos := end
+	first := true
+	for pos > 0 {
+		k := min(int64(len(buf)), pos)
+		pos -= k
+		b := buf[:k]
+		if _, err := f.ReadAt(b, pos); err != nil && err != io.EOF {
+			return 0, err
+		}
+		if first {
+			// The file's last newline ends the last line, it doesn't
+			// start one.
+			if b[len(b)-1] == '\n' {
+				b = b[:len(b)-1]
+			}
+			first = false
+		}
+		for i := len(b) - 1; i >= 0; i-- {
+			if b[i] == '\n' {
+				n--
+				if n == 0 {
+					return pos + int64(i) + 1, nil
+				}
+			}
+		}
+	}
+	return 0, nil
 }
 
 // wait blocks until the file is written, 250 ms pass, ctx ends or the

@@ -54,6 +54,7 @@ type Session struct {
 	wmu   sync.Mutex
 	rbuf  []byte
 	off   int64 // log offset of the next output byte Read returns
+	end   int64 // the log's end at attach: where the replay ends
 	ended bool  // the guardian sent the exit frame
 	rerr  error
 }
@@ -79,7 +80,7 @@ func (c *Command) AttachWith(ctx context.Context, o AttachOptions) (*Session, er
 	if err != nil {
 		return nil, err
 	}
-	return &Session{c: c, conn: conn, tty: w.Kind == session.KindTTY, off: w.Offset}, nil
+	return &Session{c: c, conn: conn, tty: w.Kind == session.KindTTY, off: w.Offset, end: w.End}, nil
 }
 
 // dialSession connects to the command's session and exchanges hellos.
@@ -222,6 +223,10 @@ func (s *Session) TTY() bool { return s.tty }
 // Offset is the log offset (of the command's stdout file) of the next
 // byte Read returns.
 func (s *Session) Offset() int64 { return s.off }
+
+// ReplayEnd is the log offset where the replay ends and live output
+// begins (the log's end at attach).
+func (s *Session) ReplayEnd() int64 { return s.end }
 
 // Read reads output; io.EOF once the leader has exited and its output was
 // read (see Exit), or when the session ended.

@@ -59,6 +59,8 @@ type (
 	Capabilities   = api.Capabilities
 	Config         = api.StoreConfig
 	Retention      = api.Retention
+	Match          = api.Match
+	WaitOutcome    = api.WaitOutcome
 )
 
 // Plans (package spec).
@@ -206,3 +208,12 @@ const MaxCapture = 16 << 20
 
 // ParseSelector splits "k1=v1,k2" into a label selector.
 func ParseSelector(s string) (Selector, error) { return api.ParseSelector(s) }
+
+// Why a wait for output returned (WaitOutcome.Reason).
+const (
+	OutcomeLeader  = api.OutcomeLeader
+	OutcomeTree    = api.OutcomeTree
+	OutcomeMatch   = api.OutcomeMatch
+	OutcomeStalled = api.OutcomeStalled
+	OutcomeEnded   = api.OutcomeEnded
+)

@@ -51,6 +51,9 @@ var (
 	// ErrExportFailed: an export did not produce a usable copy; the
 	// result says what was copied and where the partial copy is.
 	ErrExportFailed = errors.New("export failed")
+	// ErrTimedOut: a wait's own time limit (its timeout) passed before its
+	// condition held; the command runs on.
+	ErrTimedOut = errors.New("timed out")
 	// ErrNoSession: the command has no session to attach to, send to or
 	// resize (it was started without a terminal or a stdin pipe).
 	ErrNoSession = errors.New("command has no session: start it with --tty or --stdin pipe")

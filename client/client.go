@@ -470,6 +470,54 @@ func (c *Client) Wait(ctx context.Context, id string, cond WaitCondition) (*api.
 	return &out, nil
 }
 
+// WaitOptions say what WaitFor waits for (GET /v1/commands/{id}/wait):
+// a pattern in the output, a stall, or with neither the Condition; and
+// for how long at most.
+type WaitOptions struct {
+	// Condition is leader or tree (the default) for a plain wait.
+	Condition WaitCondition
+	// For is a regular expression (Go's RE2 syntax) a line of the output
+	// must match; Stream limits it to stdout or stderr, Since starts it at
+	// a byte offset of Stream.
+	For    string
+	Stream string
+	Since  int64
+	// Stalled returns once the command has written nothing for this long.
+	Stalled time.Duration
+	// Timeout bounds the wait on the server: past it the answer is an
+	// error matching api.ErrTimedOut (the command runs on).
+	Timeout time.Duration
+}
+
+// WaitFor blocks until what o says holds and returns why (match, stalled,
+// ended, leader or tree) with the command's record then.
+func (c *Client) WaitFor(ctx context.Context, id string, o WaitOptions) (*api.WaitOutcome, error) {
+	q := url.Values{}
+	if o.Condition != "" {
+		q.Set("condition", string(o.Condition))
+	}
+	if o.For != "" {
+		q.Set("for", o.For)
+	}
+	if o.Stream != "" {
+		q.Set("stream", o.Stream)
+	}
+	if o.Since != 0 {
+		q.Set("since", strconv.FormatInt(o.Since, 10))
+	}
+	if o.Stalled != 0 {
+		q.Set("stalled", o.Stalled.String())
+	}
+	if o.Timeout != 0 {
+		q.Set("timeout", o.Timeout.String())
+	}
+	var out api.WaitOutcome
+	if err := c.call(ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/wait", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Signal sends sig to the command's leader process only.
 func (c *Client) Signal(ctx context.Context, id string, sig syscall.Signal) (*api.Command, error) {
 	var out api.Command
@@ -498,7 +546,14 @@ type LogOptions struct {
 	// Follow keeps the stream open as the command writes, until its tree
 	// has exited and everything is read.
 	Follow bool
+	// Tail starts at the last Tail lines instead of Offset (LogsAt says
+	// at which offset).
+	Tail int
 }
+
+// LogOffsetHeader is the answer header of GET /logs that says at which
+// byte offset the stream starts.
+const LogOffsetHeader = "Hostfork-Log-Offset"
 
 // Logs returns the raw bytes of a command's stdout or stderr from an
 // offset. Close it when done; cancelling ctx ends it too. A followed
@@ -506,6 +561,13 @@ type LogOptions struct {
 // everything is read; any other end (the server stopped) is an error such
 // as io.ErrUnexpectedEOF: resume with Offset advanced by the bytes read.
 func (c *Client) Logs(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, error) {
+	rc, _, err := c.LogsAt(ctx, id, opts)
+	return rc, err
+}
+
+// LogsAt is Logs that also returns the offset the stream starts at (the
+// start of the last Tail lines, with Tail).
+func (c *Client) LogsAt(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, int64, error) {
 	q := url.Values{}
 	if opts.Stream != "" {
 		q.Set("stream", opts.Stream)
@@ -513,14 +575,22 @@ func (c *Client) Logs(ctx context.Context, id string, opts LogOptions) (io.ReadC
 	if opts.Offset != 0 {
 		q.Set("offset", strconv.FormatInt(opts.Offset, 10))
 	}
+	if opts.Tail != 0 {
+		q.Set("tail", strconv.Itoa(opts.Tail))
+	}
 	if opts.Follow {
 		q.Set("follow", "1")
 	}
 	resp, err := c.do(ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/logs", q, nil)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return resp.Body, nil
+	off, err := strconv.ParseInt(resp.Header.Get(LogOffsetHeader), 10, 64)
+	if err != nil {
+		resp.Body.Close()
+		return nil, 0, fmt.Errorf("%s answered logs without a valid %s header: %w", c.where(), LogOffsetHeader, api.ErrInvalid)
+	}
+	return resp.Body, off, nil
 }
 
 // Events yields the server's events after sequence since, in order. With

@@ -14,8 +14,10 @@ import (
 )
 
 // TestDependencies fails when the client starts to depend on anything but
-// the standard library and package api (no cgo, no SQLite, no engine), so
-// a program can talk to a server without linking the engine.
+// the standard library, package api and github.com/coder/websocket (pure
+// Go, no dependencies of its own: attach is a WebSocket) — no cgo, no
+// SQLite, no engine —, so a program can talk to a server without linking
+// the engine.
 func TestDependencies(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -40,8 +42,8 @@ func TestDependencies(t *testing.T) {
 			t.Fatal(err)
 		}
 		n++
-		if !p.Standard && !allowed[p.ImportPath] {
-			t.Errorf("package client depends on %s: it may import only the standard library and package api", p.ImportPath)
+		if !p.Standard && !allowed[p.ImportPath] && p.ImportPath != "github.com/coder/websocket" && !strings.HasPrefix(p.ImportPath, "github.com/coder/websocket/internal/") {
+			t.Errorf("package client depends on %s: it may import only the standard library, package api and github.com/coder/websocket", p.ImportPath)
 		}
 		if !p.Standard && len(p.CgoFiles) > 0 {
 			t.Errorf("package client depends on cgo through %s", p.ImportPath)
@@ -56,7 +58,7 @@ func TestDependencies(t *testing.T) {
 func TestCauses(t *testing.T) {
 	for _, s := range []error{api.ErrNotFound, api.ErrAmbiguous, api.ErrExists, api.ErrConflict, api.ErrEnvNotActive, api.ErrInvalid,
 		api.ErrUnsupported, api.ErrAdmissionRefused, api.ErrIncompleteCapture, api.ErrStoreFull, api.ErrStore, api.ErrUnverified,
-		api.ErrClosed, api.ErrExecutableNotFound, api.ErrNotExecutable, api.ErrForbidden, api.ErrExportFailed} {
+		api.ErrClosed, api.ErrExecutableNotFound, api.ErrNotExecutable, api.ErrForbidden, api.ErrExportFailed, api.ErrTimedOut, api.ErrNoSession, api.ErrCommandFinished} {
 		cause := CauseOf(fmt.Errorf("wrapped: %w", s))
 		if cause == "" || !errors.Is(&Error{sentinel: sentinelOf(cause)}, s) {
 			t.Errorf("%v: cause %q does not map back", s, cause)

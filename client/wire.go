@@ -39,6 +39,14 @@ type CommandRequest struct {
 	// or skip. Waiting for a slot is not offered over HTTP: retry on 429.
 	Workload string `json:"workload,omitempty"`
 	Admit    string `json:"admit,omitempty"`
+	// TTY gives the command a pseudo-terminal of Cols x Rows (80x24 if
+	// zero), held by its guardian: attach to it, type into it (input),
+	// resize it. Stdin "pipe" instead gives a command without a terminal a
+	// stdin pipe that input writes to (docs/sessions.md).
+	TTY   bool   `json:"tty,omitempty"`
+	Cols  uint16 `json:"cols,omitempty"`
+	Rows  uint16 `json:"rows,omitempty"`
+	Stdin string `json:"stdin,omitempty"`
 }
 
 // RunRequest is the body of POST /v1/runs: an environment and its first
@@ -121,6 +129,48 @@ type SignalRequest struct {
 	Signal string `json:"signal"`
 }
 
+// InputRequest is the body of POST /v1/commands/{id}/input: text (or
+// bytes, base64) typed into the command's terminal or written to its
+// stdin pipe, then, with EOF, the end of input (the pipe closed; ^D on a
+// terminal).
+type InputRequest struct {
+	Text   string `json:"text,omitempty"`
+	Base64 string `json:"base64,omitempty"`
+	EOF    bool   `json:"eof,omitempty"`
+}
+
+// InputResult is the answer of POST /v1/commands/{id}/input: the bytes
+// the guardian wrote, and whether it closed the input.
+type InputResult struct {
+	Bytes int  `json:"bytes"`
+	EOF   bool `json:"eof"`
+}
+
+// ResizeRequest is the body (and the answer) of POST
+// /v1/commands/{id}/resize.
+type ResizeRequest struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
+}
+
+// Frames of GET /v1/commands/{id}/attach, a WebSocket: each binary
+// message is one frame of the session protocol (docs/sessions.md), its
+// type byte then its payload (the socket's length field is left out: a
+// WebSocket message has its own). The client sends Data, Resize and EOF;
+// the server sends Welcome first, then Output, and Exit last.
+const (
+	FrameData    byte = 'd' // input bytes, at most MaxInputFrame
+	FrameResize  byte = 'r' // cols, rows: two big-endian uint16
+	FrameEOF     byte = 'e' // end of input (^D on a terminal)
+	FrameWelcome byte = 'H' // kind (1 tty, 2 stdin pipe), replay start, replay end: uint8, int64, int64
+	FrameOutput  byte = 'o' // output bytes
+	FrameExit    byte = 'x' // the leader's exit code (-1: none) and signal (0: none): two int32
+)
+
+// MaxInputFrame is the largest payload of a client's frame; a bigger
+// message closes the WebSocket with status 1009 (message too big).
+const MaxInputFrame = 16 << 10
+
 // PauseState is the answer of POST /v1/pause and POST /v1/resume.
 type PauseState struct {
 	Paused bool `json:"paused"`
@@ -176,6 +226,9 @@ var causes = []struct {
 	{"incomplete_capture", api.ErrIncompleteCapture},
 	{"unverified", api.ErrUnverified},
 	{"export_failed", api.ErrExportFailed},
+	{"timed_out", api.ErrTimedOut},
+	{"no_session", api.ErrNoSession},
+	{"command_finished", api.ErrCommandFinished},
 	{"conflict", api.ErrConflict},
 	{"exists", api.ErrExists},
 	{"env_not_active", api.ErrEnvNotActive},

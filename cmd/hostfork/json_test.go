@@ -87,6 +87,8 @@ var jsonShapes = []struct {
 	{"pids_evidence", reflect.TypeFor[limits.PidsEvidence]()},
 	{"event", reflect.TypeFor[api.Event]()},
 	{"capture_result", reflect.TypeFor[api.CaptureOutput]()},
+	{"wait_outcome", reflect.TypeFor[api.WaitOutcome]()},
+	{"match", reflect.TypeFor[api.Match]()},
 	{"captured_stream", reflect.TypeFor[api.CapturedStream]()},
 	{"stream_result", reflect.TypeFor[api.StreamResult]()},
 	{"reap_report", reflect.TypeFor[api.ReapReport]()},
@@ -1229,6 +1231,17 @@ func TestJSONReaders(t *testing.T) {
 		for i, v := range lines {
 			ck(t, fmt.Sprintf("events --json line %d", i+1)).shape(v, "event")
 		}
+	})
+	t.Run("wait", func(t *testing.T) {
+		env := id(run(t, "run", "--detach", "--json", "--ttl", "1m", "--", "sh", "-c", "echo ready; exec sleep 60"))
+		matched := run(t, "wait", "--json", "--for", "^ready$", env)
+		ck(t, "wait --json --for").shape(matched, "wait_outcome")
+		ck(t, "wait --json --stalled").shape(run(t, "wait", "--json", "--stalled", "10ms", env), "wait_outcome")
+		jsonRun(t, c, nil, "stop", env)
+		ended := decodeOne(t, "wait --json (ended)", jsonRun(t, c, []int{113}, "wait", "--json", "--for", "never", env))
+		ck(t, "wait --json --for (ended)").shape(ended, "wait_outcome")
+		tree := decodeOne(t, "wait --json --tree", jsonRun(t, c, []int{124}, "wait", "--json", "--tree", env))
+		ck(t, "wait --json --tree").shape(tree, "wait_outcome")
 	})
 	t.Run("reap", func(t *testing.T) {
 		ck(t, "reap --json").shape(run(t, "reap", "--json"), "reap_report")

@@ -47,7 +47,7 @@ clients may attach at once. ID is a command's id, or the id that
 			if err != nil {
 				return err
 			}
-			s, err := cmd.AttachWith(ctx, hostfork.AttachOptions{Replay: n, NoStdin: noStdin})
+			s, err := cmd.Attach(ctx, hostfork.AttachOptions{Replay: n, NoStdin: noStdin})
 			if err != nil {
 				return err
 			}
@@ -68,14 +68,14 @@ clients may attach at once. ID is a command's id, or the id that
 	return c
 }
 
-// openSessionCommand opens the command ID names (as logs and stop accept
-// it) in this process's library.
-func openSessionCommand(ctx context.Context, h backend, arg string) (*hostfork.Command, error) {
+// openSessionCommand is the session of the command ID names (as logs and
+// stop accept it), in this process's library or through a server.
+func openSessionCommand(ctx context.Context, h backend, arg string) (sessionCmd, error) {
 	id, err := commandID(ctx, h, arg)
 	if err != nil {
 		return nil, err
 	}
-	return h.(local).OpenCommand(ctx, id)
+	return h.SessionOf(ctx, id)
 }
 
 // parseDetachKeys parses a comma-separated key sequence: ctrl-a ...
@@ -117,7 +117,7 @@ func badKeys(s, k string) error {
 // when stdin is a terminal, output copied out, input (with input) copied
 // in until the detach keys. It returns when the session's output ends
 // (detached false) or on the detach keys (true).
-func interact(g *globals, s *hostfork.Session, detach []byte, input bool) (bool, error) {
+func interact(g *globals, s attached, detach []byte, input bool) (bool, error) {
 	fd := int(os.Stdin.Fd())
 	if term.IsTerminal(fd) && input {
 		old, err := term.MakeRaw(fd)
@@ -166,7 +166,7 @@ func interact(g *globals, s *hostfork.Session, detach []byte, input bool) (bool,
 
 // copyInput copies stdin to s, watching for the detach sequence: its
 // keys are held back while they match, and sent if the sequence breaks.
-func copyInput(s *hostfork.Session, detach []byte, detached chan<- struct{}) {
+func copyInput(s attached, detach []byte, detached chan<- struct{}) {
 	buf := make([]byte, 4096)
 	matched := 0
 	for {

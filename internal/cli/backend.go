@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"iter"
 	"os"
@@ -32,6 +34,12 @@ type backend interface {
 	Events(ctx context.Context, since int64, follow bool) iter.Seq2[hostfork.Event, error]
 	// Logs reads a command's output artifact (by its whole id).
 	Logs(ctx context.Context, commandID string, o hostfork.LogOptions) (io.ReadCloser, error)
+	// WaitUntil waits for a command (by its whole id) as o says, for at
+	// most timeout (0: no bound; past it an error matching ErrTimedOut).
+	WaitUntil(ctx context.Context, commandID string, o hostfork.WaitOptions, timeout time.Duration) (hostfork.WaitOutcome, error)
+	// SessionOf is a command's session (by its whole id), as attach,
+	// send and resize reach it.
+	SessionOf(ctx context.Context, commandID string) (sessionCmd, error)
 
 	Plan(ctx context.Context, s spec.Environment) (*hostfork.Plan, error)
 	// Create makes the planned environment and returns its record.
@@ -100,6 +108,46 @@ type launchReq struct {
 	size    hostfork.TermSize
 }
 
+// sessionCmd is a command's session: *hostfork.Command in this process
+// (through its guardian's socket), or through a server's API.
+type sessionCmd interface {
+	Send(ctx context.Context, p []byte) error
+	CloseStdin(ctx context.Context) error
+	Resize(ctx context.Context, cols, rows uint16) error
+	Attach(ctx context.Context, o hostfork.AttachOptions) (attached, error)
+}
+
+// attached is a client attached to a session (*hostfork.Session, or
+// client.Session through a server's WebSocket).
+type attached interface {
+	io.ReadWriter
+	TTY() bool
+	Resize(cols, rows uint16) error
+	Close() error
+	// Exit is the command's record once Read returned io.EOF (the leader
+	// exited).
+	Exit(ctx context.Context) (hostfork.CommandRecord, error)
+}
+
+// localSession is a command's session reached from this process.
+type localSession struct{ *hostfork.Command }
+
+func (l localSession) Attach(ctx context.Context, o hostfork.AttachOptions) (attached, error) {
+	s, err := l.AttachWith(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (l local) SessionOf(ctx context.Context, id string) (sessionCmd, error) {
+	cmd, err := l.OpenCommand(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return localSession{cmd}, nil
+}
+
 // local is the library in this process.
 type local struct{ *hostfork.Host }
 
@@ -117,6 +165,24 @@ func (l local) Logs(ctx context.Context, id string, o hostfork.LogOptions) (io.R
 
 func (l local) OpenFile(ctx context.Context, envPrefix, name string) (io.ReadCloser, error) {
 	return l.ReadFile(ctx, envPrefix, name)
+}
+
+func (l local) WaitUntil(ctx context.Context, id string, o hostfork.WaitOptions, timeout time.Duration) (hostfork.WaitOutcome, error) {
+	cmd, err := l.OpenCommand(ctx, id)
+	if err != nil {
+		return hostfork.WaitOutcome{}, err
+	}
+	wctx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	out, err := cmd.WaitUntil(wctx, o)
+	if err != nil && timeout > 0 && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return out, fmt.Errorf("the wait's --timeout (%s) passed; command %s runs on: %w", timeout, id, hostfork.ErrTimedOut)
+	}
+	return out, err
 }
 
 func (l local) Create(ctx context.Context, p *hostfork.Plan) (*hostfork.EnvRecord, error) {

@@ -115,7 +115,7 @@ the environment's expiry either.`,
 				fmt.Fprintln(g.out, cmd.ID())
 				return nil
 			}
-			if err := attachForeground(ctx, g, cmd, sess); err != nil {
+			if err := attachForeground(ctx, g, h, cmd, sess); err != nil {
 				return err
 			}
 			return foreground(ctx, g, h, cmd, sigs, lr.output, hostfork.ReasonOwnerExit)

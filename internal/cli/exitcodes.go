@@ -16,7 +16,8 @@ import (
 // when hostfork ended the command.
 const (
 	ExitOK         = 0
-	ExitFailed     = 1   // the operation ran but did not succeed (a stop that could not confirm the tree's end, a failed export)
+	ExitFailed     = 1   // the operation ran but did not succeed (a stop that could not confirm the tree's end, a failed export, a wait whose command ended first)
+	ExitTimedOut   = 115 // a wait's --timeout passed before its condition held (the command runs on)
 	ExitForbidden  = 116 // a hostfork server refused this user
 	ExitAdmission  = 117 // admission refused: host at capacity or paused (--admit fail)
 	ExitAmbiguous  = 118 // an id prefix matches several records
@@ -55,6 +56,7 @@ var exitTable = []struct {
 	{hostfork.ErrIncompleteCapture, ExitIncomplete},
 	{hostfork.ErrUnverified, ExitFailed},
 	{hostfork.ErrExportFailed, ExitFailed},
+	{hostfork.ErrTimedOut, ExitTimedOut},
 	{hostfork.ErrEnvNotActive, ExitUsage}, // before ErrConflict: a refused precondition wraps both
 	{hostfork.ErrConflict, ExitFailed},
 	{hostfork.ErrExists, ExitUsage},

@@ -16,13 +16,16 @@ func newLogsCmd(g *globals) *cobra.Command {
 	var follow bool
 	var stream string
 	var offset int64
+	var tail int
 	c := &cobra.Command{
-		Use:   "logs [-f] [--stream stdout|stderr] [--offset N] ID",
+		Use:   "logs [-f] [--stream stdout|stderr] [--offset N | --tail N] ID",
 		Short: "Print a command's output files (an environment with one command is accepted)",
 		Long: `logs prints a command's stdout (to stdout) and stderr (to stderr), or only one
 stream (--stream, printed to stdout) from a byte offset (--offset: output is
-addressed by byte, so a reader resumes exactly where it stopped). With -f it
-follows the output until the command's tree has exited.`,
+addressed by byte, so a reader resumes exactly where it stopped), or from the
+last N lines of each (--tail). With -f it follows the output until the
+command's tree has exited, then exits with the command's status, as run does
+(124 when hostfork ended it).`,
 		Args: exactArgs(1, "one command or environment id"),
 		RunE: g.withBackend(func(c *cobra.Command, args []string, h backend) error {
 			if stream != "" && stream != "stdout" && stream != "stderr" {
@@ -30,6 +33,9 @@ follows the output until the command's tree has exited.`,
 			}
 			if offset < 0 || (offset > 0 && stream == "") {
 				return usageErr("--offset needs --stream (each stream has its own offsets) and must not be negative")
+			}
+			if tail < 0 || (tail > 0 && offset > 0) {
+				return usageErr("--tail takes a number of lines and excludes --offset")
 			}
 			ctx := c.Context()
 			id, err := commandID(ctx, h, args[0])
@@ -61,7 +67,7 @@ follows the output until the command's tree has exited.`,
 			var wg sync.WaitGroup
 			errs := make([]error, len(srcs))
 			for i, s := range srcs {
-				rd, err := h.Logs(ctx, id, hostfork.LogOptions{Stream: s.stream, Offset: offset, Follow: follow})
+				rd, err := h.Logs(ctx, id, hostfork.LogOptions{Stream: s.stream, Offset: offset, Follow: follow, Tail: tail})
 				if err != nil {
 					return err
 				}
@@ -78,12 +84,21 @@ follows the output until the command's tree has exited.`,
 					return err
 				}
 			}
-			return nil
+			if !follow || ctx.Err() != nil {
+				return nil
+			}
+			// The tree has ended: exit with the command's status, as run.
+			_, final, err := h.Status(ctx, id)
+			if err != nil {
+				return err
+			}
+			return commandExit(g, *final)
 		}),
 	}
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the command's tree exits")
 	c.Flags().StringVar(&stream, "stream", "", "only stdout or only stderr (printed to stdout)")
 	c.Flags().Int64Var(&offset, "offset", 0, "start at this byte offset of the stream (with --stream)")
+	c.Flags().IntVar(&tail, "tail", 0, "start at the last N lines of each stream")
 	return c
 }
 

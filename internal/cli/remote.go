@@ -160,9 +160,16 @@ func (r *remote) request(lr *launchReq) (client.CommandRequest, error) {
 		}
 		cwd = wd
 	}
-	return client.CommandRequest{Argv: lr.argv, Cwd: cwd, Env: lr.envSet, EnvPolicy: lr.envPolicy,
+	req := client.CommandRequest{Argv: lr.argv, Cwd: cwd, Env: lr.envSet, EnvPolicy: lr.envPolicy,
 		Labels: lr.labels, Purpose: lr.purpose, Timeout: api.Duration(lr.timeout),
-		Workload: lr.workload, Admit: lr.admit}, nil
+		Workload: lr.workload, Admit: lr.admit}
+	switch lr.session {
+	case "tty":
+		req.TTY, req.Cols, req.Rows = true, lr.size.Cols, lr.size.Rows
+	case "stdin":
+		req.Stdin = "pipe"
+	}
+	return req, nil
 }
 
 // admitted launches through fn, waiting for admission as the library does
@@ -402,7 +409,7 @@ func (r *remote) notice(format string, args ...any) {
 // bytes it has when the connection is cut (the server restarted): a
 // followed stream ends only with the tree's exit (docs/api.md, "logs").
 func (r *remote) Logs(ctx context.Context, id string, o hostfork.LogOptions) (io.ReadCloser, error) {
-	l := &remoteLogs{ctx: ctx, r: r, id: id, o: client.LogOptions{Stream: o.Stream, Offset: o.Offset, Follow: o.Follow}}
+	l := &remoteLogs{ctx: ctx, r: r, id: id, o: client.LogOptions{Stream: o.Stream, Offset: o.Offset, Follow: o.Follow, Tail: o.Tail}}
 	if err := l.connect(); err != nil {
 		return nil, err
 	}
@@ -421,12 +428,82 @@ type remoteLogs struct {
 
 func (l *remoteLogs) connect() error {
 	return l.r.retry(l.ctx, "the output of command "+l.id, func() error {
-		rc, err := l.r.c.Logs(l.ctx, l.id, l.o)
+		rc, off, err := l.r.c.LogsAt(l.ctx, l.id, l.o)
 		if err == nil {
-			l.rc = rc
+			// A tail's start is an offset now: a reconnection resumes
+			// from the bytes read, not from a new tail.
+			l.rc, l.o.Offset, l.o.Tail = rc, off, 0
 		}
 		return err
 	})
+}
+
+// SessionOf reaches a command's session through the server: input and
+// resize as requests, attach as its WebSocket.
+func (r *remote) SessionOf(ctx context.Context, id string) (sessionCmd, error) {
+	return remoteSession{r: r, id: id}, nil
+}
+
+type remoteSession struct {
+	r  *remote
+	id string
+}
+
+func (s remoteSession) Send(ctx context.Context, p []byte) error { return s.r.c.Send(ctx, s.id, p) }
+func (s remoteSession) CloseStdin(ctx context.Context) error     { return s.r.c.CloseStdin(ctx, s.id) }
+func (s remoteSession) Resize(ctx context.Context, cols, rows uint16) error {
+	return s.r.c.Resize(ctx, s.id, cols, rows)
+}
+
+func (s remoteSession) Attach(ctx context.Context, o hostfork.AttachOptions) (attached, error) {
+	cs, err := s.r.c.Attach(ctx, s.id, client.AttachOptions{Replay: &o.Replay, NoStdin: o.NoStdin})
+	if err != nil {
+		return nil, err
+	}
+	return remoteAttached{Session: cs, s: s}, nil
+}
+
+// remoteAttached is an attach through the server's WebSocket.
+type remoteAttached struct {
+	*client.Session
+	s remoteSession
+}
+
+// Exit reads the record the leader's exit left (the WebSocket's exit
+// frame says only the code and signal; the record also says whether
+// hostfork ended it).
+func (a remoteAttached) Exit(ctx context.Context) (hostfork.CommandRecord, error) {
+	rec, err := a.s.r.c.Wait(ctx, a.s.id, client.WaitLeader)
+	if err != nil {
+		return hostfork.CommandRecord{}, err
+	}
+	return *rec, nil
+}
+
+// WaitUntil waits through the server, which bounds the wait by timeout
+// (an error matching ErrTimedOut past it); a connection cut meanwhile (the
+// server restarted) is retried.
+func (r *remote) WaitUntil(ctx context.Context, id string, o hostfork.WaitOptions, timeout time.Duration) (hostfork.WaitOutcome, error) {
+	co := client.WaitOptions{Condition: client.WaitLeader, Stream: o.Stream, Since: o.Since, Stalled: o.Stalled, Timeout: timeout}
+	if o.Tree {
+		co.Condition = client.WaitTree
+	}
+	if o.For != nil {
+		co.For, co.Condition = o.For.String(), ""
+	}
+	if o.Stalled > 0 {
+		co.Condition = ""
+	}
+	var out *hostfork.WaitOutcome
+	err := r.retry(ctx, "the wait for command "+id, func() error {
+		var err error
+		out, err = r.c.WaitFor(ctx, id, co)
+		return err
+	})
+	if err != nil {
+		return hostfork.WaitOutcome{}, err
+	}
+	return *out, nil
 }
 
 func (l *remoteLogs) Read(p []byte) (int, error) {

@@ -159,6 +159,10 @@ var verbs = []verb{
 	{name: "envs", build: plain(newEnvsCmd)},
 	{name: "status", build: plain(newStatusCmd)},
 	{name: "logs", build: plain(newLogsCmd)},
+	{name: "wait", build: plain(newWaitCmd)},
+	{name: "attach", build: plain(newAttachCmd)},
+	{name: "send", build: plain(newSendCmd)},
+	{name: "resize", build: plain(newResizeCmd)},
 	{name: "stop", build: plain(newStopCmd)},
 	{name: "events", build: plain(newEventsCmd)},
 	{name: "version", build: plain(newVersionCmd)},
@@ -178,12 +182,6 @@ var verbs = []verb{
 	{name: "doctor", build: plain(newDoctorCmd)},
 	{name: "baseline", build: plain(newBaselineCmd)},
 	{name: "gc", build: plain(newGCCmd)},
-	{name: "attach", build: plain(newAttachCmd),
-		local: "the session's socket is on this host"},
-	{name: "send", build: plain(newSendCmd),
-		local: "the session's socket is on this host"},
-	{name: "resize", build: plain(newResizeCmd),
-		local: "the session's socket is on this host"},
 	{name: "shell", build: plain(newShellCmd),
 		local: "it gives bash this terminal, which the server can't reach"},
 	{name: "support", build: plain(newSupportCmd),
@@ -237,7 +235,7 @@ bounds them with deadlines, and keeps durable records of what ran, why, where
 its output is, whether it is alive and whether it can be stopped.
 
 Exit codes: run/exec exit with the command's status (128+N for signal N);
-hostfork's own failures use 116-127 (see docs/exit-codes.md).`,
+hostfork's own failures use 113-127 (see docs/exit-codes.md).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -99,8 +99,6 @@ func stdinMode(g *globals, flag string, detach bool) (*os.File, error) {
 // the command ("tty", "stdin" or "") and its output mode.
 func sessionMode(g *globals, tty bool, stdinFlag string, detach bool, output string) (string, string, error) {
 	switch {
-	case tty && g.remote():
-		return "", "", usageErr("--tty can't go with --host yet: the session's socket is on the server's host (run it there without --host)")
 	case tty && stdinFlag != "":
 		return "", "", usageErr("--tty makes the terminal the command's input; drop --stdin %s", stdinFlag)
 	case tty && output != "" && output != string(hostfork.OutputFiles):
@@ -111,8 +109,6 @@ func sessionMode(g *globals, tty bool, stdinFlag string, detach bool, output str
 		return "", output, nil
 	case !detach:
 		return "", "", usageErr("--stdin pipe is for a detached command: add --detach, then write with 'hostfork send ID TEXT' and end with 'hostfork send --eof ID'")
-	case g.remote():
-		return "", "", usageErr("--stdin pipe can't go with --host yet: the session's socket is on the server's host")
 	}
 	return "stdin", output, nil
 }
@@ -127,16 +123,20 @@ func termSize() hostfork.TermSize {
 }
 
 // attachForeground connects this terminal to a foreground --tty
-// command, as ssh -t does, until its output ends.
-func attachForeground(ctx context.Context, g *globals, cmd launched, sess string) error {
-	c, ok := cmd.(*hostfork.Command)
-	if sess != "tty" || !ok {
+// command, as ssh -t does, until its output ends: through its guardian's
+// socket in this process, or a server's WebSocket (--host).
+func attachForeground(ctx context.Context, g *globals, h backend, cmd launched, sess string) error {
+	if sess != "tty" {
 		return nil
 	}
-	s, err := c.AttachWith(ctx, hostfork.AttachOptions{Replay: math.MaxInt64})
+	sc, err := h.SessionOf(ctx, cmd.ID())
+	if err != nil {
+		return err
+	}
+	s, err := sc.Attach(ctx, hostfork.AttachOptions{Replay: math.MaxInt64})
 	if errors.Is(err, hostfork.ErrCommandFinished) {
 		// It ended before the attach: its output is all in its log.
-		r, lerr := c.Logs(ctx, hostfork.LogOptions{})
+		r, lerr := h.Logs(ctx, cmd.ID(), hostfork.LogOptions{})
 		if lerr != nil {
 			return lerr
 		}
@@ -264,7 +264,7 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 		fmt.Fprintln(g.out, env)
 		return nil
 	}
-	if err := attachForeground(ctx, g, cmd, sess); err != nil {
+	if err := attachForeground(ctx, g, h, cmd, sess); err != nil {
 		return err
 	}
 	// The run ends when the leader exits: stop whatever it left behind.
@@ -450,8 +450,9 @@ func foreground(ctx context.Context, g *globals, h backend, cmd launched, sigs <
 }
 
 // commandExit turns a command's final record into the exit status of
-// run, exec and attach: the leader's own, 128+N, or 124 with one line
-// saying why when hostfork ended it.
+// run, exec, attach, wait and logs --follow: the leader's own, 128+N, or
+// 124 with one line saying why when hostfork ended it; 120 when the
+// status was never observed.
 func commandExit(g *globals, final hostfork.CommandRecord) error {
 	if final.Error != "" && final.ExitCode != nil && (*final.ExitCode == ExitNotFound || *final.ExitCode == ExitCannotExec) {
 		fmt.Fprintf(g.err, "hostfork: %s\n", clean(final.Error))

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -71,19 +72,28 @@ func NewServer(h *hostfork.Host, o Options) *sdk.Server {
 			"Use run for a command whose result you need now; create + start for something long-running (a dev server, a long test run), then logs, status and stop. " +
 			"Environments expire after their ttl (default 10m).",
 	})
-	add(s, t, "run", "Run a command in a new environment and return its captured result (exit status, stdout, stderr). The environment ends when the command's tree does, or at its ttl (default 10m). trees, view and profile (as in a spec file) give it private trees at replaced paths.", t.run)
-	add(s, t, "create", "Create an environment that later commands (start) run in. It expires after ttl (default 10m) unless until_stopped is true; it outlives this MCP server. trees, view and profile (as in a spec file) give it private trees at replaced paths; profile agent keeps every write outside the project in the environment.", t.create)
-	add(s, t, "start", "Start a detached command in an environment (from create); returns its record with its id. Read its output with logs, stop it with stop.", t.start)
-	add(s, t, "ps", "List commands: by default the live ones (alive or unverified); all=true includes exited ones.", t.ps)
-	add(s, t, "status", "Everything recorded about an environment or a command (id or unique prefix).", t.status)
-	add(s, t, "logs", "Read a command's stdout or stderr from a byte offset: at most length bytes (default 64 KiB). Continue from next_offset.", t.logs)
-	add(s, t, "stop", "Stop a command's tree or a whole environment (id or unique prefix). Deletes no file.", t.stop)
-	add(s, t, "export", "Copy one of an environment's private trees to a new destination directory.", t.export)
-	add(s, t, "read_file", "Read a file of an environment as its commands see it (resolved inside its view): at most length bytes (default 64 KiB, at most 1 MiB) from offset; text, or base64 when not UTF-8. Continue from next_offset.", t.readFile)
-	add(s, t, "write_file", "Write a file of an environment as its commands see it (resolved inside its view), replacing it whole: content as text, or base64 with encoding base64. Its directory must exist.", t.writeFile)
-	add(s, t, "list_dir", "List a directory of an environment as its commands see it: its entries (depth 1, the default) or more levels; symbolic links are listed, not followed.", t.listDir)
-	add(s, t, "extend", "Move an environment's deadline later or earlier: ttl from now (e.g. 30m) or until an RFC 3339 instant. An earlier deadline stops it then.", t.extend)
-	add(s, t, "fork", "Make count new environments whose private trees start as this environment's trees at one instant (its commands are frozen for the moment the trees are taken; processes are not cloned). Each child is detached, with the parent's spec and its own trees, view, limits and ttl.", t.fork)
+	yes, no := true, false
+	// Annotations: what a client may assume of each tool. A command the
+	// agent runs may do anything (destructive); reading never changes
+	// anything; create and export only add.
+	runs := &sdk.ToolAnnotations{DestructiveHint: &yes, OpenWorldHint: &yes}
+	reads := &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
+	adds := &sdk.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no}
+	add(s, t, "run", runs, "Run a command in a new environment and return its captured result (exit status, stdout, stderr). The environment ends when the command's tree does, or at its ttl (default 10m). trees, view and profile (as in a spec file) give it private trees at replaced paths.", t.run)
+	add(s, t, "create", adds, "Create an environment that later commands (start) run in. It expires after ttl (default 10m) unless until_stopped is true; it outlives this MCP server. trees, view and profile (as in a spec file) give it private trees at replaced paths; profile agent keeps every write outside the project in the environment.", t.create)
+	add(s, t, "start", runs, "Start a command in the background (a dev server, a long test run) and return its record with its id: in an environment from create (env), or in a new one of its own that ends with it (ttl default 10m). Then wait for a line of its output, read it with logs, stop it with stop.", t.start)
+	add(s, t, "ps", reads, "List commands: by default the live ones (alive or unverified); all=true includes exited ones.", t.ps)
+	add(s, t, "status", reads, "Everything recorded about an environment or a command (id or unique prefix).", t.status)
+	add(s, t, "logs", reads, "Read a command's stdout or stderr from a byte offset, or its last lines (tail): at most length bytes (default 64 KiB). Continue from next_offset.", t.logs)
+	addReq(s, t, "wait", reads, "Wait for a command: until a line of its output matches a regular expression (for), until it has printed nothing for a while (stalled), or, with neither, until its leader exits (condition tree: its whole tree). Returns why (match with stream, offset and line; stalled; ended; leader; tree) and the command's record. Bounded by timeout (default 5m); sends progress notifications while it waits.", t.wait)
+	add(s, t, "send_input", runs, "Type text into a command's terminal (started with tty) or write it to its stdin pipe (started with stdin_pipe), as if typed: end a line with \\n, send control keys as characters (\\u0003 is ^C). eof ends the input (the pipe closes; ^D on a terminal).", t.sendInput)
+	add(s, t, "stop", &sdk.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}, "Stop a command's tree or a whole environment (id or unique prefix). Deletes no file.", t.stop)
+	add(s, t, "export", adds, "Copy one of an environment's private trees to a new destination directory.", t.export)
+	add(s, t, "read_file", reads, "Read a file of an environment as its commands see it (resolved inside its view): at most length bytes (default 64 KiB, at most 1 MiB) from offset; text, or base64 when not UTF-8. Continue from next_offset.", t.readFile)
+	add(s, t, "write_file", &sdk.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}, "Write a file of an environment as its commands see it (resolved inside its view), replacing it whole: content as text, or base64 with encoding base64. Its directory must exist.", t.writeFile)
+	add(s, t, "list_dir", reads, "List a directory of an environment as its commands see it: its entries (depth 1, the default) or more levels; symbolic links are listed, not followed.", t.listDir)
+	add(s, t, "extend", &sdk.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}, "Move an environment's deadline later or earlier: ttl from now (e.g. 30m) or until an RFC 3339 instant. An earlier deadline stops it then.", t.extend)
+	add(s, t, "fork", adds, "Make count new environments whose private trees start as this environment's trees at one instant (its commands are frozen for the moment the trees are taken; processes are not cloned). Each child is detached, with the parent's spec and its own trees, view, limits and ttl.", t.fork)
 	return s
 }
 
@@ -101,14 +111,19 @@ type tools struct {
 // add registers a tool whose handler returns a value (marshalled as the
 // result's JSON text) or an error (a tool error with message, cause and
 // exit code).
-func add[In any](s *sdk.Server, t *tools, name, desc string, fn func(context.Context, In) (any, error)) {
+func add[In any](s *sdk.Server, t *tools, name string, ann *sdk.ToolAnnotations, desc string, fn func(context.Context, In) (any, error)) {
+	addReq(s, t, name, ann, desc, func(ctx context.Context, _ *sdk.CallToolRequest, in In) (any, error) { return fn(ctx, in) })
+}
+
+// addReq is add for a handler that needs the request (to send progress).
+func addReq[In any](s *sdk.Server, t *tools, name string, ann *sdk.ToolAnnotations, desc string, fn func(context.Context, *sdk.CallToolRequest, In) (any, error)) {
 	schema, err := jsonschema.For[In](nil)
 	if err != nil {
 		panic(fmt.Sprintf("mcp: the input schema of %s: %v", name, err))
 	}
 	plainTypes(schema)
-	sdk.AddTool(s, &sdk.Tool{Name: name, Description: desc, InputSchema: schema}, func(ctx context.Context, _ *sdk.CallToolRequest, in In) (*sdk.CallToolResult, any, error) {
-		v, err := fn(ctx, in)
+	sdk.AddTool(s, &sdk.Tool{Name: name, Description: desc, InputSchema: schema, Annotations: ann}, func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, any, error) {
+		v, err := fn(ctx, req, in)
 		if err != nil {
 			b, _ := json.Marshal(client.ErrorBody{Message: err.Error(), Cause: client.CauseOf(err), ExitCode: t.o.ExitCode(err)})
 			return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: string(b)}}}, nil, nil
@@ -213,7 +228,7 @@ func (a envArgs) spec(ownerExit string) (spec.Environment, error) {
 type runArgs struct {
 	Argv []string `json:"argv" jsonschema:"the program and its arguments, e.g. [\"go\", \"test\", \"./...\"]"`
 	Cwd  string   `json:"cwd,omitempty" jsonschema:"working directory"`
-	Env  []string `json:"env,omitempty" jsonschema:"extra NAME=VALUE variables"`
+	Vars []string `json:"vars,omitempty" jsonschema:"extra NAME=VALUE environment variables"`
 	envArgs
 	Timeout   string `json:"timeout,omitempty" jsonschema:"stop the command this long after it starts, e.g. 2m (never beyond the ttl)"`
 	MaxOutput int    `json:"max_output,omitempty" jsonschema:"bytes of each stream to return (default 262144); the logs keep everything"`
@@ -241,7 +256,7 @@ func (t *tools) run(ctx context.Context, a runArgs) (any, error) {
 		return nil, err
 	}
 	cmd := t.h.Command(a.Argv...)
-	cmd.Cwd, cmd.EnvSet, cmd.Timeout, cmd.Purpose, cmd.Labels = a.Cwd, a.Env, timeout, a.Purpose, a.Labels
+	cmd.Cwd, cmd.EnvSet, cmd.Timeout, cmd.Purpose, cmd.Labels = a.Cwd, a.Vars, timeout, a.Purpose, a.Labels
 	cmd.Output = hostfork.OutputPipe
 	cmd.CaptureOutput = true
 	cmd.CaptureLimit = defaultCapture
@@ -329,38 +344,77 @@ func (t *tools) create(ctx context.Context, a envArgs) (any, error) {
 }
 
 type startArgs struct {
-	Env     string            `json:"env" jsonschema:"the environment's id (from create)"`
-	Argv    []string          `json:"argv" jsonschema:"the program and its arguments"`
-	Cwd     string            `json:"cwd,omitempty" jsonschema:"working directory"`
-	Vars    []string          `json:"vars,omitempty" jsonschema:"extra NAME=VALUE variables"`
-	Purpose string            `json:"purpose,omitempty" jsonschema:"why this runs"`
-	Labels  map[string]string `json:"labels,omitempty" jsonschema:"labels to find it again"`
-	Timeout string            `json:"timeout,omitempty" jsonschema:"stop the command this long after it starts (never beyond the environment's ttl)"`
+	Env  string   `json:"env,omitempty" jsonschema:"the environment's id (from create); without it the command gets a new environment of its own that ends with it (ttl, until_stopped, memory, cpus, pids apply)"`
+	Argv []string `json:"argv" jsonschema:"the program and its arguments"`
+	Cwd  string   `json:"cwd,omitempty" jsonschema:"working directory"`
+	Vars []string `json:"vars,omitempty" jsonschema:"extra NAME=VALUE environment variables"`
+	envArgs
+	Timeout   string `json:"timeout,omitempty" jsonschema:"stop the command this long after it starts (never beyond the environment's ttl)"`
+	TTY       bool   `json:"tty,omitempty" jsonschema:"give the command a terminal (its output then is one stream, stdout); type into it with send_input"`
+	Cols      int    `json:"cols,omitempty" jsonschema:"the terminal's width with tty (default 80)"`
+	Rows      int    `json:"rows,omitempty" jsonschema:"the terminal's height with tty (default 24)"`
+	StdinPipe bool   `json:"stdin_pipe,omitempty" jsonschema:"without tty: give the command a stdin pipe that send_input writes to"`
 }
 
 // start runs a detached command (output in files) under the environment's
 // bounds; it outlives the call and this server.
 func (t *tools) start(ctx context.Context, a startArgs) (any, error) {
-	if len(a.Argv) == 0 || a.Env == "" {
-		return nil, fmt.Errorf("env and argv are required: %w", api.ErrInvalid)
+	if len(a.Argv) == 0 {
+		return nil, fmt.Errorf("argv is required: %w", api.ErrInvalid)
 	}
 	timeout, err := optDuration("timeout", a.Timeout)
 	if err != nil {
 		return nil, err
 	}
+	switch {
+	case a.TTY && a.StdinPipe:
+		return nil, fmt.Errorf("a tty is the command's input already: drop stdin_pipe: %w", api.ErrInvalid)
+	case !a.TTY && (a.Cols != 0 || a.Rows != 0):
+		return nil, fmt.Errorf("cols and rows size a terminal: they need tty: %w", api.ErrInvalid)
+	case a.Cols < 0 || a.Rows < 0 || a.Cols > 65535 || a.Rows > 65535:
+		return nil, fmt.Errorf("cols %d, rows %d: give sizes from 1 to 65535: %w", a.Cols, a.Rows, api.ErrInvalid)
+	}
 	ctx, cancel := bounded(context.WithoutCancel(ctx))
 	defer cancel()
-	env, err := t.h.OpenEnv(ctx, a.Env)
-	if err != nil {
-		return nil, err
+	var cmd *hostfork.Command
+	var p *hostfork.Plan
+	if a.Env != "" {
+		if a.envArgs.TTL != "" || a.envArgs.UntilStopped || a.envArgs.Memory != "" || a.envArgs.CPUs != 0 || a.envArgs.Pids != 0 {
+			return nil, fmt.Errorf("ttl, until_stopped, memory, cpus and pids describe a new environment: leave them out with env (the environment has its own): %w", api.ErrInvalid)
+		}
+		env, err := t.h.OpenEnv(ctx, a.Env)
+		if err != nil {
+			return nil, err
+		}
+		cmd = env.Command(a.Argv...)
+	} else {
+		sp, err := a.envArgs.spec(spec.OwnerExitDetach)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := hostfork.LookPath(a.Argv[0], nil); err != nil {
+			return nil, err
+		}
+		if p, err = t.h.Plan(ctx, sp); err != nil {
+			return nil, err
+		}
+		cmd = t.h.Command(a.Argv...)
 	}
-	cmd := env.Command(a.Argv...)
 	cmd.Cwd, cmd.EnvSet, cmd.Purpose, cmd.Labels, cmd.Timeout = a.Cwd, a.Vars, a.Purpose, a.Labels, timeout
 	cmd.Output = hostfork.OutputFiles
 	cmd.OwnerExit = hostfork.OwnerExitDetach
+	cmd.TTY, cmd.Size = a.TTY, hostfork.TermSize{Cols: uint16(a.Cols), Rows: uint16(a.Rows)}
+	if a.StdinPipe {
+		cmd.Stdin = hostfork.StdinPipe
+	}
 	// A context whose Done is nil: the library arms no cancellation, so
 	// the tree keeps the environment's bounds after this call.
-	if err := cmd.Start(context.WithoutCancel(ctx)); err != nil {
+	if p != nil {
+		_, err = t.h.Run(context.WithoutCancel(ctx), p, cmd)
+	} else {
+		err = cmd.Start(context.WithoutCancel(ctx))
+	}
+	if err != nil {
 		return nil, err
 	}
 	_, rec, err := t.h.Status(ctx, cmd.ID())
@@ -428,6 +482,7 @@ type logsArgs struct {
 	ID     string `json:"id" jsonschema:"a command id or unique prefix"`
 	Stream string `json:"stream,omitempty" jsonschema:"stdout (default) or stderr"`
 	Offset int64  `json:"offset,omitempty" jsonschema:"byte offset to start at (next_offset of the previous call)"`
+	Tail   int    `json:"tail,omitempty" jsonschema:"start at the last N lines instead of offset (the answer's offset says where that is)"`
 	Length int    `json:"length,omitempty" jsonschema:"most bytes to return (default 65536, at most 1048576)"`
 }
 
@@ -460,6 +515,9 @@ func (t *tools) logs(ctx context.Context, a logsArgs) (any, error) {
 	if stream == "" {
 		stream = "stdout"
 	}
+	if a.Tail < 0 || (a.Tail > 0 && a.Offset > 0) {
+		return nil, fmt.Errorf("tail is a number of lines and excludes offset: %w", api.ErrInvalid)
+	}
 	cmd, err := t.h.OpenCommand(ctx, a.ID)
 	if err != nil {
 		return nil, err
@@ -469,6 +527,11 @@ func (t *tools) logs(ctx context.Context, a logsArgs) (any, error) {
 	_, rec, err := t.h.Status(ctx, cmd.ID())
 	if err != nil {
 		return nil, err
+	}
+	if a.Tail > 0 {
+		if a.Offset, err = cmd.TailOffset(ctx, stream, a.Tail); err != nil {
+			return nil, err
+		}
 	}
 	rd, err := cmd.Logs(ctx, hostfork.LogOptions{Stream: stream, Offset: a.Offset})
 	if err != nil {
@@ -509,6 +572,129 @@ func validPrefix(b []byte) int {
 		}
 	}
 	return -1
+}
+
+type waitArgs struct {
+	ID        string `json:"id" jsonschema:"a command id or unique prefix"`
+	For       string `json:"for,omitempty" jsonschema:"a regular expression (Go RE2 syntax), e.g. listening on [0-9]+: return when a line of the output matches"`
+	Stream    string `json:"stream,omitempty" jsonschema:"with for: search only stdout or stderr (default both)"`
+	Since     int64  `json:"since,omitempty" jsonschema:"with for and stream: the byte offset to search from (a previous match's next)"`
+	Stalled   string `json:"stalled,omitempty" jsonschema:"return when the command has printed nothing for this long, e.g. 5s"`
+	Condition string `json:"condition,omitempty" jsonschema:"without for and stalled: leader (default, the command's own process exits) or tree (all its processes are gone)"`
+	Timeout   string `json:"timeout,omitempty" jsonschema:"give up after this long, e.g. 10m (default 5m, at most 1h); the command runs on"`
+}
+
+// Bounds of wait, and how often it tells the client it is still waiting.
+const (
+	defaultWait   = 5 * time.Minute
+	maxWait       = time.Hour
+	progressEvery = time.Second
+)
+
+// wait blocks as the library's WaitUntil, bounded by its timeout, with a
+// progress notification every second (when the client asked for them
+// with a progress token), so that a client's request timeout that resets
+// on progress doesn't end a long wait.
+func (t *tools) wait(ctx context.Context, req *sdk.CallToolRequest, a waitArgs) (any, error) {
+	o := hostfork.WaitOptions{Stream: a.Stream, Since: a.Since}
+	switch a.Condition {
+	case "", "leader":
+	case "tree":
+		o.Tree = true
+	default:
+		return nil, fmt.Errorf("condition %q: use leader or tree: %w", a.Condition, api.ErrInvalid)
+	}
+	if a.For != "" {
+		re, err := regexp.Compile(a.For)
+		if err != nil {
+			return nil, fmt.Errorf("for %q is not a valid regular expression (Go RE2 syntax): %v: %w", a.For, err, api.ErrInvalid)
+		}
+		o.For = re
+	}
+	var err error
+	if o.Stalled, err = optDuration("stalled", a.Stalled); err != nil {
+		return nil, err
+	}
+	timeout, err := optDuration("timeout", a.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	if timeout <= 0 {
+		timeout = defaultWait
+	}
+	timeout = min(timeout, maxWait)
+	cmd, err := t.h.OpenCommand(ctx, a.ID)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if token := req.Params.GetProgressToken(); token != nil {
+		go func() {
+			tick := time.NewTicker(progressEvery)
+			defer tick.Stop()
+			start := time.Now()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-tick.C:
+				}
+				waited := time.Since(start)
+				_ = req.Session.NotifyProgress(wctx, &sdk.ProgressNotificationParams{ProgressToken: token,
+					Progress: waited.Seconds(), Total: timeout.Seconds(),
+					Message: fmt.Sprintf("waiting for command %s (%s of %s)", cmd.ID(), waited.Round(time.Second), timeout)})
+			}
+		}()
+	}
+	out, err := cmd.WaitUntil(wctx, o)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, fmt.Errorf("the wait's timeout (%s) passed; command %s runs on: %w", timeout, cmd.ID(), api.ErrTimedOut)
+		}
+		if !errors.Is(err, api.ErrUnverified) || out.Command.ID == "" {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+type sendArgs struct {
+	ID   string `json:"id" jsonschema:"a command id or unique prefix (started with tty or stdin_pipe)"`
+	Text string `json:"text,omitempty" jsonschema:"what to type, e.g. \"npm test\\n\""`
+	EOF  bool   `json:"eof,omitempty" jsonschema:"after the text, end the input (the pipe closes; ^D on a terminal)"`
+}
+
+// sendResult is what send_input answers.
+type sendResult struct {
+	Command string `json:"command"`
+	Bytes   int    `json:"bytes"`
+	EOF     bool   `json:"eof"`
+}
+
+// sendInput types into the command's session (Command.Send), then ends
+// its input with eof (Command.CloseStdin).
+func (t *tools) sendInput(ctx context.Context, a sendArgs) (any, error) {
+	if a.Text == "" && !a.EOF {
+		return nil, fmt.Errorf("nothing to send: give text or eof: %w", api.ErrInvalid)
+	}
+	ctx, cancel := bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	cmd, err := t.h.OpenCommand(ctx, a.ID)
+	if err != nil {
+		return nil, err
+	}
+	if a.Text != "" {
+		if err := cmd.Send(ctx, []byte(a.Text)); err != nil {
+			return nil, err
+		}
+	}
+	if a.EOF {
+		if err := cmd.CloseStdin(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return sendResult{Command: cmd.ID(), Bytes: len(a.Text), EOF: a.EOF}, nil
 }
 
 type stopArgs struct {

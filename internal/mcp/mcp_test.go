@@ -72,7 +72,7 @@ func TestMCP(t *testing.T) {
 		names = append(names, tl.Name)
 	}
 	slices.Sort(names)
-	if got, want := strings.Join(names, ","), "create,export,extend,fork,list_dir,logs,ps,read_file,run,start,status,stop,write_file"; got != want {
+	if got, want := strings.Join(names, ","), "create,export,extend,fork,list_dir,logs,ps,read_file,run,send_input,start,status,stop,wait,write_file"; got != want {
 		t.Fatalf("tools: %s, want %s", got, want)
 	}
 	// Plain schemas: a list argument is "type": "array", never

@@ -207,3 +207,71 @@ func pct(ds []time.Duration, p float64) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[int(float64(len(s)-1)*p)]
 }
+
+// BenchmarkSessionWebSocket measures a session through the server's
+// WebSocket (GET /v1/commands/{id}/attach): a keystroke echoed back (one
+// byte typed into a terminal running cat, read back as the terminal's
+// echo: client → server → guardian → pty → guardian → server → client),
+// and an attach's first replayed byte (dial, upgrade, welcome, replay).
+// Medians of b.N each.
+func BenchmarkSessionWebSocket(b *testing.B) {
+	e := servertest.New(b)
+	s := e.Serve()
+	c, err := client.New("unix://" + s.Socket)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	env, err := c.Run(ctx, client.RunRequest{Env: map[string]any{"lifetime": map[string]any{"max_runtime": "1h"}},
+		Command: client.CommandRequest{Argv: []string{"sh", "-c", "echo ready; exec cat"}, TTY: true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := env.Commands[0].ID
+	if _, err := c.WaitFor(ctx, id, client.WaitOptions{For: "ready", Timeout: time.Minute}); err != nil {
+		b.Fatal(err)
+	}
+	zero := int64(0)
+	sess, err := c.Attach(ctx, id, client.AttachOptions{Replay: &zero})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sess.Close()
+	var echo, attach []time.Duration
+	buf := make([]byte, 4096)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := sess.Write([]byte{'x'}); err != nil {
+			b.Fatal(err)
+		}
+		for got := false; !got; {
+			n, err := sess.Read(buf)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got = strings.IndexByte(string(buf[:n]), 'x') >= 0
+		}
+		echo = append(echo, time.Since(t0))
+
+		t0 = time.Now()
+		a, err := c.Attach(ctx, id, client.AttachOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := a.Read(buf); err != nil {
+			b.Fatal(err)
+		}
+		attach = append(attach, time.Since(t0))
+		a.Close()
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(median(echo)), "echo-ms")
+	b.ReportMetric(ms(median(attach)), "attach-first-byte-ms")
+	b.Logf("n=%d medians: keystroke echo %.3f ms (p90 %.3f), attach to first replayed byte %.3f ms (p90 %.3f)", b.N,
+		ms(median(echo)), ms(pct(echo, 0.9)), ms(median(attach)), ms(pct(attach, 0.9)))
+	if _, err := c.StopEnv(ctx, env.ID, client.StopOptions{}); err != nil {
+		b.Fatal(err)
+	}
+}

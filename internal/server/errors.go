@@ -54,7 +54,9 @@ func statusOf(err error) int {
 		return http.StatusInsufficientStorage
 	case errors.Is(err, api.ErrUnsupported):
 		return http.StatusNotImplemented
-	case errors.Is(err, api.ErrConflict), errors.Is(err, api.ErrExists), errors.Is(err, api.ErrEnvNotActive):
+	case errors.Is(err, api.ErrTimedOut):
+		return http.StatusGatewayTimeout
+	case errors.Is(err, api.ErrConflict), errors.Is(err, api.ErrExists), errors.Is(err, api.ErrEnvNotActive), errors.Is(err, api.ErrCommandFinished), errors.Is(err, api.ErrNoSession):
 		return http.StatusConflict
 	case errors.Is(err, api.ErrInvalid):
 		return http.StatusUnprocessableEntity

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -286,6 +287,14 @@ func checkCommand(req *client.CommandRequest, at string) error {
 	if !spec.ValidEnvPolicy(req.EnvPolicy) {
 		return invalid("%senv_policy %q: use inherit, clean, host-shell or toolchain", at, req.EnvPolicy)
 	}
+	switch {
+	case req.Stdin != "" && req.Stdin != "pipe":
+		return invalid("%sstdin %q: use \"pipe\" (a stdin pipe that input writes to) or leave it out (/dev/null)", at, req.Stdin)
+	case req.TTY && req.Stdin != "":
+		return invalid("%sa tty is the command's input already: drop stdin", at)
+	case !req.TTY && (req.Cols != 0 || req.Rows != 0):
+		return invalid("%scols and rows size a terminal: they need tty", at)
+	}
 	switch req.Workload {
 	case "":
 		if req.Admit != "" {
@@ -308,11 +317,15 @@ func checkCommand(req *client.CommandRequest, at string) error {
 }
 
 // detached fills a command from a request: output in files, owner-exit
-// detach (stdin is /dev/null).
+// detach, stdin /dev/null unless a session (tty, stdin pipe) is asked for.
 func detached(cmd *hostfork.Command, req *client.CommandRequest) {
 	cmd.Cwd, cmd.EnvPolicy, cmd.EnvSet = req.Cwd, req.EnvPolicy, req.Env
 	cmd.Labels, cmd.Purpose, cmd.Timeout = req.Labels, req.Purpose, req.Timeout.D()
 	cmd.Workload, cmd.Admit = req.Workload, req.Admit
+	cmd.TTY, cmd.Size = req.TTY, hostfork.TermSize{Cols: req.Cols, Rows: req.Rows}
+	if req.Stdin == "pipe" {
+		cmd.Stdin = hostfork.StdinPipe
+	}
 	cmd.Output = hostfork.OutputFiles
 	cmd.OwnerExit = hostfork.OwnerExitDetach
 }
@@ -419,12 +432,49 @@ func (s *Server) openCommand(r *http.Request) (*hostfork.Command, error) {
 	return s.h.OpenCommand(r.Context(), r.PathValue("id"))
 }
 
-// waitCommand blocks until the condition holds, the client leaves (the
-// request's context) or the server shuts down (503, cause closed).
+// waitCommand blocks until the condition holds (the leader's exit, the
+// tree's end), the output matches (for) or stalls (stalled), the timeout
+// passes (504, cause timed_out), the client leaves (the request's
+// context) or the server shuts down (503, cause closed). It answers a
+// WaitOutcome: the record (its fields at the top level, so a reader of
+// records reads it as one) with why the wait returned.
 func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) error {
-	cond := r.URL.Query().Get("condition")
+	q := r.URL.Query()
+	cond := q.Get("condition")
 	if cond != "" && cond != "leader" && cond != "tree" {
 		return invalid("condition %q: use leader or tree", cond)
+	}
+	o := hostfork.WaitOptions{Tree: cond != "leader", Stream: q.Get("stream")}
+	if v := q.Get("for"); v != "" {
+		re, err := regexp.Compile(v)
+		if err != nil {
+			return invalid("for %q is not a valid regular expression (Go RE2 syntax): %v", v, err)
+		}
+		o.For = re
+	}
+	if v := q.Get("since"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return invalid("since %q: give a byte offset (0 or more)", v)
+		}
+		o.Since = n
+	}
+	var timeout time.Duration
+	for name, d := range map[string]*time.Duration{"stalled": &o.Stalled, "timeout": &timeout} {
+		if v := q.Get(name); v != "" {
+			n, err := api.ParseDuration(v)
+			if err != nil || n <= 0 {
+				return invalid("%s %q: give a positive duration such as 30s", name, v)
+			}
+			*d = n
+		}
+	}
+	forOutput := o.For != nil || o.Stalled > 0
+	if forOutput {
+		if cond == "leader" {
+			return invalid("condition leader is for a plain wait: a wait for output (for, stalled) ends when the tree does (condition tree); drop one")
+		}
+		o.Tree = false
 	}
 	c, err := s.openCommand(r)
 	if err != nil {
@@ -432,19 +482,22 @@ func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
-	var rec hostfork.CommandRecord
-	if cond == "leader" {
-		rec, err = c.Wait(ctx)
-	} else {
-		rec, err = c.WaitTree(ctx)
+	if timeout > 0 {
+		var tcancel context.CancelFunc
+		ctx, tcancel = context.WithTimeout(ctx, timeout)
+		defer tcancel()
 	}
+	out, err := c.WaitUntil(ctx, o)
 	if err != nil {
-		if s.streams.Err() != nil && r.Context().Err() == nil {
+		switch {
+		case s.streams.Err() != nil && r.Context().Err() == nil:
 			return fmt.Errorf("the server is shutting down; wait again: %w", hostfork.ErrClosed)
+		case timeout > 0 && errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+			return fmt.Errorf("the wait's timeout (%s) passed; command %s runs on: %w", timeout, c.ID(), hostfork.ErrTimedOut)
 		}
 		return err
 	}
-	writeJSON(w, http.StatusOK, rec)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -535,6 +588,16 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 		}
 		o.Offset = n
 	}
+	if v := q.Get("tail"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return invalid("tail %q: give a number of lines (1 or more)", v)
+		}
+		if o.Offset > 0 {
+			return invalid("give offset or tail, not both")
+		}
+		o.Tail = n
+	}
 	var err error
 	if o.Follow, err = flag(r, "follow", false); err != nil {
 		return err
@@ -542,6 +605,11 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	c, err := s.openCommand(r)
 	if err != nil {
 		return err
+	}
+	if o.Tail > 0 {
+		if o.Offset, err = c.TailOffset(r.Context(), o.Stream, o.Tail); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
@@ -557,7 +625,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Hostfork-Log-Offset", strconv.FormatInt(o.Offset, 10))
+	w.Header().Set(client.LogOffsetHeader, strconv.FormatInt(o.Offset, 10))
 	w.WriteHeader(http.StatusOK)
 	fl := http.NewResponseController(w)
 	_ = fl.Flush()
