@@ -280,6 +280,19 @@ func TestOpenAPIResponses(t *testing.T) {
 	wcancel()
 	_, err = c.Extend(ctx, env.ID, api.DeadlineRequest{TTL: api.Duration(10 * time.Minute)})
 	must("extend", err)
+	// A session: attach (the upgrade), input and resize.
+	tty, err := c.StartCommand(ctx, env.ID, client.CommandRequest{Argv: []string{"cat"}, TTY: true})
+	must("start tty", err)
+	sess, err := c.Attach(ctx, tty.ID, client.AttachOptions{})
+	must("attach", err)
+	must("send", c.Send(ctx, tty.ID, []byte("hi\n")))
+	must("resize", c.Resize(ctx, tty.ID, 100, 30))
+	sess.Close()
+	kids, err := c.Fork(ctx, env.ID, client.ForkRequest{Count: 1, TTL: api.Duration(time.Minute)})
+	must("fork", err)
+	for _, k := range kids {
+		t.Cleanup(func() { _, _ = c.StopEnv(context.Background(), k.ID, client.StopOptions{}) })
+	}
 	_, err = c.StopEnv(ctx, env.ID, client.StopOptions{Grace: time.Second})
 	must("stop env", err)
 	_, err = c.Export(ctx, env.ID, "work", filepath.Join(e.Dir, "export"))
