@@ -189,7 +189,7 @@ func (s *soak) one(r *rand.Rand) {
 			return
 		}
 		// The environment may have expired or been stopped since.
-		kind, args, want = "exec-true/"+via, append(host, "exec", env, "--", "true"), []int{0, 1, 3, 4, 122, 124}
+		kind, args, want = "exec-true/"+via, append(host, "exec", env, "--", "true"), []int{0, 1, 3, 4, 122, 124, 143}
 	case p < 75:
 		ttl := *ttlMax/3 + time.Duration(r.Int64N(int64(*ttlMax*2/3)))
 		kind, args = "detach/"+via, append(host, "run", "--detach", "--label", "soak=1", "--ttl", ttl.Round(time.Second).String(), "--", "sleep", "3600")
@@ -213,11 +213,12 @@ func (s *soak) one(r *rand.Rand) {
 		s.live = append(s.live, id)
 		s.started[id] = true
 		s.mu.Unlock()
-		kind, args = "session-send", []string{"send", id, "hello\n"}
+		// 113: a stop the mix drew took it meanwhile.
+		kind, args, want = "session-send", []string{"send", id, "hello\n"}, []int{0, 113}
 	case p < 80:
 		kind, args, want = "timeout", []string{"run", "--label", "soak=1", "--timeout", "300ms", "--", "sleep", "30"}, []int{124}
 	case p < 83:
-		kind, args, want = "oom", []string{"run", "--label", "soak=1", "--memory", "32M", "--", "sh", "-c", "head -c 96M /dev/zero | tail -c 96M > /dev/null"}, []int{137}
+		kind, args, want = "oom", []string{"run", "--label", "soak=1", "--memory", "32M", "--", "sh", "-c", "head -c 96M /dev/zero | tail -c 96M > /dev/null"}, []int{124, 137}
 	default:
 		env := s.take(r)
 		if env == "" {

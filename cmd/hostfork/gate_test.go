@@ -41,6 +41,26 @@ func TestStopRevokesWaitingGates(t *testing.T) {
 	}
 }
 
+// An exec whose environment is stopped by another caller while it launches
+// (after it found it active, before it made anything) exits 122,
+// "stopped during the launch", never 125: the soak saw ENOENT on the
+// guardians group and on the command's cgroup surface as internal errors.
+func TestExecRacingItsEnvironmentsStop(t *testing.T) {
+	_, run, env := gateEnv(t)
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=launch-resolved~1500ms"}, "exec", env, "--", "true"))
+	time.Sleep(500 * time.Millisecond)
+	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
+		t.Fatalf("stop: %v: %s", err, out)
+	}
+	if code, err := waitExec(ex); code != 122 || !strings.Contains(exOut.String(), "not active") && !strings.Contains(exOut.String(), "stopped during the launch") && !strings.Contains(exOut.String(), "revoked") {
+		t.Fatalf("exec racing its environment's stop: exit %d (%v): %s", code, err, exOut.String())
+	}
+	ps, err := run(nil, "ps", "--json").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(ps)) != "[]" {
+		t.Fatalf("ps after the refused launch: %v: %s", err, ps)
+	}
+}
+
 // A stop that lands after a command's registration and before its release
 // (the launcher paused between them) never starts it: the guardian finds
 // the stop request pending when the release comes. The record says the

@@ -736,12 +736,13 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 	if err := l.resolve(env); err != nil {
 		return nil, err
 	}
+	fault.Point(fault.LaunchResolved)
 	boot, _ := linux.BootID()
 	var b registry.Batch
 	b.RequireEnv(env.ID, []api.EnvState{api.EnvActive}, boot, linux.MonotonicNow())
 	l.reserve(&b, env, nil)
 	if early, err := l.early(env); err != nil {
-		return nil, err
+		return nil, e.stoppedMeanwhile(ctx, env.ID, err)
 	} else if early {
 		// One commit reserves the command and registers its guardian.
 		if err := e.reg.Commit(ctx, &b); err != nil {
@@ -753,16 +754,17 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 		}
 		l.reserved()
 		if err := l.place(env); err != nil {
-			return nil, l.abort(err)
+			return nil, e.stoppedMeanwhile(ctx, env.ID, l.abort(err))
 		}
-		return l.release(ctx, env)
+		r, err := l.release(ctx, env)
+		return r, e.stoppedMeanwhile(ctx, env.ID, err)
 	}
 	if err := e.reg.Commit(ctx, &b); err != nil {
 		return nil, fmt.Errorf("registering the command: %w", err)
 	}
 	l.reserved()
 	if err := l.prepare(ctx, env, evidence.LimitGroup(env)); err != nil {
-		return nil, l.abort(err)
+		return nil, e.stoppedMeanwhile(ctx, env.ID, l.abort(err))
 	}
 	var b2 registry.Batch
 	l.register(&b2, env)
@@ -773,7 +775,23 @@ func (e *Engine) Start(ctx context.Context, envID string, cs *CommandSpec) (*Run
 		}
 		return nil, l.abort(fmt.Errorf("registering the guardian: %w", err))
 	}
-	return l.release(ctx, env)
+	r, err := l.release(ctx, env)
+	return r, e.stoppedMeanwhile(ctx, env.ID, err)
+}
+
+// stoppedMeanwhile: an environment stopped by someone else during a launch
+// removes the groups the launch was placing its command in, or revokes its
+// gate. The launch's error is then ErrEnvNotActive (exit 122), not an
+// internal error (the soak saw ENOENT on the guardians group and on the
+// command's cgroup, and a gate closed under the release).
+func (e *Engine) stoppedMeanwhile(ctx context.Context, envID string, err error) error {
+	if err == nil || errors.Is(err, api.ErrEnvNotActive) {
+		return err
+	}
+	if cur, rerr := e.reg.Env(context.WithoutCancel(ctx), envID); rerr == nil && cur.State != api.EnvActive {
+		return fmt.Errorf("environment %s was stopped during the launch (%v); create a new one: %w", envID, err, api.ErrEnvNotActive)
+	}
+	return err
 }
 
 // checkSession refuses a session the guardian can't hold: a terminal or a

@@ -46,6 +46,10 @@ const (
 	// overlay's temporary view) ready, nothing copied. Not a launch point,
 	// so not in All.
 	ExportCopying = "export-copying"
+	// LaunchResolved: an exec found its environment active and resolved
+	// its program, nothing made yet (a pause point for the race with the
+	// environment's stop; nothing is left to settle, so not in All).
+	LaunchResolved = "launch-resolved"
 )
 
 // All lists every point of a launch and its stop, for test matrices.
