@@ -150,13 +150,21 @@ func (c *Command) oneShot(ctx context.Context, frames ...session.Frame) error {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
+	// A guardian that refuses a frame answers with an error frame and
+	// closes: a later send then fails, but the answer is there to read.
+	sendErr := func(err error) error {
+		if f, nerr := conn.Next(); nerr == nil && f.Type == session.Error {
+			return guardianErr(c.ID(), f.Payload)
+		}
+		return c.sessionErr(ctx, err)
+	}
 	for _, f := range frames {
 		if err := conn.Send(f.Type, f.Payload); err != nil {
-			return c.sessionErr(ctx, err)
+			return sendErr(err)
 		}
 	}
 	if err := conn.Send(session.Sync, nil); err != nil {
-		return c.sessionErr(ctx, err)
+		return sendErr(err)
 	}
 	for {
 		f, err := conn.Next()

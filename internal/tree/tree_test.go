@@ -167,7 +167,10 @@ func TestStopEscapedDescendant(t *testing.T) {
 			// group; its child joins the workload group and stays, and a
 			// grandchild moves to "other" (outside the target) and keeps
 			// running.
-			root, pids := tc.start(t, gd, `sh -c 'echo $$ > `+wl+`/cgroup.procs; sh -c "echo \$\$ > `+other+`/cgroup.procs; echo \$\$; exec sleep 1000" & exec sleep 1000' & sleep 0.2; echo ready; wait; exec sleep 1000`)
+			// The grandchild's pid comes through a file the root waits
+			// for (a positive signal, not a sleep).
+			f := filepath.Join(t.TempDir(), "pid")
+			root, pids := tc.start(t, gd, `sh -c 'echo $$ > `+wl+`/cgroup.procs; sh -c "echo \$\$ > `+other+`/cgroup.procs; echo \$\$ > `+f+`.tmp; mv `+f+`.tmp `+f+`; exec sleep 1000" & exec sleep 1000' & while [ ! -e `+f+` ]; do sleep 0.01; done; cat `+f+`; echo ready; wait; exec sleep 1000`)
 			escaped := identity(t, pids[0])
 			bystander, _ := start(t, other, `echo ready; exec sleep 1000`)
 			by := identity(t, bystander.Process.Pid)
