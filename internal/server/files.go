@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -157,22 +156,6 @@ func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	fl := http.NewResponseController(w)
-	_ = fl.Flush()
-	enc := json.NewEncoder(w)
-	for ev, err := range s.h.Watch(ctx, r.PathValue("id"), p, recursive) {
-		if err != nil {
-			if ctx.Err() == nil {
-				s.cfg.Logf("watch: %v", err)
-			}
-			return nil
-		}
-		if enc.Encode(ev) != nil {
-			return nil
-		}
-		_ = fl.Flush()
-	}
+	streamNDJSON(s, ctx, w, "watch", s.h.Watch(ctx, r.PathValue("id"), p, recursive))
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -719,24 +720,31 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
+	streamNDJSON(s, ctx, w, "events", s.h.Events(ctx, since, follow))
+	return nil
+}
+
+// streamNDJSON writes each value of seq as one JSON line, flushed, until
+// the sequence ends, fails (logged unless the client left) or the client
+// stops reading.
+func streamNDJSON[T any](s *Server, ctx context.Context, w http.ResponseWriter, what string, seq iter.Seq2[T, error]) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	fl := http.NewResponseController(w)
 	_ = fl.Flush()
 	enc := json.NewEncoder(w)
-	for ev, err := range s.h.Events(ctx, since, follow) {
+	for v, err := range seq {
 		if err != nil {
 			if ctx.Err() == nil {
-				s.cfg.Logf("events: %v", err)
+				s.cfg.Logf("%s: %v", what, err)
 			}
-			return nil
+			return
 		}
-		if enc.Encode(ev) != nil {
-			return nil
+		if enc.Encode(v) != nil {
+			return
 		}
 		_ = fl.Flush()
 	}
-	return nil
 }
 
 func (s *Server) capacity(w http.ResponseWriter, r *http.Request) error {
