@@ -286,6 +286,9 @@ func (b *Batch) DeleteEnv(id string) {
 			"DELETE FROM labels WHERE owner = 'c' AND id IN (SELECT id FROM commands WHERE env_id = ?)",
 			"DELETE FROM labels WHERE owner = 'e' AND id = ?",
 			"DELETE FROM intents WHERE env_id = ?",
+			// Its events go with it: the event log is bounded by
+			// retention (event_counts keeps the counters).
+			"DELETE FROM events WHERE env_id = ?",
 			"DELETE FROM commands WHERE env_id = ?",
 			"DELETE FROM envs WHERE id = ?",
 		} {
