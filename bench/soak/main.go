@@ -328,6 +328,7 @@ func (s *soak) run() int {
 	defer gcT.Stop()
 	r := rand.New(rand.NewPCG(42, uint64(start.UnixNano())))
 	var mins []minute
+	var collecting sync.Mutex
 	end := time.After(*duration)
 loop:
 	for {
@@ -337,7 +338,11 @@ loop:
 		case <-chaosT.C:
 			s.chaos(r)
 		case <-gcT.C:
-			s.collect()
+			// Beside the load, so the per-minute samples keep their beat;
+			// one collection at a time.
+			if collecting.TryLock() {
+				go func() { defer collecting.Unlock(); s.collect() }()
+			}
 		case <-tick.C:
 			m := s.sample(len(mins) + 1)
 			mins = append(mins, m)
@@ -347,6 +352,8 @@ loop:
 	}
 	close(stop)
 	wg.Wait()
+	collecting.Lock() // a collection in flight ends first
+	collecting.Unlock()
 	if len(mins) == 0 || time.Since(start)-time.Duration(len(mins))*time.Minute > 10*time.Second {
 		m := s.sample(len(mins) + 1)
 		mins = append(mins, m)
