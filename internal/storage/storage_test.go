@@ -133,6 +133,7 @@ func TestConformance(t *testing.T) {
 				"RemoveIdempotent":               dirty,
 				"IdentityMismatchRefusesRemoval": dirty,
 				"MetadataSurvives":               "git carries committed content only: no owners, devices, fifos, sockets or xattrs",
+				"Fork":                           "a worktree is forked onto a branch of its own, which storage.Fork does not do yet: it refuses the kind (issue 37)",
 			}
 			return f
 		})
