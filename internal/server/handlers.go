@@ -87,6 +87,17 @@ func stopOptions(r *http.Request) (hostfork.StopOptions, error) {
 	return o, nil
 }
 
+// writeEnv answers with an environment's record, redacted as the request
+// asks (show_env).
+func writeEnv(w http.ResponseWriter, r *http.Request, status int, rec hostfork.EnvRecord) error {
+	e, err := redact(r, rec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, e)
+	return nil
+}
+
 func redact(r *http.Request, e hostfork.EnvRecord) (hostfork.EnvRecord, error) {
 	show, err := flag(r, "show_env", false)
 	if err != nil || show {
@@ -217,12 +228,7 @@ func (s *Server) stopEnv(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	e, err := redact(r, *rec)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, e)
-	return nil
+	return writeEnv(w, r, http.StatusOK, *rec)
 }
 
 // extendEnv moves the deadline. The move is not cut short by a client
@@ -241,12 +247,7 @@ func (s *Server) extendEnv(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	e, err := redact(r, *rec)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, e)
-	return nil
+	return writeEnv(w, r, http.StatusOK, *rec)
 }
 
 // exportEnv runs the export under the request's context: a client that
