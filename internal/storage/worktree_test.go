@@ -10,13 +10,14 @@ import (
 	"testing"
 
 	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
 // gitRepo makes a real repository with one commit.
 func gitRepo(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("needs git")
+		testutil.Skip(t, "needs git (apt-get install git)")
 	}
 	repo := filepath.Join(t.TempDir(), "repo")
 	writeFiles(t, repo, map[string]string{"f.txt": "base\n"})
