@@ -158,12 +158,14 @@ func (c *Command) oneShot(ctx context.Context, frames ...session.Frame) error {
 		}
 		return c.sessionErr(ctx, err)
 	}
+	// One write: the guardian reads the frames and the sync together, so
+	// a leader that exits on the input (after an EOF) can't end the
+	// session between them.
+	var b []byte
 	for _, f := range frames {
-		if err := conn.Send(f.Type, f.Payload); err != nil {
-			return sendErr(err)
-		}
+		b = session.AppendFrame(b, f.Type, f.Payload)
 	}
-	if err := conn.Send(session.Sync, nil); err != nil {
+	if err := conn.SendRaw(session.AppendFrame(b, session.Sync, nil)); err != nil {
 		return sendErr(err)
 	}
 	for {

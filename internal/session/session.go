@@ -243,7 +243,8 @@ func (c *Conn) CloseRead() error { return c.c.CloseRead() }
 // pending call).
 func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
 
-// SendRaw writes bytes as they are (tests of the guardian's framing).
+// SendRaw writes bytes as they are: frames built with AppendFrame (sent
+// in one write), or a test's bad framing.
 func (c *Conn) SendRaw(b []byte) error {
 	_, err := c.c.Write(b)
 	return err
