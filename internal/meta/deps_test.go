@@ -77,6 +77,7 @@ func isLibrary(module, path string) bool {
 	case rel == "/internal/cli" || strings.HasPrefix(rel, "/internal/cli/"),
 		rel == "/internal/server" || strings.HasPrefix(rel, "/internal/server/"),
 		rel == "/internal/mcp" || strings.HasPrefix(rel, "/internal/mcp/"),
+		rel == "/internal/e2b" || strings.HasPrefix(rel, "/internal/e2b/"),
 		rel == "/internal/servecli":
 		return false
 	case strings.HasPrefix(rel, "/internal/"):
@@ -152,8 +153,8 @@ func TestLibraryDependencies(t *testing.T) {
 // binary may link: the HTTP server, the MCP server and their libraries.
 func serverOnly(module string) func(string) bool {
 	return func(path string) bool {
-		for _, p := range []string{module + "/internal/server", module + "/internal/mcp", module + "/internal/servecli",
-			"github.com/prometheus/", "github.com/modelcontextprotocol/", "google.golang.org/protobuf", "expvar", "encoding/gob"} {
+		for _, p := range []string{module + "/internal/server", module + "/internal/mcp", module + "/internal/servecli", module + "/internal/e2b",
+			"connectrpc.com/", "github.com/prometheus/", "github.com/modelcontextprotocol/", "google.golang.org/protobuf", "expvar", "encoding/gob"} {
 			if path == p || strings.HasPrefix(path, strings.TrimSuffix(p, "/")+"/") || (strings.HasSuffix(p, "/") && strings.HasPrefix(path, p)) {
 				return true
 			}
