@@ -131,6 +131,6 @@ func report(w io.Writer, err error) int {
 		// The library's message says what is missing; this names the fix.
 		hint = " (list ids with 'hostfork ps --all' or 'hostfork envs --all')"
 	}
-	fmt.Fprintf(w, "hostfork: %s%s\n", clean(err.Error()), hint)
+	fmt.Fprintf(w, "hostfork: %s%s\n", errText(err), hint)
 	return code
 }

@@ -56,6 +56,13 @@ func clean(s string) string {
 	return b.String()
 }
 
+// errText is an error's message for one line of stderr: the parts that
+// errors.Join put on lines of their own are joined with "; ", and the rest
+// is cleaned.
+func errText(err error) string {
+	return clean(strings.ReplaceAll(err.Error(), "\n", "; "))
+}
+
 // cleanArgv joins argv for display, each element cleaned and quoted when
 // it has spaces.
 func cleanArgv(argv []string, max int) string {

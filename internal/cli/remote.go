@@ -118,7 +118,7 @@ func (r *remote) Events(ctx context.Context, since int64, follow bool) iter.Seq2
 			}
 			if cut.IsZero() {
 				cut = time.Now()
-				r.notice("hostfork: following events: lost %s (%s); reconnecting for up to %v\n", r.Where(), clean(last.Error()), reconnectFor)
+				r.notice("hostfork: following events: lost %s (%s); reconnecting for up to %v\n", r.Where(), errText(last), reconnectFor)
 			} else if time.Since(cut) > reconnectFor {
 				yield(hostfork.Event{}, last)
 				return
@@ -188,7 +188,7 @@ func (r *remote) admitted(ctx context.Context, lr *launchReq, req *client.Comman
 			return err
 		}
 		if !told && lr.onAdmissionWait != nil {
-			lr.onAdmissionWait(clean(err.Error()))
+			lr.onAdmissionWait(errText(err))
 			told = true
 		}
 		select {
@@ -382,7 +382,7 @@ func (r *remote) retry(ctx context.Context, what string, fn func() error) error 
 		}
 		if since.IsZero() {
 			since = time.Now()
-			r.notice("hostfork: %s: lost %s (%s); reconnecting for up to %v\n", what, r.Where(), clean(err.Error()), reconnectFor)
+			r.notice("hostfork: %s: lost %s (%s); reconnecting for up to %v\n", what, r.Where(), errText(err), reconnectFor)
 		}
 		if time.Since(since) > reconnectFor {
 			return err
@@ -641,7 +641,7 @@ func follow(ctx context.Context, g *globals, b backend, id string) func() {
 				rd.Close()
 			}
 			if err != nil && ctx.Err() == nil {
-				fmt.Fprintf(g.err, "hostfork: warning: following the %s of command %s: %s (see 'hostfork logs %s')\n", s.stream, id, clean(err.Error()), id)
+				fmt.Fprintf(g.err, "hostfork: warning: following the %s of command %s: %s (see 'hostfork logs %s')\n", s.stream, id, errText(err), id)
 			}
 		}()
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"io"
 	"slices"
 	"testing"
@@ -60,5 +61,14 @@ func TestVerbOf(t *testing.T) {
 		if got := verbOf(c.args); got != c.want {
 			t.Errorf("verbOf(%q) = %q, want %q", c.args, got, c.want)
 		}
+	}
+}
+
+// errText puts a joined error on one line ("; " between its parts) and
+// still escapes what a record could smuggle in.
+func TestErrText(t *testing.T) {
+	err := errors.Join(errors.New("command a: stop: permission denied"), errors.New("command b: purpose \x1b[2J"))
+	if got, want := errText(err), `command a: stop: permission denied; command b: purpose \x1b[2J`; got != want {
+		t.Fatalf("errText = %q, want %q", got, want)
 	}
 }

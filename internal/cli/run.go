@@ -429,16 +429,16 @@ func foreground(ctx context.Context, g *globals, h backend, cmd launched, sigs <
 	}
 	if res.TreeState != hostfork.PhaseExited && !res.Final() && !treeEndsSoon(ctx, cmd) {
 		if _, err := cmd.StopTree(context.Background(), hostfork.StopOptions{Reason: leftovers}); err != nil && !errors.Is(err, hostfork.ErrClosed) {
-			fmt.Fprintf(g.err, "hostfork: stopping what the command left behind: %s\n", clean(err.Error()))
+			fmt.Fprintf(g.err, "hostfork: stopping what the command left behind: %s\n", errText(err))
 		}
 	}
 	final, terr := cmd.WaitTree(ctx)
 	drain()
 	if terr != nil {
 		if errors.Is(terr, hostfork.ErrUnverified) {
-			fmt.Fprintf(g.err, "hostfork: %s\n", clean(terr.Error()))
+			fmt.Fprintf(g.err, "hostfork: %s\n", errText(terr))
 		} else if final.ID != "" {
-			fmt.Fprintf(g.err, "hostfork: warning: %s\n", clean(terr.Error()))
+			fmt.Fprintf(g.err, "hostfork: warning: %s\n", errText(terr))
 		} else {
 			return terr
 		}

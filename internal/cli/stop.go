@@ -101,7 +101,7 @@ verified (its guardian was lost), recording what that gives up.`,
 					}
 					if err != nil {
 						errs = append(errs, err)
-						fmt.Fprintf(g.err, "hostfork: environment %s: %s\n", t.id, clean(err.Error()))
+						fmt.Fprintf(g.err, "hostfork: environment %s: %s\n", t.id, errText(err))
 						continue
 					}
 					switch {
@@ -119,7 +119,7 @@ verified (its guardian was lost), recording what that gives up.`,
 				}
 				if err != nil {
 					errs = append(errs, err)
-					fmt.Fprintf(g.err, "hostfork: command %s: %s\n", t.id, clean(err.Error()))
+					fmt.Fprintf(g.err, "hostfork: command %s: %s\n", t.id, errText(err))
 					continue
 				}
 				if !asJSON {

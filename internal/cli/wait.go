@@ -67,7 +67,7 @@ command runs on. --json prints the outcome (reason, match, record).`,
 			out, err := h.WaitUntil(ctx, id, o, limit)
 			if err != nil {
 				if errors.Is(err, hostfork.ErrUnverified) && out.Command.ID != "" {
-					fmt.Fprintf(g.err, "hostfork: %s\n", clean(err.Error()))
+					fmt.Fprintf(g.err, "hostfork: %s\n", errText(err))
 					return withCode(ExitFailed, nil)
 				}
 				return err
