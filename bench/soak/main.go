@@ -219,6 +219,14 @@ func (s *soak) one(r *rand.Rand) {
 		kind, args, want = "timeout", []string{"run", "--label", "soak=1", "--timeout", "300ms", "--", "sleep", "30"}, []int{124}
 	case p < 83:
 		kind, args, want = "oom", []string{"run", "--label", "soak=1", "--memory", "32M", "--", "sh", "-c", "head -c 96M /dev/zero | tail -c 96M > /dev/null"}, []int{124, 137}
+	case p < 85:
+		// A fork: the environment frozen, its trees taken, a child
+		// made (no processes are cloned; the child lives out its ttl).
+		env := s.pick(r)
+		if env == "" {
+			return
+		}
+		kind, args, want = "fork/"+via, append(host, "fork", "--label", "soak=1", "--ttl", "1m", env), []int{0, 3, 4, 122}
 	default:
 		env := s.take(r)
 		if env == "" {
@@ -249,7 +257,7 @@ func (s *soak) one(r *rand.Rand) {
 		return
 	}
 	s.counts[kind]++
-	if strings.HasPrefix(kind, "detach") && code == 0 {
+	if (strings.HasPrefix(kind, "detach") || strings.HasPrefix(kind, "fork")) && code == 0 {
 		id := strings.TrimSpace(out)
 		s.live = append(s.live, id)
 		s.started[id] = true

@@ -788,7 +788,10 @@ func (e *Engine) stoppedMeanwhile(ctx context.Context, envID string, err error) 
 	if err == nil || errors.Is(err, api.ErrEnvNotActive) {
 		return err
 	}
-	if cur, rerr := e.reg.Env(context.WithoutCancel(ctx), envID); rerr == nil && cur.State != api.EnvActive {
+	// A stopper keeps its decision before it kills anything, and records
+	// the state in parallel with the kill: either says a stop came.
+	if cur, rerr := e.reg.Env(context.WithoutCancel(ctx), envID); rerr == nil &&
+		(cur.State != api.EnvActive || records.ReadDecision(filepath.Join(cur.RunDir, "stop-decision")) != "") {
 		return fmt.Errorf("environment %s was stopped during the launch (%v); create a new one: %w", envID, err, api.ErrEnvNotActive)
 	}
 	return err
