@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,6 +20,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/habemus-papadum/hostfork/internal/store"
 	"github.com/habemus-papadum/hostfork/internal/systemd"
 	"github.com/habemus-papadum/hostfork/internal/view"
 	"github.com/habemus-papadum/hostfork/spec"
@@ -59,6 +61,20 @@ func New(root string, reg *records.Records, caps func() api.Capabilities) *Plann
 // malformed requests; what the host can't do is listed in Unsupported.
 func (e *Planner) Plan(ctx context.Context, s spec.Environment) (*spec.Plan, error) {
 	if s.Profile != "" {
+		// The store's profiles (config.yaml), under the spec's own.
+		if _, own := s.Profiles[s.Profile]; !own {
+			ps, err := store.Profiles(e.root)
+			if err != nil {
+				return nil, err
+			}
+			if p, ok := ps[s.Profile]; ok {
+				s.Profiles = maps.Clone(s.Profiles)
+				if s.Profiles == nil {
+					s.Profiles = map[string]spec.Profile{}
+				}
+				s.Profiles[s.Profile] = p
+			}
+		}
 		// $HOME in a profile is the spec's own HOME, else this process's.
 		home := s.Env["HOME"]
 		if home == "" {
