@@ -188,8 +188,9 @@ func (s *soak) one(r *rand.Rand) {
 		if env == "" {
 			return
 		}
-		// The environment may have expired or been stopped since.
-		kind, args, want = "exec-true/"+via, append(host, "exec", env, "--", "true"), []int{0, 1, 3, 4, 122, 124, 143}
+		// The environment may have expired or been stopped since, or
+		// collected by gc after its ttl (119: not found).
+		kind, args, want = "exec-true/"+via, append(host, "exec", env, "--", "true"), []int{0, 1, 3, 4, 119, 122, 124, 143}
 	case p < 75:
 		ttl := *ttlMax/3 + time.Duration(r.Int64N(int64(*ttlMax*2/3)))
 		kind, args = "detach/"+via, append(host, "run", "--detach", "--label", "soak=1", "--ttl", ttl.Round(time.Second).String(), "--", "sleep", "3600")
@@ -226,13 +227,13 @@ func (s *soak) one(r *rand.Rand) {
 		if env == "" {
 			return
 		}
-		kind, args, want = "fork/"+via, append(host, "fork", "--label", "soak=1", "--ttl", "1m", env), []int{0, 3, 4, 122}
+		kind, args, want = "fork/"+via, append(host, "fork", "--label", "soak=1", "--ttl", "1m", env), []int{0, 3, 4, 119, 122}
 	default:
 		env := s.take(r)
 		if env == "" {
 			return
 		}
-		kind, args, want = "stop/"+via, append(host, "stop", env), []int{0, 3, 4}
+		kind, args, want = "stop/"+via, append(host, "stop", env), []int{0, 3, 4, 119}
 	}
 	t0 := time.Now()
 	out, err := s.cli(args...)
