@@ -138,9 +138,14 @@ func (s *soak) cli(args ...string) (string, error) {
 	if err := cmd.Start(); err != nil {
 		return "", err
 	}
-	s.mu.Lock()
-	s.inflight[cmd.Process.Pid] = cmd
-	s.mu.Unlock()
+	// The soak's own reap and gc are not chaos targets: what gc reports
+	// deleted is how the end tells a collected environment from a lost
+	// one (a gc killed after deleting would make those look lost).
+	if args[0] != "reap" && args[0] != "gc" {
+		s.mu.Lock()
+		s.inflight[cmd.Process.Pid] = cmd
+		s.mu.Unlock()
+	}
 	err := cmd.Wait()
 	s.mu.Lock()
 	delete(s.inflight, cmd.Process.Pid)
