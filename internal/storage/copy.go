@@ -128,7 +128,8 @@ type copier struct {
 
 	// overlayXattrs: copy the trusted.overlay.* attributes of
 	// directories and files too (an overlay upper's opaque and redirect
-	// marks), for a fork's copy of an upper.
+	// marks), and user.overlay.* (a rootless overlay's, mounted with
+	// userxattr), for a fork's copy of an upper.
 	overlayXattrs bool
 
 	// tolerate: record per-entry errors (failed, errs) and go on.
@@ -273,7 +274,7 @@ func (c *copier) copyXattrs(sfd, dfd int, path string) error {
 		return &os.PathError{Op: "flistxattr", Path: path, Err: err}
 	}
 	for _, n := range names {
-		if !strings.HasPrefix(n, "trusted.overlay.") {
+		if !strings.HasPrefix(n, "trusted.overlay.") && !strings.HasPrefix(n, "user.overlay.") {
 			continue
 		}
 		v, err := getXattr(sfd, n)

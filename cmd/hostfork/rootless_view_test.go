@@ -1,0 +1,177 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/testutil"
+)
+
+// rootlessViewUser is rootlessUser with the subordinate ids a rootless
+// view maps (newuidmap/newgidmap, /etc/subuid and /etc/subgid) and a
+// source tree in the user's home, owned by the user, with a file of
+// root's beside it.
+func rootlessViewUser(t *testing.T) (name string, uid int, session, src string) {
+	t.Helper()
+	for _, tool := range []string{"newuidmap", "newgidmap"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testutil.Skip(t, tool+" is not installed (apt-get install uidmap)")
+		}
+	}
+	name, uid, gid, session, _ := rootlessUser(t)
+	if r, _ := linux.SubIDs("/etc/subuid", name, uid); len(r) == 0 {
+		testutil.Skip(t, "useradd gave "+name+" no subordinate uids in /etc/subuid (SUB_UID_COUNT in /etc/login.defs)")
+	}
+	src = filepath.Join("/home", name, "src")
+	for _, d := range []string{src, filepath.Join(src, "d")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for f, body := range map[string]string{"f": "base\n", "d/old": "old\n", "rootfile": "root's\n"} {
+		if err := os.WriteFile(filepath.Join(src, f), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{src, filepath.Join(src, "d"), filepath.Join(src, "f"), filepath.Join(src, "d/old")} {
+		if err := os.Lchown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return name, uid, session, src
+}
+
+// noProcessesOf waits (bounded) until user name has no process left.
+func noProcessesOf(t *testing.T, uid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []string
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if _, err := strconv.Atoi(e.Name()); err != nil {
+				continue
+			}
+			if st, err := os.Stat("/proc/" + e.Name()); err == nil && int(st.Sys().(*syscall.Stat_t).Uid) == uid {
+				left = append(left, e.Name())
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes of uid %d left after stop: %v", uid, left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A real unprivileged user (with subordinate ids and a delegated cgroup2
+// subtree) creates an environment whose overlay tree replaces a directory
+// in its view, runs a command there, exports the tree and stops it: the
+// view is a user namespace of its own, the user is itself inside, root's
+// files show as nobody, and the host's directory is untouched.
+func TestRootlessView(t *testing.T) {
+	name, uid, session, src := rootlessViewUser(t)
+	bin := hostforkForUser(t)
+	as := func(args ...string) (string, int) { return asUser(t, name, session, bin, args...) }
+	if err := os.Chown(filepath.Join(src, "rootfile"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	tree := []string{"--tree", "t=overlay:" + src, "--replace", src + "=t"}
+
+	out, code := as(append([]string{"plan"}, tree...)...)
+	if code != 0 || !strings.Contains(out, "view tier: user-namespace") || !strings.Contains(out, "show as nobody") || !strings.Contains(out, "subordinate uids") {
+		t.Fatalf("plan as %s: exit %d: %s", name, code, out)
+	}
+	out, code = as(append([]string{"create", "--ttl", "5m"}, tree...)...)
+	if code != 0 {
+		t.Fatalf("create as %s: exit %d: %s", name, code, out)
+	}
+	env := strings.TrimSpace(out)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			as("stop", env)
+		}
+	})
+	script := `set -e; cat /proc/self/uid_map | wc -l; id -u; stat -c %U "$1/rootfile"; cat "$1/f"
+echo changed > "$1/f"; rm -rf "$1/d"; mkdir "$1/d"; echo new > "$1/d/new"`
+	out, code = as("exec", env, "--", "sh", "-c", script, "sh", src)
+	if code != 0 {
+		t.Fatalf("exec in the rootless view: exit %d: %s", code, out)
+	}
+	lines := strings.Fields(out)
+	if len(lines) != 4 || lines[1] != strconv.Itoa(uid) || lines[2] != "nobody" || lines[3] != "base" {
+		t.Fatalf("inside the view: want [uid_map lines, %d, nobody, base], got %q", uid, lines)
+	}
+	if n, _ := strconv.Atoi(lines[0]); n < 2 {
+		t.Fatalf("uid_map has %d line(s): the subordinate ids were not mapped (newuidmap)", n)
+	}
+	if b, _ := os.ReadFile(filepath.Join(src, "f")); string(b) != "base\n" {
+		t.Fatalf("the host's %s/f changed: %q", src, b)
+	}
+	if _, err := os.Stat(filepath.Join(src, "d/old")); err != nil {
+		t.Fatalf("the host's d/old: %v", err)
+	}
+
+	dest := filepath.Join("/home", name, "out")
+	out, code = as("export", env, "t", "--to", dest)
+	if code != 0 {
+		t.Fatalf("export: exit %d: %s", code, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dest, "f")); string(b) != "changed\n" {
+		t.Fatalf("exported f: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dest, "d/new")); string(b) != "new\n" {
+		t.Fatalf("exported d/new: %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(dest, "d/old")); !os.IsNotExist(err) {
+		t.Fatalf("exported d/old should be gone (the directory was replaced): %v", err)
+	}
+
+	out, code = as("stop", env)
+	stopped = true
+	if code != 0 {
+		t.Fatalf("stop: exit %d: %s", code, out)
+	}
+	noProcessesOf(t, uid)
+}
+
+// With unprivileged user namespaces turned off, a view without root is
+// refused before anything is made, with the setting and the remedy.
+//
+// The setting is turned off for this test alone: user.max_user_namespaces
+// is per user namespace and binds every namespace below, so the test's
+// root shell enters a user namespace of its own that maps every id to
+// itself (it stays root, with CAP_SYS_RESOURCE there, which root lacks on
+// some hosts for the host's own setting), writes 0 there, and becomes
+// the user. The host's setting is never changed, and the setting goes
+// with the namespace when the shell ends, also when the test fails.
+func TestRootlessViewUsernsOff(t *testing.T) {
+	name, uid, session, src := rootlessViewUser(t)
+	bin := hostforkForUser(t)
+	all := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1<<32 - 1}}
+	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: all, GidMappings: all, GidMappingsEnableSetgroups: true}
+	const off = "echo 0 > /proc/sys/user/max_user_namespaces && test \"$(cat /proc/sys/user/max_user_namespaces)\" = 0 && "
+	out, code := asUserWith(t, off, attr, name, session, bin, "run", "--tree", "t=overlay:"+src, "--replace", src+"=t", "--", "true")
+	if code != 121 || !strings.Contains(out, "user.max_user_namespaces is 0") || !strings.Contains(out, "sysctl -w user.max_user_namespaces=") {
+		t.Fatalf("a view with user namespaces off: want exit 121 naming the sysctl and its remedy, got %d: %s", code, out)
+	}
+	out, code = asUserWith(t, off, attr, name, session, bin, "create", "--ttl", "1m", "--tree", "t=overlay:"+src, "--replace", src+"=t")
+	if code != 121 || !strings.Contains(out, "user.max_user_namespaces is 0") {
+		t.Fatalf("create with user namespaces off: exit %d: %s", code, out)
+	}
+	out, code = asUser(t, name, session, bin, "ps", "--all", "--json")
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("nothing may be made: ps: exit %d: %s", code, out)
+	}
+	noProcessesOf(t, uid)
+}
