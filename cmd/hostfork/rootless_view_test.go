@@ -143,6 +143,57 @@ echo changed > "$1/f"; rm -rf "$1/d"; mkdir "$1/d"; echo new > "$1/d/new"`
 		t.Fatalf("stop: exit %d: %s", code, out)
 	}
 	noProcessesOf(t, uid)
+	// The user removes its own tree: overlayfs left work/work with mode
+	// 000, which only root could open as it was.
+	out, code = as("gc", "--retain-trees", "0s")
+	if code != 0 || !strings.Contains(out, "deleted "+env+" tree t") {
+		t.Fatalf("gc of the rootless overlay tree: exit %d: %s", code, out)
+	}
+}
+
+// Copy and btrfs trees without root: a copy of the user's directory, and
+// a snapshot of a subvolume the user made on a btrfs mounted with
+// user_subvol_rm_allowed (so that the user may also delete it at gc).
+func TestRootlessViewCopyAndBtrfs(t *testing.T) {
+	mnt := testutil.LoopBtrfs(t, "user_subvol_rm_allowed")
+	name, uid, session, src := rootlessViewUser(t)
+	bin := hostforkForUser(t)
+	as := func(args ...string) (string, int) { return asUser(t, name, session, bin, args...) }
+	// The loop mount's temporary directory is root's alone: let the user
+	// reach a directory of its own on it.
+	if err := os.Chmod(filepath.Dir(mnt), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(mnt, name)
+	if err := os.Mkdir(mine, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(mine, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(mine, "base")
+	if out, err := exec.Command("runuser", "-u", name, "--", "sh", "-c", `btrfs subvolume create "$1" >/dev/null && echo base > "$1/f"`, "sh", base).CombinedOutput(); err != nil {
+		t.Fatalf("btrfs subvolume create as %s: %v: %s", name, err, out)
+	}
+	target := filepath.Join("/home", name, "b")
+	if err := os.Mkdir(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, code := as("run", "--tree", "c=copy:"+src, "--replace", src+"=c", "--tree", "b=btrfs:"+base, "--replace", target+"=b",
+		"--", "sh", "-ec", `echo c > "$1/f"; echo b > "$2/f"; cat "$1/f" "$2/f"`, "sh", src, target)
+	if code != 0 || strings.Fields(out)[0] != "c" || strings.Fields(out)[1] != "b" {
+		t.Fatalf("run with copy and btrfs trees as %s: exit %d: %s", name, code, out)
+	}
+	for f, want := range map[string]string{filepath.Join(src, "f"): "base\n", filepath.Join(base, "f"): "base\n"} {
+		if b, _ := os.ReadFile(f); string(b) != want {
+			t.Fatalf("the host's %s changed: %q", f, b)
+		}
+	}
+	noProcessesOf(t, uid)
+	out, code = as("gc", "--retain-trees", "0s")
+	if code != 0 || strings.Count(out, "deleted ") != 2 {
+		t.Fatalf("gc of the rootless copy and btrfs trees: exit %d: %s", code, out)
+	}
 }
 
 // With unprivileged user namespaces turned off, a view without root is
