@@ -17,7 +17,7 @@ import (
 // rootlessUser creates a throwaway user and a cgroup2 subtree delegated to
 // it (chowned, as an administrator or systemd would), with a "session"
 // group for the user's processes. Both are removed at cleanup.
-func rootlessUser(t *testing.T) (name string, uid, gid int, session, delegated string) {
+func rootlessUser(t testing.TB) (name string, uid, gid int, session, delegated string) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	if _, err := exec.LookPath("runuser"); err != nil {
@@ -52,7 +52,7 @@ func rootlessUser(t *testing.T) (name string, uid, gid int, session, delegated s
 
 // hostforkForUser copies this test binary (which runs main when its argv[0]
 // is "hostfork") where another user can execute it.
-func hostforkForUser(t *testing.T) string {
+func hostforkForUser(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "hostfork-rootless-bin-")
 	if err != nil {
@@ -85,14 +85,14 @@ func hostforkForUser(t *testing.T) string {
 
 // asUser runs hostfork as user from inside the session cgroup: a root shell
 // moves itself into the session group, then becomes the user.
-func asUser(t *testing.T, name, session, bin string, args ...string) (string, int) {
+func asUser(t testing.TB, name, session, bin string, args ...string) (string, int) {
 	t.Helper()
 	return asUserWith(t, "", nil, name, session, bin, args...)
 }
 
 // asUserWith is asUser with a root shell command run first (pre, "" none)
 // and the shell started with attr (nil: as this process).
-func asUserWith(t *testing.T, pre string, attr *syscall.SysProcAttr, name, session, bin string, args ...string) (string, int) {
+func asUserWith(t testing.TB, pre string, attr *syscall.SysProcAttr, name, session, bin string, args ...string) (string, int) {
 	t.Helper()
 	quoted := make([]string, len(args))
 	for i, a := range args {
