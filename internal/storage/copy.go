@@ -132,6 +132,10 @@ type copier struct {
 	// userxattr), for a fork's copy of an upper.
 	overlayXattrs bool
 
+	// skipTop: a name at the top of the source that is not copied (a
+	// worktree's own .git, for a fork of a worktree).
+	skipTop string
+
 	// tolerate: record per-entry errors (failed, errs) and go on.
 	tolerate bool
 	failed   int64
@@ -181,6 +185,9 @@ func (c *copier) copyDir(src, dst *safefs.Dir, rel string) error {
 		return err
 	}
 	for _, name := range names {
+		if rel == "" && name == c.skipTop {
+			continue
+		}
 		if err := c.tolerated(c.copyEntry(src, dst, name, path.Join(rel, name))); err != nil {
 			return err
 		}
