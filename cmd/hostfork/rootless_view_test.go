@@ -122,6 +122,24 @@ echo changed > "$1/f"; rm -rf "$1/d"; mkdir "$1/d"; echo new > "$1/d/new"`
 		t.Fatalf("the host's d/old: %v", err)
 	}
 
+	// Files in and out go through the rootless keeper's view too.
+	got := filepath.Join("/home", name, "got")
+	if out, code := as("cp", env+":"+src+"/d/new", got); code != 0 {
+		t.Fatalf("cp out of the rootless view: exit %d: %s", code, out)
+	}
+	if b, _ := os.ReadFile(got); string(b) != "new\n" {
+		t.Fatalf("cp out: %q", b)
+	}
+	if out, code := as("cp", got, env+":"+src+"/in"); code != 0 {
+		t.Fatalf("cp into the rootless view: exit %d: %s", code, out)
+	}
+	if out, code := as("ls", env, src); code != 0 || !strings.Contains(out, "in") || !strings.Contains(out, "rootfile") {
+		t.Fatalf("ls in the rootless view: exit %d: %s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(src, "in")); !os.IsNotExist(err) {
+		t.Fatalf("cp into the view reached the host's %s: %v", src, err)
+	}
+
 	dest := filepath.Join("/home", name, "out")
 	out, code = as("export", env, "t", "--to", dest)
 	if code != 0 {
