@@ -77,8 +77,16 @@ func removeTree(tr hostfork.Tree) error {
 	defer cancel()
 	// A view's mount namespace is released when its last process is gone;
 	// that can trail the processes' exit by a moment.
+	remove := b.Remove
+	if st.Kind == storage.KindWorktree {
+		// A test's worktree holds what it wrote: removed forced, with its
+		// branch.
+		remove = func(ctx context.Context, st storage.Tree) error {
+			return storage.Worktree{}.RemoveWorktree(ctx, st, true, true)
+		}
+	}
 	for i := 0; ; i++ {
-		err = b.Remove(ctx, st)
+		err = remove(ctx, st)
 		if err == nil || i == 50 || !(errors.Is(err, storage.ErrBusy) || errors.Is(err, unix.EBUSY)) {
 			return err
 		}

@@ -56,7 +56,9 @@ func (h *Host) Fork(ctx context.Context, envPrefix string, opts ForkOptions) ([]
 // (cgroup.freeze of their group; its guardians and keeper run on), the
 // trees are taken (a btrfs snapshot; an overlay upper or a copy cloned
 // with reflink where the filesystem can, copied otherwise, and the tree's
-// note says which), and the commands are thawed. The freeze window is
+// note says which; a git worktree on a new branch hostfork/CHILD/TREE at
+// the commit the parent's branch is at, filled with the parent's files,
+// its uncommitted changes included), and the commands are thawed. The freeze window is
 // recorded in each child's Fork field. Processes are not cloned: each
 // child is a full environment (the parent's spec, with its own trees,
 // view, limits and deadline) with no commands. A stopped environment is

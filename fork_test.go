@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -300,5 +301,80 @@ func TestForkBadInput(t *testing.T) {
 	}
 	if len(envs) != 2 {
 		t.Fatalf("a refused fork made environments: %d in the store", len(envs))
+	}
+}
+
+// TestForkWorktree: on a real git repository, a fork of an environment
+// whose worktree has a commit of its own and uncommitted changes (a
+// modified, a deleted and an untracked file) gives each child a branch
+// hostfork/CHILD/TREE at the parent's branch's commit, with the parent's
+// uncommitted changes as its own; children and parent are independent
+// afterwards, and the repository's own work tree is untouched.
+func TestForkWorktree(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		testutil.Skip(t, "needs git")
+	}
+	h := newHost(t)
+	repo := t.TempDir()
+	gitIn := func(dir string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	writeFiles(t, repo, map[string]string{"f.txt": "base\n", "g.txt": "g\n", "keep.txt": "keep\n"})
+	gitIn(repo, "init", "-q", "-b", "main")
+	gitIn(repo, "add", ".")
+	gitIn(repo, "commit", "-q", "-m", "first")
+	target := t.TempDir()
+	env := createEnv(t, h, spec.Environment{
+		Trees: map[string]spec.Tree{"proj": {Kind: spec.KindWorktree, Source: repo}},
+		View:  spec.View{Replace: map[string]string{target: "proj"}},
+	})
+	parentBranch := "hostfork/" + env.ID() + "/proj"
+	mustRun(t, env, target, "sh", "-ec", `echo committed > keep.txt
+git -c user.name=t -c user.email=t@t commit -q -am "parent's own commit"
+echo changed > f.txt; rm g.txt; echo new > new.txt`)
+	parentHead := gitIn(repo, "rev-parse", parentBranch)
+	if parentHead == gitIn(repo, "rev-parse", "main") {
+		t.Fatalf("the parent's commit did not land on its branch %s", parentBranch)
+	}
+
+	kids := forkEnv(t, h, env, hostfork.ForkOptions{Count: 2, TTL: time.Hour})
+	for i, k := range kids {
+		branch := "hostfork/" + k.ID() + "/proj"
+		if got := gitIn(repo, "rev-parse", branch); got != parentHead {
+			t.Fatalf("child %d: branch %s at %s, want the parent's branch's commit %s", i, branch, got, parentHead)
+		}
+		tr := k.Record().Trees[0]
+		st := storageTree(tr)
+		// The first child is taken from the parent, the others from the
+		// first child's tree as taken at the fork instant (decision 112).
+		from := parentBranch
+		if i > 0 {
+			from = "hostfork/" + kids[0].ID() + "/proj"
+		}
+		if st.Worktree == nil || st.Worktree.Branch != branch || st.Worktree.Ref != from || st.Worktree.FilesCopy == nil || !strings.Contains(tr.Note, "uncommitted changes included") {
+			t.Fatalf("child %d tree record %+v, note %q", i, st.Worktree, tr.Note)
+		}
+		out := mustRun(t, k, target, "sh", "-c", `git rev-parse --abbrev-ref HEAD; cat f.txt keep.txt new.txt; test ! -e g.txt && echo no-g; git status --porcelain`)
+		want := branch + "\nchanged\ncommitted\nnew\nno-g\n M f.txt\n D g.txt\n?? new.txt\n"
+		if out != want {
+			t.Fatalf("child %d sees:\n%s\nwant:\n%s", i, out, want)
+		}
+		mustRun(t, k, target, "sh", "-c", "echo child"+fmt.Sprint(i)+" > f.txt")
+	}
+	if out := mustRun(t, env, target, "cat", "f.txt"); out != "changed\n" {
+		t.Fatalf("the parent after its children wrote: %q", out)
+	}
+	if out := mustRun(t, kids[0], target, "cat", "f.txt"); out != "child0\n" {
+		t.Fatalf("child 0 after child 1 wrote: %q", out)
+	}
+	if s := gitIn(repo, "status", "--porcelain"); s != "" {
+		t.Fatalf("the repository's own work tree changed: %q", s)
 	}
 }

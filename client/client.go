@@ -393,8 +393,15 @@ func (c *Client) Extend(ctx context.Context, id string, req api.DeadlineRequest)
 // Export copies one of the environment's trees to dest (absolute, must
 // not exist), created by the server.
 func (c *Client) Export(ctx context.Context, env, tree, dest string) (*api.ExportResult, error) {
+	return c.ExportTree(ctx, env, ExportRequest{Tree: tree, Destination: dest})
+}
+
+// ExportTree is Export with every option of the request: for a worktree
+// tree, req.Commit commits on its branch first (and an empty Destination
+// copies nothing).
+func (c *Client) ExportTree(ctx context.Context, env string, req ExportRequest) (*api.ExportResult, error) {
 	var out api.ExportResult
-	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/export", nil, ExportRequest{Tree: tree, Destination: dest}, &out); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/export", nil, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

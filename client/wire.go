@@ -118,8 +118,12 @@ type ExportRequest struct {
 	// Tree names one of the environment's private trees.
 	Tree string `json:"tree"`
 	// Destination is an absolute path that must not exist; the server
-	// creates it (as the server's user).
-	Destination string `json:"destination"`
+	// creates it (as the server's user). It may be empty with Commit:
+	// then nothing is copied.
+	Destination string `json:"destination,omitempty"`
+	// Commit, for a worktree tree, commits everything in it on its
+	// branch (hostfork/ENV/TREE) with this message first.
+	Commit string `json:"commit,omitempty"`
 }
 
 // SignalRequest is the body of POST /v1/commands/{id}/signal. Signal is a

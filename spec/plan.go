@@ -24,11 +24,17 @@ type Plan struct {
 	DeadlineEnforcer string `json:"deadline_enforcer,omitempty"`
 	// Propagation is how the view receives the host's later mounts and
 	// unmounts: "slave" where the host's mounts are shared, else "private".
-	Propagation string         `json:"propagation,omitempty"`
-	Trees       []PlannedTree  `json:"trees,omitempty"`
-	Limits      []PlannedLimit `json:"limits,omitempty"`
-	View        *ViewPlan      `json:"view,omitempty"`
-	Notes       []string       `json:"notes,omitempty"`
+	Propagation string `json:"propagation,omitempty"`
+	// ViewTier is how the view is made: "root" (a mount namespace of
+	// hostfork's own) or "user-namespace" (rootless: a user namespace
+	// mapping the caller, with a mount namespace inside it); ViewNote says
+	// what is weaker then.
+	ViewTier string         `json:"view_tier,omitempty"`
+	ViewNote string         `json:"view_note,omitempty"`
+	Trees    []PlannedTree  `json:"trees,omitempty"`
+	Limits   []PlannedLimit `json:"limits,omitempty"`
+	View     *ViewPlan      `json:"view,omitempty"`
+	Notes    []string       `json:"notes,omitempty"`
 	// Unsupported lists requests this host can't honour, with the reason.
 	Unsupported []string `json:"unsupported,omitempty"`
 }

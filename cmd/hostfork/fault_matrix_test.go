@@ -26,6 +26,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
 // faultScenario is one hostfork invocation that the matrix kills (SIGKILL,
@@ -88,6 +89,44 @@ func faultScenarios() []faultScenario {
 			points: slices.Concat(create, []string{fault.TreePrepared, fault.KeeperStarted}, launch),
 			prepare: func(t *testing.T, c *hostforkCLI, dir string) []string {
 				return slices.Concat([]string{"run"}, overlayArgs(t, dir), []string{"--", "sleep", "300"})
+			},
+		},
+		{
+			// A worktree tree: SIGKILLed between 'git worktree add' and the
+			// record, reap removes the worktree through git and deletes
+			// the branch the creation made (nothing was committed on it).
+			name:   "worktree",
+			points: []string{fault.TreePrepared},
+			prepare: func(t *testing.T, c *hostforkCLI, dir string) []string {
+				if _, err := exec.LookPath("git"); err != nil {
+					testutil.Skip(t, "needs git")
+				}
+				repo := filepath.Join(dir, "repo")
+				for _, d := range []string{repo, filepath.Join(dir, "target")} {
+					if err := os.MkdirAll(d, 0o755); err != nil {
+						t.Fatal(err)
+					}
+				}
+				writeFile(filepath.Join(repo, "f.txt"), "base\n")
+				for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "."}, {"-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first"}} {
+					if out, err := exec.Command("git", append([]string{"-C", repo}, args...)...).CombinedOutput(); err != nil {
+						t.Fatalf("git %v: %v: %s", args, err, out)
+					}
+				}
+				return []string{"run", "--tree", "t=worktree:" + repo, "--replace", filepath.Join(dir, "target") + "=t", "--", "true"}
+			},
+			finish: func(t *testing.T, c *hostforkCLI, dir string) {
+				repo := filepath.Join(dir, "repo")
+				for args, want := range map[string]string{
+					"branch --list hostfork/*":  "",
+					"worktree list --porcelain": "worktree " + repo + "\nHEAD ",
+					"status --porcelain":        "",
+				} {
+					out, err := exec.Command("git", append([]string{"-C", repo}, strings.Fields(args)...)...).CombinedOutput()
+					if err != nil || !strings.HasPrefix(string(out), want) || (want != "" && strings.Count(string(out), "worktree ") != 1) || (want == "" && len(out) > 0) {
+						t.Errorf("after reap, git %s: %v: %q (want %q)", args, err, out, want)
+					}
+				}
 			},
 		},
 		{

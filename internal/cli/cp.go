@@ -179,10 +179,16 @@ func (c *copier) fileOutPath(env, src, dst string, mode os.FileMode) error {
 	return f.Close()
 }
 
+// modeOf reads the permission bits of e.Mode (os.FileMode's String: type
+// and flag letters, or "-" for a plain file, then the nine rwx places).
 func modeOf(e hostfork.DirEntry) os.FileMode {
 	var m os.FileMode
-	for i, c := range strings.TrimLeft(e.Mode, "dLDpSugtcT?") {
-		if i < 9 && c != '-' {
+	perm := e.Mode
+	if len(perm) >= 9 {
+		perm = perm[len(perm)-9:]
+	}
+	for i, c := range perm {
+		if c != '-' {
 			m |= 1 << (8 - i)
 		}
 	}

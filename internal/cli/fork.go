@@ -23,8 +23,10 @@ func newForkCmd(g *globals) *cobra.Command {
 ENV's trees at one instant: ENV's commands are frozen (cgroup.freeze of
 their group; its guardians and keeper run on), the trees are taken (btrfs:
 a snapshot; an overlay upper or a copy: cloned with reflink where the
-filesystem can, copied otherwise, and each tree's note says which), then
-ENV is thawed. The freeze window is recorded in each child's "fork" field.
+filesystem can, copied otherwise, and each tree's note says which; a git
+worktree: a new branch hostfork/CHILD/TREE at the commit ENV's branch is
+at, filled with ENV's files, so ENV's uncommitted changes are the child's),
+then ENV is thawed. The freeze window is recorded in each child's "fork" field.
 A stopped ENV is forked without a freeze.
 
 Processes are not cloned: each child is a full environment with ENV's spec

@@ -702,3 +702,73 @@ func TestHostRunPlansOnlyForLimits(t *testing.T) {
 		t.Errorf("status --show-env through the server: %s", r)
 	}
 }
+
+// TestHostExportCommit: export --commit of a worktree tree through a
+// server commits on the tree's branch like in-process, with and without
+// --to, and the output is the same.
+func TestHostExportCommit(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		testutil.Skip(t, "needs git")
+	}
+	e := servertest.New(t)
+	s := e.Serve()
+	host := "unix://" + s.Socket
+	repo := filepath.Join(e.Dir, "repo")
+	target := filepath.Join(e.Dir, "target")
+	for _, d := range []string{repo, target} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(repo, "f.txt"), []byte("base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", repo}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q", "-b", "main")
+	git("add", ".")
+	git("commit", "-q", "-m", "first")
+	var results [2]hfResult
+	for i, via := range [][]string{nil, {"--host", host}} {
+		r := hf(t, e, nil, append(via, "create", "--ttl", "5m", "--tree", "p=worktree:"+repo, "--replace", target+"=p")...)
+		if r.code != 0 {
+			t.Fatalf("create %v: %s", via, r)
+		}
+		env := strings.TrimSpace(r.out)
+		t.Cleanup(func() {
+			hf(t, e, nil, "stop", env)
+			hf(t, e, nil, "gc", "--force", env, "--delete-branches")
+		})
+		if r := hf(t, e, nil, "exec", env, "--cwd", target, "--", "sh", "-c", "echo agent > new.txt"); r.code != 0 {
+			t.Fatalf("exec: %s", r)
+		}
+		results[i] = hf(t, e, nil, append(via, "export", env, "p", "--commit", "agent work")...)
+		if results[i].code != 0 || !strings.Contains(results[i].out, "committed "+env+"/p on branch hostfork/"+env+"/p") {
+			t.Fatalf("export --commit %v: %s", via, results[i])
+		}
+		if got := git("show", "hostfork/"+env+"/p:new.txt"); got != "agent" {
+			t.Fatalf("%v: the branch holds new.txt %q", via, got)
+		}
+		// With --to too: committed (nothing new), then copied.
+		dest := filepath.Join(e.Dir, "out"+fmt.Sprint(i))
+		if r := hf(t, e, nil, append(via, "export", env, "p", "--commit", "again", "--to", dest)...); r.code != 0 || !strings.Contains(r.out, "exported "+env+"/p to "+dest) {
+			t.Fatalf("export --commit --to %v: %s", via, r)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dest, "new.txt")); string(b) != "agent\n" {
+			t.Fatalf("%v: exported new.txt %q", via, b)
+		}
+	}
+	// The same words, but for the commit's id.
+	hash := regexp.MustCompile(`[0-9a-f]{40}`)
+	a, b := results[0], results[1]
+	a.out, b.out = hash.ReplaceAllString(a.out, "HASH"), hash.ReplaceAllString(b.out, "HASH")
+	same(t, "export --commit", a, b)
+}

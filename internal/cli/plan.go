@@ -83,6 +83,12 @@ func printPlan(w io.Writer, p *hostfork.Plan) {
 			fmt.Fprintf(w, "  %s: %s of %s, at %s\n    %s\n", t.Name, t.Kind, src, t.Target, t.Consistency)
 		}
 	}
+	if p.ViewTier != "" {
+		fmt.Fprintf(w, "view tier: %s\n", p.ViewTier)
+		if p.ViewNote != "" {
+			fmt.Fprintf(w, "  note: %s\n", p.ViewNote)
+		}
+	}
 	if p.View != nil {
 		fmt.Fprintln(w, "view (applied in this order, over the host's mounts with private propagation):")
 		for i, r := range p.View.Rules {

@@ -258,14 +258,14 @@ func (r *remote) StopCommand(ctx context.Context, idPrefix string, o hostfork.St
 // Export sends an absolute destination: the server resolves nothing
 // against this process's directory. Progress is not reported.
 func (r *remote) Export(ctx context.Context, envPrefix, tree, dest string, o hostfork.ExportOptions) (*hostfork.ExportResult, error) {
-	if o.Commit != "" {
-		return nil, usageErr("export --commit is not offered through --host yet; run it on the host without --host")
+	abs := ""
+	if dest != "" {
+		var err error
+		if abs, err = filepath.Abs(dest); err != nil {
+			return nil, usageErr("--to %s: %v", dest, err)
+		}
 	}
-	abs, err := filepath.Abs(dest)
-	if err != nil {
-		return nil, usageErr("--to %s: %v", dest, err)
-	}
-	return r.c.Export(ctx, envPrefix, tree, abs)
+	return r.c.ExportTree(ctx, envPrefix, client.ExportRequest{Tree: tree, Destination: abs, Commit: o.Commit})
 }
 
 func (r *remote) OpenFile(ctx context.Context, envPrefix, name string) (io.ReadCloser, error) {

@@ -294,11 +294,33 @@ func mountNS(f *Facts, n Needs) Check {
 		c.Status, c.Detail = OK, "CAP_SYS_ADMIN: the keeper can unshare a mount namespace and mount trees"+prop
 		return c
 	}
-	c.Status = Missing
-	c.Detail = "no CAP_SYS_ADMIN" + prop
-	c.Missing = "views need root here: rootless views through user namespaces are not implemented yet"
-	c.Remedy = "run hostfork as root for environments with a view (--tree/--replace/--ro/--scratch)"
+	// Without root the keeper makes a user namespace first and the view's
+	// mount namespace inside it (decision 125).
+	if blocked := userNS(f); blocked.Status == Missing {
+		c.Status = Missing
+		c.Detail = "no CAP_SYS_ADMIN, and a view without root needs a user namespace: " + blocked.Detail + prop
+		c.Missing = "views without root: unprivileged user namespaces are off"
+		c.Remedy = "as root: " + blocked.Remedy + " (or run hostfork as root)"
+		return c
+	}
+	c.Status = OK
+	c.Detail = "no CAP_SYS_ADMIN: views are made rootless, in a user namespace that maps this user (files of other users show as nobody, setuid gains nothing; see 'hostfork plan')" + prop
+	if !kernelAtLeast(f.Kernel, 5, 11) {
+		c.Status = Degraded
+		c.Missing = "overlay trees without root: overlay in a user namespace needs Linux 5.11 (kernel " + f.Kernel + ")"
+		c.Remedy = "use copy or btrfs trees, upgrade the kernel, or run as root"
+	}
 	return c
+}
+
+// kernelAtLeast reports whether release (uname -r) is at least
+// major.minor; an unreadable release counts as recent.
+func kernelAtLeast(release string, major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(release, "%d.%d", &ma, &mi); err != nil {
+		return true
+	}
+	return ma > major || (ma == major && mi >= minor)
 }
 
 func userNS(f *Facts) Check {
@@ -330,7 +352,7 @@ func userNS(f *Facts) Check {
 	if len(blocks) > 0 {
 		c.Status = Missing
 		c.Detail = strings.Join(blocks, "; ")
-		c.Missing = "unprivileged user namespaces (not needed as root)"
+		c.Missing = "unprivileged user namespaces: views without root (not needed as root)"
 		c.Remedy = strings.Join(remedies, "; ")
 		return c
 	}

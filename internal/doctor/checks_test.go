@@ -176,8 +176,20 @@ func TestEvaluate(t *testing.T) {
 			f.EUID = 1000
 			f.NS.CapSysAdmin = false
 		}, Needs{Spec: true, View: true}, []want{
-			{"namespaces.mount", "missing", "run hostfork as root"},
+			{"namespaces.mount", "ok", "views are made rootless, in a user namespace"},
+		}, true},
+		{"non-root view with user namespaces off", func(f *Facts) {
+			f.EUID = 1000
+			f.NS.CapSysAdmin, f.NS.MaxUserNS = false, 0
+		}, Needs{Spec: true, View: true}, []want{
+			{"namespaces.mount", "missing", "sysctl -w user.max_user_namespaces=15000"},
 		}, false},
+		{"non-root view on Linux 5.10", func(f *Facts) {
+			f.EUID, f.Kernel = 1000, "5.10.0-28-amd64"
+			f.NS.CapSysAdmin = false
+		}, Needs{Spec: true, View: true}, []want{
+			{"namespaces.mount", "degraded", "overlay in a user namespace needs Linux 5.11"},
+		}, true},
 		{"systemd 255", func(f *Facts) {
 			f.Systemd = SystemdFacts{PID1Comm: "systemd", Booted: true, Version: 255}
 		}, Needs{}, []want{

@@ -208,15 +208,21 @@ func (p *prober) mountNS(ctx context.Context) Check {
 		return probeFail(c, "finding true", err)
 	}
 	start := time.Now()
-	if err := runChild(ctx, &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}, t); err != nil {
+	attr, how := &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}, ""
+	if os.Geteuid() != 0 {
+		// Without root a view's mount namespace is inside a user
+		// namespace of its own (decision 125).
+		attr, how = userNSAttr(), ", inside a user namespace of its own as views without root are"
+	}
+	if err := runChild(ctx, attr, t); err != nil {
 		c = probeFail(c, "starting a child in a new mount namespace", err)
 		if os.Geteuid() != 0 {
-			c.Missing = "a mount namespace without root (views need root here)"
-			c.Remedy = "run hostfork as root for environments with a view"
+			c.Missing = "a mount namespace without root (views without root need a user namespace)"
+			c.Remedy = "see namespaces.user for the setting that forbids it, or run hostfork as root"
 		}
 		return c
 	}
-	c.Status, c.Detail = OK, fmt.Sprintf("a child started in its own private mount namespace (%v)", time.Since(start).Round(10*time.Microsecond))
+	c.Status, c.Detail = OK, fmt.Sprintf("a child started in its own private mount namespace%s (%v)", how, time.Since(start).Round(10*time.Microsecond))
 	return c
 }
 

@@ -169,7 +169,7 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	// thaw, which nothing writes before the children are built: the same
 	// instant, with the freeze as short as one tree's taking.
 	at := time.Now().UTC()
-	trees, takeErr := provision.ForkTrees(ctx, parent.ID, parent.ID, parent.Trees, p, kids[0].treeIn)
+	trees, takeErr := provision.ForkTrees(ctx, kids[0].rec.ID, parent.ID, parent.ID, parent.Trees, p, kids[0].treeIn)
 	kids[0].rec.Trees = trees
 	var frozenFor time.Duration
 	if freeze {
@@ -185,7 +185,7 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	}
 	fault.Point(fault.ForkThawed)
 	for _, c := range kids[1:] {
-		trees, err := provision.ForkTrees(ctx, parent.ID, kids[0].rec.ID, kids[0].rec.Trees, p, c.treeIn)
+		trees, err := provision.ForkTrees(ctx, c.rec.ID, parent.ID, kids[0].rec.ID, kids[0].rec.Trees, p, c.treeIn)
 		c.rec.Trees = trees
 		if err != nil {
 			return fail(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/store"
+	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/systemd"
 	"github.com/habemus-papadum/hostfork/internal/view"
 	"github.com/habemus-papadum/hostfork/spec"
@@ -152,9 +153,7 @@ func (e *Planner) PlanView(ctx context.Context, p *spec.Plan) (map[string]*Sourc
 	if s.View.Empty() {
 		return infos, nil
 	}
-	if os.Geteuid() != 0 {
-		p.Unsupported = append(p.Unsupported, "a view needs a private mount namespace, which needs root here (rootless views through user namespaces are not implemented yet)")
-	}
+	planViewTier(p)
 	mounts, err := view.ReadMountinfo()
 	if err != nil {
 		return nil, fmt.Errorf("reading the host's mounts: %w", err)
@@ -219,6 +218,28 @@ func (e *Planner) PlanView(ctx context.Context, p *spec.Plan) (map[string]*Sourc
 		p.Trees = append(p.Trees, pt)
 	}
 	return infos, nil
+}
+
+// planViewTier says how the view is made (decision 125): as root, a
+// mount namespace; without root, a user namespace that maps the caller
+// (and its subordinate ids) with a mount namespace inside it, which the
+// host's settings may forbid and in which an overlay needs Linux 5.11.
+func planViewTier(p *spec.Plan) {
+	if !supervise.RootlessView() {
+		p.ViewTier = "root"
+		return
+	}
+	p.ViewTier = "user-namespace"
+	p.ViewNote = "rootless view through a user namespace (" + supervise.PlanIDMaps().Describe() + "); weaker than root's: files of other users and root show as nobody/nogroup inside and can't be changed, setuid and setgid programs gain no privilege, and trees are only what this user may read and write"
+	if why := linux.UsernsBlockedReason(); why != "" {
+		p.Unsupported = append(p.Unsupported, "a view without root needs a user namespace, but "+why)
+	}
+	for _, t := range p.Spec.Trees {
+		if t.Kind == spec.KindOverlay && !linux.KernelAtLeast(5, 11) {
+			p.Unsupported = append(p.Unsupported, "an overlay tree without root is mounted in a user namespace, which needs Linux 5.11 or later; choose kind copy (or btrfs), or run as root")
+			break
+		}
+	}
 }
 
 // resolveTarget resolves a view target on the host by descriptors

@@ -36,8 +36,8 @@ func TreeDest(root, envID, name, kind string, src *planner.Source) string {
 
 // WorktreeBranch is the branch a worktree tree is made on. A fork of a
 // worktree environment names its children's branches the same way, from
-// each child's id (the fork's seam: copy the parent's uncommitted changes
-// into the child's worktree after Prepare).
+// each child's id (storage.Fork: from the parent's branch's commit, with
+// the parent's uncommitted changes).
 func WorktreeBranch(envID, tree string) string { return "hostfork/" + envID + "/" + tree }
 
 // AllocateTrees prepares each planned tree in its allocation area (made
@@ -179,7 +179,7 @@ func ViewOps(ctx context.Context, p *spec.Plan, trees []api.Tree) (ops []view.Op
 // fork instant and not written since. The caller has frozen every writer
 // of the trees in from. On error the trees made so far are returned so the
 // caller can remove them.
-func ForkTrees(ctx context.Context, parentID, fromID string, parent []api.Tree, p *spec.Plan, intents map[string]*registry.Intent) ([]api.Tree, error) {
+func ForkTrees(ctx context.Context, childID, parentID, fromID string, parent []api.Tree, p *spec.Plan, intents map[string]*registry.Intent) ([]api.Tree, error) {
 	byName := map[string]api.Tree{}
 	for _, t := range parent {
 		byName[t.Name] = t
@@ -203,7 +203,11 @@ func ForkTrees(ctx context.Context, parentID, fromID string, parent []api.Tree, 
 		if err != nil {
 			return out, fmt.Errorf("tree %s: %w", pt.Name, err)
 		}
-		t, err := storage.Fork(ctx, st, storage.Request{Dest: dest, Pool: pool})
+		req := storage.Request{Dest: dest, Pool: pool}
+		if st.Kind == storage.KindWorktree {
+			req.Branch = WorktreeBranch(childID, pt.Name)
+		}
+		t, err := storage.Fork(ctx, st, req)
 		pool.Close()
 		if err != nil {
 			return out, fmt.Errorf("forking tree %s of %s: %w", pt.Name, fromID, err)
@@ -228,7 +232,10 @@ func forkNote(parentID, fromID string, t storage.Tree) string {
 	}
 	how := "snapshot of " + whose + " snapshot"
 	ct := t.Copy
-	if t.Overlay != nil {
+	if w := t.Worktree; w != nil {
+		ct = w.FilesCopy
+		how = fmt.Sprintf("git worktree of %s on branch %s, from %s's commit %s, with %s files (uncommitted changes included)", w.Repo, w.Branch, w.Ref, w.Commit, whose)
+	} else if t.Overlay != nil {
 		ct = t.Overlay.UpperCopy
 		how = whose + " upper"
 	} else if ct != nil {

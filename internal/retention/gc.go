@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
@@ -384,7 +385,10 @@ func RemoveUnrecordedTree(ctx context.Context, root string, in registry.Intent, 
 		*cleanup = append(*cleanup, "tree "+in.Target+": its identity was never recorded and the path is not one hostfork allocates; check it and remove it by hand")
 		return registry.Fact{}, false
 	}
-	if err := storage.RemoveUnrecorded(ctx, in.Target); err != nil {
+	// A worktree allocation's branch (hostfork/ENV/TREE, provision.WorktreeBranch)
+	// goes with it: nothing was ever committed on it.
+	branch := "hostfork/" + in.EnvID + "/" + strings.TrimPrefix(filepath.Base(in.Target), in.EnvID+"-")
+	if err := storage.RemoveUnrecorded(ctx, in.Target, branch); err != nil {
 		*cleanup = append(*cleanup, "tree "+in.Target+": "+err.Error())
 		return registry.Fact{}, false
 	}

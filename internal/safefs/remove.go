@@ -2,7 +2,9 @@ package safefs
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -148,6 +150,9 @@ func removeContents(fd int, path string, pos mountPos) error {
 func removeDir(parent int, ppath, name string, pos mountPos) error {
 	full := filepath.Join(ppath, name)
 	fd, err := openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err == unix.EACCES && grantOwner(parent, name) {
+		fd, err = openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	}
 	switch {
 	case err == unix.ENOENT:
 		return nil
@@ -197,4 +202,25 @@ func btrfsSubvolumeRoot(fd int) bool {
 	}
 	st, err := fstat(fd)
 	return err == nil && st.Ino == 256
+}
+
+// grantOwner gives this user read, write and search on its own directory
+// name in parent that it may not open (mode 000, as overlayfs makes its
+// work/work directory: root opens it anyway, its owner without root can't,
+// decision 125), and reports whether it did. The entry is opened O_PATH
+// without following a link, checked to be a directory this user owns, and
+// changed through that descriptor.
+func grantOwner(parent int, name string) bool {
+	fd, err := openat(parent, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	st, err := fstat(fd)
+	if err != nil || int(st.Uid) != os.Geteuid() {
+		return false
+	}
+	return linux.IgnoringEINTR(func() error {
+		return unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), 0o700, 0)
+	}) == nil
 }

@@ -260,13 +260,13 @@ func (s *Server) exportEnv(w http.ResponseWriter, r *http.Request) error {
 	if req.Tree == "" {
 		return invalid("tree is required (the name of one of the environment's trees)")
 	}
-	if !filepath.IsAbs(req.Destination) {
-		return invalid("destination %q: give an absolute path that does not exist yet", req.Destination)
+	if (req.Destination != "" || req.Commit == "") && !filepath.IsAbs(req.Destination) {
+		return invalid("destination %q: give an absolute path that does not exist yet (or only commit, for a worktree tree)", req.Destination)
 	}
 	if _, err := s.envRecord(r, r.PathValue("id")); err != nil {
 		return err
 	}
-	res, err := s.h.Export(r.Context(), r.PathValue("id"), req.Tree, req.Destination, hostfork.ExportOptions{})
+	res, err := s.h.Export(r.Context(), r.PathValue("id"), req.Tree, req.Destination, hostfork.ExportOptions{Commit: req.Commit})
 	if err != nil {
 		return err
 	}

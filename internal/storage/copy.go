@@ -128,8 +128,13 @@ type copier struct {
 
 	// overlayXattrs: copy the trusted.overlay.* attributes of
 	// directories and files too (an overlay upper's opaque and redirect
-	// marks), for a fork's copy of an upper.
+	// marks), and user.overlay.* (a rootless overlay's, mounted with
+	// userxattr), for a fork's copy of an upper.
 	overlayXattrs bool
+
+	// skipTop: a name at the top of the source that is not copied (a
+	// worktree's own .git, for a fork of a worktree).
+	skipTop string
 
 	// tolerate: record per-entry errors (failed, errs) and go on.
 	tolerate bool
@@ -180,6 +185,9 @@ func (c *copier) copyDir(src, dst *safefs.Dir, rel string) error {
 		return err
 	}
 	for _, name := range names {
+		if rel == "" && name == c.skipTop {
+			continue
+		}
 		if err := c.tolerated(c.copyEntry(src, dst, name, path.Join(rel, name))); err != nil {
 			return err
 		}
@@ -273,7 +281,7 @@ func (c *copier) copyXattrs(sfd, dfd int, path string) error {
 		return &os.PathError{Op: "flistxattr", Path: path, Err: err}
 	}
 	for _, n := range names {
-		if !strings.HasPrefix(n, "trusted.overlay.") {
+		if !strings.HasPrefix(n, "trusted.overlay.") && !strings.HasPrefix(n, "user.overlay.") {
 			continue
 		}
 		v, err := getXattr(sfd, n)

@@ -18,7 +18,10 @@ import (
 //     filesystem can and copied otherwise (Copy.Reflink says which);
 //   - overlay: a new upper and work over t's lower (checked by identity),
 //     with t's upper cloned or copied into the new upper, its
-//     trusted.overlay.* marks included (OverlayTree.UpperCopy says how).
+//     trusted.overlay.* marks included (OverlayTree.UpperCopy says how);
+//   - worktree: a `git worktree add` of req.Branch at the commit t's
+//     branch is at, its files then replaced by t's, uncommitted changes
+//     included (WorktreeTree.FilesCopy says how; forkWorktree).
 //
 // t is verified first; nothing of t is written. On failure Fork removes
 // what it made and nothing else.
@@ -56,8 +59,67 @@ func Fork(ctx context.Context, t Tree, req Request) (Tree, error) {
 		}
 		nt.Overlay.UpperCopy = ct
 		return nt, nil
+	case KindWorktree:
+		return forkWorktree(ctx, t, req)
 	}
 	return Tree{}, fmt.Errorf("tree kind %q: %w", t.Kind, ErrUnsupportedKind)
+}
+
+// forkWorktree makes a worktree on a new branch (req.Branch) of t's
+// repository at the commit t's branch is at now, added without a checkout,
+// fills it with t's files (reflinked where the filesystem can), then lets
+// git set its index to that commit (`git reset`, which touches no file):
+// the parent's uncommitted changes, untracked and ignored files and
+// deletions included, are the child's uncommitted changes. Only the
+// worktree's own .git (a file naming its metadata in the repository) is
+// git's; the repository's .git is written by git's commands alone. What
+// the parent had staged is unstaged in the child.
+func forkWorktree(ctx context.Context, t Tree, req Request) (Tree, error) {
+	w := Worktree{}
+	head, err := git(ctx, t.Worktree.Dir, "rev-parse", "--verify", "HEAD^{commit}")
+	if err != nil {
+		return Tree{}, fmt.Errorf("forking worktree tree %s: %w", t.Dest, err)
+	}
+	req.Source, req.SourceID, req.Ref = t.Worktree.Repo, nil, head
+	nt, err := w.prepare(ctx, req, true)
+	if err != nil {
+		return Tree{}, err
+	}
+	nt.Worktree.Ref = t.Worktree.Branch
+	ct, err := copyWorktreeFiles(ctx, w, t, nt, req.Reflink)
+	if err == nil {
+		_, err = git(ctx, nt.Worktree.Dir, "reset", "--quiet")
+	}
+	if err != nil {
+		if rerr := w.RemoveWorktree(context.WithoutCancel(ctx), nt, true, true); rerr != nil {
+			err = fmt.Errorf("%w (and removing the new worktree: %v)", err, rerr)
+		}
+		return Tree{}, fmt.Errorf("forking worktree tree %s: %w", t.Dest, err)
+	}
+	nt.Worktree.FilesCopy = ct
+	return nt, nil
+}
+
+// copyWorktreeFiles copies from's files but its .git into the new,
+// not checked out worktree to, by descriptors, each directory checked
+// against its record.
+func copyWorktreeFiles(ctx context.Context, w Worktree, from, to Tree, mode ReflinkMode) (*CopyTree, error) {
+	src, err := w.openDir(from)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	dst, err := w.openDir(to)
+	if err != nil {
+		return nil, err
+	}
+	defer dst.Close()
+	c := newCopier(ctx, mode, dst)
+	c.skipTop = ".git"
+	if err := c.copyInto(src, dst); err != nil {
+		return nil, err
+	}
+	return c.result(from.Worktree.Dir, to.Worktree.Dir, dst.ID()), nil
 }
 
 // copyUpper copies the contents of the upper from into the (empty, new)

@@ -137,15 +137,23 @@ func (o Overlay) Open(ctx context.Context, t Tree) (*Opened, error) {
 		return nil, err
 	}
 	op.mounts = func(part func(int) string) []Mount {
-		return []Mount{{
-			Type:   "overlay",
-			Source: "overlay",
-			Options: []string{
-				"lowerdir=" + EscapeOverlayPath(part(2)),
-				"upperdir=" + EscapeOverlayPath(part(0)),
-				"workdir=" + EscapeOverlayPath(part(1)),
-			},
-		}}
+		opts := []string{
+			"lowerdir=" + EscapeOverlayPath(part(2)),
+			"upperdir=" + EscapeOverlayPath(part(0)),
+			"workdir=" + EscapeOverlayPath(part(1)),
+		}
+		if RootlessOverlay() {
+			opts = append(opts, "userxattr")
+		}
+		return []Mount{{Type: "overlay", Source: "overlay", Options: opts}}
 	}
 	return op, nil
 }
+
+// RootlessOverlay reports whether overlay trees are mounted in a user
+// namespace (a rootless view, decision 125), and so with userxattr: the
+// upper's whiteout, opaque and redirect marks are then user.overlay.*
+// attributes, which an unprivileged mounter may set (without it, removing
+// a lower directory fails with EIO). A store's overlay trees are always
+// mounted by its own user, so one tree never mixes the two.
+func RootlessOverlay() bool { return os.Geteuid() != 0 }

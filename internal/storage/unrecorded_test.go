@@ -35,13 +35,13 @@ func TestRemoveUnrecorded(t *testing.T) {
 			t.Fatal(err)
 		}
 		writeFiles(t, dest, map[string]string{"half/written": "x"})
-		if err := storage.RemoveUnrecorded(ctx, dest); err != nil {
+		if err := storage.RemoveUnrecorded(ctx, dest, ""); err != nil {
 			t.Errorf("RemoveUnrecorded(%s): %v", dest, err)
 		}
 		if _, err := os.Lstat(dest); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s is still there: %v", dest, err)
 		}
-		if err := storage.RemoveUnrecorded(ctx, dest); err != nil {
+		if err := storage.RemoveUnrecorded(ctx, dest, ""); err != nil {
 			t.Errorf("RemoveUnrecorded of a missing destination: %v", err)
 		}
 	}
@@ -66,7 +66,7 @@ func TestRemoveUnrecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dest := range []string{filepath.Join(open, "d"), theirs, filepath.Join(pool.Path(), "link")} {
-		if err := storage.RemoveUnrecorded(ctx, dest); err == nil {
+		if err := storage.RemoveUnrecorded(ctx, dest, ""); err == nil {
 			t.Errorf("RemoveUnrecorded(%s): no error", dest)
 		}
 		if _, err := os.Lstat(dest); err != nil {

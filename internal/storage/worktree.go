@@ -35,6 +35,10 @@ type WorktreeTree struct {
 	Branch string `json:"branch"`
 	Dir    string `json:"dir"`
 	DirID  FileID `json:"dir_id"`
+	// FilesCopy, for a fork's worktree, says how the parent's files
+	// (its uncommitted changes included) were copied in; Ref is then the
+	// parent's branch, and Commit the commit it was at.
+	FilesCopy *CopyTree `json:"files_copy,omitempty"`
 }
 
 // Worktree is the worktree backend: Request.Source is the repository's
@@ -100,6 +104,13 @@ func GitRepository(ctx context.Context, dir, ref string) (commit string, err err
 // On failure it removes what it made (the worktree through git, then
 // Dest), nothing else.
 func (w Worktree) Prepare(ctx context.Context, req Request) (Tree, error) {
+	return w.prepare(ctx, req, false)
+}
+
+// prepare is Prepare; with noCheckout the worktree is added with
+// --no-checkout (only its .git file is there, and its index is empty), for
+// a fork that fills it.
+func (w Worktree) prepare(ctx context.Context, req Request, noCheckout bool) (Tree, error) {
 	if err := checkRequest(KindWorktree, req); err != nil {
 		return Tree{}, err
 	}
@@ -149,7 +160,11 @@ func (w Worktree) Prepare(ctx context.Context, req Request) (Tree, error) {
 		_, _ = git(context.WithoutCancel(ctx), req.Source, "branch", "-D", "--end-of-options", req.Branch)
 		_ = removeDest(parent, t)
 	}
-	if _, err := git(ctx, req.Source, "worktree", "add", "--quiet", "-b", req.Branch, "--end-of-options", t.Path, commit); err != nil {
+	add := []string{"worktree", "add", "--quiet"}
+	if noCheckout {
+		add = append(add, "--no-checkout")
+	}
+	if _, err := git(ctx, req.Source, append(add, "-b", req.Branch, "--end-of-options", t.Path, commit)...); err != nil {
 		undo()
 		return Tree{}, fmt.Errorf("preparing worktree tree: %w", err)
 	}

@@ -62,6 +62,7 @@ static struct {
 	const char *path, *cwd; /* valid until the release is unmapped */
 	char **argv, **envp;
 	int pipe_mode, inherit_mode, owner_stop, foreground, auto_stop;
+	int view_userns; /* the view is a rootless keeper's: join its user namespace too */
 	int64_t view_pid, view_start, deadline_ns, timeout_ns, grace_ns, idle_ns;
 	char oom_file[HF_MAX_PATH + 1]; /* the command's own file with an oom_kill line */
 	char run_dir[HF_MAX_PATH + 1];  /* the environment's: its moved deadline (HF_DEADLINE_FILE) */
@@ -284,6 +285,7 @@ static int parse_release(struct hf_msg *m)
 		{"auto_stop", 'f', &cfg.auto_stop, 0, "1"},
 		{"view_pid", 'i', &cfg.view_pid, INT_MAX, 0},
 		{"view_start", 'i', &cfg.view_start, INT64_MAX, 0},
+		{"view_userns", 'f', &cfg.view_userns, 0, "1"},
 		{0, 0, 0, 0, 0},
 	};
 	size_t ia = 0, ie = 0;
@@ -387,7 +389,11 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	/* Nothing but 0, 1 and 2 reaches the workload: not the receipt, not
 	 * the control or event pipes. */
 	syscall(SYS_close_range, 3U, ~0U, HF_CLOSE_RANGE_CLOEXEC);
-	if (nsfd >= 0 && setns(nsfd, CLONE_NEWNS) < 0) {
+	/* A rootless view's mount namespace belongs to the keeper's user
+	 * namespace, which this user owns: both are joined at once through
+	 * the pidfd. The workload is not root in it (its own uid maps to
+	 * itself), so exec drops the capabilities joining gave. */
+	if (nsfd >= 0 && setns(nsfd, CLONE_NEWNS | (cfg.view_userns ? CLONE_NEWUSER : 0)) < 0) {
 		ce.step = STEP_VIEW;
 		goto fail;
 	}

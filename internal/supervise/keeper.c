@@ -86,6 +86,7 @@ static struct {
 	char commands[HF_MAX_PATH + 1];
 	char guardians[HF_MAX_PATH + 1];
 	int owner_stop, slave;
+	int userns; /* a user namespace first: a rootless view (keeper.go) */
 	int files; /* trees' descriptors handed over, from HF_KFD_OWNER + 1 */
 	int64_t deadline_ns, grace_ns;
 	char run_dir[HF_MAX_PATH + 1]; /* where a moved deadline is (HF_DEADLINE_FILE) */
@@ -105,6 +106,7 @@ static int parse_config(struct hf_msg *m)
 		{"guardians_cgroup", 's', kc.guardians, sizeof kc.guardians, 0},
 		{"owner_exit", 'f', &kc.owner_stop, 0, "stop"},
 		{"propagation", 'f', &kc.slave, 0, "slave"},
+		{"userns", 'f', &kc.userns, 0, "1"},
 		{"deadline_mono_ns", 'i', &kc.deadline_ns, 0, 0},
 		{"grace_ns", 'i', &kc.grace_ns, 0, 0},
 		{"files", 'i', &files, 256, 0},
@@ -477,11 +479,30 @@ int hf_keeper_main(void)
 	for (int i = 0; i < MAX_SLOTS; i++)
 		slots[i] = -1;
 	int r = hf_read_msg(HF_KFD_CONFIG, &cfgmsg);
-	close(HF_KFD_CONFIG);
 	if (r <= 0 || parse_config(&cfgmsg) < 0) {
 		ready("error reading the keeper's configuration");
 		return 125;
 	}
+	/* A rootless view: a user namespace of our own, in which we hold
+	 * every capability, whose id maps the launcher writes from outside
+	 * (only a process in the parent namespace may, and newuidmap needs
+	 * one); it says "userns", writes the maps, and answers 'm' on the
+	 * configuration pipe. The mount namespace made next belongs to it. */
+	if (kc.userns) {
+		if (unshare(CLONE_NEWUSER) < 0) {
+			snprintf(errmsg, sizeof errmsg, "error a user namespace: unshare: %s", hf_errstr(errno));
+			ready(errmsg);
+			return 125;
+		}
+		ready("userns");
+		char c = 0;
+		ssize_t n;
+		while ((n = read(HF_KFD_CONFIG, &c, 1)) < 0 && errno == EINTR)
+			;
+		if (n != 1 || c != 'm')
+			return 125; /* the launcher could not map our ids: it says why */
+	}
+	close(HF_KFD_CONFIG);
 	/* The run directory, opened on the host's mounts before the view can
 	 * cover it, in the slot the configuration no longer needs: a moved
 	 * deadline is read there (HF_KFD_RUNDIR). */

@@ -129,6 +129,9 @@ func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 	if len(s.Files) > 0 {
 		put("files", strconv.Itoa(len(s.Files)))
 	}
+	if RootlessView() {
+		put("userns", "1")
+	}
 	if s.Slave {
 		put("propagation", "slave")
 	} else {
@@ -249,14 +252,33 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 	// Our unreaped child: its PID can't be reused before we reap it.
 	k.ID, _ = linux.IdentityOf(c.pid)
 	_, werr := cfgW.Write(msg)
-	cfgW.Close()
-	line, rerr := bufio.NewReader(readyR).ReadString('\n')
-	readyR.Close()
+	ready := bufio.NewReader(readyR)
+	line, rerr := ready.ReadString('\n')
 	line = strings.TrimSuffix(line, "\n")
+	if line == "userns" {
+		// A rootless keeper made its user namespace: map its ids from
+		// here, then let it go on.
+		if err := mapIDs(c.pid); err != nil {
+			cfgW.Close()
+			readyR.Close()
+			ownW.Close()
+			c.kill()
+			_, _ = c.wait()
+			return nil, fmt.Errorf("building the view: mapping ids into its user namespace: %w", err)
+		}
+		_, werr = cfgW.Write([]byte{'m'})
+		line, rerr = ready.ReadString('\n')
+		line = strings.TrimSuffix(line, "\n")
+	}
+	cfgW.Close()
+	readyR.Close()
 	if rerr != nil || line != "ok" {
 		ownW.Close()
 		_, _ = c.wait()
 		if m, ok := strings.CutPrefix(line, "error "); ok {
+			if why := linux.UsernsBlockedReason(); strings.HasPrefix(m, "a user namespace") && why != "" {
+				m += "; " + why
+			}
 			return nil, fmt.Errorf("building the view: %s", m)
 		}
 		if werr != nil {

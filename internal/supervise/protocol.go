@@ -51,7 +51,8 @@ const (
 // cgroup_mount, guardians_cgroup (at most maxPath bytes), v1_join
 // (repeated, at most maxJoin), deadline_mono_ns, timeout_mono_ns, grace_ns
 // and idle_ns (decimal nanoseconds), owner_exit, foreground and auto_stop
-// ("1" or "0"), view_pid and view_start (decimal), run_dir (the
+// ("1" or "0"), view_pid and view_start (decimal), view_userns ("1": the
+// keeper's view is rootless, so its user namespace is joined too), run_dir (the
 // environment's run directory, where a moved deadline is: DeadlineFile).
 // An unknown key or a
 // message longer than maxRelease makes the guardian exit 125 without
@@ -334,6 +335,9 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 	if cfg.ViewPID > 0 {
 		put("view_pid", strconv.Itoa(cfg.ViewPID))
 		put("view_start", strconv.FormatUint(cfg.ViewStart, 10))
+		if RootlessView() {
+			put("view_userns", "1")
+		}
 	}
 	if cfg.AutoStop {
 		put("auto_stop", "1")

@@ -36,6 +36,35 @@ type Fixture struct {
 	AfterFill func(t *testing.T, source string)
 	// Skip names the tests that don't fit the backend, with the reason.
 	Skip map[string]string
+	// Remove, if set, is how the suite removes a tree it wrote into at
+	// cleanup (a worktree's: forced, its branch deleted); nil is
+	// Backend.Remove.
+	Remove func(ctx context.Context, t storage.Tree) error
+	// SourceMeta, if set, is a name at the top of Source that the backend
+	// itself writes (a repository's .git, where git records worktrees),
+	// left out when the baseline is compared.
+	SourceMeta string
+}
+
+func (f Fixture) remove(ctx context.Context, t storage.Tree) error {
+	if f.Remove != nil {
+		return f.Remove(ctx, t)
+	}
+	return f.Backend.Remove(ctx, t)
+}
+
+// baseline is Manifest of f.Source without f.SourceMeta.
+func (f Fixture) baseline(t testing.TB) map[string]string {
+	t.Helper()
+	m := Manifest(t, f.Source)
+	if f.SourceMeta != "" {
+		for k := range m {
+			if k == f.SourceMeta || strings.HasPrefix(k, f.SourceMeta+"/") {
+				delete(m, k)
+			}
+		}
+	}
+	return m
 }
 
 // Run runs the conformance suite. newFixture is called once per subtest
@@ -186,7 +215,7 @@ func Prepare(t testing.TB, f Fixture, name string) storage.Tree {
 		t.Fatalf("Prepare: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := f.Backend.Remove(context.Background(), tree); err != nil {
+		if err := f.remove(context.Background(), tree); err != nil {
 			t.Errorf("cleanup: Remove(%s): %v", tree.Dest, err)
 		}
 	})
@@ -250,7 +279,7 @@ func testPrepareWriteReopen(t *testing.T, f Fixture) {
 // deletions and directories made again included, seen through a view),
 // and the two are independent afterwards; the baseline is untouched.
 func testFork(t *testing.T, f Fixture) {
-	before := Manifest(t, f.Source)
+	before := f.baseline(t)
 	parent := Prepare(t, f, "parent")
 	RunInView(t, mounts(t, f, parent), `echo changed > a.txt; echo new > new.txt; rm dir/b.txt; rm -r dir/sub; mkdir dir/sub; echo fresh > dir/sub/f.txt`)
 	child, err := storage.Fork(context.Background(), parent, request(f, filepath.Join(f.Pool, "child")))
@@ -258,7 +287,7 @@ func testFork(t *testing.T, f Fixture) {
 		t.Fatalf("Fork: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := f.Backend.Remove(context.Background(), child); err != nil {
+		if err := f.remove(context.Background(), child); err != nil {
 			t.Errorf("cleanup: Remove(%s): %v", child.Dest, err)
 		}
 	})
@@ -272,20 +301,20 @@ func testFork(t *testing.T, f Fixture) {
 	expect(t, "the fork's view", RunInView(t, mounts(t, f, child), look), "changed\nnew\nfresh\nf.txt\nno-b\n")
 	expect(t, "write in the fork", RunInView(t, mounts(t, f, child), `echo child > a.txt; cat a.txt`), "child\n")
 	expect(t, "the parent after", RunInView(t, mounts(t, f, parent), `cat a.txt`), "changed\n")
-	SameManifest(t, "baseline", before, Manifest(t, f.Source))
+	SameManifest(t, "baseline", before, f.baseline(t))
 	if _, err := storage.Fork(context.Background(), parent, request(f, filepath.Join(f.Pool, "child"))); !errors.Is(err, storage.ErrExists) {
 		t.Errorf("Fork onto an existing destination: %v, want ErrExists", err)
 	}
 }
 
 func testTwoTreesIsolated(t *testing.T, f Fixture) {
-	before := Manifest(t, f.Source)
+	before := f.baseline(t)
 	t1 := Prepare(t, f, "one")
 	t2 := Prepare(t, f, "two")
 	expect(t, "write in one", RunInView(t, mounts(t, f, t1), `echo one > a.txt; touch only-one; cat a.txt`), "one\n")
 	expect(t, "two before", RunInView(t, mounts(t, f, t2), `cat a.txt; test ! -e only-one; echo two > a.txt; cat a.txt`), "alpha\ntwo\n")
 	expect(t, "one after", RunInView(t, mounts(t, f, t1), `cat a.txt`), "one\n")
-	SameManifest(t, "baseline", before, Manifest(t, f.Source))
+	SameManifest(t, "baseline", before, f.baseline(t))
 }
 
 func testRemoveIdempotent(t *testing.T, f Fixture) {
