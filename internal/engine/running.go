@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/capture"
 	"github.com/habemus-papadum/hostfork/internal/decide"
 	"github.com/habemus-papadum/hostfork/internal/evidence"
 	"github.com/habemus-papadum/hostfork/internal/limits"
@@ -57,8 +58,8 @@ type Running struct {
 	treeDone   chan struct{}
 	fwd        sync.WaitGroup
 	forwarding bool
-	capOut     *StreamCapture
-	capErr     *StreamCapture
+	capOut     *capture.Stream
+	capErr     *capture.Stream
 }
 
 func newRunning(l *launch, env *api.Env) *Running {
@@ -73,7 +74,7 @@ func newRunning(l *launch, env *api.Env) *Running {
 				limit = MaxCapture
 			}
 		}
-		r.capOut, r.capErr = newStreamCapture(limit), newStreamCapture(limit)
+		r.capOut, r.capErr = capture.New(limit), capture.New(limit)
 		r.forward(l.g.ForwardOut, l.cs.Stdout, r.capOut)
 		r.forward(l.g.ForwardErr, l.cs.Stderr, r.capErr)
 	}
@@ -131,7 +132,7 @@ func (r *Running) Pipes() bool { return r.forwarding }
 
 // forward copies a forwarded stream to w until EOF, or until the final
 // drain after leader exit has passed.
-func (r *Running) forward(src *os.File, w io.Writer, st *StreamCapture) {
+func (r *Running) forward(src *os.File, w io.Writer, st *capture.Stream) {
 	if w == nil {
 		w = io.Discard
 	}
@@ -139,18 +140,7 @@ func (r *Running) forward(src *os.File, w io.Writer, st *StreamCapture) {
 	go func() {
 		defer r.fwd.Done()
 		defer src.Close()
-		buf := make([]byte, 128<<10)
-		for {
-			n, err := src.Read(buf)
-			if n > 0 {
-				_, _ = w.Write(buf[:n])
-				st.add(buf[:n])
-			}
-			if err != nil {
-				st.finish(err)
-				return
-			}
-		}
+		st.Copy(w, src)
 	}()
 }
 
