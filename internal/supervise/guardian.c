@@ -29,15 +29,6 @@
 
 #include "hf.h"
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_clone3
-#define SYS_clone3 435
-#endif
-#ifndef SYS_close_range
-#define SYS_close_range 436
-#endif
 #define HF_CLONE_INTO_CGROUP 0x200000000ULL
 #define HF_CLOSE_RANGE_CLOEXEC (1U << 2)
 
@@ -216,31 +207,13 @@ void hf_guardian_truncated(void)
 	output_truncated = 1;
 }
 
-/* emit writes one event line (protocol.go, Event). A dead launcher gives
- * EPIPE: the receipt is the durable channel. */
-static void emit(const char *kind, pid_t pid, uint64_t start, const int *code,
-    const int *sig, int reason, const char *error)
+/* emit writes one event line, "ev=KIND" (protocol.go, Event), once the
+ * receipt holds what the event announces. A dead launcher gives EPIPE: the
+ * receipt is the durable channel. */
+static void emit(const char *kind)
 {
-	static char buf[8192];
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	struct hf_kv b = {buf, 0, sizeof buf, ' '};
-	hf_kv(&b, "ev", kind);
-	if (pid > 0)
-		hf_kvf(&b, "pid", "%d", (int)pid);
-	if (start)
-		hf_kvf(&b, "start", "%llu", (unsigned long long)start);
-	if (code)
-		hf_kvf(&b, "code", "%d", (int)*code);
-	if (sig)
-		hf_kvf(&b, "signal", "%d", (int)*sig);
-	if (reason)
-		hf_kv(&b, "reason", hf_reason_name(reason));
-	if (error && error[0])
-		hf_kv(&b, "error", error);
-	hf_kvf(&b, "at", "%lld", (long long)ns_of(&now));
-	b.p[b.len - 1] = '\n';
-	hf_write_all(HF_FD_EVENTS, b.p, b.len);
+	char b[32];
+	hf_write_all(HF_FD_EVENTS, b, (size_t)snprintf(b, sizeof b, "ev=%s\n", kind));
 }
 
 /* ---- the release message ---- */
@@ -520,7 +493,7 @@ static int start_failed(const char *msg, int code)
 	R.has_leader = R.has_tree = 1;
 	R.complete = 1;
 	write_receipt();
-	emit("exec-failed", 0, 0, &code, NULL, 0, R.start_error);
+	emit("exec-failed");
 	return 0;
 }
 
@@ -792,7 +765,7 @@ static void leader_exited(int status)
 		R.code = WEXITSTATUS(status);
 	}
 	write_receipt();
-	emit("leader", 0, 0, R.has_code ? &R.code : NULL, R.has_signal ? &R.signal : NULL, stop_reason, NULL);
+	emit("leader");
 }
 
 /* reap waits for every child that has exited, adopted orphans included;
@@ -1262,7 +1235,7 @@ int hf_guardian_main(void)
 	if (hf_read_stat(pid, &wst) == 0)
 		R.workload_start = wst.start;
 	write_receipt();
-	emit("started", pid, R.workload_start, NULL, NULL, 0, NULL);
+	emit("started");
 
 	if (rel.nextra)
 		ctl_feed(rel.extra, rel.nextra);
@@ -1321,7 +1294,7 @@ int hf_guardian_main(void)
 	R.has_tree = 1;
 	R.complete = 1;
 	write_receipt();
-	emit("tree", 0, 0, NULL, NULL, stop_reason, NULL);
+	emit("tree");
 	if (cfg.auto_stop)
 		finish_environment();
 	return 0;

@@ -14,6 +14,7 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
@@ -31,30 +32,8 @@
 
 #include "hf.h"
 
-#ifndef SYS_open_tree
-#define SYS_open_tree 428
-#endif
-#ifndef SYS_move_mount
-#define SYS_move_mount 429
-#endif
-#ifndef SYS_mount_setattr
-#define SYS_mount_setattr 442
-#endif
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_openat2
-#define SYS_openat2 437
-#endif
-// openat2(2)'s argument and the flag used (linux/openat2.h, the kernel's
-// ABI since 5.6), spelled here like the mount API's below, so that the C
-// library's own headers suffice: musl-gcc has no kernel headers.
-struct hf_open_how {
-	uint64_t flags;
-	uint64_t mode;
-	uint64_t resolve;
-};
-#define HF_RESOLVE_NO_SYMLINKS 0x04
+/* The mount API's flags and mount_setattr's argument (linux/mount.h,
+ * which glibc before 2.36 can't include beside sys/mount.h). */
 #define HF_OPEN_TREE_CLONE 1
 #define HF_AT_RECURSIVE 0x8000
 #define HF_MOVE_MOUNT_F_EMPTY_PATH 0x00000004
@@ -182,10 +161,10 @@ static int pin_files(void)
 			return -1;
 		}
 		path[n] = 0;
-		struct hf_open_how how;
+		struct open_how how;
 		memset(&how, 0, sizeof how);
 		how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-		how.resolve = HF_RESOLVE_NO_SYMLINKS;
+		how.resolve = RESOLVE_NO_SYMLINKS;
 		int nfd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
 		if (nfd < 0) {
 			snprintf(errmsg, sizeof errmsg, "view: tree %.1900s: %s", path, hf_errstr(errno));
@@ -225,10 +204,10 @@ static int fail_op(const char *what, const char *target)
  * the way are made (mode 0755), each relative to its opened parent. */
 static int resolve(const char *path, int mk)
 {
-	struct hf_open_how how;
+	struct open_how how;
 	memset(&how, 0, sizeof how);
 	how.flags = O_PATH | O_CLOEXEC;
-	how.resolve = HF_RESOLVE_NO_SYMLINKS;
+	how.resolve = RESOLVE_NO_SYMLINKS;
 	if (!mk)
 		return (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
 	char p[PATH_MAX];

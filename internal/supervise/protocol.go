@@ -183,18 +183,13 @@ type Config struct {
 	RunDir string `json:"run_dir,omitempty"`
 }
 
-// Event is one guardian → launcher message: one line of key=value fields
-// on fdEvents, keyed by the JSON names below (fields.go). A dead launcher
-// only loses events; the receipt is the durable channel.
+// Event is one guardian → launcher message, a line "ev=KIND" on fdEvents
+// (fields.go), written once the receipt holds what it announces: the
+// facts (the workload's identity, the exit, the stop reason, a start
+// error) are read from the receipt, which the event vouches for. A dead
+// launcher only loses events; the receipt is the durable channel.
 type Event struct {
-	Kind      string         `json:"ev"` // started | exec-failed | leader | tree
-	PID       int            `json:"pid,omitempty"`
-	StartTime uint64         `json:"start,omitempty"`
-	ExitCode  *int           `json:"code,omitempty"`
-	Signal    *int           `json:"signal,omitempty"`
-	Reason    api.StopReason `json:"reason,omitempty"`
-	Error     string         `json:"error,omitempty"`
-	At        time.Time      `json:"at"`
+	Kind string `json:"ev"` // started | exec-failed | leader | tree
 }
 
 // Receipt is the guardian's durable record, written through fdReceipt.
