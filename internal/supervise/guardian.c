@@ -106,7 +106,7 @@ static size_t rec_len; /* length of the last receipt written */
 /* The artifact files may be shorter than the output: a write to them
  * failed (pipe mode), or their filesystem was full when the tree exited
  * (files mode: the workload writes them itself and gets the error). */
-static int output_truncated;
+int hf_output_truncated;
 #define RECEIPT_MIN 512
 
 /* Pipe mode: the workload writes into src; the guardian copies to the
@@ -120,7 +120,7 @@ static struct tee {
 
 static char rec_buf[16 << 10];
 
-/* write_receipt rewrites the receipt in place (the file keeps the identity
+/* hf_guardian_receipt rewrites the receipt in place (the file keeps the identity
  * registered by the launcher), padded with spaces so it never shrinks (and
  * to at least RECEIPT_MIN bytes). The complete receipt is fsynced when no
  * launcher is there to record the result durably (its control channel is
@@ -128,7 +128,7 @@ static char rec_buf[16 << 10];
  * before it returns. */
 static int64_t ns_of(const struct timespec *ts) { return (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec; }
 
-static void write_receipt(void)
+void hf_guardian_receipt(void)
 {
 	struct hf_kv b = {rec_buf, 0, sizeof rec_buf, '\n'};
 	hf_kv(&b, "command_id", cfg.command_id);
@@ -157,7 +157,7 @@ static void write_receipt(void)
 		hf_kvf(&b, "outside_cgroup", "%d", (int)R.outsiders);
 	if (R.unstable)
 		hf_kv(&b, "membership_unstable", "true");
-	if (output_truncated)
+	if (hf_output_truncated)
 		hf_kv(&b, "output_truncated", "true");
 	if (leader_oom >= 0)
 		hf_kv(&b, "leader_oom", leader_oom ? "true" : "false");
@@ -195,16 +195,6 @@ static void write_receipt(void)
 		while (fsync(HF_FD_RECEIPT) < 0 && errno == EINTR)
 			;
 	}
-}
-
-void hf_guardian_receipt(void)
-{
-	write_receipt();
-}
-
-void hf_guardian_truncated(void)
-{
-	output_truncated = 1;
 }
 
 /* emit writes one event line, "ev=KIND" (protocol.go, Event), once the
@@ -402,22 +392,13 @@ struct child_args {
 
 /* fork_workload starts child_exec in a new process, cloned into the
  * cgroup cgfd when >= 0 (clone3 CLONE_INTO_CGROUP, so it is a member from
- * birth), and returns its PID, or -1 with errno. A plain fork, portable to
- * every architecture (decision 67, retired: the CLONE_VM|CLONE_VFORK clone
- * in assembly saved page faults on x86-64 only). */
+ * birth), and returns its PID, or -1 with errno. Like a plain fork
+ * otherwise, portable to every architecture (decision 67, retired: the
+ * CLONE_VM|CLONE_VFORK clone in assembly saved page faults on x86-64 only). */
 static pid_t fork_workload(int cgfd, struct child_args *ca)
 {
-	pid_t pid;
-	if (cgfd >= 0) {
-		struct hf_clone_args a;
-		memset(&a, 0, sizeof a);
-		a.flags = HF_CLONE_INTO_CGROUP;
-		a.exit_signal = SIGCHLD;
-		a.cgroup = (uint64_t)cgfd;
-		pid = (pid_t)syscall(SYS_clone3, &a, sizeof a);
-	} else {
-		pid = fork();
-	}
+	struct hf_clone_args a = {.flags = cgfd >= 0 ? HF_CLONE_INTO_CGROUP : 0, .exit_signal = SIGCHLD, .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0};
+	pid_t pid = (pid_t)syscall(SYS_clone3, &a, sizeof a);
 	if (pid == 0)
 		child_exec(ca->in, ca->out, ca->err, ca->nsfd, ca->report);
 	return pid;
@@ -492,7 +473,7 @@ static int start_failed(const char *msg, int code)
 	R.tree_at = R.leader_at;
 	R.has_leader = R.has_tree = 1;
 	R.complete = 1;
-	write_receipt();
+	hf_guardian_receipt();
 	emit("exec-failed");
 	return 0;
 }
@@ -637,17 +618,7 @@ static void arm_timer(void)
 		next = backup_at;
 	if (oom_next < next)
 		next = oom_next;
-	if (next == timer_armed)
-		return;
-	struct itimerspec its;
-	memset(&its, 0, sizeof its);
-	if (next != INT64_MAX) {
-		if (next < 1)
-			next = 1;
-		its.it_value.tv_sec = next / 1000000000LL;
-		its.it_value.tv_nsec = next % 1000000000LL;
-	}
-	if (timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+	if (next != timer_armed && hf_arm_timer(tfd, next) == 0)
 		timer_armed = next;
 }
 
@@ -764,7 +735,7 @@ static void leader_exited(int status)
 		R.has_code = 1;
 		R.code = WEXITSTATUS(status);
 	}
-	write_receipt();
+	hf_guardian_receipt();
 	emit("leader");
 }
 
@@ -814,7 +785,7 @@ static void on_stop_request(const struct signalfd_siginfo *si)
 			int64_t at = now + grace + 2000 * NS_PER_MS;
 			if (at < backup_at)
 				backup_at = at;
-			write_receipt();
+			hf_guardian_receipt();
 			return;
 		}
 		stop_tree(reason, now + grace);
@@ -964,7 +935,7 @@ static void tee_read(struct tee *t)
 		 * everything. */
 		if (t->file >= 0 && hf_write_all(t->file, t->buf, (size_t)n) < 0) {
 			hf_log("writing the output file: %s; it is cut here", hf_errstr(errno));
-			output_truncated = 1;
+			hf_output_truncated = 1;
 			close(t->file);
 			t->file = -1;
 		}
@@ -1100,8 +1071,6 @@ int hf_guardian_main(void)
 	 * anything starts (see the gate below). */
 	sigset_t mask;
 	hf_helper_start(&mask, 1, HF_FD_PARENT, oom_adj);
-	sigaddset(&mask, HF_SIG_DEADLINE); /* a moved deadline (hf.h) */
-	sigprocmask(SIG_BLOCK, &mask, NULL);
 	self_pid = getpid();
 	ensure_std_fds();
 	if (fcntl(HF_FD_DIR, F_GETFD) >= 0)
@@ -1163,7 +1132,7 @@ int hf_guardian_main(void)
 	}
 	/* Released: the receipt is never empty from here on (an empty receipt
 	 * of a guardian that is gone proves it never started anything). */
-	write_receipt();
+	hf_guardian_receipt();
 
 	static char msg[ERRMSG_MAX];
 	int out = HF_FD_STDOUT, err = HF_FD_STDERR;
@@ -1234,7 +1203,7 @@ int hf_guardian_main(void)
 	struct hf_stat wst;
 	if (hf_read_stat(pid, &wst) == 0)
 		R.workload_start = wst.start;
-	write_receipt();
+	hf_guardian_receipt();
 	emit("started");
 
 	if (rel.nextra)
@@ -1290,10 +1259,10 @@ int hf_guardian_main(void)
 	clock_gettime(CLOCK_REALTIME, &R.tree_at);
 	/* Files mode: the artifacts are beside the receipt. */
 	if (!cfg.pipe_mode && !cfg.inherit_mode && fs_full(HF_FD_RECEIPT))
-		output_truncated = 1;
+		hf_output_truncated = 1;
 	R.has_tree = 1;
 	R.complete = 1;
-	write_receipt();
+	hf_guardian_receipt();
 	emit("tree");
 	if (cfg.auto_stop)
 		finish_environment();

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,6 +76,7 @@ void hf_helper_start(sigset_t *mask, int chld, int last, char oom_orig[HF_OOM_AD
 	ign.sa_handler = SIG_IGN;
 	sigemptyset(mask);
 	sigaddset(mask, SIGTERM);
+	sigaddset(mask, HF_SIG_DEADLINE); /* a moved deadline (hf.h) */
 	if (chld)
 		sigaddset(mask, SIGCHLD);
 	sigprocmask(SIG_BLOCK, mask, NULL);
@@ -85,6 +87,17 @@ void hf_helper_start(sigset_t *mask, int chld, int last, char oom_orig[HF_OOM_AD
 		if (fl >= 0)
 			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
 	}
+}
+
+int hf_arm_timer(int tfd, int64_t at)
+{
+	struct itimerspec its = {{0, 0}, {0, 0}};
+	if (at != INT64_MAX) {
+		at = at < 1 ? 1 : at;
+		its.it_value.tv_sec = at / 1000000000LL;
+		its.it_value.tv_nsec = at % 1000000000LL;
+	}
+	return timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
 int hf_log_dirfd = -1;

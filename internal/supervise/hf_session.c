@@ -425,7 +425,7 @@ static void read_pty(void)
 				continue;
 			if (w < 0) {
 				hf_log("writing the session's log: %s; it is cut here", hf_errstr(errno));
-				hf_guardian_truncated();
+				hf_output_truncated = 1;
 				close(logw);
 				logw = -1;
 				break;
