@@ -289,7 +289,10 @@ static void release_done(void)
 
 /* ---- starting the workload ---- */
 
-enum { STEP_START = 1, STEP_VIEW = 2, STEP_LIMITS = 3 };
+/* The steps of a start, and what a failure of each says. */
+enum { STEP_START = 1, STEP_VIEW = 2, STEP_LIMITS = 3, STEP_CGROUP = 4 };
+static const char *const step_names[] = {"", "starting", "joining the view", "joining the command's limit groups",
+	"opening workload cgroup"};
 
 struct child_err {
 	int step, err;
@@ -411,52 +414,38 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 {
 	int cgfd = -1, nsfd = -1, p[2];
 	pid_t pid = -1;
-	if (cfg.cgroup[0]) {
-		cgfd = open(cfg.cgroup, O_PATH | O_DIRECTORY | O_CLOEXEC);
-		if (cgfd < 0) {
-			*err = errno;
-			snprintf(msg, cap, "opening workload cgroup: %s", hf_errstr(*err));
-			return -1;
-		}
-	}
-	if (cfg.view_pid > 0 && (nsfd = keeper_pidfd()) < 0) {
+	struct child_err ce = {STEP_START, 0};
+	if (cfg.cgroup[0] && (cgfd = open(cfg.cgroup, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		ce = (struct child_err){STEP_CGROUP, errno};
+	} else if (cfg.view_pid > 0 && (nsfd = keeper_pidfd()) < 0) {
+		ce.step = 0; /* said here */
 		*err = ESRCH;
 		snprintf(msg, cap, "joining the view: the environment's keeper (pid %d) is gone", (int)cfg.view_pid);
-		goto out;
-	}
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		*err = errno;
-		snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(*err));
-		goto out;
-	}
-	struct child_args ca = {in, out, errfd, nsfd, p[1]};
-	pid = fork_workload(cgfd, &ca);
-	close(p[1]);
-	if (pid < 0) {
-		*err = errno;
-		snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(*err));
-		close(p[0]);
-		goto out;
-	}
-	/* EOF: the exec succeeded (the pipe is close-on-exec). */
-	struct child_err ce;
-	ssize_t n;
-	while ((n = read(p[0], &ce, sizeof ce)) < 0 && errno == EINTR)
-		;
-	close(p[0]);
-	if (n == (ssize_t)sizeof ce) {
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+	} else if (pipe2(p, O_CLOEXEC) < 0) {
+		ce.err = errno;
+	} else {
+		struct child_args ca = {in, out, errfd, nsfd, p[1]};
+		pid = fork_workload(cgfd, &ca);
+		ce.err = errno;
+		close(p[1]);
+		/* EOF: the exec succeeded (the pipe is close-on-exec). */
+		ssize_t n = 0;
+		while (pid > 0 && (n = read(p[0], &ce, sizeof ce)) < 0 && errno == EINTR)
 			;
-		*err = ce.err;
-		if (ce.step == STEP_VIEW)
-			snprintf(msg, cap, "joining the view: %s", hf_errstr(ce.err));
-		else if (ce.step == STEP_LIMITS)
-			snprintf(msg, cap, "joining the command's limit groups: %s", hf_errstr(ce.err));
-		else
-			snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(ce.err));
-		pid = -1;
+		close(p[0]);
+		if (n == (ssize_t)sizeof ce) {
+			while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+				;
+			pid = -1;
+		}
 	}
-out:
+	if (pid < 0 && ce.step) {
+		*err = ce.err;
+		if (ce.step == STEP_START)
+			snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(ce.err));
+		else
+			snprintf(msg, cap, "%s: %s", step_names[ce.step], hf_errstr(ce.err));
+	}
 	if (cgfd >= 0)
 		close(cgfd);
 	if (nsfd >= 0)
@@ -839,11 +828,11 @@ static void ctl_handle(char *line)
 		if (hf_parse_i64(line + 1, &v) == 0 && v > 0 && v < NSIG && leader_alive)
 			kill(leader_pid, (int)v); /* unreaped: the PID is still ours */
 		break;
-	case HF_MSG_STOP: {
-		int r = hf_reason_code(line + 1);
-		stop_tree(r ? r : HF_R_USER, hf_mono_now() + cfg.grace_ns);
+	case HF_MSG_STOP: /* the reason's code (protocol.go, encodeStop) */
+		if (hf_parse_i64(line + 1, &v) < 0 || v < 1 || v > HF_R_MAX)
+			v = HF_R_USER;
+		stop_tree((int)v, hf_mono_now() + cfg.grace_ns);
 		break;
-	}
 	}
 }
 
@@ -1020,19 +1009,6 @@ static void open_late_dir(void)
 	close(HF_FD_PARENT);
 }
 
-static void ensure_std_fds(void)
-{
-	for (int fd = 0; fd < 3; fd++) {
-		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
-			int n = open("/dev/null", O_RDWR);
-			if (n >= 0 && n != fd) {
-				dup2(n, fd);
-				close(n);
-			}
-		}
-	}
-}
-
 /* stop_pending reads the signals queued at the gate (there are no
  * children yet: a SIGCHLD is nothing) and reports a stop request among
  * them. */
@@ -1071,8 +1047,7 @@ int hf_guardian_main(void)
 	 * anything starts (see the gate below). */
 	sigset_t mask;
 	hf_helper_start(&mask, 1, HF_FD_PARENT, oom_adj);
-	self_pid = getpid();
-	ensure_std_fds();
+	self_pid = getpid(); /* 0, 1 and 2 are open: the launcher's (launch.go) */
 	if (fcntl(HF_FD_DIR, F_GETFD) >= 0)
 		hf_log_dirfd = HF_FD_DIR;
 	/* A subreaper before anything can be orphaned to us. */

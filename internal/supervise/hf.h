@@ -62,7 +62,6 @@ int64_t hf_read_deadline(int dirfd, const char *path);
 enum { HF_R_NONE, HF_R_USER, HF_R_DEADLINE, HF_R_IDLE, HF_R_OWNER_EXIT, HF_R_TIMEOUT, HF_R_CANCELLED,
 	HF_R_COMPLETED, HF_R_KEEPER_LOST, HF_R_LIMIT, HF_R_ABANDONED, HF_R_MAX = HF_R_ABANDONED };
 const char *hf_reason_name(int code);
-int hf_reason_code(const char *name);
 
 /* Exposed for the Go-side consistency test. */
 const char *hf_guardian_mode(void);

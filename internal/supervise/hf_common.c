@@ -33,14 +33,6 @@ const char *hf_reason_name(int code)
 	return reason_names[code];
 }
 
-int hf_reason_code(const char *name)
-{
-	for (int i = 1; i <= HF_R_MAX; i++)
-		if (!strcmp(name, reason_names[i]))
-			return i;
-	return HF_R_NONE;
-}
-
 int64_t hf_mono_now(void)
 {
 	struct timespec ts;

@@ -61,9 +61,9 @@ const (
 // After the release, newline-terminated text lines:
 //
 //	"s<signo>\n"   send signal signo to the leader (while it is unreaped)
-//	"t<reason>\n"  stop the tree (SIGTERM, grace, SIGKILL); the first
-//	               reason is recorded; reason has no newline, at most
-//	               maxReason bytes
+//	"t<code>\n"    stop the tree (SIGTERM, grace, SIGKILL); the first
+//	               reason is recorded; code is the reason's number
+//	               (reasonCodes; an unknown one is "user")
 //
 // Unknown lines are ignored. EOF after the release means the owner is gone:
 // with owner_exit "stop" the guardian stops the tree with reason
@@ -356,12 +356,13 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// encodeStop frames a stop request.
+// encodeStop frames a stop request: the reason's code (reasonCodes).
 func encodeStop(reason api.StopReason) ([]byte, error) {
-	if reasonCode(reason) == 0 {
+	code := reasonCode(reason)
+	if code == 0 {
 		return nil, fmt.Errorf("stop reason %q is not one the guardian knows", reason)
 	}
-	return []byte(string(msgStop) + string(reason) + "\n"), nil
+	return []byte(string(msgStop) + strconv.Itoa(code) + "\n"), nil
 }
 
 // StopValue is the si_int of a queued stop signal: the reason's code, the
