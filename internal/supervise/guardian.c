@@ -247,6 +247,10 @@ static int parse_release(struct hf_msg *m)
 		{"auto_stop", 'f', &cfg.auto_stop, 0, "1"},
 		{"view_pid", 'i', &cfg.view_pid, INT_MAX, 0},
 		{"view_start", 'i', &cfg.view_start, INT64_MAX, 0},
+		{"session", 'f', &hf_sess_tty, 0, "tty"},
+		{"session", 'f', &hf_sess_stdin, 0, "stdin"},
+		{"tty_cols", 'i', &hf_sess_cols, 65535, 0},
+		{"tty_rows", 'i', &hf_sess_rows, 65535, 0},
 		{0, 0, 0, 0, 0},
 	};
 	size_t ia = 0, ie = 0;
@@ -266,7 +270,7 @@ static int parse_release(struct hf_msg *m)
 			cfg.envp[ie++] = v;
 		else if (!strcmp(p, "v1_join"))
 			r = cfg.njoin < HF_MAX_JOIN && hf_copy_bounded(cfg.join[cfg.njoin++], sizeof cfg.join[0], v) == 0 ? 1 : -1;
-		else if ((r = hf_session_key(p, v)) == 0 && (r = hf_set_key(keys, p, v)) == 0)
+		else if ((r = hf_set_key(keys, p, v)) == 0)
 			hf_log("release: unknown key %.64s", p);
 		if (r <= 0)
 			return -1;

@@ -175,7 +175,10 @@ void hf_stop_guardians(const char *mount, const char *group, pid_t skip, int rea
 #define HF_SESS_MAXC 16
 #define HF_SESS_IN_MAX (16 << 10)
 struct pollfd;
-int hf_session_key(const char *k, const char *v);
+/* The release's session keys (guardian.c's table): session=tty|stdin and
+ * the terminal's size. */
+extern int hf_sess_tty, hf_sess_stdin;
+extern int64_t hf_sess_cols, hf_sess_rows;
 int hf_session_setup(int *in, int *out, int *err, char *msg, size_t cap);
 int hf_session_child(void);
 void hf_session_started(void);

@@ -334,6 +334,9 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 		put("auto_stop", "1")
 	}
 	if cfg.Session != "" {
+		if cfg.Session != "tty" && cfg.Session != "stdin" {
+			return nil, fmt.Errorf("release: session %q is neither tty nor stdin", cfg.Session)
+		}
 		put("session", cfg.Session)
 	}
 	if cfg.TTYCols > 0 && cfg.TTYRows > 0 {
