@@ -126,6 +126,31 @@ func (e *Engine) Create(ctx context.Context, p *spec.Plan, cs *CommandSpec) (*ap
 	return c.rec, r, nil
 }
 
+// Record, TreeIntents, Build and Abandon make a creation a fork's child
+// (fork.Child).
+func (c *creation) Record() *api.Env                         { return c.rec }
+func (c *creation) TreeIntents() map[string]*registry.Intent { return c.treeIn }
+func (c *creation) Abandon(cause error)                      { c.abandon(cause, nil) }
+
+// Build builds and activates a fork's child from its taken trees.
+func (c *creation) Build(ctx context.Context) error {
+	err := c.build(ctx)
+	if err == nil {
+		err = c.activate(ctx, nil)
+	}
+	if err == nil {
+		err = c.commitKeeper()
+	}
+	if err != nil {
+		c.abandon(err, nil)
+		return err
+	}
+	if !c.rec.AutoStop {
+		c.e.reg.WriteManifest(ctx, c.rec.ID)
+	}
+	return nil
+}
+
 // commitKeeper confirms the keeper, once the environment is active.
 func (c *creation) commitKeeper() error {
 	if c.keeper == nil {

@@ -4,8 +4,9 @@
 // decisions (internal/decide), the evidence (internal/evidence), the
 // tree-stop mechanism (internal/tree), the C helpers (internal/supervise),
 // storage, views, limits and systemd. The store-wide passes and the other
-// jobs it delegates — reap, retention, export, usage, planning, admission,
-// provisioning — live in their own packages below it (services.go opens
+// jobs it delegates — reap, retention, export, usage, fork, deadline
+// moves, output capture, planning, admission, provisioning — live in their
+// own packages below it (services.go opens
 // them and gives them the few operations of its own they need).
 //
 // Its rules (DESIGN.md): every OS mutation is preceded by an intent in the

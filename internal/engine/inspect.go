@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
@@ -66,7 +64,7 @@ func (e *Engine) Commands(ctx context.Context, f api.CommandFilter) ([]api.Comma
 	out := make([]api.Command, 0, len(cmds))
 	for _, c := range cmds {
 		if c.Final() {
-			e.computeWith(c, deadlines[c.Env])
+			evidence.Compute(c, deadlines[c.Env])
 		} else {
 			if f.Brief {
 				// Settling needs the whole record.
@@ -103,61 +101,7 @@ func (e *Engine) compute(c *api.Command, env *api.Env) {
 	if env != nil {
 		deadline = env.DeadlineAt
 	}
-	e.computeWith(c, deadline)
-}
-
-// computeWith is compute given the environment's deadline.
-func (e *Engine) computeWith(c *api.Command, envDeadline *time.Time) {
-	c.Liveness = decide.LivenessOf(c)
-	c.Stoppable = c.Liveness != api.Exited && canStop(c)
-	c.PID = nil
-	if c.Workload != nil && c.Liveness == api.Alive && c.LeaderState == api.PhaseLive {
-		pid := c.Workload.PID
-		c.PID = &pid
-	}
-	c.DeadlineAt = nil
-	if envDeadline != nil {
-		t := *envDeadline
-		c.DeadlineAt = &t
-	}
-	if c.Timeout > 0 && c.StartedAt != nil {
-		t := c.StartedAt.Add(c.Timeout.D())
-		if c.DeadlineAt == nil || t.Before(*c.DeadlineAt) {
-			c.DeadlineAt = &t
-		}
-	}
-	if c.Labels == nil {
-		c.Labels = map[string]string{}
-	}
-	if c.CleanupErrors == nil {
-		c.CleanupErrors = []string{}
-	}
-	if c.EnvKeys == nil {
-		c.EnvKeys = []string{}
-	}
-	if c.Argv == nil {
-		c.Argv = []string{}
-	}
-}
-
-// canStop reports whether this user can stop the tree: root, or the owner
-// of its cgroup (cgroup2 tier) or of its guardian (subreaper tier).
-func canStop(c *api.Command) bool {
-	if os.Geteuid() == 0 {
-		return true
-	}
-	if c.CgroupPath != "" {
-		return linux.Writable(filepath.Join(c.CgroupPath, "cgroup.kill"))
-	}
-	if c.Guardian == nil {
-		return false
-	}
-	fi, err := os.Stat("/proc/" + strconv.Itoa(c.Guardian.PID))
-	if err != nil {
-		return false
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && int(st.Uid) == os.Geteuid()
+	evidence.Compute(c, deadline)
 }
 
 // Command reads one command (by exact id), settled and computed.

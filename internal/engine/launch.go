@@ -18,6 +18,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/launchenv"
 	"github.com/habemus-papadum/hostfork/internal/limits"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/habemus-papadum/hostfork/internal/provision"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/safefs"
@@ -238,7 +239,7 @@ func (l *launch) resolve(env *api.Env) error {
 	l.envv = envv
 	l.policy, l.note, l.keys = policy, note, keys
 	if env.Keeper != nil {
-		r, err := keeperRoot(env.Keeper)
+		r, err := provision.KeeperRoot(env.Keeper)
 		if errors.Is(err, linux.ErrNoProcess) || errors.Is(err, linux.ErrIdentityMismatch) {
 			return fmt.Errorf("environment %s: its keeper is gone (%v); new commands are refused (stop it and create a new one): %w", env.ID, err, api.ErrEnvNotActive)
 		}

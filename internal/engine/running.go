@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/capture"
 	"github.com/habemus-papadum/hostfork/internal/decide"
 	"github.com/habemus-papadum/hostfork/internal/evidence"
 	"github.com/habemus-papadum/hostfork/internal/limits"
@@ -57,8 +59,8 @@ type Running struct {
 	treeDone   chan struct{}
 	fwd        sync.WaitGroup
 	forwarding bool
-	capOut     *StreamCapture
-	capErr     *StreamCapture
+	capOut     *capture.Stream
+	capErr     *capture.Stream
 }
 
 func newRunning(l *launch, env *api.Env) *Running {
@@ -73,7 +75,7 @@ func newRunning(l *launch, env *api.Env) *Running {
 				limit = MaxCapture
 			}
 		}
-		r.capOut, r.capErr = newStreamCapture(limit), newStreamCapture(limit)
+		r.capOut, r.capErr = capture.New(limit), capture.New(limit)
 		r.forward(l.g.ForwardOut, l.cs.Stdout, r.capOut)
 		r.forward(l.g.ForwardErr, l.cs.Stderr, r.capErr)
 	}
@@ -131,7 +133,7 @@ func (r *Running) Pipes() bool { return r.forwarding }
 
 // forward copies a forwarded stream to w until EOF, or until the final
 // drain after leader exit has passed.
-func (r *Running) forward(src *os.File, w io.Writer, st *StreamCapture) {
+func (r *Running) forward(src *os.File, w io.Writer, st *capture.Stream) {
 	if w == nil {
 		w = io.Discard
 	}
@@ -139,18 +141,7 @@ func (r *Running) forward(src *os.File, w io.Writer, st *StreamCapture) {
 	go func() {
 		defer r.fwd.Done()
 		defer src.Close()
-		buf := make([]byte, 128<<10)
-		for {
-			n, err := src.Read(buf)
-			if n > 0 {
-				_, _ = w.Write(buf[:n])
-				st.add(buf[:n])
-			}
-			if err != nil {
-				st.finish(err)
-				return
-			}
-		}
+		st.Copy(w, src)
 	}()
 }
 
@@ -388,4 +379,75 @@ func (r *Running) finish() {
 	} else {
 		records.WriteCommandRecord(&snapshot)
 	}
+}
+
+// Capture waits for the leader and returns the captured output and the
+// record, final when the tree ended with the leader: at most
+// the limit per stream; the first validated workload exit starts the
+// fixed FinalDrain, which output can't extend, so a descendant that keeps
+// a pipe open can't withhold the result. An incomplete capture leaves a
+// capture receipt beside the artifacts, and the stream states go into the
+// record.
+func (r *Running) Capture(ctx context.Context) (*api.CaptureResult, error) {
+	if !r.capOut.Keeps() {
+		return nil, fmt.Errorf("this command was not started to capture its output (pipe mode with capture): %w", api.ErrInvalid)
+	}
+	select {
+	case <-r.leaderDone:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-r.e.closed:
+		return nil, api.ErrClosed
+	}
+	// A tree that ends with its leader is settled within moments: give it
+	// one more drain, so the result carries the final record (its OOM and
+	// stop facts), as the stored one does. A tree that lives on returns
+	// the live record (Final() false); WaitTree gives the final one.
+	select {
+	case <-r.treeDone:
+	case <-time.After(FinalDrain):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	rec := r.Record()
+	res := &api.CaptureResult{Record: rec, Stdout: r.capOut.Result(rec.StdoutPath), Stderr: r.capErr.Result(rec.StderrPath)}
+	r.recordCapture(ctx, res)
+	return res, nil
+}
+
+// recordCapture stores the per-stream states on the command record (in
+// memory now, in the registry with the final record) and, for an
+// incomplete capture, writes an identity-bearing receipt
+// (capture.Receipt).
+func (r *Running) recordCapture(ctx context.Context, res *api.CaptureResult) {
+	states := capture.Receipt(res)
+	r.mu.Lock()
+	r.capture = states
+	n := *r.rec // replaced, not changed: a snapshot being written keeps its own
+	n.Capture = states
+	r.rec = &n
+	late := r.finishing
+	r.mu.Unlock()
+	if late {
+		// The final record was taken without it: add the capture to it.
+		select {
+		case <-r.treeDone:
+		case <-ctx.Done():
+			return
+		}
+		for try := 0; try < 5; try++ {
+			cur, err := r.e.reg.Command(ctx, res.Record.ID)
+			if err != nil {
+				return
+			}
+			next := *cur
+			next.Capture = states
+			var b registry.Batch
+			b.UpdateCommand(cur, &next)
+			if err := r.e.reg.Commit(ctx, &b); err == nil || !errors.Is(err, registry.ErrConflict) {
+				break
+			}
+		}
+	}
+	res.Record = r.Record()
 }

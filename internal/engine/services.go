@@ -5,15 +5,20 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/admission"
+	"github.com/habemus-papadum/hostfork/internal/deadline"
 	"github.com/habemus-papadum/hostfork/internal/decide"
 	"github.com/habemus-papadum/hostfork/internal/export"
+	"github.com/habemus-papadum/hostfork/internal/fork"
 	"github.com/habemus-papadum/hostfork/internal/launchenv"
 	"github.com/habemus-papadum/hostfork/internal/planner"
+	"github.com/habemus-papadum/hostfork/internal/provision"
 	"github.com/habemus-papadum/hostfork/internal/reap"
 	"github.com/habemus-papadum/hostfork/internal/retention"
+	"github.com/habemus-papadum/hostfork/internal/safefs"
 	"github.com/habemus-papadum/hostfork/internal/usage"
 	"github.com/habemus-papadum/hostfork/spec"
 )
@@ -65,6 +70,7 @@ func (e *Engine) BtrfsSizes(ctx context.Context) ([]api.BtrfsSize, error) {
 type ops struct{ e *Engine }
 
 var (
+	_ fork.Engine      = ops{}
 	_ reap.Engine      = ops{}
 	_ usage.Reader     = ops{}
 	_ admission.Reader = ops{}
@@ -92,8 +98,61 @@ func (o ops) Reconcile(ctx context.Context, env *api.Env) *api.Env {
 	return o.e.reconcile(ctx, env, nil, false)
 }
 
+func (o ops) Plan(ctx context.Context, s spec.Environment) (*spec.Plan, error) {
+	return o.e.Plan(ctx, s)
+}
+
+func (o ops) PlanView(ctx context.Context, p *spec.Plan) (map[string]*planner.Source, error) {
+	return o.e.plans().PlanView(ctx, p)
+}
+
+func (o ops) Reserve(ctx context.Context, p *spec.Plan, infos map[string]*planner.Source, origin *api.ForkOrigin) (fork.Child, error) {
+	c, err := o.e.reserveEnv(ctx, p, infos, nil, origin)
+	if err != nil {
+		return nil, err
+	}
+	c.forked = true // the fork takes its trees
+	return c, nil
+}
+
 func (o ops) Commands(ctx context.Context, f api.CommandFilter) ([]api.Command, error) {
 	return o.e.Commands(ctx, f)
+}
+
+// SetDeadline moves environment id's deadline to at, later or earlier
+// (deadline.Move).
+func (e *Engine) SetDeadline(ctx context.Context, id string, at time.Time) (*api.Env, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	cfg, err := e.Config()
+	if err != nil {
+		return nil, err
+	}
+	return deadline.Move(ctx, e.reg, id, at, cfg)
+}
+
+// ViewRoot opens the root of environment id's view (provision.ViewRoot).
+func (e *Engine) ViewRoot(ctx context.Context, id string) (*safefs.Root, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	return provision.ViewRoot(ctx, e.reg, id)
+}
+
+// ForkOptions asks for a fork (fork.Options).
+type ForkOptions = fork.Options
+
+// MaxForkCount is the most environments one fork makes.
+const MaxForkCount = fork.MaxCount
+
+// Fork makes o.Count environments whose trees start as environment id's
+// trees at one instant (fork.Fork).
+func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	return fork.Fork(ctx, e.reg, ops{e}, id, o)
 }
 
 // plans is the store's planner (internal/planner).

@@ -2,7 +2,8 @@
 // pure decide.Command: its guardian's receipt (registered by inode), the
 // kernel's word on its guardian, leader and cgroup, its OOM counter; and
 // whom a tree stop may treat as the tree's root (Target, GuardianProven,
-// WorkloadProven). Nothing is cached: each call re-reads the evidence.
+// WorkloadProven); and a record's reader-computed fields (Compute).
+// Nothing is cached: each call re-reads the evidence.
 //
 // The engine imports it; it writes nothing.
 package evidence

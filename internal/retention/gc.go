@@ -273,15 +273,6 @@ func (e *Collector) recordTrees(ctx context.Context, env *api.Env, rep *api.GCRe
 	return false
 }
 
-// RemoveTree deletes one allocated tree of environment envID through its
-// storage backend, which checks the recorded identities first. Whatever
-// the record says, only an exact allocation destination of that
-// environment is removed (<root>/trees/<env>-<tree>, or <env>-<tree> in an
-// allocation area), with the tree's data inside it.
-func RemoveTree(ctx context.Context, root, envID string, t *api.Tree) error {
-	return removeTree(ctx, root, envID, t, false, false)
-}
-
 // UndoTree removes a tree of a creation that failed: nothing ran in it,
 // so a worktree goes with its branch (nothing half-made is left).
 func UndoTree(ctx context.Context, root, envID string, t *api.Tree) error {
@@ -310,8 +301,12 @@ func worktreeHold(ctx context.Context, envID string, t *api.Tree) string {
 	return ""
 }
 
-// removeTree is RemoveTree; a worktree is removed also when dirty with
-// force, and its branch deleted with deleteBranch.
+// removeTree deletes one allocated tree of environment envID through its
+// storage backend, which checks the recorded identities first. Whatever
+// the record says, only an exact allocation destination of that
+// environment is removed (<root>/trees/<env>-<tree>, or <env>-<tree> in an
+// allocation area), with the tree's data inside it. A worktree is removed
+// also when dirty with force, and its branch deleted with deleteBranch.
 func removeTree(ctx context.Context, root, envID string, t *api.Tree, force, deleteBranch bool) error {
 	var st storage.Tree
 	if err := json.Unmarshal(t.Storage, &st); err != nil {

@@ -1,9 +1,7 @@
 package supervise
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -37,29 +35,6 @@ func MoveDeadline(runDir string, mono time.Duration) error {
 		return fmt.Errorf("moving a deadline to %v: it must be positive", mono)
 	}
 	return atomicfile.Replace(filepath.Join(runDir, DeadlineFile), []byte(strconv.FormatInt(int64(mono), 10)+"\n"), 0o600)
-}
-
-// MovedDeadline reads a moved deadline (0 when none was moved).
-func MovedDeadline(runDir string) (time.Duration, error) {
-	b, err := os.ReadFile(filepath.Join(runDir, DeadlineFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	v, err := strconv.ParseInt(string(trimNL(b)), 10, 64)
-	if err != nil || v <= 0 {
-		return 0, fmt.Errorf("%s: not a deadline: %q", filepath.Join(runDir, DeadlineFile), b)
-	}
-	return time.Duration(v), nil
-}
-
-func trimNL(b []byte) []byte {
-	for len(b) > 0 && b[len(b)-1] == '\n' {
-		b = b[:len(b)-1]
-	}
-	return b
 }
 
 // Poke tells the guardian or keeper id to read a moved deadline. A process

@@ -16,7 +16,7 @@ import (
 // JSON: the keys are the JSON names of Receipt's and Event's fields, a
 // value is percent-encoded where a byte is a space, a control character,
 // DEL or '%' ("%0A"), numbers are decimal and times are nanoseconds since
-// the Unix epoch. An event is one line, its fields separated by spaces; a
+// the Unix epoch. An event is one line ("ev=KIND"); a
 // receipt has one field a line and ends with "end=<hash>", the FNV-1a
 // (32-bit, hex) of every byte before it, so that a read torn by a rewrite
 // is told from a whole one. parseFields is the one reader of both.

@@ -29,15 +29,6 @@
 
 #include "hf.h"
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_clone3
-#define SYS_clone3 435
-#endif
-#ifndef SYS_close_range
-#define SYS_close_range 436
-#endif
 #define HF_CLONE_INTO_CGROUP 0x200000000ULL
 #define HF_CLOSE_RANGE_CLOEXEC (1U << 2)
 
@@ -116,7 +107,7 @@ static size_t rec_len; /* length of the last receipt written */
 /* The artifact files may be shorter than the output: a write to them
  * failed (pipe mode), or their filesystem was full when the tree exited
  * (files mode: the workload writes them itself and gets the error). */
-static int output_truncated;
+int hf_output_truncated;
 #define RECEIPT_MIN 512
 
 /* Pipe mode: the workload writes into src; the guardian copies to the
@@ -130,7 +121,7 @@ static struct tee {
 
 static char rec_buf[16 << 10];
 
-/* write_receipt rewrites the receipt in place (the file keeps the identity
+/* hf_guardian_receipt rewrites the receipt in place (the file keeps the identity
  * registered by the launcher), padded with spaces so it never shrinks (and
  * to at least RECEIPT_MIN bytes). The complete receipt is fsynced when no
  * launcher is there to record the result durably (its control channel is
@@ -138,7 +129,7 @@ static char rec_buf[16 << 10];
  * before it returns. */
 static int64_t ns_of(const struct timespec *ts) { return (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec; }
 
-static void write_receipt(void)
+void hf_guardian_receipt(void)
 {
 	struct hf_kv b = {rec_buf, 0, sizeof rec_buf, '\n'};
 	hf_kv(&b, "command_id", cfg.command_id);
@@ -167,7 +158,7 @@ static void write_receipt(void)
 		hf_kvf(&b, "outside_cgroup", "%d", (int)R.outsiders);
 	if (R.unstable)
 		hf_kv(&b, "membership_unstable", "true");
-	if (output_truncated)
+	if (hf_output_truncated)
 		hf_kv(&b, "output_truncated", "true");
 	if (leader_oom >= 0)
 		hf_kv(&b, "leader_oom", leader_oom ? "true" : "false");
@@ -207,41 +198,13 @@ static void write_receipt(void)
 	}
 }
 
-void hf_guardian_receipt(void)
+/* emit writes one event line, "ev=KIND" (protocol.go, Event), once the
+ * receipt holds what the event announces. A dead launcher gives EPIPE: the
+ * receipt is the durable channel. */
+static void emit(const char *kind)
 {
-	write_receipt();
-}
-
-void hf_guardian_truncated(void)
-{
-	output_truncated = 1;
-}
-
-/* emit writes one event line (protocol.go, Event). A dead launcher gives
- * EPIPE: the receipt is the durable channel. */
-static void emit(const char *kind, pid_t pid, uint64_t start, const int *code,
-    const int *sig, int reason, const char *error)
-{
-	static char buf[8192];
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	struct hf_kv b = {buf, 0, sizeof buf, ' '};
-	hf_kv(&b, "ev", kind);
-	if (pid > 0)
-		hf_kvf(&b, "pid", "%d", (int)pid);
-	if (start)
-		hf_kvf(&b, "start", "%llu", (unsigned long long)start);
-	if (code)
-		hf_kvf(&b, "code", "%d", (int)*code);
-	if (sig)
-		hf_kvf(&b, "signal", "%d", (int)*sig);
-	if (reason)
-		hf_kv(&b, "reason", hf_reason_name(reason));
-	if (error && error[0])
-		hf_kv(&b, "error", error);
-	hf_kvf(&b, "at", "%lld", (long long)ns_of(&now));
-	b.p[b.len - 1] = '\n';
-	hf_write_all(HF_FD_EVENTS, b.p, b.len);
+	char b[32];
+	hf_write_all(HF_FD_EVENTS, b, (size_t)snprintf(b, sizeof b, "ev=%s\n", kind));
 }
 
 /* ---- the release message ---- */
@@ -286,6 +249,10 @@ static int parse_release(struct hf_msg *m)
 		{"view_pid", 'i', &cfg.view_pid, INT_MAX, 0},
 		{"view_start", 'i', &cfg.view_start, INT64_MAX, 0},
 		{"view_userns", 'f', &cfg.view_userns, 0, "1"},
+		{"session", 'f', &hf_sess_tty, 0, "tty"},
+		{"session", 'f', &hf_sess_stdin, 0, "stdin"},
+		{"tty_cols", 'i', &hf_sess_cols, 65535, 0},
+		{"tty_rows", 'i', &hf_sess_rows, 65535, 0},
 		{0, 0, 0, 0, 0},
 	};
 	size_t ia = 0, ie = 0;
@@ -305,7 +272,7 @@ static int parse_release(struct hf_msg *m)
 			cfg.envp[ie++] = v;
 		else if (!strcmp(p, "v1_join"))
 			r = cfg.njoin < HF_MAX_JOIN && hf_copy_bounded(cfg.join[cfg.njoin++], sizeof cfg.join[0], v) == 0 ? 1 : -1;
-		else if ((r = hf_session_key(p, v)) == 0 && (r = hf_set_key(keys, p, v)) == 0)
+		else if ((r = hf_set_key(keys, p, v)) == 0)
 			hf_log("release: unknown key %.64s", p);
 		if (r <= 0)
 			return -1;
@@ -328,7 +295,10 @@ static void release_done(void)
 
 /* ---- starting the workload ---- */
 
-enum { STEP_START = 1, STEP_VIEW = 2, STEP_LIMITS = 3 };
+/* The steps of a start, and what a failure of each says. */
+enum { STEP_START = 1, STEP_VIEW = 2, STEP_LIMITS = 3, STEP_CGROUP = 4 };
+static const char *const step_names[] = {"", "starting", "joining the view", "joining the command's limit groups",
+	"opening workload cgroup"};
 
 struct child_err {
 	int step, err;
@@ -435,22 +405,13 @@ struct child_args {
 
 /* fork_workload starts child_exec in a new process, cloned into the
  * cgroup cgfd when >= 0 (clone3 CLONE_INTO_CGROUP, so it is a member from
- * birth), and returns its PID, or -1 with errno. A plain fork, portable to
- * every architecture (decision 67, retired: the CLONE_VM|CLONE_VFORK clone
- * in assembly saved page faults on x86-64 only). */
+ * birth), and returns its PID, or -1 with errno. Like a plain fork
+ * otherwise, portable to every architecture (decision 67, retired: the
+ * CLONE_VM|CLONE_VFORK clone in assembly saved page faults on x86-64 only). */
 static pid_t fork_workload(int cgfd, struct child_args *ca)
 {
-	pid_t pid;
-	if (cgfd >= 0) {
-		struct hf_clone_args a;
-		memset(&a, 0, sizeof a);
-		a.flags = HF_CLONE_INTO_CGROUP;
-		a.exit_signal = SIGCHLD;
-		a.cgroup = (uint64_t)cgfd;
-		pid = (pid_t)syscall(SYS_clone3, &a, sizeof a);
-	} else {
-		pid = fork();
-	}
+	struct hf_clone_args a = {.flags = cgfd >= 0 ? HF_CLONE_INTO_CGROUP : 0, .exit_signal = SIGCHLD, .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0};
+	pid_t pid = (pid_t)syscall(SYS_clone3, &a, sizeof a);
 	if (pid == 0)
 		child_exec(ca->in, ca->out, ca->err, ca->nsfd, ca->report);
 	return pid;
@@ -463,52 +424,38 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 {
 	int cgfd = -1, nsfd = -1, p[2];
 	pid_t pid = -1;
-	if (cfg.cgroup[0]) {
-		cgfd = open(cfg.cgroup, O_PATH | O_DIRECTORY | O_CLOEXEC);
-		if (cgfd < 0) {
-			*err = errno;
-			snprintf(msg, cap, "opening workload cgroup: %s", hf_errstr(*err));
-			return -1;
-		}
-	}
-	if (cfg.view_pid > 0 && (nsfd = keeper_pidfd()) < 0) {
+	struct child_err ce = {STEP_START, 0};
+	if (cfg.cgroup[0] && (cgfd = open(cfg.cgroup, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		ce = (struct child_err){STEP_CGROUP, errno};
+	} else if (cfg.view_pid > 0 && (nsfd = keeper_pidfd()) < 0) {
+		ce.step = 0; /* said here */
 		*err = ESRCH;
 		snprintf(msg, cap, "joining the view: the environment's keeper (pid %d) is gone", (int)cfg.view_pid);
-		goto out;
-	}
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		*err = errno;
-		snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(*err));
-		goto out;
-	}
-	struct child_args ca = {in, out, errfd, nsfd, p[1]};
-	pid = fork_workload(cgfd, &ca);
-	close(p[1]);
-	if (pid < 0) {
-		*err = errno;
-		snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(*err));
-		close(p[0]);
-		goto out;
-	}
-	/* EOF: the exec succeeded (the pipe is close-on-exec). */
-	struct child_err ce;
-	ssize_t n;
-	while ((n = read(p[0], &ce, sizeof ce)) < 0 && errno == EINTR)
-		;
-	close(p[0]);
-	if (n == (ssize_t)sizeof ce) {
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+	} else if (pipe2(p, O_CLOEXEC) < 0) {
+		ce.err = errno;
+	} else {
+		struct child_args ca = {in, out, errfd, nsfd, p[1]};
+		pid = fork_workload(cgfd, &ca);
+		ce.err = errno;
+		close(p[1]);
+		/* EOF: the exec succeeded (the pipe is close-on-exec). */
+		ssize_t n = 0;
+		while (pid > 0 && (n = read(p[0], &ce, sizeof ce)) < 0 && errno == EINTR)
 			;
-		*err = ce.err;
-		if (ce.step == STEP_VIEW)
-			snprintf(msg, cap, "joining the view: %s", hf_errstr(ce.err));
-		else if (ce.step == STEP_LIMITS)
-			snprintf(msg, cap, "joining the command's limit groups: %s", hf_errstr(ce.err));
-		else
-			snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(ce.err));
-		pid = -1;
+		close(p[0]);
+		if (n == (ssize_t)sizeof ce) {
+			while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+				;
+			pid = -1;
+		}
 	}
-out:
+	if (pid < 0 && ce.step) {
+		*err = ce.err;
+		if (ce.step == STEP_START)
+			snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(ce.err));
+		else
+			snprintf(msg, cap, "%s: %s", step_names[ce.step], hf_errstr(ce.err));
+	}
 	if (cgfd >= 0)
 		close(cgfd);
 	if (nsfd >= 0)
@@ -525,8 +472,8 @@ static int start_failed(const char *msg, int code)
 	R.tree_at = R.leader_at;
 	R.has_leader = R.has_tree = 1;
 	R.complete = 1;
-	write_receipt();
-	emit("exec-failed", 0, 0, &code, NULL, 0, R.start_error);
+	hf_guardian_receipt();
+	emit("exec-failed");
 	return 0;
 }
 
@@ -670,17 +617,7 @@ static void arm_timer(void)
 		next = backup_at;
 	if (oom_next < next)
 		next = oom_next;
-	if (next == timer_armed)
-		return;
-	struct itimerspec its;
-	memset(&its, 0, sizeof its);
-	if (next != INT64_MAX) {
-		if (next < 1)
-			next = 1;
-		its.it_value.tv_sec = next / 1000000000LL;
-		its.it_value.tv_nsec = next % 1000000000LL;
-	}
-	if (timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+	if (next != timer_armed && hf_arm_timer(tfd, next) == 0)
 		timer_armed = next;
 }
 
@@ -797,8 +734,8 @@ static void leader_exited(int status)
 		R.has_code = 1;
 		R.code = WEXITSTATUS(status);
 	}
-	write_receipt();
-	emit("leader", 0, 0, R.has_code ? &R.code : NULL, R.has_signal ? &R.signal : NULL, stop_reason, NULL);
+	hf_guardian_receipt();
+	emit("leader");
 }
 
 /* reap waits for every child that has exited, adopted orphans included;
@@ -847,7 +784,7 @@ static void on_stop_request(const struct signalfd_siginfo *si)
 			int64_t at = now + grace + 2000 * NS_PER_MS;
 			if (at < backup_at)
 				backup_at = at;
-			write_receipt();
+			hf_guardian_receipt();
 			return;
 		}
 		stop_tree(reason, now + grace);
@@ -901,11 +838,11 @@ static void ctl_handle(char *line)
 		if (hf_parse_i64(line + 1, &v) == 0 && v > 0 && v < NSIG && leader_alive)
 			kill(leader_pid, (int)v); /* unreaped: the PID is still ours */
 		break;
-	case HF_MSG_STOP: {
-		int r = hf_reason_code(line + 1);
-		stop_tree(r ? r : HF_R_USER, hf_mono_now() + cfg.grace_ns);
+	case HF_MSG_STOP: /* the reason's code (protocol.go, encodeStop) */
+		if (hf_parse_i64(line + 1, &v) < 0 || v < 1 || v > HF_R_MAX)
+			v = HF_R_USER;
+		stop_tree((int)v, hf_mono_now() + cfg.grace_ns);
 		break;
-	}
 	}
 }
 
@@ -997,7 +934,7 @@ static void tee_read(struct tee *t)
 		 * everything. */
 		if (t->file >= 0 && hf_write_all(t->file, t->buf, (size_t)n) < 0) {
 			hf_log("writing the output file: %s; it is cut here", hf_errstr(errno));
-			output_truncated = 1;
+			hf_output_truncated = 1;
 			close(t->file);
 			t->file = -1;
 		}
@@ -1082,19 +1019,6 @@ static void open_late_dir(void)
 	close(HF_FD_PARENT);
 }
 
-static void ensure_std_fds(void)
-{
-	for (int fd = 0; fd < 3; fd++) {
-		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
-			int n = open("/dev/null", O_RDWR);
-			if (n >= 0 && n != fd) {
-				dup2(n, fd);
-				close(n);
-			}
-		}
-	}
-}
-
 /* stop_pending reads the signals queued at the gate (there are no
  * children yet: a SIGCHLD is nothing) and reports a stop request among
  * them. */
@@ -1133,10 +1057,7 @@ int hf_guardian_main(void)
 	 * anything starts (see the gate below). */
 	sigset_t mask;
 	hf_helper_start(&mask, 1, HF_FD_PARENT, oom_adj);
-	sigaddset(&mask, HF_SIG_DEADLINE); /* a moved deadline (hf.h) */
-	sigprocmask(SIG_BLOCK, &mask, NULL);
-	self_pid = getpid();
-	ensure_std_fds();
+	self_pid = getpid(); /* 0, 1 and 2 are open: the launcher's (launch.go) */
 	if (fcntl(HF_FD_DIR, F_GETFD) >= 0)
 		hf_log_dirfd = HF_FD_DIR;
 	/* A subreaper before anything can be orphaned to us. */
@@ -1196,7 +1117,7 @@ int hf_guardian_main(void)
 	}
 	/* Released: the receipt is never empty from here on (an empty receipt
 	 * of a guardian that is gone proves it never started anything). */
-	write_receipt();
+	hf_guardian_receipt();
 
 	static char msg[ERRMSG_MAX];
 	int out = HF_FD_STDOUT, err = HF_FD_STDERR;
@@ -1267,8 +1188,8 @@ int hf_guardian_main(void)
 	struct hf_stat wst;
 	if (hf_read_stat(pid, &wst) == 0)
 		R.workload_start = wst.start;
-	write_receipt();
-	emit("started", pid, R.workload_start, NULL, NULL, 0, NULL);
+	hf_guardian_receipt();
+	emit("started");
 
 	if (rel.nextra)
 		ctl_feed(rel.extra, rel.nextra);
@@ -1323,11 +1244,11 @@ int hf_guardian_main(void)
 	clock_gettime(CLOCK_REALTIME, &R.tree_at);
 	/* Files mode: the artifacts are beside the receipt. */
 	if (!cfg.pipe_mode && !cfg.inherit_mode && fs_full(HF_FD_RECEIPT))
-		output_truncated = 1;
+		hf_output_truncated = 1;
 	R.has_tree = 1;
 	R.complete = 1;
-	write_receipt();
-	emit("tree", 0, 0, NULL, NULL, stop_reason, NULL);
+	hf_guardian_receipt();
+	emit("tree");
 	if (cfg.auto_stop)
 		finish_environment();
 	return 0;

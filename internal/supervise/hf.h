@@ -62,7 +62,6 @@ int64_t hf_read_deadline(int dirfd, const char *path);
 enum { HF_R_NONE, HF_R_USER, HF_R_DEADLINE, HF_R_IDLE, HF_R_OWNER_EXIT, HF_R_TIMEOUT, HF_R_CANCELLED,
 	HF_R_COMPLETED, HF_R_KEEPER_LOST, HF_R_LIMIT, HF_R_ABANDONED, HF_R_MAX = HF_R_ABANDONED };
 const char *hf_reason_name(int code);
-int hf_reason_code(const char *name);
 
 /* Exposed for the Go-side consistency test. */
 const char *hf_guardian_mode(void);
@@ -70,12 +69,15 @@ const char *hf_guardian_mode(void);
 /* ---- common helpers (hf_common.c) ---- */
 #define NS_PER_MS 1000000LL
 int64_t hf_mono_now(void);
-/* hf_helper_start blocks SIGTERM (and SIGCHLD with chld) for a signalfd
- * on mask, ignores the signals of a terminal or a gone reader, and makes
- * descriptors 3 to last close-on-exec. */
+/* hf_helper_start blocks SIGTERM, HF_SIG_DEADLINE (and SIGCHLD with
+ * chld) for a signalfd on mask, ignores the signals of a terminal or a
+ * gone reader, and makes descriptors 3 to last close-on-exec. */
 #define HF_OOM_ADJ_LEN 16
 void hf_helper_start(sigset_t *mask, int chld, int last, char oom_orig[HF_OOM_ADJ_LEN]);
 int hf_write_all(int fd, const char *p, size_t n); /* 0, or -1 with errno */
+/* hf_arm_timer sets timerfd tfd to CLOCK_MONOTONIC time at (INT64_MAX:
+ * disarmed). */
+int hf_arm_timer(int tfd, int64_t at);
 void hf_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern int hf_log_dirfd; /* guardian: create guardian.log here on first use */
 const char *hf_errstr(int err);
@@ -173,7 +175,10 @@ void hf_stop_guardians(const char *mount, const char *group, pid_t skip, int rea
 #define HF_SESS_MAXC 16
 #define HF_SESS_IN_MAX (16 << 10)
 struct pollfd;
-int hf_session_key(const char *k, const char *v);
+/* The release's session keys (guardian.c's table): session=tty|stdin and
+ * the terminal's size. */
+extern int hf_sess_tty, hf_sess_stdin;
+extern int64_t hf_sess_cols, hf_sess_rows;
 int hf_session_setup(int *in, int *out, int *err, char *msg, size_t cap);
 int hf_session_child(void);
 void hf_session_started(void);
@@ -184,9 +189,10 @@ void hf_session_leader_exited(int status);
 int64_t hf_session_activity(int64_t now);
 void hf_session_times(struct timespec *in, struct timespec *out);
 void hf_session_end(void);
-/* guardian.c, for the session loop */
+/* guardian.c, for the session loop: rewrite the receipt; the output
+ * files were cut (a write failed). */
 void hf_guardian_receipt(void);
-void hf_guardian_truncated(void);
+extern int hf_output_truncated;
 
 int hf_guardian_main(void);
 int hf_keeper_main(void);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,14 +31,6 @@ const char *hf_reason_name(int code)
 	if (code < 0 || code > HF_R_MAX)
 		return "";
 	return reason_names[code];
-}
-
-int hf_reason_code(const char *name)
-{
-	for (int i = 1; i <= HF_R_MAX; i++)
-		if (!strcmp(name, reason_names[i]))
-			return i;
-	return HF_R_NONE;
 }
 
 int64_t hf_mono_now(void)
@@ -75,6 +68,7 @@ void hf_helper_start(sigset_t *mask, int chld, int last, char oom_orig[HF_OOM_AD
 	ign.sa_handler = SIG_IGN;
 	sigemptyset(mask);
 	sigaddset(mask, SIGTERM);
+	sigaddset(mask, HF_SIG_DEADLINE); /* a moved deadline (hf.h) */
 	if (chld)
 		sigaddset(mask, SIGCHLD);
 	sigprocmask(SIG_BLOCK, mask, NULL);
@@ -85,6 +79,17 @@ void hf_helper_start(sigset_t *mask, int chld, int last, char oom_orig[HF_OOM_AD
 		if (fl >= 0)
 			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
 	}
+}
+
+int hf_arm_timer(int tfd, int64_t at)
+{
+	struct itimerspec its = {{0, 0}, {0, 0}};
+	if (at != INT64_MAX) {
+		at = at < 1 ? 1 : at;
+		its.it_value.tv_sec = at / 1000000000LL;
+		its.it_value.tv_nsec = at % 1000000000LL;
+	}
+	return timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
 int hf_log_dirfd = -1;

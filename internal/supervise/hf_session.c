@@ -44,7 +44,8 @@
 #define SOCK_NAME "session.sock"
 
 static int mode; /* 0 none, HF_SESS_TTY, HF_SESS_STDIN */
-static unsigned short cols = 80, rows = 24;
+int hf_sess_tty, hf_sess_stdin;
+int64_t hf_sess_cols = 80, hf_sess_rows = 24;
 static int master = -1, slave = -1, pin = -1; /* pty; stdin pipe's read end */
 static int inw = -1;                          /* where input goes */
 static int logw = -1, logr = -1, lsock = -1;
@@ -80,26 +81,11 @@ static void put(unsigned char *p, uint64_t v, int n) /* n bytes, big-endian */
 		p[n] = (unsigned char)v, v >>= 8;
 }
 
-int hf_session_key(const char *k, const char *v)
-{
-	int64_t n;
-	if (!strcmp(k, "session")) {
-		mode = !strcmp(v, "tty") ? HF_SESS_TTY : !strcmp(v, "stdin") ? HF_SESS_STDIN : -1;
-		return mode < 0 ? -1 : 1;
-	}
-	if (!strcmp(k, "tty_cols") || !strcmp(k, "tty_rows")) {
-		if (hf_parse_i64(v, &n) < 0 || n < 1 || n > 65535)
-			return -1;
-		*(k[4] == 'c' ? &cols : &rows) = (unsigned short)n;
-		return 1;
-	}
-	return 0;
-}
-
 /* hf_session_setup makes the pty or the stdin pipe and the socket before
  * the workload starts, replacing *in (and *out, *err for a tty). */
 int hf_session_setup(int *in, int *out, int *err, char *msg, size_t cap)
 {
+	mode = hf_sess_tty ? HF_SESS_TTY : hf_sess_stdin ? HF_SESS_STDIN : 0;
 	if (!mode)
 		return 0;
 	char p[64];
@@ -120,7 +106,7 @@ int hf_session_setup(int *in, int *out, int *err, char *msg, size_t cap)
 			snprintf(msg, cap, "session: opening a pseudo-terminal: %s", hf_errstr(errno));
 			return -1;
 		}
-		struct winsize ws = {.ws_row = rows, .ws_col = cols};
+		struct winsize ws = {.ws_row = (unsigned short)hf_sess_rows, .ws_col = (unsigned short)hf_sess_cols};
 		ioctl(master, TIOCSWINSZ, &ws);
 		fcntl(master, F_SETFL, O_RDWR | O_NONBLOCK);
 		inw = master;
@@ -425,7 +411,7 @@ static void read_pty(void)
 				continue;
 			if (w < 0) {
 				hf_log("writing the session's log: %s; it is cut here", hf_errstr(errno));
-				hf_guardian_truncated();
+				hf_output_truncated = 1;
 				close(logw);
 				logw = -1;
 				break;

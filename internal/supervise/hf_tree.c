@@ -22,13 +22,6 @@
 
 #include "hf.h"
 
-#ifndef SYS_pidfd_send_signal
-#define SYS_pidfd_send_signal 424
-#endif
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-
 int hf_in_cgroup(pid_t pid, const char *mount, const char *group)
 {
 	static char b[8192];

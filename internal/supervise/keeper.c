@@ -14,10 +14,12 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,30 +33,8 @@
 
 #include "hf.h"
 
-#ifndef SYS_open_tree
-#define SYS_open_tree 428
-#endif
-#ifndef SYS_move_mount
-#define SYS_move_mount 429
-#endif
-#ifndef SYS_mount_setattr
-#define SYS_mount_setattr 442
-#endif
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_openat2
-#define SYS_openat2 437
-#endif
-// openat2(2)'s argument and the flag used (linux/openat2.h, the kernel's
-// ABI since 5.6), spelled here like the mount API's below, so that the C
-// library's own headers suffice: musl-gcc has no kernel headers.
-struct hf_open_how {
-	uint64_t flags;
-	uint64_t mode;
-	uint64_t resolve;
-};
-#define HF_RESOLVE_NO_SYMLINKS 0x04
+/* The mount API's flags and mount_setattr's argument (linux/mount.h,
+ * which glibc before 2.36 can't include beside sys/mount.h). */
 #define HF_OPEN_TREE_CLONE 1
 #define HF_AT_RECURSIVE 0x8000
 #define HF_MOVE_MOUNT_F_EMPTY_PATH 0x00000004
@@ -94,6 +74,16 @@ static struct {
 
 static struct hf_msg cfgmsg;
 static char errmsg[2048];
+
+/* kerr keeps the error of building the view, for refuse; it returns -1. */
+__attribute__((format(printf, 1, 2))) static int kerr(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(errmsg, sizeof errmsg, fmt, ap);
+	va_end(ap);
+	return -1;
+}
 
 static int parse_config(struct hf_msg *m)
 {
@@ -179,32 +169,24 @@ static int pin_files(void)
 		char link[64], path[HF_MAX_PATH];
 		snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
 		ssize_t n = readlink(link, path, sizeof path - 1);
-		if (n <= 0 || path[0] != '/') {
-			snprintf(errmsg, sizeof errmsg, "view: tree descriptor %d: %s", fd, n < 0 ? hf_errstr(errno) : "not a path");
-			return -1;
-		}
+		if (n <= 0 || path[0] != '/')
+			return kerr("view: tree descriptor %d: %s", fd, n < 0 ? hf_errstr(errno) : "not a path");
 		path[n] = 0;
-		struct hf_open_how how;
+		struct open_how how;
 		memset(&how, 0, sizeof how);
 		how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-		how.resolve = HF_RESOLVE_NO_SYMLINKS;
+		how.resolve = RESOLVE_NO_SYMLINKS;
 		int nfd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
-		if (nfd < 0) {
-			snprintf(errmsg, sizeof errmsg, "view: tree %.1900s: %s", path, hf_errstr(errno));
-			return -1;
-		}
+		if (nfd < 0)
+			return kerr("view: tree %.1900s: %s", path, hf_errstr(errno));
 		struct stat a, b;
-		if (fstat(fd, &a) < 0 || fstat(nfd, &b) < 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
-			close(nfd);
-			snprintf(errmsg, sizeof errmsg, "view: tree %.1900s is no longer the directory the launcher verified", path);
-			return -1;
-		}
-		if (dup3(nfd, fd, O_CLOEXEC) < 0) {
-			close(nfd);
-			snprintf(errmsg, sizeof errmsg, "view: tree %.1900s: %s", path, hf_errstr(errno));
-			return -1;
-		}
+		int same = fstat(fd, &a) == 0 && fstat(nfd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+		int r = same ? dup3(nfd, fd, O_CLOEXEC) : -1, e = errno;
 		close(nfd);
+		if (!same)
+			return kerr("view: tree %.1900s is no longer the directory the launcher verified", path);
+		if (r < 0)
+			return kerr("view: tree %.1900s: %s", path, hf_errstr(e));
 	}
 	return 0;
 }
@@ -212,10 +194,8 @@ static int pin_files(void)
 static int fail_op(const char *what, const char *target)
 {
 	if (errno == ELOOP)
-		snprintf(errmsg, sizeof errmsg, "view: %s %s: a component is a symbolic link, which hostfork never follows to a mount target; name the real path", what, target);
-	else
-		snprintf(errmsg, sizeof errmsg, "view: %s %s: %s", what, target, hf_errstr(errno));
-	return -1;
+		return kerr("view: %s %s: a component is a symbolic link, which hostfork never follows to a mount target; name the real path", what, target);
+	return kerr("view: %s %s: %s", what, target, hf_errstr(errno));
 }
 
 /* resolve opens path (absolute) in this mount namespace as an O_PATH
@@ -227,10 +207,10 @@ static int fail_op(const char *what, const char *target)
  * the way are made (mode 0755), each relative to its opened parent. */
 static int resolve(const char *path, int mk)
 {
-	struct hf_open_how how;
+	struct open_how how;
 	memset(&how, 0, sizeof how);
 	how.flags = O_PATH | O_CLOEXEC;
-	how.resolve = HF_RESOLVE_NO_SYMLINKS;
+	how.resolve = RESOLVE_NO_SYMLINKS;
 	if (!mk)
 		return (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
 	char p[PATH_MAX];
@@ -413,14 +393,17 @@ static int apply_ops(void)
 	return 0;
 }
 
-static void ready(const char *line)
+/* ready reports "ok", or "error MESSAGE" (keeper.go), on the ready
+ * channel: one line. */
+static void ready(const char *prefix, const char *msg)
 {
 	char b[2200];
-	int n = snprintf(b, sizeof b, "%s\n", line);
+	int n = snprintf(b, sizeof b, "%s%s\n", prefix, msg);
 	if (n > (int)sizeof b - 1)
 		n = (int)sizeof b - 1, b[n - 1] = '\n';
 	hf_write_all(HF_KFD_READY, b, (size_t)n);
 }
+
 
 /* stop_commands ends every command of the environment: each guardian is
  * asked to stop its tree with the reason and the grace (its receipt then
@@ -457,16 +440,8 @@ static void arm_deadline(int tfd)
 	int64_t moved = rundir < 0 ? -1 : hf_read_deadline(rundir, HF_DEADLINE_FILE);
 	if (moved > 0)
 		kc.deadline_ns = moved;
-	if (kc.deadline_ns <= 0)
-		return;
-	struct itimerspec its;
-	memset(&its, 0, sizeof its);
-	int64_t at = kc.deadline_ns - kc.grace_ns;
-	if (at < 1)
-		at = 1;
-	its.it_value.tv_sec = at / 1000000000LL;
-	its.it_value.tv_nsec = at % 1000000000LL;
-	timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
+	if (kc.deadline_ns > 0)
+		hf_arm_timer(tfd, kc.deadline_ns - kc.grace_ns);
 }
 
 int hf_keeper_main(void)
@@ -474,13 +449,11 @@ int hf_keeper_main(void)
 	sigset_t mask;
 	char oom_adj[HF_OOM_ADJ_LEN]; /* the keeper runs nothing: unused */
 	hf_helper_start(&mask, 0, HF_KFD_OWNER, oom_adj);
-	sigaddset(&mask, HF_SIG_DEADLINE); /* a moved deadline (hf.h) */
-	sigprocmask(SIG_BLOCK, &mask, NULL);
 	for (int i = 0; i < MAX_SLOTS; i++)
 		slots[i] = -1;
 	int r = hf_read_msg(HF_KFD_CONFIG, &cfgmsg);
 	if (r <= 0 || parse_config(&cfgmsg) < 0) {
-		ready("error reading the keeper's configuration");
+		ready("error ", "reading the keeper's configuration");
 		return 125;
 	}
 	/* A rootless view: a user namespace of our own, in which we hold
@@ -490,11 +463,11 @@ int hf_keeper_main(void)
 	 * configuration pipe. The mount namespace made next belongs to it. */
 	if (kc.userns) {
 		if (unshare(CLONE_NEWUSER) < 0) {
-			snprintf(errmsg, sizeof errmsg, "error a user namespace: unshare: %s", hf_errstr(errno));
-			ready(errmsg);
+			kerr("a user namespace: unshare: %s", hf_errstr(errno));
+			ready("error ", errmsg);
 			return 125;
 		}
-		ready("userns");
+		ready("userns", "");
 		char c = 0;
 		ssize_t n;
 		while ((n = read(HF_KFD_CONFIG, &c, 1)) < 0 && errno == EINTR)
@@ -513,31 +486,23 @@ int hf_keeper_main(void)
 		if (d >= 0 && d != HF_KFD_RUNDIR)
 			close(d);
 	}
-	if (unshare(CLONE_NEWNS) < 0) {
-		snprintf(errmsg, sizeof errmsg, "a private mount namespace: unshare: %s", hf_errstr(errno));
-		ready(errmsg);
-		return 125;
-	}
-	/* Nothing made in the view may propagate back to the host. A
-	 * recursive slave still receives the host's own mounts and unmounts
-	 * on every shared host mount; private ones stay private. */
-	if (mount(NULL, "/", NULL, MS_REC | (kc.slave ? MS_SLAVE : MS_PRIVATE), NULL) < 0) {
-		snprintf(errmsg, sizeof errmsg, "making the view %s: %s", kc.slave ? "a slave" : "private", hf_errstr(errno));
-		ready(errmsg);
-		return 125;
-	}
-	int applied = pin_files() < 0 ? -1 : apply_ops();
+	/* A private mount namespace, from which nothing made in the view may
+	 * propagate back to the host. A recursive slave still receives the
+	 * host's own mounts and unmounts on every shared host mount; private
+	 * ones stay private. */
+	int applied = unshare(CLONE_NEWNS) < 0 ? kerr("a private mount namespace: unshare: %s", hf_errstr(errno))
+	    : mount(NULL, "/", NULL, MS_REC | (kc.slave ? MS_SLAVE : MS_PRIVATE), NULL) < 0
+	    ? kerr("making the view %s: %s", kc.slave ? "a slave" : "private", hf_errstr(errno))
+	    : pin_files() < 0 ? -1 : apply_ops();
 	/* The trees' descriptors (KeeperSpec.Files, from fd 6 on) were only
 	 * for building the view. */
 	syscall(SYS_close_range, HF_KFD_OWNER + 1, ~0U, 0);
 	if (applied < 0) {
-		char line[2100];
-		snprintf(line, sizeof line, "error %s", errmsg);
-		ready(line);
+		ready("error ", errmsg);
 		return 125;
 	}
 	hf_free_msg(&cfgmsg);
-	ready("ok");
+	ready("ok", "");
 	close(HF_KFD_READY);
 	if (chdir("/") < 0)
 		hf_log("keeper: chdir /: %s", hf_errstr(errno));

@@ -62,9 +62,9 @@ const (
 // After the release, newline-terminated text lines:
 //
 //	"s<signo>\n"   send signal signo to the leader (while it is unreaped)
-//	"t<reason>\n"  stop the tree (SIGTERM, grace, SIGKILL); the first
-//	               reason is recorded; reason has no newline, at most
-//	               maxReason bytes
+//	"t<code>\n"    stop the tree (SIGTERM, grace, SIGKILL); the first
+//	               reason is recorded; code is the reason's number
+//	               (reasonCodes; an unknown one is "user")
 //
 // Unknown lines are ignored. EOF after the release means the owner is gone:
 // with owner_exit "stop" the guardian stops the tree with reason
@@ -184,18 +184,13 @@ type Config struct {
 	RunDir string `json:"run_dir,omitempty"`
 }
 
-// Event is one guardian → launcher message: one line of key=value fields
-// on fdEvents, keyed by the JSON names below (fields.go). A dead launcher
-// only loses events; the receipt is the durable channel.
+// Event is one guardian → launcher message, a line "ev=KIND" on fdEvents
+// (fields.go), written once the receipt holds what it announces: the
+// facts (the workload's identity, the exit, the stop reason, a start
+// error) are read from the receipt, which the event vouches for. A dead
+// launcher only loses events; the receipt is the durable channel.
 type Event struct {
-	Kind      string         `json:"ev"` // started | exec-failed | leader | tree
-	PID       int            `json:"pid,omitempty"`
-	StartTime uint64         `json:"start,omitempty"`
-	ExitCode  *int           `json:"code,omitempty"`
-	Signal    *int           `json:"signal,omitempty"`
-	Reason    api.StopReason `json:"reason,omitempty"`
-	Error     string         `json:"error,omitempty"`
-	At        time.Time      `json:"at"`
+	Kind string `json:"ev"` // started | exec-failed | leader | tree
 }
 
 // Receipt is the guardian's durable record, written through fdReceipt.
@@ -343,6 +338,9 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 		put("auto_stop", "1")
 	}
 	if cfg.Session != "" {
+		if cfg.Session != "tty" && cfg.Session != "stdin" {
+			return nil, fmt.Errorf("release: session %q is neither tty nor stdin", cfg.Session)
+		}
 		put("session", cfg.Session)
 	}
 	if cfg.TTYCols > 0 && cfg.TTYRows > 0 {
@@ -365,12 +363,13 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// encodeStop frames a stop request.
+// encodeStop frames a stop request: the reason's code (reasonCodes).
 func encodeStop(reason api.StopReason) ([]byte, error) {
-	if reasonCode(reason) == 0 {
+	code := reasonCode(reason)
+	if code == 0 {
 		return nil, fmt.Errorf("stop reason %q is not one the guardian knows", reason)
 	}
-	return []byte(string(msgStop) + string(reason) + "\n"), nil
+	return []byte(string(msgStop) + strconv.Itoa(code) + "\n"), nil
 }
 
 // StopValue is the si_int of a queued stop signal: the reason's code, the

@@ -60,7 +60,7 @@ func TestEncodeRelease(t *testing.T) {
 	if _, err := encodeStop("a\nb"); err == nil {
 		t.Fatal("newline in reason accepted")
 	}
-	if m, _ := encodeStop(api.ReasonUser); string(m) != "tuser\n" {
+	if m, _ := encodeStop(api.ReasonUser); string(m) != "t1\n" {
 		t.Fatalf("stop %q", m)
 	}
 	if m := encodeSignal(15); string(m) != "s15\n" {

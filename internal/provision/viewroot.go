@@ -1,4 +1,4 @@
-package engine
+package provision
 
 import (
 	"context"
@@ -18,11 +18,8 @@ import (
 // lives as long as the keeper); the host's "/" for one without. Paths are
 // then resolved with safefs.Root's rules, with the caller's rights, which
 // are the environment's user's: the store's owner runs its commands.
-func (e *Engine) ViewRoot(ctx context.Context, id string) (*safefs.Root, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
-	env, err := e.reg.Env(ctx, id)
+func ViewRoot(ctx context.Context, reg *records.Records, id string) (*safefs.Root, error) {
+	env, err := reg.Env(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +36,7 @@ func (e *Engine) ViewRoot(ctx context.Context, id string) (*safefs.Root, error) 
 	if env.State != api.EnvActive {
 		return nil, gone()
 	}
-	r, err := keeperRoot(env.Keeper)
+	r, err := KeeperRoot(env.Keeper)
 	if errors.Is(err, linux.ErrNoProcess) || errors.Is(err, linux.ErrIdentityMismatch) {
 		return nil, gone()
 	}
@@ -49,10 +46,10 @@ func (e *Engine) ViewRoot(ctx context.Context, id string) (*safefs.Root, error) 
 	return r, nil
 }
 
-// keeperRoot opens the root of the keeper's mount namespace, the view:
+// KeeperRoot opens the root of the keeper's mount namespace, the view:
 // its /proc/PID/root, through a pidfd verified against the recorded
 // identity and checked alive after the open (linux.Pidfd.OpenRoot).
-func keeperRoot(id *api.Identity) (*safefs.Root, error) {
+func KeeperRoot(id *api.Identity) (*safefs.Root, error) {
 	p, err := linux.OpenVerified(records.ToLinux(id))
 	if err != nil {
 		return nil, err

@@ -1,4 +1,12 @@
-package engine
+// Package fork makes new environments whose trees start as a parent's
+// trees at one instant (decision 112): it freezes the parent's commands
+// for one tree's taking, takes the trees (provision.ForkTrees), and has
+// the engine build each child as it builds a created environment. The
+// engine reserves and builds the children; what the fork needs of it
+// comes through the small Engine interface.
+//
+// Only the engine imports it.
+package fork
 
 import (
 	"context"
@@ -13,14 +21,15 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/fault"
+	"github.com/habemus-papadum/hostfork/internal/planner"
 	"github.com/habemus-papadum/hostfork/internal/provision"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
-// MaxForkCount is the most environments one fork makes (decision 112).
-const MaxForkCount = 64
+// MaxCount is the most environments one fork makes (decision 112).
+const MaxCount = 64
 
 // forkBuilders is how many children a fork builds at once.
 const forkBuilders = 4
@@ -28,15 +37,37 @@ const forkBuilders = 4
 // forkFreezeWait bounds waiting for the parent's commands to report frozen.
 const forkFreezeWait = 5 * time.Second
 
-// ForkOptions asks for a fork: Count children (1..MaxForkCount), each
+// Options asks for a fork: Count children (1..MaxCount), each
 // with the parent's labels plus Labels, and TTL as its time limit when
 // set (the parent's otherwise), and OwnerExit as its owner-exit policy
 // when set (the parent's otherwise).
-type ForkOptions struct {
+type Options struct {
 	Count     int
 	Labels    map[string]string
 	TTL       time.Duration
 	OwnerExit string
+}
+
+// Engine is what a fork needs of the engine: the store's planning, and
+// reserving a child (its record and intents, one commit) that it then
+// builds like a created environment.
+type Engine interface {
+	Plan(ctx context.Context, s spec.Environment) (*spec.Plan, error)
+	PlanView(ctx context.Context, p *spec.Plan) (map[string]*planner.Source, error)
+	Reserve(ctx context.Context, p *spec.Plan, infos map[string]*planner.Source, origin *api.ForkOrigin) (Child, error)
+}
+
+// Child is one reserved child environment.
+type Child interface {
+	// Record is the child's record; the fork sets its Trees and Fork.
+	Record() *api.Env
+	// TreeIntents are the intents of the child's trees, by tree name.
+	TreeIntents() map[string]*registry.Intent
+	// Build builds and activates the child from its taken trees; a
+	// child that fails is abandoned.
+	Build(ctx context.Context) error
+	// Abandon undoes the reserved child, recording cause.
+	Abandon(cause error)
 }
 
 // Fork makes o.Count new environments whose trees start as the parent's
@@ -52,14 +83,11 @@ type ForkOptions struct {
 // child (exactly what was made is removed) and leaves the parent thawed;
 // a child whose build fails is abandoned, and the others are returned
 // with the error.
-func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
+func Fork(ctx context.Context, reg *records.Records, e Engine, id string, o Options) ([]*api.Env, error) {
+	if o.Count < 1 || o.Count > MaxCount {
+		return nil, fmt.Errorf("fork: a count of %d is outside 1..%d (the most environments one fork makes); ask for fewer: %w", o.Count, MaxCount, api.ErrInvalid)
 	}
-	if o.Count < 1 || o.Count > MaxForkCount {
-		return nil, fmt.Errorf("fork: a count of %d is outside 1..%d (the most environments one fork makes); ask for fewer: %w", o.Count, MaxForkCount, api.ErrInvalid)
-	}
-	parent, err := e.reg.Env(ctx, id)
+	parent, err := reg.Env(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +124,7 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	}
 	check := *p
 	check.Unsupported, check.Trees, check.Notes = nil, nil, nil
-	infos, err := e.plans().PlanView(ctx, &check)
+	infos, err := e.PlanView(ctx, &check)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +141,7 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 			unlock()
 		}
 	}()
-	if parent, err = e.reg.Env(ctx, id); err != nil {
+	if parent, err = reg.Env(ctx, id); err != nil {
 		return nil, err
 	}
 	if err := forkable(parent); err != nil {
@@ -121,16 +149,16 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	}
 	freeze := parent.State == api.EnvActive
 
-	var kids []*creation
+	var kids []Child
 	origin := &api.ForkOrigin{Parent: parent.ID}
 	fail := func(err error) ([]*api.Env, error) {
 		for _, c := range kids {
-			c.abandon(fmt.Errorf("fork of %s: %w", parent.ID, err), nil)
+			c.Abandon(fmt.Errorf("fork of %s: %w", parent.ID, err))
 		}
 		return nil, err
 	}
 	for i := 0; i < o.Count; i++ {
-		c, err := e.reserveEnv(ctx, p, infos, nil, origin)
+		c, err := e.Reserve(ctx, p, infos, origin)
 		if err != nil {
 			return fail(err)
 		}
@@ -138,10 +166,10 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	}
 	var fin *registry.Intent
 	if freeze {
-		fin = &registry.Intent{EnvID: parent.ID, Kind: registry.KindFreeze, Target: registry.FreezeTarget(filepath.Join(parent.CgroupPath, cgCommands))}
+		fin = &registry.Intent{EnvID: parent.ID, Kind: registry.KindFreeze, Target: registry.FreezeTarget(filepath.Join(parent.CgroupPath, records.CommandsGroup))}
 		var b registry.Batch
 		b.AddIntent(fin)
-		if err := e.reg.Commit(ctx, &b); err != nil {
+		if err := reg.Commit(ctx, &b); err != nil {
 			return fail(fmt.Errorf("recording the freeze: %w", err))
 		}
 	}
@@ -150,16 +178,16 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	var g *cgroup.Group
 	start := time.Now()
 	if freeze {
-		g = cgroup.Open(filepath.Join(parent.CgroupPath, cgCommands))
+		g = cgroup.Open(filepath.Join(parent.CgroupPath, records.CommandsGroup))
 		if err := g.SetFrozen(true); err != nil {
-			e.thaw(g, fin)
+			thaw(reg, g, fin)
 			return fail(err)
 		}
 		wctx, cancel := context.WithTimeout(ctx, forkFreezeWait)
 		_, err := g.WaitEvent(wctx, func(ev cgroup.Events) bool { return ev.Frozen })
 		cancel()
 		if err != nil {
-			e.thaw(g, fin)
+			thaw(reg, g, fin)
 			return fail(fmt.Errorf("fork: the parent's commands did not freeze: %w", err))
 		}
 		fault.Point(fault.ForkFrozen)
@@ -169,11 +197,12 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	// thaw, which nothing writes before the children are built: the same
 	// instant, with the freeze as short as one tree's taking.
 	at := time.Now().UTC()
-	trees, takeErr := provision.ForkTrees(ctx, kids[0].rec.ID, parent.ID, parent.ID, parent.Trees, p, kids[0].treeIn)
-	kids[0].rec.Trees = trees
+	first := kids[0].Record()
+	trees, takeErr := provision.ForkTrees(ctx, first.ID, parent.ID, parent.ID, parent.Trees, p, kids[0].TreeIntents())
+	first.Trees = trees
 	var frozenFor time.Duration
 	if freeze {
-		if err := e.thaw(g, fin); err != nil && takeErr == nil {
+		if err := thaw(reg, g, fin); err != nil && takeErr == nil {
 			takeErr = err
 		}
 		frozenFor = time.Since(start)
@@ -185,8 +214,9 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	}
 	fault.Point(fault.ForkThawed)
 	for _, c := range kids[1:] {
-		trees, err := provision.ForkTrees(ctx, c.rec.ID, parent.ID, kids[0].rec.ID, kids[0].rec.Trees, p, c.treeIn)
-		c.rec.Trees = trees
+		rec := c.Record()
+		trees, err := provision.ForkTrees(ctx, rec.ID, parent.ID, first.ID, first.Trees, p, c.TreeIntents())
+		rec.Trees = trees
 		if err != nil {
 			return fail(err)
 		}
@@ -194,7 +224,7 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 
 	ids := make([]string, len(kids))
 	for i, c := range kids {
-		ids[i] = c.rec.ID
+		ids[i] = c.Record().ID
 	}
 	// The children are built side by side (each its cgroups, limits,
 	// keeper and view, and its activation commit), a few at a time.
@@ -202,27 +232,14 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, forkBuilders)
 	for i, c := range kids {
-		c.forked = true
-		c.rec.Fork = &api.ForkOrigin{Parent: parent.ID, At: &at, Frozen: freeze, FrozenFor: api.Duration(frozenFor), Siblings: ids}
+		c.Record().Fork = &api.ForkOrigin{Parent: parent.ID, At: &at, Frozen: freeze, FrozenFor: api.Duration(frozenFor), Siblings: ids}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			err := c.build(ctx)
-			if err == nil {
-				err = c.activate(ctx, nil)
-			}
-			if err == nil {
-				err = c.commitKeeper()
-			}
-			if err != nil {
-				c.abandon(err, nil)
+			if err := c.Build(ctx); err != nil {
 				errs[i] = fmt.Errorf("fork: child %d of %d: %w", i+1, len(kids), err)
-				return
-			}
-			if !c.rec.AutoStop {
-				e.reg.WriteManifest(ctx, c.rec.ID)
 			}
 		}()
 	}
@@ -232,7 +249,7 @@ func (e *Engine) Fork(ctx context.Context, id string, o ForkOptions) ([]*api.Env
 	out := make([]*api.Env, 0, len(kids))
 	for i, c := range kids {
 		if errs[i] == nil {
-			out = append(out, c.rec)
+			out = append(out, c.Record())
 		}
 	}
 	return out, errors.Join(errs...)
@@ -258,12 +275,12 @@ func forkable(env *api.Env) error {
 }
 
 // thaw thaws the parent's commands group and settles the freeze intent.
-func (e *Engine) thaw(g *cgroup.Group, in *registry.Intent) error {
+func thaw(reg *records.Records, g *cgroup.Group, in *registry.Intent) error {
 	err := g.SetFrozen(false)
 	if err == nil || !g.Exists() {
 		var b registry.Batch
 		b.SettleIntent(in.ID, registry.Fact{Exists: false})
-		if cerr := e.reg.Commit(context.Background(), &b); cerr != nil {
+		if cerr := reg.Commit(context.Background(), &b); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}

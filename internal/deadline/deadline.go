@@ -1,4 +1,11 @@
-package engine
+// Package deadline moves an active environment's deadline, later or
+// earlier (Engine.SetDeadline, docs/decisions/100-extend.md): the record
+// first, under the environment's lock, then every independent enforcer —
+// the systemd scope, the deadline file the guardians and the keeper read,
+// and a poke to each of them.
+//
+// Only the engine imports it.
+package deadline
 
 import (
 	"context"
@@ -12,12 +19,13 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/lockfile"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
+	"github.com/habemus-papadum/hostfork/internal/store"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/systemd"
 )
 
-// SetDeadline moves environment id's deadline to at, later or earlier
-// (docs/decisions/100-extend.md). Under the environment's lock (so no
+// Move moves environment id's deadline to at, later or earlier, within
+// cfg's maximum lifetime. Under the environment's lock (so no
 // stop, reaper or other move interleaves) it records the move (the record
 // and an env.deadline_moved event, one commit), then hands the new
 // deadline to every independent enforcer before it returns: the systemd
@@ -25,15 +33,8 @@ import (
 // nothing changed), the deadline file the guardians and the keeper read,
 // and a poke to each of them. A caller that dies once it returned
 // leaves the new deadline in force.
-func (e *Engine) SetDeadline(ctx context.Context, id string, at time.Time) (*api.Env, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
-	cfg, err := e.Config()
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := records.EnvLock(e.reg.RunDir(id), 5*time.Second)
+func Move(ctx context.Context, reg *records.Records, id string, at time.Time, cfg *store.Config) (*api.Env, error) {
+	unlock, err := records.EnvLock(reg.RunDir(id), 5*time.Second)
 	if errors.Is(err, lockfile.ErrBusy) {
 		return nil, fmt.Errorf("environment %s: a stop or reaper holds it; try again: %w", id, api.ErrConflict)
 	}
@@ -41,7 +42,7 @@ func (e *Engine) SetDeadline(ctx context.Context, id string, at time.Time) (*api
 		return nil, fmt.Errorf("environment %s: %w", id, err)
 	}
 	defer unlock()
-	env, err := e.reg.Env(ctx, id)
+	env, err := reg.Env(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +76,7 @@ func (e *Engine) SetDeadline(ctx context.Context, id string, at time.Time) (*api
 	next.DeadlineMoves = append(slices.Clone(env.DeadlineMoves), api.DeadlineMove{From: env.DeadlineAt.UTC(), To: to, At: now.UTC()})
 	var b registry.Batch
 	b.UpdateEnv(env, &next)
-	if err := e.reg.Commit(ctx, &b); err != nil {
+	if err := reg.Commit(ctx, &b); err != nil {
 		if env.Unit != "" {
 			_ = moveScopeDeadline(context.WithoutCancel(ctx), env.Unit, env.DeadlineMono, env.Grace.D())
 		}
@@ -96,7 +97,7 @@ func (e *Engine) SetDeadline(ctx context.Context, id string, at time.Time) (*api
 		}
 	}
 	poke("the keeper", env.Keeper)
-	cmds, err := e.reg.Commands(ctx, registry.CommandQuery{Env: id})
+	cmds, err := reg.Commands(ctx, registry.CommandQuery{Env: id})
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -114,7 +115,7 @@ func (e *Engine) SetDeadline(ctx context.Context, id string, at time.Time) (*api
 // movable says whether env's deadline may move to at: it is active in this
 // boot, has a deadline whose stop has not begun, at is in the future and
 // within the store's maximum lifetime.
-func movable(env *api.Env, at, now time.Time, nowMono time.Duration, boot string, cfg *Config) error {
+func movable(env *api.Env, at, now time.Time, nowMono time.Duration, boot string, cfg *store.Config) error {
 	if env.State != api.EnvActive {
 		return fmt.Errorf("environment %s is %s: %w", env.ID, env.State, api.ErrEnvNotActive)
 	}
