@@ -2,8 +2,17 @@ package server_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -395,4 +404,74 @@ func TestWebView(t *testing.T) {
 	}
 	t.Logf("log tail grew from %d to %d characters", n1, n2)
 	_ = e
+}
+
+// TestWebTLS: with a certificate and its key the web view speaks TLS (on
+// any address), prints an https URL, sets a Secure cookie, and takes the
+// certificate's DNS name as a Host.
+func TestWebTLS(t *testing.T) {
+	e := servertest.New(t)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "node.test"}, DNSNames: []string{"node.test"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(e.Dir, "cert.pem"), filepath.Join(e.Dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.Command("serve", "--web", "127.0.0.1:0", "--web-tls-cert", certFile).CombinedOutput(); err == nil || !strings.Contains(string(out), "--web-tls-key") {
+		t.Errorf("a certificate without its key: %v\n%s; want a usage error", err, out)
+	}
+	s := e.Serve("--web", "127.0.0.1:0", "--web-tls-cert", certFile, "--web-tls-key", keyFile)
+	u, err := url.Parse(s.Web)
+	if err != nil || u.Scheme != "https" {
+		t.Fatalf("the printed URL %q: want https", s.Web)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(must(x509.ParseCertificate(der)))
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	r, err := hc.Get(s.Web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if len(r.Cookies()) != 1 || !r.Cookies()[0].Secure || r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the token over TLS: %d, cookies %+v; want 303 and a Secure cookie", r.StatusCode, r.Cookies())
+	}
+	token := u.Query().Get("token")
+	for host, want := range map[string]int{"node.test:" + u.Port(): 200, "other.test:" + u.Port(): 403} {
+		req, _ := http.NewRequest("GET", "https://127.0.0.1:"+u.Port()+"/v1/capacity", nil)
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Origin", "https://"+host)
+		r, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != want {
+			t.Errorf("Host %s over TLS: %d, want %d", host, r.StatusCode, want)
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
