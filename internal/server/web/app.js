@@ -89,6 +89,7 @@ async function refresh() {
     renderEnvs();
     renderCmds();
     if (st.selected) renderDetail();
+    if (!performance.getEntriesByName('first-render').length) performance.mark('first-render');
   } catch (e) {
     $('conn').textContent = 'error: ' + e.message;
   }
