@@ -90,12 +90,12 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 		}
 		defer mln.Close()
 	}
-	web := server.Listeners{API: ln, Metrics: mln}
+	lns := server.Listeners{API: ln, Metrics: mln}
 	if f.Web != "" {
-		if web.Web, web.WebOptions, err = listenWeb(f.Web, webTLS, h.Root()); err != nil {
+		if lns.Web, lns.WebOptions, err = listenWeb(f.Web, webTLS, h.Root()); err != nil {
 			return err
 		}
-		defer web.Web.Close()
+		defer lns.Web.Close()
 	}
 	srv, err := server.New(server.Config{
 		Host: h, OwnerUID: int(st.Uid), SocketPath: socket, ExitCode: cli.ExitCodeOf,
@@ -113,17 +113,17 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 	if mln != nil {
 		fmt.Fprintf(g.Out(), "hostfork serve: metrics on http://%s/metrics\n", mln.Addr())
 	}
-	if web.Web != nil {
+	if lns.Web != nil {
 		scheme := "http"
 		if webTLS != nil {
 			scheme = "https"
 		}
-		fmt.Fprintf(g.Out(), "hostfork serve: web view on %s://%s/?token=%s\n", scheme, web.Web.Addr(), web.WebOptions.Token)
+		fmt.Fprintf(g.Out(), "hostfork serve: web view on %s://%s/?token=%s\n", scheme, lns.Web.Addr(), lns.WebOptions.Token)
 	}
 	if f, ok := g.Out().(*os.File); ok {
 		_ = f.Sync()
 	}
-	return srv.Serve(ctx, web)
+	return srv.Serve(ctx, lns)
 }
 
 // loopbackOnly refuses an address that is not a loopback IP (docs/api.md,
