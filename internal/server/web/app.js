@@ -279,7 +279,7 @@ function startOutput(id) {
   const c = st.cmds.find((x) => x.id === id) || {};
   $('output').hidden = false;
   $('log').textContent = '';
-  if (c.session === 'tty' && window.Terminal) {
+  if (c.session === 'tty') {
     $('log').hidden = true;
     $('term').hidden = false;
     watchSession(id, follow.signal);
@@ -324,11 +324,30 @@ async function followLog(id, stream, signal) {
   }
 }
 
+// loadXterm loads xterm.js the first time a session is shown, so the
+// first render does not wait for it.
+function loadXterm() {
+  if (window.Terminal) return Promise.resolve();
+  return new Promise((ok, fail) => {
+    const s = el('script', { src: '/static/vendor/xterm/xterm.js' });
+    s.addEventListener('load', ok);
+    s.addEventListener('error', () => fail(new Error('xterm.js did not load')));
+    document.head.append(s);
+  });
+}
+
 // watchSession shows the command's terminal read-only: the session's
 // WebSocket (docs/sessions.md), watch only.
-function watchSession(id, signal) {
+async function watchSession(id, signal) {
   const box = $('term');
   box.replaceChildren();
+  try {
+    await loadXterm();
+  } catch (e) {
+    $('log-state').textContent = e.message;
+    return;
+  }
+  if (signal.aborted) return;
   const term = new window.Terminal({ disableStdin: true, convertEol: false, cols: 100, rows: 24, fontSize: 12, scrollback: 2000 });
   term.open(box);
   const ws = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/v1/commands/' + id + '/attach?no_stdin=1');
