@@ -305,6 +305,10 @@ func TestWebView(t *testing.T) {
 	poll(t, bctx, "the event stream connects", `document.getElementById('conn').textContent === 'live'`, 30*time.Second)
 	poll(t, bctx, "the environment shows", `document.querySelectorAll('#envs .env').length === 1`, 30*time.Second)
 	t.Logf("first render %.0f ms after the navigation started", js[float64](t, bctx, `performance.getEntriesByName('first-render')[0].startTime`))
+	// The page lists environments without their commands (commands=0).
+	if ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`fetch('/v1/envs?commands=0').then((r) => r.json()).then((a) => a.length === 1 && a[0].commands === null)`, chromedp.EvalAwaitPromise)); err != nil || !ok {
+		t.Errorf("GET /v1/envs?commands=0 from the page: %v, %v; want one environment without its commands", ok, err)
+	}
 	before := js[int](t, bctx, `document.querySelectorAll('#events li').length`)
 
 	// A command started now.

@@ -79,7 +79,7 @@ function refreshSoon() {
 
 async function refresh() {
   try {
-    const envQ = $('show-stopped').checked ? '' : '?active=1';
+    const envQ = '?commands=0' + ($('show-stopped').checked ? '' : '&active=1');
     const cmdQ = $('show-ended').checked ? '?brief=1' : '?live=1';
     const [envs, cmds, cap] = await Promise.all([api('/v1/envs' + envQ), api('/v1/commands' + cmdQ), api('/v1/capacity')]);
     st.envs = envs;
@@ -189,7 +189,7 @@ function renderEnvs() {
         el('span', {}, 'deadline ', el('b', { class: 'countdown', 'data-at': e.deadline_at || '' }, e.until_stopped ? 'until stopped' : left(e.deadline_at))),
         el('span', {}, 'CPU ', last && last.share !== null ? (last.share * 100).toFixed(0) + ' %' : (n ? '…' : 'unknown'), spark(a.map((x) => x.share))),
         el('span', {}, 'memory ', n ? bytes(n.memory && n.memory.current_bytes) : 'unknown', spark(a.map((x) => x.mem))),
-        el('span', {}, (e.commands || []).length + ' commands')),
+        el('span', {}, st.cmds.filter((c) => c.env === e.id && live(c)).length + ' live commands')),
       el('details', {}, el('summary', {}, 'trees, view, limits'),
         trees.length ? el('ul', {}, trees) : el('p', { class: 'muted' }, 'No private trees.'),
         el('button', { type: 'button', onclick: (ev) => measure(ev.target) }, 'measure Btrfs sizes'),
