@@ -561,6 +561,7 @@ func BenchmarkWebFirstRender(b *testing.B) {
 		}
 		poll(b, bctx, "the first render", `performance.getEntriesByName('first-render').length === 1`, time.Minute)
 		first = append(first, time.Duration(js[float64](b, bctx, `performance.getEntriesByName('first-render')[0].startTime`)*float64(time.Millisecond)))
+		b.Logf("resources (name, start ms, duration ms): %s", js[string](b, bctx, `JSON.stringify(performance.getEntriesByType('resource').map((e) => [e.name.replace(location.origin, ''), Math.round(e.startTime), Math.round(e.duration)]))`))
 		js[chromedp.Void](b, bctx, `document.getElementById('show-ended').click()`)
 		ended = append(ended, poll(b, bctx, "the ended commands", `document.querySelectorAll('#cmds .cmd').length === 300`, time.Minute))
 	}

@@ -407,8 +407,9 @@ function start() {
     for (const b of document.querySelectorAll('.countdown[data-at]')) if (b.dataset.at) b.textContent = left(b.dataset.at);
   }, 1000);
   setInterval(() => { if (st.envs.some((e) => e.state === 'active')) refresh(); }, 2000);
-  refresh();
-  followEvents();
+  // The event log (its whole backlog first) follows the first render,
+  // so that render does not wait behind it.
+  refresh().then(followEvents);
 }
 
 start();
