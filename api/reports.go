@@ -201,6 +201,11 @@ type CapacityReport struct {
 	Capacity
 	Paused bool           `json:"paused"`
 	Live   []LiveWorkload `json:"live"`
+	// CPUPressure and MemoryPressure are the host's pressure stall
+	// information (/proc/pressure/cpu and memory, "some avg10": the
+	// percent of the last 10 s some task waited); nil without PSI.
+	CPUPressure    *float64 `json:"cpu_pressure,omitempty"`
+	MemoryPressure *float64 `json:"memory_pressure,omitempty"`
 }
 
 // StreamResult is one stream of a CaptureResult.

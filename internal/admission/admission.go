@@ -112,6 +112,7 @@ func (e *Admission) Capacity(ctx context.Context) (*api.CapacityReport, error) {
 		return nil, fmt.Errorf("admission: %v (check admission.share in %s): %w", err, store.ConfigFile, api.ErrStore)
 	}
 	rep.Capacity = capa
+	rep.CPUPressure, rep.MemoryPressure = linux.Pressure("cpu"), linux.Pressure("memory")
 	rep.Paused, err = e.Paused(ctx)
 	return rep, err
 }

@@ -53,6 +53,9 @@ type Verbs struct {
 type ServeFlags struct {
 	Socket        string
 	MetricsListen string
+	// Web is the web view's TCP address (docs/web.md); WebTLSCert and
+	// WebTLSKey serve it over TLS, on any address.
+	Web, WebTLSCert, WebTLSKey string
 }
 
 // UsageError is a usage error (exit 122) with a message that names the
@@ -98,7 +101,7 @@ the hostfork executable or on PATH.`
 func newServeCmd(g *globals, run func(c *cobra.Command, g *Globals, f *ServeFlags) error) *cobra.Command {
 	f := &ServeFlags{}
 	c := &cobra.Command{
-		Use:   "serve [--socket PATH] [--metrics-listen 127.0.0.1:PORT]",
+		Use:   "serve [--socket PATH] [--metrics-listen 127.0.0.1:PORT] [--web 127.0.0.1:PORT]",
 		Short: "Serve the HTTP API on a unix socket (docs/api.md)",
 		Long: `serve answers hostfork's HTTP API (docs/api.md) on a unix socket, by
 default <store>/api.sock (mode 0660, owned by the store's owner). Only root
@@ -112,6 +115,12 @@ serve stops or crashes, and a restarted serve finds them again.
 --metrics-listen also serves GET /metrics (only) over plain HTTP on a
 loopback TCP address, without authentication.
 
+--web serves a live web view of the node (docs/web.md) on a loopback TCP
+address; with --web-tls-cert and --web-tls-key, over TLS on any address.
+It makes a random token at start, keeps it in <store>/web-token (mode 0600)
+and prints the page's URL with it; requests without it get 401, requests
+from another origin or for another Host 403. The page reads, and stops.
+
 Under systemd it takes the socket a .socket unit passes (socket activation,
 LISTEN_FDS): 'hostfork support install' writes hostfork-serve.socket and
 hostfork-serve.service for the store.
@@ -121,7 +130,7 @@ Clients: the Go package client, curl --unix-socket, and this CLI itself with
 
 SIGTERM or SIGINT shut it down: it stops accepting, ends streams, and gives
 in-flight requests 5s.` + companionNote,
-		Args: exactArgs(0, "no arguments (use --socket, --metrics-listen)"),
+		Args: exactArgs(0, "no arguments (use --socket, --metrics-listen, --web)"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if run == nil {
 				return g.execCompanion("serve")
@@ -131,6 +140,9 @@ in-flight requests 5s.` + companionNote,
 	}
 	c.Flags().StringVar(&f.Socket, "socket", "", "unix socket path (default <store>/api.sock)")
 	c.Flags().StringVar(&f.MetricsListen, "metrics-listen", "", "also serve GET /metrics on this loopback TCP address, e.g. 127.0.0.1:9464")
+	c.Flags().StringVar(&f.Web, "web", "", "also serve the web view on this TCP address, e.g. 127.0.0.1:8088 (loopback only without --web-tls-cert/--web-tls-key)")
+	c.Flags().StringVar(&f.WebTLSCert, "web-tls-cert", "", "the web view's TLS certificate (PEM file); with --web-tls-key, --web may be any address")
+	c.Flags().StringVar(&f.WebTLSKey, "web-tls-key", "", "the web view's TLS private key (PEM file), with --web-tls-cert")
 	return c
 }
 

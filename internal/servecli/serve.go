@@ -6,6 +6,9 @@ package servecli
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/habemus-papadum/hostfork/internal/atomicfile"
 	"github.com/habemus-papadum/hostfork/internal/cli"
 	"github.com/habemus-papadum/hostfork/internal/doctor"
 	"github.com/habemus-papadum/hostfork/internal/server"
@@ -40,9 +44,13 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 	}
 	var mln net.Listener
 	if metricsListen != "" {
-		if err := loopbackOnly(metricsListen); err != nil {
+		if err := loopbackOnly("--metrics-listen", metricsListen, "since metrics are served without authentication; put an authenticating proxy in front to scrape from elsewhere"); err != nil {
 			return err
 		}
+	}
+	webTLS, err := webTLSConfig(f)
+	if err != nil {
+		return err
 	}
 	ctx, h, done, err := serving(c, g)
 	if err != nil {
@@ -82,6 +90,13 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 		}
 		defer mln.Close()
 	}
+	lns := server.Listeners{API: ln, Metrics: mln}
+	if f.Web != "" {
+		if lns.Web, lns.WebOptions, err = listenWeb(f.Web, webTLS, h.Root()); err != nil {
+			return err
+		}
+		defer lns.Web.Close()
+	}
 	srv, err := server.New(server.Config{
 		Host: h, OwnerUID: int(st.Uid), SocketPath: socket, ExitCode: cli.ExitCodeOf,
 		Version: func() any { return cli.ReadBuildInfo() },
@@ -98,27 +113,83 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 	if mln != nil {
 		fmt.Fprintf(g.Out(), "hostfork serve: metrics on http://%s/metrics\n", mln.Addr())
 	}
+	if lns.Web != nil {
+		scheme := "http"
+		if webTLS != nil {
+			scheme = "https"
+		}
+		fmt.Fprintf(g.Out(), "hostfork serve: web view on %s://%s/?token=%s\n", scheme, lns.Web.Addr(), lns.WebOptions.Token)
+	}
 	if f, ok := g.Out().(*os.File); ok {
 		_ = f.Sync()
 	}
-	return srv.Serve(ctx, ln, mln)
+	return srv.Serve(ctx, lns)
 }
 
-// loopbackOnly refuses a metrics address that is not a loopback IP: the
-// TCP listener has no authentication (docs/api.md, "Metrics").
-func loopbackOnly(addr string) error {
+// loopbackOnly refuses an address that is not a loopback IP (docs/api.md,
+// "Metrics"; docs/web.md).
+func loopbackOnly(flag, addr, why string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || port == "" {
-		return cli.UsageError("--metrics-listen %q: give HOST:PORT with a loopback host, e.g. 127.0.0.1:9464", addr)
+		return cli.UsageError("%s %q: give HOST:PORT with a loopback host, e.g. 127.0.0.1:9464", flag, addr)
 	}
 	if host == "localhost" {
 		return nil
 	}
 	ip := net.ParseIP(host)
 	if ip == nil || !ip.IsLoopback() {
-		return cli.UsageError("--metrics-listen %q: only a loopback address (127.0.0.0/8, [::1], localhost) is allowed, since metrics are served without authentication; put an authenticating proxy in front to scrape from elsewhere", addr)
+		return cli.UsageError("%s %q: only a loopback address (127.0.0.0/8, [::1], localhost) is allowed, %s", flag, addr, why)
 	}
 	return nil
+}
+
+// webTLSConfig checks the web view's flags before anything starts: a
+// loopback address, unless a certificate and its key are given (both).
+func webTLSConfig(f *cli.ServeFlags) (*tls.Config, error) {
+	if f.Web == "" {
+		if f.WebTLSCert != "" || f.WebTLSKey != "" {
+			return nil, cli.UsageError("--web-tls-cert and --web-tls-key are for the web view: give --web HOST:PORT too")
+		}
+		return nil, nil
+	}
+	if (f.WebTLSCert == "") != (f.WebTLSKey == "") {
+		return nil, cli.UsageError("give both --web-tls-cert and --web-tls-key (a certificate and its private key, PEM files), or neither")
+	}
+	if f.WebTLSCert == "" {
+		return nil, loopbackOnly("--web", f.Web, "since the page travels in plain HTTP; give --web-tls-cert and --web-tls-key to serve it on another address")
+	}
+	cert, err := tls.LoadX509KeyPair(f.WebTLSCert, f.WebTLSKey)
+	if err != nil {
+		return nil, cli.UsageError("--web-tls-cert %s, --web-tls-key %s: %v", f.WebTLSCert, f.WebTLSKey, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// listenWeb listens for the web view and makes its token, kept in
+// <store>/web-token (mode 0600) for who lost the printed URL.
+func listenWeb(addr string, tc *tls.Config, root string) (net.Listener, server.WebOptions, error) {
+	var o server.WebOptions
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, o, err
+	}
+	o.Token = hex.EncodeToString(b)
+	if err := atomicfile.WriteFile(filepath.Join(root, "web-token"), []byte(o.Token+"\n"), 0o600); err != nil {
+		return nil, o, fmt.Errorf("the web view's token: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, o, cli.UsageError("--web %s: %v", addr, err)
+	}
+	_, o.Port, _ = net.SplitHostPort(ln.Addr().String())
+	if tc != nil {
+		o.TLS = true
+		if leaf := tc.Certificates[0].Leaf; leaf != nil {
+			o.Names = leaf.DNSNames
+		}
+		ln = tls.NewListener(ln, tc)
+	}
+	return ln, o, nil
 }
 
 // serveDoctor builds the doctor report as 'hostfork doctor --json' does

@@ -123,6 +123,9 @@ func (s *Server) listEnvs(w http.ResponseWriter, r *http.Request) error {
 	if f.Active, err = flag(r, "active", false); err != nil {
 		return err
 	}
+	if f.WithCommands, err = flag(r, "commands", true); err != nil {
+		return err
+	}
 	envs, err := s.h.Envs(r.Context(), f)
 	if err != nil {
 		return err

@@ -49,7 +49,8 @@ func (s *Server) table() []route {
 
 		{method: "GET", path: "/v1/envs", summary: "List environments with their commands, oldest first", status: 200, resp: []api.Env{},
 			query: []param{pLabel, {name: "state", typ: "string", desc: "environment state: creating, active, stopping, stopped or failed; repeatable", repeat: true},
-				{name: "active", typ: "boolean", desc: "1: only environments that are not final"}, pShowEnv}, handle: s.listEnvs},
+				{name: "active", typ: "boolean", desc: "1: only environments that are not final"},
+				{name: "commands", typ: "boolean", desc: "0: leave out each environment's commands (default 1: with them)"}, pShowEnv}, handle: s.listEnvs},
 		{method: "POST", path: "/v1/envs", summary: "Create an environment from a spec file's JSON; it needs lifetime.max_runtime or lifetime.until_stopped and outlives the server (owner_exit detach)",
 			query: []param{pShowEnv}, body: spec.Environment{}, status: 201, resp: api.Env{}, handle: s.createEnv},
 		{method: "GET", path: "/v1/envs/{id}", summary: "One environment (id or unique prefix) with its commands", query: []param{pShowEnv}, status: 200, resp: api.Env{}, handle: s.getEnv},

@@ -215,18 +215,36 @@ func (s *Server) MetricsHandler() http.Handler {
 	})
 }
 
-// Serve answers on ln (and serves metrics on mln, if not nil) until ctx
-// ends, then shuts down gracefully: it stops accepting, ends the streams,
-// and gives in-flight requests ShutdownGrace to finish. The caller closes
-// the listeners' files (Socket.Close) and the Host afterwards.
-func (s *Server) Serve(ctx context.Context, ln net.Listener, mln net.Listener) error {
-	hs := s.httpServer(s.Handler())
-	errc := make(chan error, 2)
-	go func() { errc <- hs.Serve(newLimitListener(ln, s.cfg.OwnerUID)) }()
-	var ms *http.Server
-	if mln != nil {
-		ms = s.httpServer(s.MetricsHandler())
-		go func() { errc <- ms.Serve(newLimitListener(mln, s.cfg.OwnerUID)) }()
+// Listeners are what Serve answers on.
+type Listeners struct {
+	// API is the socket of the JSON API (peer credentials).
+	API net.Listener
+	// Metrics, if not nil, serves GET /metrics only (MetricsHandler).
+	Metrics net.Listener
+	// Web, if not nil, serves the web view (WebHandler with WebOptions);
+	// a TLS listener already, when WebOptions.TLS.
+	Web        net.Listener
+	WebOptions WebOptions
+}
+
+// Serve answers on the listeners until ctx ends, then shuts down
+// gracefully: it stops accepting, ends the streams, and gives in-flight
+// requests ShutdownGrace to finish. The caller closes the listeners' files
+// (Socket.Close) and the Host afterwards.
+func (s *Server) Serve(ctx context.Context, l Listeners) error {
+	servers := []*http.Server{s.httpServer(s.Handler())}
+	listeners := []net.Listener{newLimitListener(l.API, s.cfg.OwnerUID)}
+	if l.Metrics != nil {
+		servers = append(servers, s.httpServer(s.MetricsHandler()))
+		listeners = append(listeners, newLimitListener(l.Metrics, s.cfg.OwnerUID))
+	}
+	if l.Web != nil {
+		servers = append(servers, s.httpServer(s.WebHandler(l.WebOptions)))
+		listeners = append(listeners, newLimitListener(l.Web, s.cfg.OwnerUID))
+	}
+	errc := make(chan error, len(servers))
+	for i, hs := range servers {
+		go func() { errc <- hs.Serve(listeners[i]) }()
 	}
 	var serveErr error
 	select {
@@ -236,9 +254,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, mln net.Listener) e
 	s.endStreams()
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 	defer cancel()
-	err := hs.Shutdown(sctx)
-	if ms != nil {
-		err = errors.Join(err, ms.Shutdown(sctx))
+	var err error
+	for _, hs := range servers {
+		err = errors.Join(err, hs.Shutdown(sctx))
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr

@@ -130,6 +130,8 @@ type Serve struct {
 	// Metrics is the metrics listener's address, when --metrics-listen
 	// was given.
 	Metrics string
+	// Web is the web view's URL with its token, when --web was given.
+	Web     string
 	stderr  *lockedBuffer
 	done    chan struct{}
 	waitErr error
@@ -178,13 +180,14 @@ func (e *Env) Serve(args ...string) *Serve {
 			}
 			if rest, ok := strings.CutPrefix(l, "hostfork serve: listening on unix://"); ok {
 				s.Socket = rest
-				if len(args) == 0 || !contains(args, "--metrics-listen") {
-					go drain(lines)
-					return s
-				}
 			}
 			if rest, ok := strings.CutPrefix(l, "hostfork serve: metrics on http://"); ok {
 				s.Metrics = strings.TrimSuffix(rest, "/metrics")
+			}
+			if rest, ok := strings.CutPrefix(l, "hostfork serve: web view on "); ok {
+				s.Web = rest
+			}
+			if s.Socket != "" && (s.Metrics != "" || !contains(args, "--metrics-listen")) && (s.Web != "" || !contains(args, "--web")) {
 				go drain(lines)
 				return s
 			}
