@@ -125,8 +125,8 @@ func TestRootRenameRemoveHostileLinks(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.MkdirAll(filepath.Join(dir, "d/sub"), 0o755))
 	must(t, os.WriteFile(filepath.Join(dir, "d/sub/f"), []byte("f\n"), 0o644))
-	must(t, os.Symlink(outside, filepath.Join(dir, "d/out")))            // inside a tree to remove
-	must(t, os.Symlink(outside, filepath.Join(dir, "outlink")))          // a link to remove
+	must(t, os.Symlink(outside, filepath.Join(dir, "d/out")))             // inside a tree to remove
+	must(t, os.Symlink(outside, filepath.Join(dir, "outlink")))           // a link to remove
 	must(t, os.Symlink(outside+"/secret", filepath.Join(dir, "movable"))) // a link to move
 	must(t, os.Symlink(strings.Repeat("../", 30)+strings.TrimPrefix(outside, "/"), filepath.Join(dir, "dots")))
 	r, err := safefs.OpenRoot(dir)
