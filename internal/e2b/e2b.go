@@ -77,6 +77,10 @@ type Config struct {
 	Secret []byte
 	// Logf reports what the front can't answer to anyone; nil discards.
 	Logf func(format string, args ...any)
+	// MaxUpload bounds one file envd's POST /files takes, in bytes (0:
+	// DefaultMaxUpload); a larger upload is refused with 413 and leaves
+	// nothing behind.
+	MaxUpload int64
 }
 
 // Server answers the E2B-compatible protocol over one Host.
@@ -117,7 +121,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // routes registers both muxes' handlers (the files of this package that
 // implement them each add theirs here).
-func (s *Server) routes() {}
+func (s *Server) routes() {
+	s.envdRoutes()
+}
 
 // key returns the request's API key, compared in constant time against
 // every configured key (no early exit that would time which one matched).
