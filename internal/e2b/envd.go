@@ -74,9 +74,9 @@ func (s *Server) withSandbox(h http.Handler) http.Handler {
 	})
 }
 
-// sandbox returns the request's environment, or its failure as a Connect
+// envdOf returns the request's environment, or its failure as a Connect
 // error.
-func sandbox(ctx context.Context) (*hostfork.Env, string, error) {
+func envdOf(ctx context.Context) (*hostfork.Env, string, error) {
 	sb, ok := ctx.Value(sandboxKey{}).(sandboxOf)
 	if !ok {
 		return nil, "", connect.NewError(connect.CodeInternal, errors.New("e2b: an envd handler without its sandbox"))
@@ -132,8 +132,8 @@ func rpcErr(err error) error {
 	return connect.NewError(connect.CodeInternal, err)
 }
 
-// invalid is an invalid_argument Connect error.
-func invalid(format string, args ...any) error {
+// badArg is an invalid_argument Connect error.
+func badArg(format string, args ...any) error {
 	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
 }
 

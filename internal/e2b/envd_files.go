@@ -117,7 +117,7 @@ func stat(ctx context.Context, env *hostfork.Env, abs string) (*filesystem.Entry
 }
 
 func (f *fsService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func (f *fsService) Stat(ctx context.Context, req *connect.Request[filesystem.St
 }
 
 func (f *fsService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func (f *fsService) ListDir(ctx context.Context, req *connect.Request[filesystem
 	if e, err := env.Stat(ctx, dir); err != nil {
 		return nil, rpcErr(err)
 	} else if e.Type != "dir" {
-		return nil, invalid("list %s: not a directory", dir)
+		return nil, badArg("list %s: not a directory", dir)
 	}
 	es, err := env.ReadDir(ctx, dir, depth)
 	if err != nil {
@@ -154,7 +154,7 @@ func (f *fsService) ListDir(ctx context.Context, req *connect.Request[filesystem
 // MakeDir makes the directory and its missing parents; an existing one is
 // already_exists (the SDK's makeDir then answers false).
 func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +176,7 @@ func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[filesystem
 // Move renames source to destination (making destination's missing
 // directories), replacing a file there.
 func (f *fsService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +207,7 @@ func (f *fsService) Move(ctx context.Context, req *connect.Request[filesystem.Mo
 // Remove removes a file, a link (never its target) or a directory with
 // everything below it.
 func (f *fsService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -251,13 +251,13 @@ func watchDir(ctx context.Context, env *hostfork.Env, p string) (string, error) 
 		return "", rpcErr(err)
 	}
 	if e.Type != "dir" {
-		return "", invalid("watch %s: not a directory", dir)
+		return "", badArg("watch %s: not a directory", dir)
 	}
 	return dir, nil
 }
 
 func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return err
 	}
@@ -322,7 +322,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 // maxWatcherEvents, older ones dropped) for GetWatcherEvents. A sandbox
 // has at most maxWatchers; one not polled for watcherIdle is removed.
 func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
-	env, sb, err := sandbox(ctx)
+	env, sb, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -425,7 +425,7 @@ func (f *fsService) watcherOf(sb, id string) (*watcher, error) {
 }
 
 func (f *fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
-	_, sb, err := sandbox(ctx)
+	_, sb, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -445,7 +445,7 @@ func (f *fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[f
 }
 
 func (f *fsService) RemoveWatcher(ctx context.Context, req *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
-	_, sb, err := sandbox(ctx)
+	_, sb, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -39,14 +39,14 @@ const maxReplay = 4 << 20
 const chunk = 32 << 10
 
 func (p *procService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return err
 	}
 	m := req.Msg
 	cfg := m.GetProcess()
 	if cfg == nil || cfg.GetCmd() == "" {
-		return invalid("start: give process.cmd")
+		return badArg("start: give process.cmd")
 	}
 	cwd, err := commandCwd(ctx, env, cfg)
 	if err != nil {
@@ -67,7 +67,7 @@ func (p *procService) Start(ctx context.Context, req *connect.Request[process.St
 	case tty:
 		sz := m.GetPty().GetSize()
 		if sz.GetCols() > 65535 || sz.GetRows() > 65535 {
-			return invalid("pty size %dx%d: at most 65535 columns and rows", sz.GetCols(), sz.GetRows())
+			return badArg("pty size %dx%d: at most 65535 columns and rows", sz.GetCols(), sz.GetRows())
 		}
 		c.TTY, c.Size = true, hostfork.TermSize{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}
 	case m.Stdin == nil || m.GetStdin():
@@ -95,7 +95,7 @@ func (p *procService) Start(ctx context.Context, req *connect.Request[process.St
 }
 
 func (p *procService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func (p *procService) Connect(ctx context.Context, req *connect.Request[process.
 }
 
 func (p *procService) List(ctx context.Context, req *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (p *procService) List(ctx context.Context, req *connect.Request[process.Lis
 }
 
 func (p *procService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func (p *procService) SendInput(ctx context.Context, req *connect.Request[proces
 // StreamInput takes a start naming the process, then its input in order
 // (HTTP/2 clients; the SDKs over HTTP/1.1 use SendInput).
 func (p *procService) StreamInput(ctx context.Context, st *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func (p *procService) StreamInput(ctx context.Context, st *connect.ClientStream[
 			}
 		case *process.StreamInputRequest_Data:
 			if c == nil {
-				return nil, invalid("stream input: send the start event (the process) first")
+				return nil, badArg("stream input: send the start event (the process) first")
 			}
 			if err := sendInput(ctx, c, ev.Data.GetInput()); err != nil {
 				return nil, err
@@ -202,7 +202,7 @@ func sendInput(ctx context.Context, c *hostfork.Command, in *process.ProcessInpu
 	case *process.ProcessInput_Pty:
 		data = v.Pty
 	default:
-		return invalid("send input: give input.stdin or input.pty")
+		return badArg("send input: give input.stdin or input.pty")
 	}
 	err := c.Send(ctx, data)
 	if errors.Is(err, api.ErrNoSession) {
@@ -212,7 +212,7 @@ func sendInput(ctx context.Context, c *hostfork.Command, in *process.ProcessInpu
 }
 
 func (p *procService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +229,7 @@ func (p *procService) CloseStdin(ctx context.Context, req *connect.Request[proce
 // SendSignal stops the process's whole tree: SIGKILL at once, SIGTERM
 // with the environment's grace, then SIGKILL (hostfork's tree stop).
 func (p *procService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func (p *procService) SendSignal(ctx context.Context, req *connect.Request[proce
 		opts.Grace = -1
 	case process.Signal_SIGNAL_SIGTERM:
 	default:
-		return nil, invalid("signal %v: send SIGNAL_SIGKILL or SIGNAL_SIGTERM (both stop the process's whole tree)", req.Msg.GetSignal())
+		return nil, badArg("signal %v: send SIGNAL_SIGKILL or SIGNAL_SIGTERM (both stop the process's whole tree)", req.Msg.GetSignal())
 	}
 	c, err := findProcess(ctx, env, req.Msg.GetProcess())
 	if err != nil {
@@ -255,23 +255,23 @@ func (p *procService) SendSignal(ctx context.Context, req *connect.Request[proce
 
 // Update resizes a process's terminal.
 func (p *procService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
-	env, _, err := sandbox(ctx)
+	env, _, err := envdOf(ctx)
 	if err != nil {
 		return nil, err
 	}
 	sz := req.Msg.GetPty().GetSize()
 	if sz == nil {
-		return nil, invalid("update: give pty.size")
+		return nil, badArg("update: give pty.size")
 	}
 	if sz.GetCols() > 65535 || sz.GetRows() > 65535 {
-		return nil, invalid("pty size %dx%d: at most 65535 columns and rows", sz.GetCols(), sz.GetRows())
+		return nil, badArg("pty size %dx%d: at most 65535 columns and rows", sz.GetCols(), sz.GetRows())
 	}
 	c, err := findProcess(ctx, env, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
 	if c.Record().Session != "tty" {
-		return nil, invalid("process %d has no terminal: start it with a pty to resize it", pidOf(c.Record()))
+		return nil, badArg("process %d has no terminal: start it with a pty to resize it", pidOf(c.Record()))
 	}
 	if err := c.Resize(ctx, uint16(sz.GetCols()), uint16(sz.GetRows())); err != nil {
 		return nil, rpcErr(err)
@@ -296,7 +296,7 @@ func commandCwd(ctx context.Context, env *hostfork.Env, cfg *process.ProcessConf
 		if err != nil {
 			why = err.Error()
 		}
-		return "", invalid("cwd %q is not a directory in the sandbox (%s); paths are the sandbox's, resolved inside its view", cfg.GetCwd(), why)
+		return "", badArg("cwd %q is not a directory in the sandbox (%s); paths are the sandbox's, resolved inside its view", cfg.GetCwd(), why)
 	}
 	return d, nil
 }
@@ -327,7 +327,7 @@ func findProcess(ctx context.Context, env *hostfork.Env, sel *process.ProcessSel
 		match = func(r hostfork.CommandRecord) bool { t, ok := r.Labels[LabelTag]; return ok && t == v.Tag }
 		what = fmt.Sprintf("tag %q", v.Tag)
 	default:
-		return nil, invalid("give process.pid or process.tag")
+		return nil, badArg("give process.pid or process.tag")
 	}
 	cs, err := env.Commands(ctx)
 	if err != nil {
