@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/user"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -235,12 +236,20 @@ func fsEvent(dir string, ev hostfork.FileEvent) *filesystem.FilesystemEvent {
 	default:
 		return nil
 	}
+	if writeTemp.MatchString(path.Base(ev.Path)) {
+		return nil // a write's own temporary file (see Env.WriteFile)
+	}
 	name := strings.TrimPrefix(strings.TrimPrefix(ev.Path, dir), "/")
 	if name == "" {
 		name = path.Base(dir)
 	}
 	return &filesystem.FilesystemEvent{Name: name, Type: t}
 }
+
+// writeTemp matches the temporary file a write makes beside its file
+// before renaming it over it (safefs.Root.WriteFile): not the sandbox's
+// own file, so its events are not reported.
+var writeTemp = regexp.MustCompile(`^\.(.+\.)?hostfork-[0-9a-f]{12}$`)
 
 // watchDir checks that dir is a directory of the view, for a clear error
 // before a watch starts.

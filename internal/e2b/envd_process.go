@@ -400,8 +400,9 @@ func endEvent(rec hostfork.CommandRecord) *process.ProcessEvent {
 // follow sends a command's output from the given offsets of its stdout
 // and stderr (a terminal's is all in stdout), keepalives every ka, and
 // the end once the leader has exited and its output is sent: output is
-// followed for drainAfterExit after the leader's exit (less if the whole
-// tree is gone), then read to the end of the logs as they are.
+// followed until the whole tree is gone, or for drainAfterExit after the
+// leader's exit if descendants live on, then read to the end of the logs
+// as they are.
 func follow(ctx context.Context, c *hostfork.Command, tty bool, out, errOff int64, ka time.Duration, send func(*process.ProcessEvent) error) error {
 	type data struct {
 		stream int
@@ -472,6 +473,13 @@ func follow(ctx context.Context, c *hostfork.Command, tty bool, out, errOff int6
 		rec, err := c.Wait(ctx)
 		leader <- result{rec, err}
 	}()
+	// Once the whole tree is gone, nothing more is written: stop following
+	// at once (the readers read what is left), without the drain's wait.
+	tree := make(chan struct{})
+	go func() {
+		_, _ = c.WaitTree(fctx)
+		close(tree)
+	}()
 	var tick <-chan time.Time
 	if ka > 0 {
 		t := time.NewTicker(ka)
@@ -499,6 +507,9 @@ func follow(ctx context.Context, c *hostfork.Command, tty bool, out, errOff int6
 		case <-drain:
 			stopFollowing()
 			drain = nil
+		case <-tree:
+			stopFollowing()
+			tree = nil
 		case err := <-readerErr:
 			return rpcErr(err)
 		case <-readersDone:

@@ -527,6 +527,9 @@ func TestEnvdFiles(t *testing.T) {
 		}
 		if e := wst.Msg().GetFilesystem(); e != nil {
 			seen[e.GetName()] = true
+			if strings.Contains(e.GetName(), "hostfork-") {
+				t.Errorf("a write's temporary file was reported: %v", e)
+			}
 		}
 	}
 	var polled []string
