@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"sync"
 	"syscall"
 	"time"
 
@@ -399,71 +398,57 @@ func endEvent(rec hostfork.CommandRecord) *process.ProcessEvent {
 
 // follow sends a command's output from the given offsets of its stdout
 // and stderr (a terminal's is all in stdout), keepalives every ka, and
-// the end once the leader has exited and its output is sent: output is
+// the end once the leader has exited and its output is sent. Output is
 // followed until the whole tree is gone, or for drainAfterExit after the
-// leader's exit if descendants live on, then read to the end of the logs
-// as they are.
+// leader's exit if descendants live on; then what the logs hold is read
+// to their end from the last byte sent, and the end follows.
 func follow(ctx context.Context, c *hostfork.Command, tty bool, out, errOff int64, ka time.Duration, send func(*process.ProcessEvent) error) error {
 	type data struct {
 		stream int
+		off    int64 // the log offset of b's first byte
 		b      []byte
 	}
-	ch := make(chan data)
-	fctx, stopFollowing := context.WithCancel(ctx)
-	defer stopFollowing()
-	var wg sync.WaitGroup
-	readerErr := make(chan error, 2)
 	streams := []string{"stdout", "stderr"}
-	offs := []int64{out, errOff}
+	sent := []int64{out, errOff} // the next offset to send, per stream
 	if tty {
 		streams = streams[:1]
 	}
+	ch := make(chan data)
+	readerErr := make(chan error, len(streams))
+	fctx, stopFollowing := context.WithCancel(ctx)
+	defer stopFollowing()
+	// A reader per stream follows its log; once following stops, what it
+	// was about to send is dropped (the final read below sends it from
+	// the last offset sent, so nothing is lost or sent twice).
 	for i, name := range streams {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
-			off := offs[i]
-			emit := func(rd io.Reader) error {
-				for {
-					buf := make([]byte, chunk)
-					n, err := rd.Read(buf)
-					if n > 0 {
-						off += int64(n)
-						select {
-						case ch <- data{i, buf[:n]}:
-						case <-ctx.Done():
-							return ctx.Err()
-						}
-					}
-					if err != nil {
-						return err
-					}
-				}
-			}
-			rd, err := c.Logs(fctx, hostfork.LogOptions{Stream: name, Offset: off, Follow: true})
-			if err != nil {
-				readerErr <- err
-				return
-			}
-			err = emit(rd)
-			rd.Close()
-			if err == io.EOF || ctx.Err() != nil {
-				return // the tree is gone and everything was read, or the client went
-			}
-			// Stopped following after the drain: what the logs hold now.
-			rd, err = c.Logs(ctx, hostfork.LogOptions{Stream: name, Offset: off})
+			rd, err := c.Logs(fctx, hostfork.LogOptions{Stream: name, Offset: sent[i], Follow: true})
 			if err != nil {
 				readerErr <- err
 				return
 			}
 			defer rd.Close()
-			if err := emit(rd); err != io.EOF && ctx.Err() == nil {
-				readerErr <- err
+			off := sent[i]
+			for {
+				buf := make([]byte, chunk)
+				n, err := rd.Read(buf)
+				if n > 0 {
+					select {
+					case ch <- data{i, off, buf[:n]}:
+						off += int64(n)
+					case <-fctx.Done():
+						return
+					}
+				}
+				if err != nil {
+					if err != io.EOF && fctx.Err() == nil {
+						readerErr <- err
+					}
+					return
+				}
 			}
 		}()
 	}
-	readersDone := make(chan struct{})
-	go func() { wg.Wait(); close(readersDone) }()
 	type result struct {
 		rec hostfork.CommandRecord
 		err error
@@ -473,8 +458,7 @@ func follow(ctx context.Context, c *hostfork.Command, tty bool, out, errOff int6
 		rec, err := c.Wait(ctx)
 		leader <- result{rec, err}
 	}()
-	// Once the whole tree is gone, nothing more is written: stop following
-	// at once (the readers read what is left), without the drain's wait.
+	// Once the whole tree is gone nothing more is written: no drain.
 	tree := make(chan struct{})
 	go func() {
 		_, _ = c.WaitTree(fctx)
@@ -488,12 +472,17 @@ func follow(ctx context.Context, c *hostfork.Command, tty bool, out, errOff int6
 	}
 	var drain <-chan time.Time
 	var final *hostfork.CommandRecord
-	for {
+	following := true
+	for following || final == nil {
 		select {
 		case d := <-ch:
+			if !following || d.off != sent[d.stream] {
+				continue
+			}
 			if err := send(dataEvent(d.stream, tty, d.b)); err != nil {
 				return err
 			}
+			sent[d.stream] += int64(len(d.b))
 		case <-tick:
 			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}); err != nil {
 				return err
@@ -505,21 +494,40 @@ func follow(ctx context.Context, c *hostfork.Command, tty bool, out, errOff int6
 			final = &r.rec
 			drain = time.After(drainAfterExit)
 		case <-drain:
-			stopFollowing()
-			drain = nil
+			following, drain = false, nil
 		case <-tree:
-			stopFollowing()
-			tree = nil
+			following, tree = false, nil
 		case err := <-readerErr:
-			return rpcErr(err)
-		case <-readersDone:
-			readersDone = nil
+			if following {
+				return rpcErr(err)
+			}
 		case <-ctx.Done():
 			return rpcErr(ctx.Err())
 		}
-		if final != nil && readersDone == nil {
-			// Both readers are done: everything is sent.
-			return send(endEvent(*final))
+	}
+	stopFollowing()
+	for i, name := range streams {
+		rd, err := c.Logs(ctx, hostfork.LogOptions{Stream: name, Offset: sent[i]})
+		if err != nil {
+			return rpcErr(err)
+		}
+		for {
+			buf := make([]byte, chunk)
+			n, err := rd.Read(buf)
+			if n > 0 {
+				if err := send(dataEvent(i, tty, buf[:n])); err != nil {
+					rd.Close()
+					return err
+				}
+			}
+			if err != nil {
+				rd.Close()
+				if err != io.EOF {
+					return rpcErr(err)
+				}
+				break
+			}
 		}
 	}
+	return send(endEvent(*final))
 }

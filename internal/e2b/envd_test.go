@@ -186,6 +186,14 @@ func TestEnvdRun(t *testing.T) {
 	if r.end.GetExitCode() != 3 || r.stderr != "failing\n" {
 		t.Errorf("failing command: end %+v, stderr %q", r.end, r.stderr)
 	}
+	// A descendant left running doesn't hold the end back: the leader's
+	// exit ends the stream after a short drain (the safety bound here is
+	// generous), with what the leader wrote.
+	t0 := time.Now()
+	r = f.run(t, ctx, false, "sleep 600 >/dev/null 2>&1 & echo early")
+	if r.stdout != "early\n" || r.end.GetExitCode() != 0 || time.Since(t0) > 20*time.Second {
+		t.Errorf("with a child left running: stdout %q, end %+v after %v", r.stdout, r.end, time.Since(t0))
+	}
 }
 
 // procStart is a live process's start time (/proc/PID/stat field 22), ""
