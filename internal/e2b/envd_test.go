@@ -2,7 +2,9 @@ package e2b
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -185,6 +187,24 @@ func TestEnvdRun(t *testing.T) {
 	r = f.run(t, ctx, false, "echo failing >&2; exit 3")
 	if r.end.GetExitCode() != 3 || r.stderr != "failing\n" {
 		t.Errorf("failing command: end %+v, stderr %q", r.end, r.stderr)
+	}
+	// Keepalives at the interval the SDK asks for (Keepalive-Ping-Interval,
+	// seconds).
+	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/sleep", Args: []string{"2.5"}}})
+	req.Header().Set("Keepalive-Ping-Interval", "1")
+	st, err := f.proc.Start(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kas := 0
+	for st.Receive() {
+		if st.Msg().GetEvent().GetKeepalive() != nil {
+			kas++
+		}
+	}
+	st.Close()
+	if st.Err() != nil || kas == 0 {
+		t.Errorf("keepalives: %d, %v", kas, st.Err())
 	}
 	// A descendant left running doesn't hold the end back: the leader's
 	// exit ends the stream after a short drain (the safety bound here is
@@ -520,6 +540,25 @@ func TestEnvdFiles(t *testing.T) {
 	if code != 200 || !strings.Contains(body, dir+"/c/three.txt") || !strings.Contains(body, dir+"/two.txt") {
 		t.Fatalf("multipart upload: %d %s", code, body)
 	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	io.WriteString(zw, "zipped\n")
+	zw.Close()
+	req, _ := http.NewRequest("POST", f.srv.URL+"/files?path="+dir+"/c/z.txt", &gz)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Content-Encoding", "gzip")
+	if resp, err := f.client(f.token).Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("gzip upload: %v %v", resp, err)
+	}
+	if b, err := os.ReadFile(dir + "/c/z.txt"); err != nil || string(b) != "zipped\n" {
+		t.Errorf("gzip upload wrote %q %v", b, err)
+	}
+	req, _ = http.NewRequest("POST", f.srv.URL+"/files?path="+dir+"/meta.txt", strings.NewReader("m"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("X-Metadata-Owner", "me")
+	if resp, err := f.client(f.token).Do(req); err != nil || resp.StatusCode != 400 {
+		t.Errorf("upload with metadata: %v %v", resp, err)
+	}
 	if code, body := f.get(t, f.token, "/files?path="+dir+"/c/three.txt"); code != 200 || body != "three\n" {
 		t.Errorf("download: %d %q", code, body)
 	}
@@ -579,7 +618,7 @@ func TestEnvdFiles(t *testing.T) {
 	for _, e := range ls.Msg.GetEntries() {
 		names = append(names, strings.TrimPrefix(e.GetPath(), dir+"/"))
 	}
-	if strings.Join(names, " ") != "a a/b c c/three.txt two.txt" {
+	if strings.Join(names, " ") != "a a/b c c/three.txt c/z.txt two.txt" {
 		t.Errorf("list depth 2: %v", names)
 	}
 	if _, err := f.fs.MakeDir(ctx, connect.NewRequest(&filesystem.MakeDirRequest{Path: dir + "/x/y/z"})); err != nil {
@@ -715,9 +754,21 @@ func TestEnvdBadRequests(t *testing.T) {
 		t.Errorf("the server's user: %d", code)
 	}
 
+	other := processconnect.NewProcessClient(f.client(f.token), f.srv.URL, connect.WithProtoJSON())
+	lreq := connect.NewRequest(&process.ListRequest{})
+	lreq.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("nobody-else:")))
+	if _, err := other.List(ctx, lreq); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), serverUser()) {
+		t.Errorf("another user's RPC: %v, want permission_denied naming %s", err, serverUser())
+	}
+	lreq = connect.NewRequest(&process.ListRequest{})
+	lreq.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(serverUser()+":")))
+	if _, err := other.List(ctx, lreq); err != nil {
+		t.Errorf("the server's user's RPC: %v", err)
+	}
+
 	// A malformed envelope: a length beyond the body, and garbage JSON.
 	code, body := f.post(t, f.token, "/process.Process/Start", "application/connect+json", bytes.NewReader([]byte{0, 0, 0, 1, 0, '{'}))
-	if code == 200 && !strings.Contains(body, `"code"`) || code >= 500 {
+	if code != 200 || !strings.Contains(body, `"error":{"code":"invalid_argument"`) {
 		t.Errorf("a truncated envelope: %d %q", code, body)
 	}
 	code, body = f.post(t, f.token, "/process.Process/List", "application/json", strings.NewReader("{not json"))
