@@ -767,9 +767,14 @@ func TestEnvdBadRequests(t *testing.T) {
 	}
 
 	// A malformed envelope: a length beyond the body, and garbage JSON.
+	// (connect-go calls a short envelope a protocol error, "internal").
 	code, body := f.post(t, f.token, "/process.Process/Start", "application/connect+json", bytes.NewReader([]byte{0, 0, 0, 1, 0, '{'}))
-	if code != 200 || !strings.Contains(body, `"error":{"code":"invalid_argument"`) {
+	if code != 200 || !strings.Contains(body, `"error":{"code":"internal","message":"protocol error: promised 256 bytes`) {
 		t.Errorf("a truncated envelope: %d %q", code, body)
+	}
+	code, body = f.post(t, f.token, "/process.Process/Start", "application/connect+json", bytes.NewReader([]byte{0, 0, 0, 0, 1, '{'}))
+	if code != 200 || !strings.Contains(body, `"error":{"code":"invalid_argument"`) {
+		t.Errorf("an envelope of bad JSON: %d %q", code, body)
 	}
 	code, body = f.post(t, f.token, "/process.Process/List", "application/json", strings.NewReader("{not json"))
 	if code != 400 || !strings.Contains(body, `"invalid_argument"`) {
