@@ -1,7 +1,7 @@
 package e2b
 
 // envd: the in-sandbox API of E2B's SDKs, answered over the library for
-// the sandbox an envd request names (docs/decisions/140-e2b-envd.md).
+// the sandbox an envd request names (docs/decisions/140-e2b-envd-processes-are-commands.md, 141).
 // Connect RPC (connect-go: the JSON and proto codecs, unary and server
 // streams) for process.Process and filesystem.Filesystem, and plain HTTP
 // for /health and /files. Every call is authenticated with the sandbox's
