@@ -379,11 +379,23 @@ func TestEnvdStdin(t *testing.T) {
 	if _, err := f.proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel, Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("hello\n")}}})); err != nil {
 		t.Fatal(err)
 	}
+	in := f.proc.StreamInput(ctx)
+	for _, m := range []*process.StreamInputRequest{
+		{Event: &process.StreamInputRequest_Start{Start: &process.StreamInputRequest_StartEvent{Process: sel}}},
+		{Event: &process.StreamInputRequest_Data{Data: &process.StreamInputRequest_DataEvent{Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("streamed\n")}}}}},
+	} {
+		if err := in.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := in.CloseAndReceive(); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.proc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: sel})); err != nil {
 		t.Fatal(err)
 	}
 	r := collect(t, st, func() *process.ProcessEvent { return st.Msg().GetEvent() })
-	if r.stdout != "HELLO\ndone\n" || r.end.GetExitCode() != 0 {
+	if r.stdout != "HELLO\nSTREAMED\ndone\n" || r.end.GetExitCode() != 0 {
 		t.Errorf("stdout %q, end %+v", r.stdout, r.end)
 	}
 	// Without stdin (the SDK's default), input is refused clearly.
@@ -833,4 +845,69 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// A restarted server (another Host on the same store) finds a running
+// command by its pid, replays its output, takes its input and stops it:
+// nothing of a process lives in the server.
+func TestEnvdReopen(t *testing.T) {
+	f := newEnvd(t, Config{}, spec.Environment{})
+	ctx := ctxT(t)
+	sctx, stop := context.WithCancel(ctx)
+	st, err := f.proc.Start(sctx, connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", `echo one; read line; echo "got $line"; sleep 600`}},
+		Stdin:   ptr(true),
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid uint32
+	var out string
+	for out != "one\n" && st.Receive() {
+		if s := st.Msg().GetEvent().GetStart(); s != nil {
+			pid = s.GetPid()
+		}
+		out += string(st.Msg().GetEvent().GetData().GetStdout())
+	}
+	stop()
+	st.Close()
+	f.srv.Close()
+
+	h2, err := hostfork.Open(ctx, hostfork.Options{Root: f.h.Root(), CgroupParent: testutil.CgroupParent(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	cfg := f.s.cfg
+	cfg.Host = h2
+	s2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2 := httptest.NewServer(s2)
+	defer srv2.Close()
+	proc := processconnect.NewProcessClient(f.client(f.token), srv2.URL, connect.WithProtoJSON())
+	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}
+	cst, err := proc.Connect(ctx, connect.NewRequest(&process.ConnectRequest{Process: sel}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cst.Close()
+	if _, err := proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel, Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("two\n")}}})); err != nil {
+		t.Fatal(err)
+	}
+	out = ""
+	for !strings.Contains(out, "got two\n") && cst.Receive() {
+		out += string(cst.Msg().GetEvent().GetData().GetStdout())
+	}
+	if out != "one\ngot two\n" {
+		t.Errorf("after the restart: %q (%v)", out, cst.Err())
+	}
+	if _, err := proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: sel, Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
+		t.Fatal(err)
+	}
+	r := collect(t, cst, func() *process.ProcessEvent { return cst.Msg().GetEvent() })
+	if r.end.GetStatus() != "signal: killed" {
+		t.Errorf("end %+v", r.end)
+	}
 }
