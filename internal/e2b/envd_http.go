@@ -152,6 +152,9 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			return fmt.Errorf("no path: give ?path= (or a file name in the multipart part): %w", api.ErrInvalid)
 		}
 		p := sandboxPath(name)
+		if e, err := env.Stat(r.Context(), p); err == nil && e.Type == "dir" {
+			return fmt.Errorf("%s is a directory: name a file in it: %w", p, api.ErrInvalid)
+		}
 		if _, err := mkdirAll(r.Context(), env, path.Dir(p)); err != nil {
 			return err
 		}

@@ -565,6 +565,9 @@ func TestEnvdFiles(t *testing.T) {
 	if b, err := os.ReadFile(dir + "/c/z.txt"); err != nil || string(b) != "zipped\n" {
 		t.Errorf("gzip upload wrote %q %v", b, err)
 	}
+	if code, body := f.post(t, f.token, "/files?path="+dir+"/c", "application/octet-stream", strings.NewReader("x")); code != 400 || !strings.Contains(body, "is a directory") {
+		t.Errorf("upload onto a directory: %d %s", code, body)
+	}
 	req, _ = http.NewRequest("POST", f.srv.URL+"/files?path="+dir+"/meta.txt", strings.NewReader("m"))
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.Header.Set("X-Metadata-Owner", "me")
