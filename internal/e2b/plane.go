@@ -298,6 +298,9 @@ type sandboxAnswer struct {
 	MemoryKept bool `json:"memoryKept"`
 }
 
+// hdrMemoryKept answers pause and connect: "false", always.
+const hdrMemoryKept = "X-Hostfork-Memory-Kept"
+
 // clientID is the legacy client id the API answers (the SDKs ignore it).
 const clientID = "hostfork"
 
@@ -874,14 +877,14 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, k Key) error {
 // pause stops the sandbox's processes and keeps its trees (409 when it is
 // paused already).
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, k Key) error {
+	// The body's memory flag is not refused: SDKs before 2.46 send
+	// memory: true by default, so it can't tell a choice. Memory is never
+	// kept, and the answer's header says so (decision 137).
 	var q struct {
 		Memory *bool `json:"memory"`
 	}
 	if err := decode(w, r, &q); err != nil {
 		return err
-	}
-	if q.Memory != nil && *q.Memory {
-		return invalid("keepMemory: memory is never kept: a paused sandbox keeps its files only (pause without keepMemory)")
 	}
 	id := r.PathValue("id")
 	defer s.pl.lock(id)()
@@ -895,6 +898,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, k Key) error {
 	if err := s.writeState(id, statePaused); err != nil {
 		return err
 	}
+	w.Header().Set(hdrMemoryKept, "false")
 	if err := s.stopCurrent(r.Context(), sb); err != nil {
 		if rec, _, serr := s.h.Status(r.Context(), sb.Env.ID); serr == nil && !rec.State.Final() {
 			_ = s.writeState(id, "") // still running: not paused
@@ -971,6 +975,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, k Key) error {
 		writeJSON(w, http.StatusOK, s.answer(id, sb.Template))
 		return nil
 	}
+	w.Header().Set(hdrMemoryKept, "false")
 	recs, err := s.h.Fork(ctx, sb.Env.ID, hostfork.ForkOptions{Count: 1, TTL: ttl, OwnerExit: spec.OwnerExitDetach})
 	if err != nil {
 		for _, rec := range recs {

@@ -57,12 +57,8 @@ type e2bFront struct {
 	url string
 }
 
-// startE2B loads the keys and the token secret and opens the listener.
-func startE2B(h *hostfork.Host, f *cli.ServeFlags, logf func(string, ...any)) (*e2bFront, error) {
-	keys, err := e2b.LoadKeys(f.E2BKeys)
-	if err != nil {
-		return nil, err
-	}
+// startE2B loads the token secret and opens the listener.
+func startE2B(h *hostfork.Host, f *cli.ServeFlags, keys []e2b.Key, logf func(string, ...any)) (*e2bFront, error) {
 	secret, err := e2b.LoadSecret(h.Root())
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork/internal/cli"
 	"github.com/habemus-papadum/hostfork/internal/doctor"
+	"github.com/habemus-papadum/hostfork/internal/e2b"
 	"github.com/habemus-papadum/hostfork/internal/server"
 )
 
@@ -47,6 +48,12 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 	}
 	if err := e2bFlagsOK(f); err != nil {
 		return err
+	}
+	var e2bKeys []e2b.Key // read before the store opens: a bad file ends serve first
+	if f.E2BListen != "" {
+		if e2bKeys, err = e2b.LoadKeys(f.E2BKeys); err != nil {
+			return err
+		}
 	}
 	ctx, h, done, err := serving(c, g)
 	if err != nil {
@@ -89,7 +96,7 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(g.Err(), "hostfork serve: "+format+"\n", args...) }
 	var front *e2bFront
 	if f.E2BListen != "" {
-		if front, err = startE2B(h, f, logf); err != nil {
+		if front, err = startE2B(h, f, e2bKeys, logf); err != nil {
 			return err
 		}
 		defer front.ln.Close()
