@@ -53,6 +53,9 @@ type Verbs struct {
 type ServeFlags struct {
 	Socket        string
 	MetricsListen string
+	// The E2B-compatible front (docs/e2b.md): its TCP address, API keys
+	// file, templates directory, and TLS certificate and key.
+	E2BListen, E2BKeys, E2BTemplates, E2BTLSCert, E2BTLSKey string
 }
 
 // UsageError is a usage error (exit 122) with a message that names the
@@ -98,7 +101,7 @@ the hostfork executable or on PATH.`
 func newServeCmd(g *globals, run func(c *cobra.Command, g *Globals, f *ServeFlags) error) *cobra.Command {
 	f := &ServeFlags{}
 	c := &cobra.Command{
-		Use:   "serve [--socket PATH] [--metrics-listen 127.0.0.1:PORT]",
+		Use:   "serve [--socket PATH] [--metrics-listen 127.0.0.1:PORT] [--e2b-listen HOST:PORT --e2b-keys FILE]",
 		Short: "Serve the HTTP API on a unix socket (docs/api.md)",
 		Long: `serve answers hostfork's HTTP API (docs/api.md) on a unix socket, by
 default <store>/api.sock (mode 0660, owned by the store's owner). Only root
@@ -111,6 +114,14 @@ serve stops or crashes, and a restarted serve finds them again.
 
 --metrics-listen also serves GET /metrics (only) over plain HTTP on a
 loopback TCP address, without authentication.
+
+--e2b-listen also answers E2B's SDKs (an E2B-compatible API, docs/e2b.md)
+on a TCP address: the control plane and every sandbox's envd, one
+listener. Callers authenticate with a key of --e2b-keys (a 0600 file of
+'NAME KEY' lines). Sandboxes come from the built-in template "base" and
+the spec files NAME.yaml of --e2b-templates. A non-loopback address needs
+--e2b-tls-cert and --e2b-tls-key. A sandbox shares the host's network,
+PIDs and this server's user: it is not a VM boundary.
 
 Under systemd it takes the socket a .socket unit passes (socket activation,
 LISTEN_FDS): 'hostfork support install' writes hostfork-serve.socket and
@@ -131,6 +142,11 @@ in-flight requests 5s.` + companionNote,
 	}
 	c.Flags().StringVar(&f.Socket, "socket", "", "unix socket path (default <store>/api.sock)")
 	c.Flags().StringVar(&f.MetricsListen, "metrics-listen", "", "also serve GET /metrics on this loopback TCP address, e.g. 127.0.0.1:9464")
+	c.Flags().StringVar(&f.E2BListen, "e2b-listen", "", "also answer E2B's SDKs on this TCP address, e.g. 127.0.0.1:3000 (docs/e2b.md)")
+	c.Flags().StringVar(&f.E2BKeys, "e2b-keys", "", "the E2B-compatible API's keys: a file of 'NAME KEY' lines, mode 0600")
+	c.Flags().StringVar(&f.E2BTemplates, "e2b-templates", "", "a directory of sandbox templates: hostfork spec files NAME.yaml")
+	c.Flags().StringVar(&f.E2BTLSCert, "e2b-tls-cert", "", "serve the E2B-compatible API over TLS with this certificate (PEM)")
+	c.Flags().StringVar(&f.E2BTLSKey, "e2b-tls-key", "", "the private key (PEM) of --e2b-tls-cert")
 	return c
 }
 

@@ -89,6 +89,7 @@ type Server struct {
 	h     *hostfork.Host
 	plane *http.ServeMux // the control plane
 	envd  *http.ServeMux // a sandbox's envd (after its token is checked)
+	pl    *plane         // the control plane's cache and locks (plane.go)
 }
 
 // New builds the front.
@@ -123,6 +124,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // implement them each add theirs here).
 func (s *Server) routes() {
 	s.envdRoutes()
+	s.planeRoutes()
 }
 
 // key returns the request's API key, compared in constant time against
@@ -280,18 +282,8 @@ func (s *Server) envdSandbox(r *http.Request) (*hostfork.Env, error) {
 	return s.liveEnv(r.Context(), id)
 }
 
-// liveEnv opens the active environment of sandbox id.
+// liveEnv opens the active environment of sandbox id: one record read
+// when the control plane's cache knows it (plane.go).
 func (s *Server) liveEnv(ctx context.Context, id string) (*hostfork.Env, error) {
-	sel, err := hostfork.ParseSelector(LabelSandbox + "=" + id)
-	if err != nil {
-		return nil, errNoSandbox
-	}
-	recs, err := s.h.Envs(ctx, hostfork.EnvFilter{Labels: sel, Active: true})
-	if err != nil {
-		return nil, err
-	}
-	if len(recs) == 0 {
-		return nil, errNoSandbox
-	}
-	return s.h.OpenEnv(ctx, recs[len(recs)-1].ID)
+	return s.liveEnvCached(ctx, id)
 }

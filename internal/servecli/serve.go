@@ -6,6 +6,7 @@ package servecli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork/internal/cli"
 	"github.com/habemus-papadum/hostfork/internal/doctor"
+	"github.com/habemus-papadum/hostfork/internal/e2b"
 	"github.com/habemus-papadum/hostfork/internal/server"
 )
 
@@ -41,6 +43,15 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 	var mln net.Listener
 	if metricsListen != "" {
 		if err := loopbackOnly(metricsListen); err != nil {
+			return err
+		}
+	}
+	if err := e2bFlagsOK(f); err != nil {
+		return err
+	}
+	var e2bKeys []e2b.Key // read before the store opens: a bad file ends serve first
+	if f.E2BListen != "" {
+		if e2bKeys, err = e2b.LoadKeys(f.E2BKeys); err != nil {
 			return err
 		}
 	}
@@ -82,11 +93,19 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 		}
 		defer mln.Close()
 	}
+	logf := func(format string, args ...any) { fmt.Fprintf(g.Err(), "hostfork serve: "+format+"\n", args...) }
+	var front *e2bFront
+	if f.E2BListen != "" {
+		if front, err = startE2B(h, f, e2bKeys, logf); err != nil {
+			return err
+		}
+		defer front.ln.Close()
+	}
 	srv, err := server.New(server.Config{
 		Host: h, OwnerUID: int(st.Uid), SocketPath: socket, ExitCode: cli.ExitCodeOf,
 		Version: func() any { return cli.ReadBuildInfo() },
 		Doctor:  func(ctx context.Context) (any, error) { return serveDoctor(ctx, c, g, h.Root()), nil },
-		Logf:    func(format string, args ...any) { fmt.Fprintf(g.Err(), "hostfork serve: "+format+"\n", args...) },
+		Logf:    logf,
 	})
 	if err != nil {
 		return err
@@ -98,10 +117,25 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 	if mln != nil {
 		fmt.Fprintf(g.Out(), "hostfork serve: metrics on http://%s/metrics\n", mln.Addr())
 	}
+	if front != nil {
+		fmt.Fprintf(g.Out(), "hostfork serve: E2B-compatible API on %s\n", front.url)
+	}
 	if f, ok := g.Out().(*os.File); ok {
 		_ = f.Sync()
 	}
-	return srv.Serve(ctx, ln, mln)
+	if front == nil {
+		return srv.Serve(ctx, ln, mln)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	e2bErr := make(chan error, 1)
+	go func() {
+		e2bErr <- front.serve(ctx)
+		cancel() // the front failed: the unix API ends too
+	}()
+	err = srv.Serve(ctx, ln, mln)
+	cancel()
+	return errors.Join(err, <-e2bErr)
 }
 
 // loopbackOnly refuses a metrics address that is not a loopback IP: the

@@ -130,6 +130,9 @@ type Serve struct {
 	// Metrics is the metrics listener's address, when --metrics-listen
 	// was given.
 	Metrics string
+	// E2B is the E2B-compatible front's URL (http://HOST:PORT), when
+	// --e2b-listen was given.
+	E2B     string
 	stderr  *lockedBuffer
 	done    chan struct{}
 	waitErr error
@@ -178,13 +181,14 @@ func (e *Env) Serve(args ...string) *Serve {
 			}
 			if rest, ok := strings.CutPrefix(l, "hostfork serve: listening on unix://"); ok {
 				s.Socket = rest
-				if len(args) == 0 || !contains(args, "--metrics-listen") {
-					go drain(lines)
-					return s
-				}
 			}
 			if rest, ok := strings.CutPrefix(l, "hostfork serve: metrics on http://"); ok {
 				s.Metrics = strings.TrimSuffix(rest, "/metrics")
+			}
+			if rest, ok := strings.CutPrefix(l, "hostfork serve: E2B-compatible API on "); ok {
+				s.E2B = rest
+			}
+			if s.Socket != "" && (s.Metrics != "" || !contains(args, "--metrics-listen")) && (s.E2B != "" || !contains(args, "--e2b-listen")) {
 				go drain(lines)
 				return s
 			}
