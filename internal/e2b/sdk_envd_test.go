@@ -42,7 +42,8 @@ type envdResult struct {
 		Events        []string
 		After         []string
 	}
-	Pty struct {
+	Running []bool
+	Pty     struct {
 		FortyTwo, Resized bool
 		ExitCode          int
 	}
@@ -105,6 +106,9 @@ func TestSDKEnvd(t *testing.T) {
 			}
 			if fs.Moved != "beta\n" {
 				t.Errorf("the renamed file: %q", fs.Moved)
+			}
+			if !slices.Equal(r.Running, []bool{true, false}) {
+				t.Errorf("isRunning before and after kill (envd's /health): %v", r.Running)
 			}
 			if !r.Pty.FortyTwo || !r.Pty.Resized || r.Pty.ExitCode != 0 {
 				t.Errorf("pty: %+v", r.Pty)

@@ -102,6 +102,12 @@ try {
   await sbx.pty.sendInput(pty.pid, enc.encode('exit\n'));
   const end = await pty.wait();
   out.pty = { fortyTwo: true, resized: true, exitCode: end.exitCode };
+
+  step = 'health';
+  out.running = [await sbx.isRunning()];
+  await sbx.kill();
+  out.running.push(await sbx.isRunning());
+  sbx = undefined;
 } catch (e) {
   out.error = e?.constructor?.name ?? 'Error';
   out.message = String(e?.message ?? e);
