@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"syscall"
 
 	"github.com/habemus-papadum/hostfork"
 	"github.com/habemus-papadum/hostfork/api"
@@ -42,7 +43,7 @@ func httpFail(w http.ResponseWriter, err error) {
 		status = http.StatusBadRequest
 	case errors.Is(err, api.ErrForbidden):
 		status = http.StatusForbidden
-	case errors.Is(err, api.ErrStoreFull), strings.Contains(err.Error(), "no space left"):
+	case errors.Is(err, api.ErrStoreFull), errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		status = http.StatusInsufficientStorage
 	}
 	fail(w, status, "%v", err)

@@ -42,6 +42,7 @@ type envdResult struct {
 		Events        []string
 		After         []string
 	}
+	BadCwd  string
 	Running []bool
 	Pty     struct {
 		FortyTwo, Resized bool
@@ -83,6 +84,9 @@ func TestSDKEnvd(t *testing.T) {
 			}
 			if !r.Fail.IsExitError || r.Fail.ExitCode != 3 || r.Fail.Stderr != "failing\n" {
 				t.Errorf("a failing command: %+v, want CommandExitError with code 3", r.Fail)
+			}
+			if !strings.HasPrefix(r.BadCwd, "InvalidArgumentError: ") || !strings.Contains(r.BadCwd, "/no/such/dir") {
+				t.Errorf("a cwd that is not in the view: %q, want InvalidArgumentError naming it", r.BadCwd)
 			}
 			b := r.Bg
 			if b.Pid == 0 || b.Child == 0 || b.PidStart == "" || b.ChildStart == "" || !b.Listed {

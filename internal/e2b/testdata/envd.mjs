@@ -47,6 +47,14 @@ try {
     out.fail = { error: e?.constructor?.name, isExitError: e instanceof CommandExitError, exitCode: e.exitCode, stderr: e.stderr };
   }
 
+  step = 'cwd';
+  try {
+    await sbx.commands.run('pwd', { cwd: '/no/such/dir' });
+    out.badCwd = 'none';
+  } catch (e) {
+    out.badCwd = `${e?.constructor?.name}: ${e?.message}`;
+  }
+
   step = 'background';
   let first = '';
   const bg = await sbx.commands.run('sleep 600 & echo "child=$!"; wait', { background: true, timeoutMs: 0, onStdout: (d) => { first += d; } });
