@@ -77,6 +77,10 @@ type Config struct {
 	Secret []byte
 	// Logf reports what the front can't answer to anyone; nil discards.
 	Logf func(format string, args ...any)
+	// MaxUpload bounds one file envd's POST /files takes, in bytes (0:
+	// DefaultMaxUpload); a larger upload is refused with 413 and leaves
+	// nothing behind.
+	MaxUpload int64
 }
 
 // Server answers the E2B-compatible protocol over one Host.
@@ -119,6 +123,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // routes registers both muxes' handlers (the files of this package that
 // implement them each add theirs here).
 func (s *Server) routes() {
+	s.envdRoutes()
 	s.planeRoutes()
 }
 
