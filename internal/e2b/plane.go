@@ -865,13 +865,20 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, k Key) error {
 	if err != nil {
 		return err
 	}
-	// The state is written first: a crash between the two leaves a
-	// sandbox that is killed or still running, never one paused.
+	// "killed" is written first: a crash before the stop leaves a
+	// sandbox running (its active environment wins) or killed, never
+	// paused. Once the stop is recorded (reason user) the file is needed
+	// only by a sandbox its deadline paused (decision 136).
 	if err := s.writeState(id, "killed"); err != nil {
 		return err
 	}
 	if err := s.stopCurrent(r.Context(), sb); err != nil {
 		return err
+	}
+	if !(sb.State == statePaused && sb.Env.StopReason == api.ReasonDeadline && sb.Env.Labels[LabelAutoPause] == "true") {
+		if err := s.writeState(id, ""); err != nil {
+			return err
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

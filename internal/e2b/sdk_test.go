@@ -253,34 +253,47 @@ func TestSDKSandboxes(t *testing.T) {
 }
 
 // TestSDKTimeout: setTimeout moves the deadline (both ways), and the
-// deadline is enforced: the sandbox is gone after it.
+// deadline is enforced: the sandbox is gone after it, or paused when it
+// was made with lifecycle.onTimeout "pause" (and then resumed by connect,
+// and killed for good).
 func TestSDKTimeout(t *testing.T) {
 	f := e2btest.Start(t, e2btest.Options{})
-	sb := ok(t, "create", batch(t, f, "", c{Call: []string{"create", "base", "120000"}})[0])
-	r := ok(t, "setTimeout 10 min", batch(t, f, "", c{Call: []string{"settimeout", sb.ID, "600000"}})[0])
-	if d := time.Until(r.EndAt); d < 9*time.Minute || d > 11*time.Minute {
+	r := batch(t, f, "",
+		c{Call: []string{"create", "base", "120000"}},
+		c{Call: []string{"create", "base", "120000", "{}", `{"lifecycle":{"onTimeout":"pause"}}`}})
+	sb, auto := ok(t, "create", r[0]), ok(t, "create with onTimeout pause", r[1])
+	r = batch(t, f, "", c{Call: []string{"settimeout", sb.ID, "600000"}})
+	if d := time.Until(ok(t, "setTimeout 10 min", r[0]).EndAt); d < 9*time.Minute || d > 11*time.Minute {
 		t.Errorf("endAt after setTimeout(10 min) is in %v", d)
 	}
 	if e := envsOf(t, f, sb.ID)[0]; len(e.DeadlineMoves) != 1 {
 		t.Errorf("deadline moves: %v, want 1", e.DeadlineMoves)
 	}
-	r = ok(t, "setTimeout 4 s", batch(t, f, "", c{Call: []string{"settimeout", sb.ID, "4000"}})[0])
-	if d := time.Until(r.EndAt); d > 5*time.Second {
+	r = batch(t, f, "", c{Call: []string{"settimeout", sb.ID, "4000"}}, c{Call: []string{"settimeout", auto.ID, "4000"}})
+	if d := time.Until(ok(t, "setTimeout 4 s", r[0]).EndAt); d > 5*time.Second {
 		t.Errorf("endAt after setTimeout(4 s) is in %v", d)
 	}
+	ok(t, "setTimeout 4 s (onTimeout pause)", r[1])
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		r := batch(t, f, "", c{Call: []string{"info", sb.ID}})[0]
-		if r.Error == "SandboxNotFoundError" {
+		r := batch(t, f, "", c{Call: []string{"info", sb.ID}}, c{Call: []string{"info", auto.ID}})
+		if r[0].Error == "SandboxNotFoundError" && r[1].State == "paused" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the sandbox is still there 90 s after a 4 s timeout: %+v", r)
+			t.Fatalf("90 s after a 4 s timeout: %+v and %+v, want gone and paused", r[0], r[1])
 		}
 		time.Sleep(time.Second)
 	}
-	if e := envsOf(t, f, sb.ID)[0]; e.State != api.EnvStopped || e.StopReason != api.ReasonDeadline {
-		t.Errorf("environment after the timeout: state %s reason %s, want stopped by the deadline", e.State, e.StopReason)
+	for _, id := range []string{sb.ID, auto.ID} {
+		if e := envsOf(t, f, id)[0]; e.State != api.EnvStopped || e.StopReason != api.ReasonDeadline {
+			t.Errorf("environment after the timeout: state %s reason %s, want stopped by the deadline", e.State, e.StopReason)
+		}
+	}
+	// The autopaused sandbox: killed while paused, it is gone for good.
+	r = batch(t, f, "", c{Call: []string{"kill", auto.ID}}, c{Call: []string{"info", auto.ID}}, c{Call: []string{"connect", auto.ID}})
+	if r[0].Killed == nil || !*r[0].Killed || r[1].Error != "SandboxNotFoundError" || r[2].Error != "SandboxNotFoundError" {
+		t.Errorf("kill of an autopaused sandbox, then info and connect: %+v %+v %+v", r[0], r[1], r[2])
 	}
 }
 
