@@ -274,7 +274,10 @@ func (q *newSandboxRequest) refusals() error {
 	if q.AutoPauseMemory != nil && *q.AutoPauseMemory {
 		why = append(why, "keepMemory on pause (memory is never kept: a paused sandbox keeps its files only)")
 	}
-	if ar := strings.TrimSpace(string(q.AutoResume)); present(q.AutoResume) && ar != `{"enabled":false}` {
+	var ar struct {
+		Enabled bool `json:"enabled"`
+	}
+	if present(q.AutoResume) && (json.Unmarshal(q.AutoResume, &ar) != nil || ar.Enabled) {
 		why = append(why, "autoResume (resume a paused sandbox with Sandbox.connect)")
 	}
 	if len(why) > 0 {
@@ -329,7 +332,7 @@ func metaLabels(meta map[string]string) (map[string]string, error) {
 	out := map[string]string{}
 	for k, v := range meta {
 		lk := LabelMeta + k
-		if !spec.ValidLabelKey(lk) {
+		if !spec.ValidLabelKey(lk) || !spec.ValidLabelKey(k) {
 			return nil, invalid("metadata key %q: a hostfork label holds it (%s<key>), so use ASCII letters, digits, '.', '_', '-', '/', starting with a letter or digit, at most %d characters", k, LabelMeta, 63-len(LabelMeta))
 		}
 		if len(v) > maxMetaValue || !utf8.ValidString(v) || strings.ContainsAny(v, "\x00\n\r") {
@@ -862,13 +865,20 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, k Key) error {
 	if err != nil {
 		return err
 	}
-	// The state is written first: a crash between the two leaves a
-	// sandbox that is killed or still running, never one paused.
+	// "killed" is written first: a crash before the stop leaves a
+	// sandbox running (its active environment wins) or killed, never
+	// paused. Once the stop is recorded (reason user) the file is needed
+	// only by a sandbox its deadline paused (decision 136).
 	if err := s.writeState(id, "killed"); err != nil {
 		return err
 	}
 	if err := s.stopCurrent(r.Context(), sb); err != nil {
 		return err
+	}
+	if !(sb.State == statePaused && sb.Env.StopReason == api.ReasonDeadline && sb.Env.Labels[LabelAutoPause] == "true") {
+		if err := s.writeState(id, ""); err != nil {
+			return err
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

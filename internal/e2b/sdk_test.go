@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,26 +34,29 @@ type result struct {
 	EndAt    time.Time         `json:"endAt"`
 	Killed   *bool             `json:"killed"`
 	Paused   *bool             `json:"paused"`
+	List     []result          `json:"list"`
 }
 
-func call(t *testing.T, f *e2btest.Front, r e2btest.Run) result {
+// c is one call of a batch: the key's name (alice when empty; a string
+// that is no key's name is sent as the key) and the verb with its
+// arguments.
+type c struct {
+	Key  string   `json:"key,omitempty"`
+	Call []string `json:"call"`
+}
+
+// batch runs calls in order in one Node process (starting Node and
+// loading the SDK costs seconds on a loaded machine) with SDK sdk.
+func batch(t *testing.T, f *e2btest.Front, sdk string, calls ...c) []result {
 	t.Helper()
-	r.Script = planeScript
-	out := strings.TrimSpace(f.Node(t, r))
-	var res result
-	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
-		t.Fatalf("plane.mjs %v: %v\n%s", r.Args, err, out)
+	b, err := json.Marshal(calls)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return res
-}
-
-func callList(t *testing.T, f *e2btest.Front, r e2btest.Run) []result {
-	t.Helper()
-	r.Script = planeScript
-	out := strings.TrimSpace(f.Node(t, r))
+	out := strings.TrimSpace(f.Node(t, e2btest.Run{Script: planeScript, SDK: sdk, Args: []string{"batch", string(b)}}))
 	var res []result
-	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
-		t.Fatalf("plane.mjs %v: %v\n%s", r.Args, err, out)
+	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil || len(res) != len(calls) {
+		t.Fatalf("plane.mjs batch %s: %v\n%s", b, err, out)
 	}
 	return res
 }
@@ -124,100 +128,116 @@ func TestSDKSandboxes(t *testing.T) {
 	for _, sdk := range []string{e2btest.SDK, e2btest.OldSDK} {
 		t.Run(sdk, func(t *testing.T) {
 			suite := `{"suite":"` + sdk + `"}`
-			base := ok(t, "create base", call(t, f, e2btest.Run{SDK: sdk, Args: []string{"create", "base", "600000", `{"suite":"` + sdk + `","n":"1"}`}}))
-			tmpl := ok(t, "create tmpl", call(t, f, e2btest.Run{SDK: sdk, Args: []string{"create", "tmpl", "600000", `{"suite":"` + sdk + `","n":"2"}`}}))
-			bobs := ok(t, "create as bob", call(t, f, e2btest.Run{SDK: sdk, Key: "bob", Args: []string{"create", "base", "600000", suite}}))
+			r := batch(t, f, sdk,
+				c{Call: []string{"create", "base", "600000", `{"suite":"` + sdk + `","n":"1"}`}},
+				c{Call: []string{"create", "tmpl", "600000", `{"suite":"` + sdk + `","n":"2"}`}},
+				c{Key: "bob", Call: []string{"create", "base", "600000", suite}})
+			base, tmpl, bobs := ok(t, "create base", r[0]), ok(t, "create tmpl", r[1]), ok(t, "create as bob", r[2])
 			if base.Token == "" || base.Token == tmpl.Token {
 				t.Errorf("access tokens %q and %q: want each sandbox its own", base.Token, tmpl.Token)
 			}
 
 			// The environments behind them, as hostfork records them.
-			for _, c := range []struct {
+			for _, x := range []struct {
 				id, tmpl, key, n string
 			}{{base.ID, "base", "alice", "1"}, {tmpl.ID, "tmpl", "alice", "2"}, {bobs.ID, "base", "bob", ""}} {
-				envs := envsOf(t, f, c.id)
+				envs := envsOf(t, f, x.id)
 				if len(envs) != 1 {
-					t.Fatalf("sandbox %s: %d environments, want 1", c.id, len(envs))
+					t.Fatalf("sandbox %s: %d environments, want 1", x.id, len(envs))
 				}
 				e := envs[0]
-				if e.State != api.EnvActive || e.Labels["e2b.template"] != c.tmpl || e.Labels["e2b.key"] != c.key || e.Labels["e2b.meta/suite"] != sdk || e.Labels["e2b.meta/n"] != c.n || e.OwnerExit != "detach" || e.DeadlineAt == nil {
-					t.Errorf("sandbox %s: environment %s state %s labels %v owner_exit %s deadline %v", c.id, e.ID, e.State, e.Labels, e.OwnerExit, e.DeadlineAt)
+				if e.State != api.EnvActive || e.Labels["e2b.template"] != x.tmpl || e.Labels["e2b.key"] != x.key || e.Labels["e2b.meta/suite"] != sdk || e.Labels["e2b.meta/n"] != x.n || e.OwnerExit != "detach" || e.DeadlineAt == nil {
+					t.Fatalf("sandbox %s: environment %s state %s labels %v owner_exit %s deadline %v", x.id, e.ID, e.State, e.Labels, e.OwnerExit, e.DeadlineAt)
 				}
-				if c.tmpl == "tmpl" && e.Labels["from"] != "template" {
-					t.Errorf("sandbox %s: the template's own label is missing: %v", c.id, e.Labels)
+				if x.tmpl == "tmpl" && e.Labels["from"] != "template" {
+					t.Errorf("sandbox %s: the template's own label is missing: %v", x.id, e.Labels)
 				}
 				if d := time.Until(*e.DeadlineAt); d < 5*time.Minute || d > 601*time.Second {
-					t.Errorf("sandbox %s: deadline in %v, want the 600 s timeout", c.id, d)
+					t.Errorf("sandbox %s: deadline in %v, want the 600 s timeout", x.id, d)
 				}
 			}
 
+			r = batch(t, f, sdk,
+				c{Call: []string{"list", `{"metadata":` + suite + `}`}},                   // 0
+				c{Call: []string{"list", `{"metadata":{"suite":"` + sdk + `","n":"2"}}`}}, // 1
+				c{Key: "bob", Call: []string{"list", `{"metadata":` + suite + `}`}},       // 2
+				c{Call: []string{"info", tmpl.ID}},                                        // 3
+				c{Key: "bob", Call: []string{"info", base.ID}},                            // 4
+				c{Key: "bob", Call: []string{"kill", base.ID}},                            // 5
+				c{Call: []string{"kill", base.ID}},                                        // 6
+				c{Call: []string{"kill", base.ID}},                                        // 7
+				c{Call: []string{"list", `{"metadata":` + suite + `}`}},                   // 8
+				c{Call: []string{"info", base.ID}},                                        // 9
+			)
 			// List: the caller key's only, filtered by metadata, over pages.
-			if got := ids(callList(t, f, e2btest.Run{SDK: sdk, Args: []string{"list", `{"metadata":` + suite + `}`}})); !sameSet(got, []string{base.ID, tmpl.ID}) {
+			if got := ids(ok(t, "list", r[0]).List); !sameSet(got, []string{base.ID, tmpl.ID}) {
 				t.Errorf("alice's list of suite %s: %v, want %s and %s", sdk, got, base.ID, tmpl.ID)
 			}
-			if got := ids(callList(t, f, e2btest.Run{SDK: sdk, Args: []string{"list", `{"metadata":{"suite":"` + sdk + `","n":"2"}}`}})); !sameSet(got, []string{tmpl.ID}) {
+			if got := ids(ok(t, "list n=2", r[1]).List); !sameSet(got, []string{tmpl.ID}) {
 				t.Errorf("alice's list of n=2: %v, want %s", got, tmpl.ID)
 			}
-			if got := ids(callList(t, f, e2btest.Run{SDK: sdk, Key: "bob", Args: []string{"list", `{"metadata":` + suite + `}`}})); !sameSet(got, []string{bobs.ID}) {
+			if got := ids(ok(t, "bob's list", r[2]).List); !sameSet(got, []string{bobs.ID}) {
 				t.Errorf("bob's list: %v, want only %s", got, bobs.ID)
 			}
-			info := ok(t, "info", call(t, f, e2btest.Run{SDK: sdk, Args: []string{"info", tmpl.ID}}))
-			if info.Template != "tmpl" || info.State != "running" || info.Metadata["n"] != "2" {
+			if info := ok(t, "info", r[3]); info.Template != "tmpl" || info.State != "running" || info.Metadata["n"] != "2" {
 				t.Errorf("info of %s: %+v", tmpl.ID, info)
 			}
-
 			// Another key's sandbox is not found, and bob can't kill it.
-			if r := call(t, f, e2btest.Run{SDK: sdk, Key: "bob", Args: []string{"info", base.ID}}); r.Error != "SandboxNotFoundError" {
-				t.Errorf("bob's getInfo of alice's sandbox: %+v, want SandboxNotFoundError", r)
+			if r[4].Error != "SandboxNotFoundError" {
+				t.Errorf("bob's getInfo of alice's sandbox: %+v, want SandboxNotFoundError", r[4])
 			}
-			if r := call(t, f, e2btest.Run{SDK: sdk, Key: "bob", Args: []string{"kill", base.ID}}); r.Killed == nil || *r.Killed {
-				t.Errorf("bob's kill of alice's sandbox: %+v, want false", r)
+			if r[5].Killed == nil || *r[5].Killed {
+				t.Errorf("bob's kill of alice's sandbox: %+v, want false", r[5])
 			}
-
 			// Kill: once true, then false; gone from the list; the
 			// environment stopped.
-			for i, want := range []bool{true, false} {
-				if r := call(t, f, e2btest.Run{SDK: sdk, Args: []string{"kill", base.ID}}); r.Killed == nil || *r.Killed != want {
-					t.Errorf("kill #%d: %+v, want %v", i+1, r, want)
-				}
+			if r[6].Killed == nil || !*r[6].Killed || r[7].Killed == nil || *r[7].Killed {
+				t.Errorf("kill, kill: %+v %+v, want true then false", r[6], r[7])
 			}
-			if got := ids(callList(t, f, e2btest.Run{SDK: sdk, Args: []string{"list", `{"metadata":` + suite + `}`}})); !sameSet(got, []string{tmpl.ID}) {
+			if got := ids(ok(t, "list after kill", r[8]).List); !sameSet(got, []string{tmpl.ID}) {
 				t.Errorf("list after the kill: %v, want %s", got, tmpl.ID)
+			}
+			if r[9].Error != "SandboxNotFoundError" {
+				t.Errorf("getInfo of a killed sandbox: %+v", r[9])
 			}
 			if envs := envsOf(t, f, base.ID); envs[0].State != api.EnvStopped {
 				t.Errorf("killed sandbox's environment: %s", envs[0].State)
 			}
-			if r := call(t, f, e2btest.Run{SDK: sdk, Args: []string{"info", base.ID}}); r.Error != "SandboxNotFoundError" {
-				t.Errorf("getInfo of a killed sandbox: %+v", r)
-			}
-			ok(t, "kill tmpl", call(t, f, e2btest.Run{SDK: sdk, Args: []string{"kill", tmpl.ID}}))
-			ok(t, "kill bob's", call(t, f, e2btest.Run{SDK: sdk, Key: "bob", Args: []string{"kill", bobs.ID}}))
+			r = batch(t, f, sdk, c{Call: []string{"kill", tmpl.ID}}, c{Key: "bob", Call: []string{"kill", bobs.ID}})
+			ok(t, "kill tmpl", r[0])
+			ok(t, "kill bob's", r[1])
 		})
 	}
 
 	// Bad input: each refused with its reason, nothing made.
-	for _, c := range []struct {
+	const badKey = "e2b_not-a-key-of-this-server"
+	bad := []struct {
 		name string
-		run  e2btest.Run
+		call c
 		want []string
 	}{
-		{"unknown template", e2btest.Run{Args: []string{"create", "nosuch"}}, []string{"nosuch", "not found", "NAME.yaml"}},
-		{"bad template name", e2btest.Run{Args: []string{"create", "../x"}}, []string{"template", "letters"}},
-		{"bad key", e2btest.Run{RawKey: "e2b_not-a-key-of-this-server", Args: []string{"create", "base"}}, []string{"X-API-KEY"}},
-		{"metadata not a label", e2btest.Run{Args: []string{"create", "base", "60000", `{"a key":"v"}`}}, []string{"metadata key", "a key"}},
-		{"network policy", e2btest.Run{Args: []string{"create", "base", "60000", "{}", `{"allowInternetAccess":false}`}}, []string{"network"}},
-		{"volumes", e2btest.Run{Args: []string{"create", "base", "60000", "{}", `{"volumeMounts":{"/data":"vol"}}`}}, []string{"volume"}},
-		{"too short a timeout", e2btest.Run{Args: []string{"create", "base", "1000"}}, []string{"timeout"}},
-	} {
-		r := call(t, f, c.run)
-		for _, w := range c.want {
-			if r.Error == "" || !strings.Contains(r.Message, w) {
-				t.Errorf("%s: %+v, want an error naming %q", c.name, r, w)
+		{"unknown template", c{Call: []string{"create", "nosuch"}}, []string{"nosuch", "not found", "NAME.yaml"}},
+		{"bad template name", c{Call: []string{"create", "../x"}}, []string{"template", "letters"}},
+		{"bad key", c{Key: badKey, Call: []string{"create", "base"}}, []string{"X-API-KEY"}},
+		{"metadata not a label", c{Call: []string{"create", "base", "60000", `{"a key":"v"}`}}, []string{"metadata key", "a key"}},
+		{"network policy", c{Call: []string{"create", "base", "60000", "{}", `{"allowInternetAccess":false}`}}, []string{"network"}},
+		{"volumes", c{Call: []string{"create", "base", "60000", "{}", `{"volumeMounts":{"/data":"vol"}}`}}, []string{"volume"}},
+		{"too short a timeout", c{Call: []string{"create", "base", "1000"}}, []string{"timeout"}},
+	}
+	calls := []c{{Key: badKey, Call: []string{"list"}}}
+	for _, b := range bad {
+		calls = append(calls, b.call)
+	}
+	r := batch(t, f, e2btest.SDK, calls...)
+	if r[0].Error != "AuthenticationError" {
+		t.Errorf("list with a bad key: %+v, want AuthenticationError (401)", r[0])
+	}
+	for i, b := range bad {
+		for _, w := range b.want {
+			if got := r[i+1]; got.Error == "" || !strings.Contains(got.Message, w) {
+				t.Errorf("%s: %+v, want an error naming %q", b.name, got, w)
 			}
 		}
-	}
-	if r := call(t, f, e2btest.Run{RawKey: "e2b_not-a-key-of-this-server", Args: []string{"list"}}); r.Error != "AuthenticationError" {
-		t.Errorf("list with a bad key: %+v, want AuthenticationError (401)", r)
 	}
 	out, err := f.CLI("envs", "--all", "--json", "--label", "e2b.sandbox")
 	if err != nil {
@@ -233,34 +253,47 @@ func TestSDKSandboxes(t *testing.T) {
 }
 
 // TestSDKTimeout: setTimeout moves the deadline (both ways), and the
-// deadline is enforced: the sandbox is gone after it.
+// deadline is enforced: the sandbox is gone after it, or paused when it
+// was made with lifecycle.onTimeout "pause" (and then resumed by connect,
+// and killed for good).
 func TestSDKTimeout(t *testing.T) {
 	f := e2btest.Start(t, e2btest.Options{})
-	sb := ok(t, "create", call(t, f, e2btest.Run{Args: []string{"create", "base", "120000"}}))
-	r := ok(t, "setTimeout 10 min", call(t, f, e2btest.Run{Args: []string{"settimeout", sb.ID, "600000"}}))
-	if d := time.Until(r.EndAt); d < 9*time.Minute || d > 11*time.Minute {
+	r := batch(t, f, "",
+		c{Call: []string{"create", "base", "120000"}},
+		c{Call: []string{"create", "base", "120000", "{}", `{"lifecycle":{"onTimeout":"pause"}}`}})
+	sb, auto := ok(t, "create", r[0]), ok(t, "create with onTimeout pause", r[1])
+	r = batch(t, f, "", c{Call: []string{"settimeout", sb.ID, "600000"}})
+	if d := time.Until(ok(t, "setTimeout 10 min", r[0]).EndAt); d < 9*time.Minute || d > 11*time.Minute {
 		t.Errorf("endAt after setTimeout(10 min) is in %v", d)
 	}
 	if e := envsOf(t, f, sb.ID)[0]; len(e.DeadlineMoves) != 1 {
 		t.Errorf("deadline moves: %v, want 1", e.DeadlineMoves)
 	}
-	r = ok(t, "setTimeout 4 s", call(t, f, e2btest.Run{Args: []string{"settimeout", sb.ID, "4000"}}))
-	if d := time.Until(r.EndAt); d > 5*time.Second {
+	r = batch(t, f, "", c{Call: []string{"settimeout", sb.ID, "4000"}}, c{Call: []string{"settimeout", auto.ID, "4000"}})
+	if d := time.Until(ok(t, "setTimeout 4 s", r[0]).EndAt); d > 5*time.Second {
 		t.Errorf("endAt after setTimeout(4 s) is in %v", d)
 	}
+	ok(t, "setTimeout 4 s (onTimeout pause)", r[1])
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		r := call(t, f, e2btest.Run{Args: []string{"info", sb.ID}})
-		if r.Error == "SandboxNotFoundError" {
+		r := batch(t, f, "", c{Call: []string{"info", sb.ID}}, c{Call: []string{"info", auto.ID}})
+		if r[0].Error == "SandboxNotFoundError" && r[1].State == "paused" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the sandbox is still there 90 s after a 4 s timeout: %+v", r)
+			t.Fatalf("90 s after a 4 s timeout: %+v and %+v, want gone and paused", r[0], r[1])
 		}
 		time.Sleep(time.Second)
 	}
-	if e := envsOf(t, f, sb.ID)[0]; e.State != api.EnvStopped || e.StopReason != api.ReasonDeadline {
-		t.Errorf("environment after the timeout: state %s reason %s, want stopped by the deadline", e.State, e.StopReason)
+	for _, id := range []string{sb.ID, auto.ID} {
+		if e := envsOf(t, f, id)[0]; e.State != api.EnvStopped || e.StopReason != api.ReasonDeadline {
+			t.Errorf("environment after the timeout: state %s reason %s, want stopped by the deadline", e.State, e.StopReason)
+		}
+	}
+	// The autopaused sandbox: killed while paused, it is gone for good.
+	r = batch(t, f, "", c{Call: []string{"kill", auto.ID}}, c{Call: []string{"info", auto.ID}}, c{Call: []string{"connect", auto.ID}})
+	if r[0].Killed == nil || !*r[0].Killed || r[1].Error != "SandboxNotFoundError" || r[2].Error != "SandboxNotFoundError" {
+		t.Errorf("kill of an autopaused sandbox, then info and connect: %+v %+v %+v", r[0], r[1], r[2])
 	}
 }
 
@@ -280,30 +313,35 @@ func TestSDKPauseConnect(t *testing.T) {
 	}
 	for _, sdk := range []string{e2btest.SDK, e2btest.OldSDK} {
 		t.Run(sdk, func(t *testing.T) {
-			sb := ok(t, "create", call(t, f, e2btest.Run{SDK: sdk, Args: []string{"create", "base", "600000"}}))
+			sb := ok(t, "create", batch(t, f, sdk, c{Call: []string{"create", "base", "600000"}})[0])
 			first := envsOf(t, f, sb.ID)[0]
 			inView := filepath.Join(home, "e2b-marker-"+sdk)
 			if out, err := f.CLI("cp", marker, first.ID+":"+inView); err != nil {
 				t.Fatalf("hostfork cp into the sandbox: %v\n%s", err, out)
 			}
-			if r := call(t, f, e2btest.Run{SDK: sdk, Args: []string{"pause", sb.ID}}); r.Paused == nil || !*r.Paused {
-				t.Fatalf("pause: %+v", r)
+			r := batch(t, f, sdk,
+				c{Call: []string{"pause", sb.ID}},
+				c{Call: []string{"pause", sb.ID}},
+				c{Call: []string{"info", sb.ID}},
+				c{Call: []string{"list", `{"state":["paused"]}`}})
+			if r[0].Paused == nil || !*r[0].Paused {
+				t.Fatalf("pause: %+v", r[0])
 			}
-			if r := call(t, f, e2btest.Run{SDK: sdk, Args: []string{"pause", sb.ID}}); r.Paused == nil || *r.Paused {
-				t.Errorf("second pause: %+v, want false (409: paused already)", r)
+			if r[1].Paused == nil || *r[1].Paused {
+				t.Errorf("second pause: %+v, want false (409: paused already)", r[1])
 			}
-			if r := ok(t, "info", call(t, f, e2btest.Run{SDK: sdk, Args: []string{"info", sb.ID}})); r.State != "paused" {
-				t.Errorf("state after pause: %s", r.State)
+			if ok(t, "info", r[2]).State != "paused" {
+				t.Errorf("state after pause: %s", r[2].State)
 			}
-			if got := callList(t, f, e2btest.Run{SDK: sdk, Args: []string{"list", `{"state":["paused"]}`}}); !sameSet(ids(got), []string{sb.ID}) {
-				t.Errorf("paused list: %v", ids(got))
+			if got := ids(ok(t, "list", r[3]).List); !sameSet(got, []string{sb.ID}) {
+				t.Errorf("paused list: %v", got)
 			}
 			if e := envsOf(t, f, sb.ID)[0]; e.State != api.EnvStopped {
 				t.Errorf("paused sandbox's environment: %s, want stopped", e.State)
 			}
-			c := ok(t, "connect", call(t, f, e2btest.Run{SDK: sdk, Args: []string{"connect", sb.ID, "600000"}}))
-			if c.ID != sb.ID || c.State != "running" || c.Token != sb.Token {
-				t.Errorf("connect: %+v, want %s running with its token", c, sb.ID)
+			conn := ok(t, "connect", batch(t, f, sdk, c{Call: []string{"connect", sb.ID, "600000"}})[0])
+			if conn.ID != sb.ID || conn.State != "running" || conn.Token != sb.Token {
+				t.Errorf("connect: %+v, want %s running with its token", conn, sb.ID)
 			}
 			envs := envsOf(t, f, sb.ID)
 			if len(envs) != 2 {
@@ -322,12 +360,19 @@ func TestSDKPauseConnect(t *testing.T) {
 			if err != nil || string(out) != "kept across pause\n" {
 				t.Errorf("the file after connect: %q %v", out, err)
 			}
-			if r := ok(t, "connect running", call(t, f, e2btest.Run{SDK: sdk, Args: []string{"connect", sb.ID}})); r.State != "running" || len(envsOf(t, f, sb.ID)) != 2 {
-				t.Errorf("connect to a running sandbox: %+v (it must not fork again)", r)
+			r = batch(t, f, sdk,
+				c{Call: []string{"connect", sb.ID}},
+				c{Call: []string{"kill", sb.ID}},
+				c{Call: []string{"connect", sb.ID}})
+			if ok(t, "connect running", r[0]).State != "running" {
+				t.Errorf("connect to a running sandbox: %+v", r[0])
 			}
-			ok(t, "kill", call(t, f, e2btest.Run{SDK: sdk, Args: []string{"kill", sb.ID}}))
-			if r := call(t, f, e2btest.Run{SDK: sdk, Args: []string{"connect", sb.ID}}); r.Error != "SandboxNotFoundError" {
-				t.Errorf("connect to a killed sandbox: %+v", r)
+			ok(t, "kill", r[1])
+			if r[2].Error != "SandboxNotFoundError" {
+				t.Errorf("connect to a killed sandbox: %+v", r[2])
+			}
+			if n := len(envsOf(t, f, sb.ID)); n != 2 {
+				t.Errorf("%d environments: connecting to a running sandbox must not fork again", n)
 			}
 		})
 	}
@@ -338,16 +383,16 @@ func TestSDKPauseConnect(t *testing.T) {
 // with the same token (the token secret is the store's).
 func TestSDKServerRestart(t *testing.T) {
 	f := e2btest.Start(t, e2btest.Options{})
-	sb := ok(t, "create", call(t, f, e2btest.Run{Args: []string{"create", "base", "120000"}}))
+	sb := ok(t, "create", batch(t, f, "", c{Call: []string{"create", "base", "600000"}})[0])
 	f.Restart(t)
-	c := ok(t, "connect after restart", call(t, f, e2btest.Run{Args: []string{"connect", sb.ID}}))
-	if c.ID != sb.ID || c.State != "running" || c.Token != sb.Token {
-		t.Errorf("connect after restart: %+v, want %s running with token %s", c, sb.ID, sb.Token)
+	r := batch(t, f, "", c{Call: []string{"connect", sb.ID}}, c{Call: []string{"kill", sb.ID}})
+	if conn := ok(t, "connect after restart", r[0]); conn.ID != sb.ID || conn.State != "running" || conn.Token != sb.Token {
+		t.Errorf("connect after restart: %+v, want %s running with token %s", conn, sb.ID, sb.Token)
 	}
-	if envs := envsOf(t, f, sb.ID); len(envs) != 1 || envs[0].State != api.EnvActive {
-		t.Errorf("environments after restart: %d, want the one active", len(envs))
+	ok(t, "kill", r[1])
+	if envs := envsOf(t, f, sb.ID); len(envs) != 1 {
+		t.Errorf("environments after restart: %d, want the one", len(envs))
 	}
-	ok(t, "kill", call(t, f, e2btest.Run{Args: []string{"kill", sb.ID}}))
 }
 
 // TestServeE2BFlags: serve refuses, before it starts, a keys file others
@@ -381,5 +426,26 @@ func TestServeE2BFlags(t *testing.T) {
 	}
 	if out, code := run("--e2b-listen", "127.0.0.1:0"); !strings.Contains(out, "--e2b-keys") || code != 122 {
 		t.Errorf("no keys file: exit %d, want 122\n%s", code, out)
+	}
+}
+
+// BenchmarkSDKCreateRunKill: E2B's SDK makes a sandbox from base, runs
+// `true` in it and kills it, b.N times in a row (go test -run '^$' -bench
+// SDKCreateRunKill -benchtime 30x). Reported, not asserted.
+func BenchmarkSDKCreateRunKill(b *testing.B) {
+	f := e2btest.Start(b, e2btest.Options{})
+	b.ResetTimer()
+	out := f.Node(b, e2btest.Run{Script: "testdata/bench.mjs", Args: []string{strconv.Itoa(b.N)}, Timeout: 30 * time.Minute})
+	b.StopTimer()
+	var r map[string]any
+	if err := json.Unmarshal([]byte(lastLine(strings.TrimSpace(out))), &r); err != nil {
+		b.Fatalf("bench.mjs: %v\n%s", err, out)
+	}
+	for _, step := range []string{"total", "create", "run", "kill"} {
+		m, _ := r[step].(map[string]any)
+		for _, p := range []string{"p50", "p99"} {
+			v, _ := m[p].(float64)
+			b.ReportMetric(v, step+"-"+p+"-ms")
+		}
 	}
 }

@@ -3,7 +3,8 @@
 // .ci/npm/package.json at two versions): it writes a keys file (mode
 // 0600) with two keys, optional spec templates, starts the server on a
 // free loopback port, and runs Node scripts with E2B_API_URL,
-// E2B_SANDBOX_URL, E2B_API_KEY and E2B_SDK (the SDK module to import) set.
+// E2B_SANDBOX_URL, E2B_API_KEY, E2B_KEYS (every key by name, JSON) and
+// E2B_SDK (the SDK module to import) set.
 // Only _test.go files import it.
 package e2btest
 
@@ -12,6 +13,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,6 +157,10 @@ func (f *Front) NodeErr(r Run) (stdout, stderr string, err error) {
 	if r.Timeout == 0 {
 		r.Timeout = 3 * time.Minute
 	}
+	names, err := json.Marshal(f.Keys)
+	if err != nil {
+		return "", "", err
+	}
 	script, err := filepath.Abs(r.Script)
 	if err != nil {
 		return "", "", err
@@ -166,7 +172,7 @@ func (f *Front) NodeErr(r Run) (stdout, stderr string, err error) {
 	cmd.Env = append(os.Environ(),
 		"E2B_API_URL="+f.URL, "E2B_SANDBOX_URL="+f.URL, "E2B_API_KEY="+key,
 		"E2B_SDK="+filepath.Join(f.NPM, "node_modules", r.SDK, "dist", "index.mjs"),
-		"E2B_DEBUG=false", "NO_COLOR=1")
+		"E2B_KEYS="+string(names), "E2B_DEBUG=false", "NO_COLOR=1")
 	cmd.Env = append(cmd.Env, r.Env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
