@@ -42,6 +42,7 @@ type envdResult struct {
 		Events        []string
 		After         []string
 	}
+	Envs    string
 	BadCwd  string
 	Running []bool
 	Pty     struct {
@@ -81,6 +82,9 @@ func TestSDKEnvd(t *testing.T) {
 			}
 			if r.Run.Stdout != "hi\n" || r.Run.Stderr != "there\n" || r.Run.ExitCode != 0 {
 				t.Errorf("commands.run: %+v", r.Run)
+			}
+			if r.Envs != "from-create from-run\n" {
+				t.Errorf("the sandbox's envVars and the run's envs: %q", r.Envs)
 			}
 			if !r.Fail.IsExitError || r.Fail.ExitCode != 3 || r.Fail.Stderr != "failing\n" {
 				t.Errorf("a failing command: %+v, want CommandExitError with code 3", r.Fail)

@@ -33,11 +33,14 @@ const until = async (what, cond, ms = 30000) => {
 
 let sbx;
 try {
-  sbx = await Sandbox.create('base', { timeoutMs: 300_000 });
+  sbx = await Sandbox.create('base', { timeoutMs: 300_000, envs: { SBX_VAR: 'from-create' } });
 
   step = 'run';
   const r = await sbx.commands.run('echo hi; echo there >&2');
   out.run = { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
+
+  step = 'envs';
+  out.envs = (await sbx.commands.run('echo "$SBX_VAR $CALL_VAR"', { envs: { CALL_VAR: 'from-run' } })).stdout;
 
   step = 'fail';
   try {
