@@ -37,6 +37,7 @@ type fsService struct {
 	s        *Server
 	mu       sync.Mutex
 	watchers map[string]*watcher
+	sweeping bool // a sweeper runs (while there are watchers)
 }
 
 func newFSService(s *Server) *fsService {
@@ -403,8 +404,28 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[file
 	}
 	f.mu.Lock()
 	f.watchers[id] = w
+	if !f.sweeping {
+		f.sweeping = true
+		go f.sweeper()
+	}
 	f.mu.Unlock()
 	return connect.NewResponse(&filesystem.CreateWatcherResponse{WatcherId: id}), nil
+}
+
+// sweeper removes idle watchers every minute, also when nobody calls,
+// until there are none.
+func (f *fsService) sweeper() {
+	for {
+		time.Sleep(time.Minute)
+		f.mu.Lock()
+		f.sweepLocked()
+		if len(f.watchers) == 0 {
+			f.sweeping = false
+			f.mu.Unlock()
+			return
+		}
+		f.mu.Unlock()
+	}
 }
 
 // sweepLocked removes the watchers nobody polled for watcherIdle.
