@@ -664,6 +664,23 @@ func TestEnvdFiles(t *testing.T) {
 	if _, err := f.fs.ListDir(ctx, connect.NewRequest(&filesystem.ListDirRequest{Path: dir + "/m/moved.txt"})); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("listing a file: %v", err)
 	}
+	// At most maxWatchers polling watchers per sandbox.
+	var ws []string
+	for i := 0; i < maxWatchers; i++ {
+		w, err := f.fs.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: dir}))
+		if err != nil {
+			t.Fatalf("watcher %d: %v", i+1, err)
+		}
+		ws = append(ws, w.Msg.GetWatcherId())
+	}
+	if _, err := f.fs.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: dir})); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("watcher %d: %v, want resource_exhausted", maxWatchers+1, err)
+	}
+	for _, id := range ws {
+		if _, err := f.fs.RemoveWatcher(ctx, connect.NewRequest(&filesystem.RemoveWatcherRequest{WatcherId: id})); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func slicesContains(s []string, v string) bool {
