@@ -103,14 +103,15 @@ func (p *procService) Connect(ctx context.Context, req *connect.Request[process.
 		return err
 	}
 	rec := c.Record()
-	// The output so far (its last maxReplay bytes per stream), then live:
-	// a client that reconnects loses nothing the logs kept.
+	// The output so far (its last maxReplay bytes per stream; a
+	// terminal's last DefaultReplay, enough to redraw a screen), then
+	// live: a client that reconnects loses nothing the logs kept.
 	var offs [2]int64
-	for i, st := range []string{"stdout", "stderr"} {
-		if rec.Session == "tty" && i == 1 {
-			break
-		}
-		offs[i] = max(0, logSize(c, st)-maxReplay)
+	if rec.Session == "tty" {
+		offs[0] = max(0, logSize(c, "stdout")-hostfork.DefaultReplay)
+	} else {
+		offs[0] = max(0, logSize(c, "stdout")-maxReplay)
+		offs[1] = max(0, logSize(c, "stderr")-maxReplay)
 	}
 	if err := stream.Send(&process.ConnectResponse{Event: startEvent(pidOf(rec))}); err != nil {
 		return err
