@@ -43,6 +43,10 @@ type envdResult struct {
 		After         []string
 	}
 	Envs    string
+	Timeout struct {
+		Error string
+		Left  int
+	}
 	BadCwd  string
 	Running []bool
 	Pty     struct {
@@ -65,6 +69,8 @@ func procStart(pid int) string {
 // sandbox of a real serve: commands.run (stdout, stderr, exit code), a
 // failing command's CommandExitError, a background command connected to
 // by pid and killed (its whole tree gone, checked by pid and start time),
+// a run past its timeoutMs (TimeoutError, the command stopped), the
+// sandbox's envVars and the run's envs, a cwd outside the view,
 // files write/read/list/watchDir/rename/remove, and a pty with input and
 // a resize.
 func TestSDKEnvd(t *testing.T) {
@@ -82,6 +88,9 @@ func TestSDKEnvd(t *testing.T) {
 			}
 			if r.Run.Stdout != "hi\n" || r.Run.Stderr != "there\n" || r.Run.ExitCode != 0 {
 				t.Errorf("commands.run: %+v", r.Run)
+			}
+			if r.Timeout.Error != "TimeoutError" || r.Timeout.Left != 0 {
+				t.Errorf("a run past its timeoutMs: %+v, want TimeoutError and the command stopped", r.Timeout)
 			}
 			if r.Envs != "from-create from-run\n" {
 				t.Errorf("the sandbox's envVars and the run's envs: %q", r.Envs)

@@ -50,6 +50,19 @@ try {
     out.fail = { error: e?.constructor?.name, isExitError: e instanceof CommandExitError, exitCode: e.exitCode, stderr: e.stderr };
   }
 
+  step = 'timeout';
+  try {
+    await sbx.commands.run('sleep 60', { timeoutMs: 1500, onStdout: () => {} });
+    out.timeout = { error: 'none' };
+  } catch (e) {
+    out.timeout = { error: e?.constructor?.name };
+  }
+  // The command is stopped when its time is up: no sleep 60 runs on.
+  const left = async () => (await sbx.commands.list()).filter((p) => p.args.includes('sleep 60')).length;
+  const deadline = Date.now() + 30000;
+  while ((await left()) > 0 && Date.now() < deadline) await sleep(50);
+  out.timeout.left = await left();
+
   step = 'cwd';
   try {
     await sbx.commands.run('pwd', { cwd: '/no/such/dir' });
