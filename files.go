@@ -95,6 +95,34 @@ func (h *Host) Mkdir(ctx context.Context, envPrefix, name string, perm os.FileMo
 	return filesErr(r.Mkdir(name, perm))
 }
 
+// Rename moves the file, link or directory oldName of environment
+// envPrefix to newName, both inside the view (their directories must
+// exist); an existing newName is replaced as rename(2) replaces it (a
+// directory only by an empty one; else ErrExists). Symbolic links are
+// moved as themselves, never followed.
+func (h *Host) Rename(ctx context.Context, envPrefix, oldName, newName string) error {
+	r, err := h.root(ctx, envPrefix)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return filesErr(r.Rename(oldName, newName))
+}
+
+// Remove removes the file or symbolic link name of environment envPrefix
+// (the link, never its target), or the directory name with everything
+// below it, never following a link and never descending into another
+// mount (ErrInvalid, nothing below it touched). A missing name matches
+// ErrNotFound.
+func (h *Host) Remove(ctx context.Context, envPrefix, name string) error {
+	r, err := h.root(ctx, envPrefix)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return filesErr(r.Remove(name))
+}
+
 // Stat describes the file name of environment envPrefix (following
 // symbolic links inside the view); Path is its clean absolute name.
 func (h *Host) Stat(ctx context.Context, envPrefix, name string) (DirEntry, error) {
@@ -171,7 +199,7 @@ func filesErr(err error) error {
 		return wrapSentinel(err, api.ErrExists)
 	case errors.Is(err, os.ErrPermission):
 		return wrapSentinel(err, api.ErrForbidden)
-	case errors.Is(err, safefs.ErrTooMany), errors.Is(err, safefs.ErrSymlink):
+	case errors.Is(err, safefs.ErrTooMany), errors.Is(err, safefs.ErrSymlink), errors.Is(err, safefs.ErrCrossesMount):
 		return wrapSentinel(err, api.ErrInvalid)
 	}
 	return err
@@ -192,6 +220,16 @@ func (e *Env) WriteFile(ctx context.Context, name string, src io.Reader, perm os
 // Mkdir is Host.Mkdir in this environment.
 func (e *Env) Mkdir(ctx context.Context, name string, perm os.FileMode) error {
 	return e.h.Mkdir(ctx, e.rec.ID, name, perm)
+}
+
+// Rename is Host.Rename in this environment.
+func (e *Env) Rename(ctx context.Context, oldName, newName string) error {
+	return e.h.Rename(ctx, e.rec.ID, oldName, newName)
+}
+
+// Remove is Host.Remove in this environment.
+func (e *Env) Remove(ctx context.Context, name string) error {
+	return e.h.Remove(ctx, e.rec.ID, name)
 }
 
 // Stat is Host.Stat in this environment.

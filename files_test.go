@@ -342,3 +342,41 @@ func BenchmarkCopy1GiB(b *testing.B) {
 	b.ReportMetric(cpIn.Seconds()/hfIn.Seconds(), "in-ratio")
 	b.ReportMetric(cpOut.Seconds()/hfOut.Seconds(), "out-ratio")
 }
+
+// Rename and Remove act in the view: a link the workload made to the
+// host's hidden directory is removed or moved as a link, a directory with
+// such a link inside is removed without following it, and the host's
+// files stay.
+func TestFilesRenameRemove(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env, target := viewEnv(t, h)
+	mustRun(t, env, target, "sh", "-c", `ln -s "$1" out && mkdir -p d/e && ln -s "$1" d/e/out && ln -s /etc d/etc && echo x > d/e/x`, "sh", target)
+	if err := env.Rename(ctx, filepath.Join(target, "f.txt"), filepath.Join(target, "sub", "moved.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Rename(ctx, filepath.Join(target, "out"), filepath.Join(target, "sub", "out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Remove(ctx, filepath.Join(target, "d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Remove(ctx, filepath.Join(target, "sub", "out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Remove(ctx, filepath.Join(target, "d")); !errors.Is(err, hostfork.ErrNotFound) {
+		t.Errorf("removing it again: %v, want ErrNotFound", err)
+	}
+	if err := env.Rename(ctx, filepath.Join(target, "nothing"), filepath.Join(target, "x")); !errors.Is(err, hostfork.ErrNotFound) {
+		t.Errorf("renaming a missing file: %v, want ErrNotFound", err)
+	}
+	if out := mustRun(t, env, target, "sh", "-c", "ls -A; cat sub/moved.txt; ls sub"); out != "sub\ntree\ng.txt\nmoved.txt\n" {
+		t.Errorf("in the view: %q", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(target, "host-only")); err != nil || string(b) != "HOST SECRET\n" {
+		t.Fatalf("the host's hidden file: %q %v", b, err)
+	}
+	if _, err := os.Stat("/etc/hostname"); err != nil {
+		t.Fatalf("/etc: %v", err)
+	}
+}

@@ -82,6 +82,9 @@ var (
 	treeName = nameMatcher("_-")
 )
 
+// ValidLabelKey reports whether k can be a label's key.
+func ValidLabelKey(k string) bool { return labelKey.MatchString(k) }
+
 // nameMatcher matches 1 to 63 bytes: an ASCII letter or digit, then ASCII
 // letters, digits or bytes of extra.
 type nameMatcher string

@@ -56,6 +56,9 @@ type ServeFlags struct {
 	// Web is the web view's TCP address (docs/web.md); WebTLSCert and
 	// WebTLSKey serve it over TLS, on any address.
 	Web, WebTLSCert, WebTLSKey string
+	// The E2B-compatible front (docs/e2b.md): its TCP address, API keys
+	// file, templates directory, and TLS certificate and key.
+	E2BListen, E2BKeys, E2BTemplates, E2BTLSCert, E2BTLSKey string
 }
 
 // UsageError is a usage error (exit 122) with a message that names the
@@ -101,7 +104,7 @@ the hostfork executable or on PATH.`
 func newServeCmd(g *globals, run func(c *cobra.Command, g *Globals, f *ServeFlags) error) *cobra.Command {
 	f := &ServeFlags{}
 	c := &cobra.Command{
-		Use:   "serve [--socket PATH] [--metrics-listen 127.0.0.1:PORT] [--web 127.0.0.1:PORT]",
+		Use:   "serve [--socket PATH] [--metrics-listen 127.0.0.1:PORT] [--web 127.0.0.1:PORT] [--e2b-listen HOST:PORT --e2b-keys FILE]",
 		Short: "Serve the HTTP API on a unix socket (docs/api.md)",
 		Long: `serve answers hostfork's HTTP API (docs/api.md) on a unix socket, by
 default <store>/api.sock (mode 0660, owned by the store's owner). Only root
@@ -120,6 +123,14 @@ address; with --web-tls-cert and --web-tls-key, over TLS on any address.
 It makes a random token at start, keeps it in <store>/web-token (mode 0600)
 and prints the page's URL with it; requests without it get 401, requests
 from another origin or for another Host 403. The page reads, and stops.
+
+--e2b-listen also answers E2B's SDKs (an E2B-compatible API, docs/e2b.md)
+on a TCP address: the control plane and every sandbox's envd, one
+listener. Callers authenticate with a key of --e2b-keys (a 0600 file of
+'NAME KEY' lines). Sandboxes come from the built-in template "base" and
+the spec files NAME.yaml of --e2b-templates. A non-loopback address needs
+--e2b-tls-cert and --e2b-tls-key. A sandbox shares the host's network,
+PIDs and this server's user: it is not a VM boundary.
 
 Under systemd it takes the socket a .socket unit passes (socket activation,
 LISTEN_FDS): 'hostfork support install' writes hostfork-serve.socket and
@@ -143,6 +154,11 @@ in-flight requests 5s.` + companionNote,
 	c.Flags().StringVar(&f.Web, "web", "", "also serve the web view on this TCP address, e.g. 127.0.0.1:8088 (loopback only without --web-tls-cert/--web-tls-key)")
 	c.Flags().StringVar(&f.WebTLSCert, "web-tls-cert", "", "the web view's TLS certificate (PEM file); with --web-tls-key, --web may be any address")
 	c.Flags().StringVar(&f.WebTLSKey, "web-tls-key", "", "the web view's TLS private key (PEM file), with --web-tls-cert")
+	c.Flags().StringVar(&f.E2BListen, "e2b-listen", "", "also answer E2B's SDKs on this TCP address, e.g. 127.0.0.1:3000 (docs/e2b.md)")
+	c.Flags().StringVar(&f.E2BKeys, "e2b-keys", "", "the E2B-compatible API's keys: a file of 'NAME KEY' lines, mode 0600")
+	c.Flags().StringVar(&f.E2BTemplates, "e2b-templates", "", "a directory of sandbox templates: hostfork spec files NAME.yaml")
+	c.Flags().StringVar(&f.E2BTLSCert, "e2b-tls-cert", "", "serve the E2B-compatible API over TLS with this certificate (PEM)")
+	c.Flags().StringVar(&f.E2BTLSKey, "e2b-tls-key", "", "the private key (PEM) of --e2b-tls-cert")
 	return c
 }
 

@@ -77,6 +77,10 @@ type Config struct {
 	Secret []byte
 	// Logf reports what the front can't answer to anyone; nil discards.
 	Logf func(format string, args ...any)
+	// MaxUpload bounds one file envd's POST /files takes, in bytes (0:
+	// DefaultMaxUpload); a larger upload is refused with 413 and leaves
+	// nothing behind.
+	MaxUpload int64
 }
 
 // Server answers the E2B-compatible protocol over one Host.
@@ -85,6 +89,7 @@ type Server struct {
 	h     *hostfork.Host
 	plane *http.ServeMux // the control plane
 	envd  *http.ServeMux // a sandbox's envd (after its token is checked)
+	pl    *plane         // the control plane's cache and locks (plane.go)
 }
 
 // New builds the front.
@@ -117,7 +122,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // routes registers both muxes' handlers (the files of this package that
 // implement them each add theirs here).
-func (s *Server) routes() {}
+func (s *Server) routes() {
+	s.envdRoutes()
+	s.planeRoutes()
+}
 
 // key returns the request's API key, compared in constant time against
 // every configured key (no early exit that would time which one matched).
@@ -274,18 +282,8 @@ func (s *Server) envdSandbox(r *http.Request) (*hostfork.Env, error) {
 	return s.liveEnv(r.Context(), id)
 }
 
-// liveEnv opens the active environment of sandbox id.
+// liveEnv opens the active environment of sandbox id: one record read
+// when the control plane's cache knows it (plane.go).
 func (s *Server) liveEnv(ctx context.Context, id string) (*hostfork.Env, error) {
-	sel, err := hostfork.ParseSelector(LabelSandbox + "=" + id)
-	if err != nil {
-		return nil, errNoSandbox
-	}
-	recs, err := s.h.Envs(ctx, hostfork.EnvFilter{Labels: sel, Active: true})
-	if err != nil {
-		return nil, err
-	}
-	if len(recs) == 0 {
-		return nil, errNoSandbox
-	}
-	return s.h.OpenEnv(ctx, recs[len(recs)-1].ID)
+	return s.liveEnvCached(ctx, id)
 }

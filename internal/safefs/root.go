@@ -347,3 +347,71 @@ func (r *Root) Mkdir(name string, perm os.FileMode) error {
 	}
 	return nil
 }
+
+// Rename moves oldName to newName, both resolved inside the view (their
+// directories must exist); an existing newName is replaced as rename(2)
+// replaces it (a directory only by an empty one). Neither last component
+// is followed: a symbolic link is moved or replaced as itself. A move
+// across mounts of the view fails with EXDEV.
+func (r *Root) Rename(oldName, newName string) error {
+	ofd, obase, err := r.parent("rename", oldName)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ofd)
+	nfd, nbase, err := r.parent("rename", newName)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(nfd)
+	err = linux.IgnoringEINTR(func() error { return unix.Renameat(ofd, obase, nfd, nbase) })
+	switch err {
+	case nil:
+		return nil
+	case unix.EXDEV:
+		return &os.LinkError{Op: "rename", Old: Clean(oldName), New: Clean(newName), Err: fmt.Errorf("the two names are on different mounts of the view; copy the file instead: %w", err)}
+	case unix.EEXIST, unix.ENOTEMPTY:
+		return &os.LinkError{Op: "rename", Old: Clean(oldName), New: Clean(newName), Err: fmt.Errorf("the destination is a directory that is not empty: %w", ErrExists)}
+	}
+	return &os.LinkError{Op: "rename", Old: Clean(oldName), New: Clean(newName), Err: err}
+}
+
+// Remove removes name: a file or a symbolic link (the link itself, never
+// what it points to), or a directory with everything below it, walked by
+// descriptors as RemoveTree walks (links unlinked, never followed; a
+// mount inside is refused with ErrCrossesMount and nothing below it is
+// touched). A missing name matches fs.ErrNotExist.
+func (r *Root) Remove(name string) error {
+	pfd, base, err := r.parent("remove", name)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	name = Clean(name)
+	err = linux.IgnoringEINTR(func() error { return unix.Unlinkat(pfd, base, 0) })
+	if err != unix.EISDIR {
+		if err != nil {
+			return pathErr("remove", name, err)
+		}
+		return nil
+	}
+	fd, err := openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return pathErr("open", name, err)
+	}
+	defer unix.Close(fd)
+	pos, err := statMount(fd, name)
+	if err != nil {
+		return err
+	}
+	if ppos, err := statMount(pfd, path.Dir(name)); err == nil && (ppos.mnt != pos.mnt || ppos.dev != pos.dev) {
+		return fmt.Errorf("removing %s: it is a mount point of the view; its contents are left alone: %w", name, ErrCrossesMount)
+	}
+	if err := removeContents(fd, name, pos); err != nil {
+		return err
+	}
+	if err := linux.IgnoringEINTR(func() error { return unix.Unlinkat(pfd, base, unix.AT_REMOVEDIR) }); err != nil {
+		return pathErr("rmdir", name, err)
+	}
+	return nil
+}

@@ -114,3 +114,60 @@ func TestRootReadDir(t *testing.T) {
 		t.Errorf("over the bound: %v", err)
 	}
 }
+
+// Rename and Remove stay inside the root: a link to a directory outside is
+// removed or moved as a link (its target untouched), a removal walks a
+// directory without following the links in it, and names with ".." or
+// links on the way resolve inside the root.
+func TestRootRenameRemoveHostileLinks(t *testing.T) {
+	outside := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(outside, "secret"), []byte("outside\n"), 0o600))
+	dir := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(dir, "d/sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "d/sub/f"), []byte("f\n"), 0o644))
+	must(t, os.Symlink(outside, filepath.Join(dir, "d/out")))             // inside a tree to remove
+	must(t, os.Symlink(outside, filepath.Join(dir, "outlink")))           // a link to remove
+	must(t, os.Symlink(outside+"/secret", filepath.Join(dir, "movable"))) // a link to move
+	must(t, os.Symlink(strings.Repeat("../", 30)+strings.TrimPrefix(outside, "/"), filepath.Join(dir, "dots")))
+	r, err := safefs.OpenRoot(dir)
+	must(t, err)
+	defer r.Close()
+
+	// Through a link on the way: it resolves inside the root, where there
+	// is no such file.
+	if err := r.Remove("dots/secret"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("remove dots/secret: %v, want not exist", err)
+	}
+	if err := r.Remove(outside + "/secret"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("remove %s/secret: %v, want not exist", outside, err)
+	}
+	if err := r.Rename("dots/secret", "/stolen"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("rename dots/secret: %v, want not exist", err)
+	}
+	must(t, r.Remove("outlink"))
+	must(t, r.Remove("/../d"))
+	must(t, r.Rename("movable", "/moved"))
+	if fi, err := os.Lstat(filepath.Join(dir, "moved")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("moved: %v %v, want the link itself", fi, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(outside, "secret")); err != nil || string(b) != "outside\n" {
+		t.Fatalf("the file outside: %q %v", b, err)
+	}
+	for _, n := range []string{"d", "outlink", "movable"} {
+		if _, err := os.Lstat(filepath.Join(dir, n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still there: %v", n, err)
+		}
+	}
+	if err := r.Remove("/"); err == nil {
+		t.Error("removing the root itself was accepted")
+	}
+	if err := r.Remove("nothing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("remove nothing: %v", err)
+	}
+	// A directory is replaced only by an empty one.
+	must(t, os.MkdirAll(filepath.Join(dir, "a"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(dir, "b/x"), 0o755))
+	if err := r.Rename("a", "b"); !errors.Is(err, safefs.ErrExists) {
+		t.Errorf("rename a over a non-empty b: %v, want ErrExists", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/atomicfile"
 	"github.com/habemus-papadum/hostfork/internal/cli"
 	"github.com/habemus-papadum/hostfork/internal/doctor"
+	"github.com/habemus-papadum/hostfork/internal/e2b"
 	"github.com/habemus-papadum/hostfork/internal/server"
 )
 
@@ -48,9 +50,22 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 			return err
 		}
 	}
-	webTLS, err := webTLSConfig(f)
+	webTLS, err := tcpTLS("--web", f.Web, "--web", f.WebTLSCert, f.WebTLSKey, "since the page travels in plain HTTP")
 	if err != nil {
 		return err
+	}
+	e2bTLS, err := tcpTLS("--e2b-listen", f.E2BListen, "--e2b", f.E2BTLSCert, f.E2BTLSKey, "since API keys and sandbox tokens would cross the network in clear")
+	if err != nil {
+		return err
+	}
+	if err := e2bFlagsOK(f); err != nil {
+		return err
+	}
+	var e2bKeys []e2b.Key // read before the store opens: a bad file ends serve first
+	if f.E2BListen != "" {
+		if e2bKeys, err = e2b.LoadKeys(f.E2BKeys); err != nil {
+			return err
+		}
 	}
 	ctx, h, done, err := serving(c, g)
 	if err != nil {
@@ -97,11 +112,19 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 		}
 		defer lns.Web.Close()
 	}
+	logf := func(format string, args ...any) { fmt.Fprintf(g.Err(), "hostfork serve: "+format+"\n", args...) }
+	var front *e2bFront
+	if f.E2BListen != "" {
+		if front, err = startE2B(h, f, e2bTLS, e2bKeys, logf); err != nil {
+			return err
+		}
+		defer front.ln.Close()
+	}
 	srv, err := server.New(server.Config{
 		Host: h, OwnerUID: int(st.Uid), SocketPath: socket, ExitCode: cli.ExitCodeOf,
 		Version: func() any { return cli.ReadBuildInfo() },
 		Doctor:  func(ctx context.Context) (any, error) { return serveDoctor(ctx, c, g, h.Root()), nil },
-		Logf:    func(format string, args ...any) { fmt.Fprintf(g.Err(), "hostfork serve: "+format+"\n", args...) },
+		Logf:    logf,
 	})
 	if err != nil {
 		return err
@@ -120,10 +143,25 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 		}
 		fmt.Fprintf(g.Out(), "hostfork serve: web view on %s://%s/?token=%s\n", scheme, lns.Web.Addr(), lns.WebOptions.Token)
 	}
+	if front != nil {
+		fmt.Fprintf(g.Out(), "hostfork serve: E2B-compatible API on %s\n", front.url)
+	}
 	if f, ok := g.Out().(*os.File); ok {
 		_ = f.Sync()
 	}
-	return srv.Serve(ctx, lns)
+	if front == nil {
+		return srv.Serve(ctx, lns)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	e2bErr := make(chan error, 1)
+	go func() {
+		e2bErr <- front.serve(ctx)
+		cancel() // the front failed: the unix API ends too
+	}()
+	err = srv.Serve(ctx, lns)
+	cancel()
+	return errors.Join(err, <-e2bErr)
 }
 
 // loopbackOnly refuses an address that is not a loopback IP (docs/api.md,
@@ -143,26 +181,31 @@ func loopbackOnly(flag, addr, why string) error {
 	return nil
 }
 
-// webTLSConfig checks the web view's flags before anything starts: a
-// loopback address, unless a certificate and its key are given (both).
-func webTLSConfig(f *cli.ServeFlags) (*tls.Config, error) {
-	if f.Web == "" {
-		if f.WebTLSCert != "" || f.WebTLSKey != "" {
-			return nil, cli.UsageError("--web-tls-cert and --web-tls-key are for the web view: give --web HOST:PORT too")
+// tcpTLS checks a TCP front's flags before anything starts: TLS from a
+// certificate and its key (both, or neither), and without TLS a loopback
+// address only (why says what would cross the network). No address: no
+// TLS flags either.
+func tcpTLS(listenFlag, addr, tlsFlags, cert, key, why string) (*tls.Config, error) {
+	if addr == "" {
+		if cert != "" || key != "" {
+			return nil, cli.UsageError("%s-tls-cert and %s-tls-key need %s HOST:PORT", tlsFlags, tlsFlags, listenFlag)
 		}
 		return nil, nil
 	}
-	if (f.WebTLSCert == "") != (f.WebTLSKey == "") {
-		return nil, cli.UsageError("give both --web-tls-cert and --web-tls-key (a certificate and its private key, PEM files), or neither")
+	if (cert == "") != (key == "") {
+		return nil, cli.UsageError("give both %s-tls-cert and %s-tls-key (a certificate and its private key, PEM files), or neither", tlsFlags, tlsFlags)
 	}
-	if f.WebTLSCert == "" {
-		return nil, loopbackOnly("--web", f.Web, "since the page travels in plain HTTP; give --web-tls-cert and --web-tls-key to serve it on another address")
+	if cert == "" {
+		return nil, loopbackOnly(listenFlag, addr, why+"; give "+tlsFlags+"-tls-cert and "+tlsFlags+"-tls-key to serve it on another address")
 	}
-	cert, err := tls.LoadX509KeyPair(f.WebTLSCert, f.WebTLSKey)
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, cli.UsageError("%s %q: give HOST:PORT", listenFlag, addr)
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
-		return nil, cli.UsageError("--web-tls-cert %s, --web-tls-key %s: %v", f.WebTLSCert, f.WebTLSKey, err)
+		return nil, cli.UsageError("%s-tls-cert %s, %s-tls-key %s: %v", tlsFlags, cert, tlsFlags, key, err)
 	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // listenWeb listens for the web view and makes its token, kept in

@@ -385,3 +385,12 @@ func Inherited() (*net.UnixListener, error) {
 	ul.SetUnlinkOnClose(false)
 	return ul, nil
 }
+
+// LimitTCP bounds a TCP listener's open connections to max: beyond it a
+// new connection is closed at once, as on the metrics listener (the E2B
+// front's listener uses it).
+func LimitTCP(ln net.Listener, max int) net.Listener {
+	l := newLimitListener(ln, -1)
+	l.max = max
+	return l
+}

@@ -11,23 +11,11 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
-// npmTools is where .ci/run installs the pinned npm packages of
-// .ci/npm/package.json (HOSTFORK_NPM_TOOLS overrides it).
+// npmTools is the bin directory of the pinned npm tools
+// (testutil.NPMTools).
 func npmTools(t *testing.T) string {
-	dir := os.Getenv("HOSTFORK_NPM_TOOLS")
-	if dir == "" {
-		dir = "/var/cache/hostfork-ci/npm"
-	}
-	bin := filepath.Join(dir, "node_modules", ".bin")
-	for _, tool := range []string{"redocly", "openapi-typescript", "tsc"} {
-		if _, err := os.Stat(filepath.Join(bin, tool)); err != nil {
-			testutil.Skip(t, tool+" not installed under "+bin+" (bash .ci/run installs .ci/npm/package.json there)")
-		}
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testutil.Skip(t, "node not found (apt-get install nodejs npm)")
-	}
-	return bin
+	dir := testutil.NPMTools(t, ".bin/redocly", ".bin/openapi-typescript", ".bin/tsc")
+	return filepath.Join(dir, "node_modules", ".bin")
 }
 
 // servedDocument writes the document GET /v1/openapi.json serves to a

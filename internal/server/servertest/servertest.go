@@ -131,7 +131,10 @@ type Serve struct {
 	// was given.
 	Metrics string
 	// Web is the web view's URL with its token, when --web was given.
-	Web     string
+	Web string
+	// E2B is the E2B-compatible front's URL (http://HOST:PORT), when
+	// --e2b-listen was given.
+	E2B     string
 	stderr  *lockedBuffer
 	done    chan struct{}
 	waitErr error
@@ -187,7 +190,10 @@ func (e *Env) Serve(args ...string) *Serve {
 			if rest, ok := strings.CutPrefix(l, "hostfork serve: web view on "); ok {
 				s.Web = rest
 			}
-			if s.Socket != "" && (s.Metrics != "" || !contains(args, "--metrics-listen")) && (s.Web != "" || !contains(args, "--web")) {
+			if rest, ok := strings.CutPrefix(l, "hostfork serve: E2B-compatible API on "); ok {
+				s.E2B = rest
+			}
+			if s.Socket != "" && (s.Metrics != "" || !contains(args, "--metrics-listen")) && (s.Web != "" || !contains(args, "--web")) && (s.E2B != "" || !contains(args, "--e2b-listen")) {
 				go drain(lines)
 				return s
 			}
