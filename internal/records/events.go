@@ -47,7 +47,13 @@ func (r *Records) Stream(ctx context.Context, since int64, follow bool, closed <
 			if !follow {
 				return
 			}
-			if err := w.Wait(ctx, closed, 250*time.Millisecond); err != nil {
+			// Every commit writes the WAL, in the watched store directory:
+			// the look without an event is only a backstop.
+			backstop := 2 * time.Second
+			if !w.Watching() {
+				backstop = 250 * time.Millisecond
+			}
+			if err := w.Wait(ctx, closed, backstop); err != nil {
 				if errors.Is(err, watch.ErrDone) {
 					err = api.ErrClosed
 				}

@@ -26,6 +26,10 @@ const treeEvents = unix.IN_CREATE | unix.IN_CLOSE_WRITE | unix.IN_MODIFY | unix.
 // MaxDirs bounds the directories one recursive Dir watches.
 const MaxDirs = 8192
 
+// dirPoll is how often Dir looks at its ctx, and whether the directory
+// itself was removed (inotify reports that only at the last close).
+const dirPoll = 50 * time.Millisecond
+
 // Dir reports the changes in the directory open as dir (an O_PATH
 // descriptor is enough; it stays the caller's) and, with recursive, in
 // every directory below it, a new one included, found by descriptor
@@ -101,7 +105,7 @@ func Dir(ctx context.Context, dir *os.File, recursive bool, emit func(Event)) er
 		if ctx.Err() != nil {
 			return nil
 		}
-		n, err := unix.Poll(pfd, int(step/time.Millisecond))
+		n, err := unix.Poll(pfd, int(dirPoll/time.Millisecond))
 		if err != nil && err != unix.EINTR {
 			return os.NewSyscallError("poll", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,21 +28,18 @@ var ErrDone = errors.New("watch: done")
 // writing), and in a directory an entry created or moved in.
 const events = unix.IN_MODIFY | unix.IN_CLOSE_WRITE | unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_DONT_FOLLOW
 
-// step is the longest a Wait blocks in the kernel before it looks at ctx
-// and done again.
-const step = 50 * time.Millisecond
-
 // Watcher watches files for changes. The zero value is not usable; New
 // makes one. It is not safe for concurrent use.
 type Watcher struct {
 	fd      int // the inotify instance, -1 when there is none
+	wake    int // an eventfd a Wait's ctx or done writes to, -1 until needed
 	watched map[string]bool
 }
 
 // New returns a watcher on paths (those that exist now; Add the others
 // later). Without inotify it still works: Wait then returns at every max.
 func New(paths ...string) *Watcher {
-	w := &Watcher{fd: -1, watched: map[string]bool{}}
+	w := &Watcher{fd: -1, wake: -1, watched: map[string]bool{}}
 	if fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK); err == nil {
 		w.fd = fd
 	}
@@ -68,12 +66,54 @@ func (w *Watcher) Add(path string) bool {
 	return true
 }
 
+// Watching reports whether inotify watches any path: when it does not,
+// a change is seen only when Wait's max passes.
+func (w *Watcher) Watching() bool { return len(w.watched) > 0 }
+
 // Wait blocks until a watched file changes, one of fds becomes readable,
 // max passes (nil then too: look again), ctx ends (its error) or done is
 // closed (ErrDone). Events already queued are consumed, so the next Wait
-// blocks until a new one.
+// blocks until a new one. It sleeps in the kernel the whole time: the end
+// of ctx or done wakes it through an eventfd, not a periodic look.
 func (w *Watcher) Wait(ctx context.Context, done <-chan struct{}, max time.Duration, fds ...int) error {
-	pfds := make([]unix.PollFd, 0, len(fds)+1)
+	if w.wake < 0 {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			return os.NewSyscallError("eventfd", err)
+		}
+		w.wake = fd
+	}
+	// A wake-up after Wait returned is dropped: the eventfd then belongs
+	// to the next Wait, or is closed.
+	var mu sync.Mutex
+	live := true
+	wake := func() {
+		mu.Lock()
+		if live {
+			unix.Write(w.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+		}
+		mu.Unlock()
+	}
+	stop := context.AfterFunc(ctx, wake)
+	defer func() {
+		stop()
+		mu.Lock()
+		live = false
+		mu.Unlock()
+	}()
+	if done != nil {
+		quit := make(chan struct{})
+		defer close(quit)
+		go func() {
+			select {
+			case <-done:
+				wake()
+			case <-quit:
+			}
+		}()
+	}
+	pfds := make([]unix.PollFd, 0, len(fds)+2)
+	pfds = append(pfds, unix.PollFd{Fd: int32(w.wake), Events: unix.POLLIN})
 	for _, fd := range fds {
 		pfds = append(pfds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
 	}
@@ -82,6 +122,8 @@ func (w *Watcher) Wait(ctx context.Context, done <-chan struct{}, max time.Durat
 	}
 	end := time.Now().Add(max)
 	for {
+		var b [8]byte
+		unix.Read(w.wake, b[:]) // a wake-up of an earlier Wait, or this one's
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -93,16 +135,11 @@ func (w *Watcher) Wait(ctx context.Context, done <-chan struct{}, max time.Durat
 		if left <= 0 {
 			return nil
 		}
-		left = min(left, step)
-		if len(pfds) == 0 {
-			time.Sleep(left)
-			continue
-		}
 		n, err := unix.Poll(pfds, int(left/time.Millisecond)+1)
 		if err != nil && err != unix.EINTR {
 			return os.NewSyscallError("poll", err)
 		}
-		if n > 0 {
+		if n > 0 && pfds[0].Revents == 0 {
 			w.drain()
 			return nil
 		}
@@ -127,6 +164,10 @@ func (w *Watcher) drain() {
 // period, 8–16 ms on the test host (decisions.md, entry 61), which no
 // caller needs to wait for.
 func (w *Watcher) Close() {
+	if w.wake >= 0 {
+		unix.Close(w.wake)
+		w.wake = -1
+	}
 	if fd := w.fd; fd >= 0 {
 		w.fd = -1
 		go unix.Close(fd)
