@@ -2,8 +2,18 @@ package e2b_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"math/big"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -448,4 +458,71 @@ func BenchmarkSDKCreateRunKill(b *testing.B) {
 			b.ReportMetric(v, step+"-"+p+"-ms")
 		}
 	}
+}
+
+// TestServeE2BTLS: with --e2b-tls-cert/--e2b-tls-key the front answers
+// HTTPS only, with the key checked as over plain HTTP.
+func TestServeE2BTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	f := e2btest.Start(t, e2btest.Options{ExtraArgs: []string{"--e2b-tls-cert", certFile, "--e2b-tls-key", keyFile}})
+	if !strings.HasPrefix(f.URL, "https://") {
+		t.Fatalf("URL %s, want https", f.URL)
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	for key, want := range map[string]int{f.Keys["alice"]: 200, "e2b_wrong-key-of-nobody": 401} {
+		req, _ := http.NewRequest("GET", f.URL+"/v2/sandboxes", nil)
+		req.Header.Set("X-API-KEY", key)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want || resp.TLS == nil {
+			t.Errorf("GET /v2/sandboxes over TLS: %d (tls %v), want %d", resp.StatusCode, resp.TLS != nil, want)
+		}
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(strings.Replace(f.URL, "https://", "http://", 1) + "/v2/sandboxes")
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("plain HTTP to the TLS listener: %d, want it refused", resp.StatusCode)
+		}
+	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "hostfork test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
 }
