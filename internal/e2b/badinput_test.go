@@ -223,3 +223,34 @@ func TestServeE2BBadInput(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestSDKBigUpload: E2B's SDK uploads 2 GiB as a stream without a length
+// (files.write of a ReadableStream): the server reads up to its bound
+// (DefaultMaxUpload, 1 GiB), refuses with 413, and nothing is written;
+// the SDK stops pulling the stream after the refusal.
+func TestSDKBigUpload(t *testing.T) {
+	f := e2btest.Start(t, e2btest.Options{})
+	const path = "/tmp/e2b-sdk-big-upload" // in the sandbox's own /tmp
+	out := strings.TrimSpace(f.Node(t, e2btest.Run{Script: "testdata/bigupload.mjs", Args: []string{path}, Timeout: 5 * time.Minute}))
+	var r struct {
+		Error, Message string
+		Pulled, After  int64
+		MS             int64
+		Exists         bool
+	}
+	if err := json.Unmarshal([]byte(lastLine(out)), &r); err != nil {
+		t.Fatalf("bigupload.mjs: %v\n%s", err, out)
+	}
+	t.Logf("2 GiB streamed upload: %s after %d ms, %d MiB pulled, %d more after: %s", r.Error, r.MS, r.Pulled>>20, r.After>>20, r.Message)
+	if r.Error == "" || !strings.Contains(r.Message, "larger than") {
+		t.Errorf("a 2 GiB upload: %+v, want it refused as larger than the bound", r)
+	}
+	// The stream is pulled a chunk (1 MiB) ahead; after the refusal, at
+	// most a few more.
+	if r.Pulled >= 2<<30 || r.After > 8<<20 {
+		t.Errorf("the SDK pulled %d bytes of the 2 GiB stream (%d after the refusal): want it stopped at the refusal", r.Pulled, r.After)
+	}
+	if r.Exists {
+		t.Errorf("%s exists after the refused upload", path)
+	}
+}
