@@ -30,15 +30,17 @@ type agentsResult struct {
 	Running               []bool
 	ResumedSame           bool
 	ResumedExec           *int
+	HasPty, Tty, TtyStdin bool
 }
 
 // TestAgentsSDKSandbox: the OpenAI Agents SDK's E2B sandbox client
 // (@openai/agents-extensions 0.18.0 with @openai/agents-core 0.18.0,
 // pinned in testdata/agents, installed by .ci/run with npm ci) driven
 // without a model against a real serve: create a session (workspace root
-// and manifest files written through the SDK), execCommand, readFile, a
-// listing, serialize and resume (connect), and close, which kills the
-// sandbox: its environment is stopped.
+// and manifest files written through the SDK), execCommand (also with a
+// terminal, and writeStdin into it), readFile, a listing, serialize and
+// resume (connect), and close, which kills the sandbox: its environment
+// is stopped.
 func TestAgentsSDKSandbox(t *testing.T) {
 	dir, err := filepath.Abs("testdata/agents")
 	if err != nil {
@@ -80,6 +82,9 @@ func TestAgentsSDKSandbox(t *testing.T) {
 	}
 	envs := envsOf(t, f, r.SandboxID)
 	t.Logf("agents.mjs: %s", out)
+	if !r.HasPty || !r.Tty || !r.TtyStdin {
+		t.Errorf("execCommand with a terminal (pty %v): 42 seen %v, writeStdin 56 seen %v", r.HasPty, r.Tty, r.TtyStdin)
+	}
 	if len(envs) != 1 || envs[0].State != api.EnvStopped || envs[0].Labels["e2b.meta/via"] != "agents-sdk" || envs[0].Labels["e2b.template"] != "base" {
 		t.Errorf("sandbox %s after close: %+v", r.SandboxID, envs)
 	}

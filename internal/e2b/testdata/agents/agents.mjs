@@ -5,7 +5,8 @@
 // The calls are the ones an agent's tools make on a sandbox session:
 // create (workspace root and manifest entries written through the SDK's
 // files API), execCommand (the shell tool), readFile, a listing, and
-// close (stop: the sandbox is killed), plus serialize and resume (connect).
+// close (stop: the sandbox is killed), plus a terminal (execCommand with
+// tty, writeStdin) and serialize and resume (connect).
 // Usage: node agents.mjs ROOT; ROOT is the workspace root in the
 // sandbox's view (the base template's /tmp is the sandbox's own).
 // Prints one JSON line of what was seen; a step that throws ends the
@@ -68,6 +69,18 @@ try {
 
   step = 'running';
   out.running = [await session.running()];
+
+  step = 'tty';
+  // execCommand with tty: a terminal (E2B's pty.create) that the command
+  // is typed into; the session stays for writeStdin.
+  out.hasPty = session.supportsPty();
+  const tty = await session.execCommand({ cmd: 'echo $((6*7))', tty: true, yieldTimeMs: 3000 });
+  out.tty = /\b42\b/.test(tty.replace(/echo \$\(\(6\*7\)\)/g, ''));
+  const sid = /session ID (\d+)/.exec(tty);
+  if (sid) {
+    const more = await session.writeStdin({ sessionId: Number(sid[1]), chars: 'echo $((7*8))\n', yieldTimeMs: 3000 });
+    out.ttyStdin = /\b56\b/.test(more.replace(/echo \$\(\(7\*8\)\)/g, ''));
+  }
 
   step = 'resume';
   const state = await client.deserializeSessionState(await client.serializeSessionState(session.state));
