@@ -59,6 +59,7 @@ func TestAgentsSDKSandbox(t *testing.T) {
 	if r.Error != "" {
 		t.Fatalf("agents.mjs, step %s: %s: %s\n%s", r.Step, r.Error, r.Message, f.Serve.Stderr())
 	}
+	t.Logf("agents.mjs: %s", out)
 	if r.Exec.ExitCode == nil || *r.Exec.ExitCode != 0 || !strings.Contains(r.Exec.Text, root+"\nhi\n") || !strings.Contains(r.Exec.Text, "err") {
 		t.Errorf("execCommand in the workspace root: %+v", r.Exec)
 	}
@@ -81,7 +82,6 @@ func TestAgentsSDKSandbox(t *testing.T) {
 		t.Errorf("running before and after close: %v, want true then false", r.Running)
 	}
 	envs := envsOf(t, f, r.SandboxID)
-	t.Logf("agents.mjs: %s", out)
 	if !r.HasPty || !r.Tty || !r.TtyStdin {
 		t.Errorf("execCommand with a terminal (pty %v): 42 seen %v, writeStdin 56 seen %v", r.HasPty, r.Tty, r.TtyStdin)
 	}
