@@ -333,3 +333,45 @@ func BenchmarkSDKLive200(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkSDKRoundAB compares this tree's server with a baseline build
+// (HOSTFORK_BENCH_BASE_BIN: a hostfork with its hostfork-serve beside it,
+// e.g. `git worktree add /tmp/base main && go build -o /tmp/base-bin/
+// ./cmd/hostfork ./cmd/hostfork-serve` there), both serving at once, one
+// SDK round on each per iteration in a rotated order: the pairs a speed
+// change is judged by.
+func BenchmarkSDKRoundAB(b *testing.B) {
+	base := os.Getenv("HOSTFORK_BENCH_BASE_BIN")
+	if base == "" {
+		b.Skip("set HOSTFORK_BENCH_BASE_BIN to a baseline hostfork binary")
+	}
+	fronts := []*e2btest.Front{e2btest.Start(b, e2btest.Options{Bin: base}), e2btest.Start(b, e2btest.Options{})}
+	home := b.TempDir()
+	nodes := []*benchNode{startBenchNode(b, fronts[0], home), startBenchNode(b, fronts[1], home)}
+	steps := []map[string][]float64{{}, {}}
+	round := func(i int) {
+		var r map[string]float64
+		nodes[i].ask(b, fronts[i], "round", &r)
+		for k, v := range r {
+			steps[i][k] = append(steps[i][k], v)
+		}
+	}
+	round(0)
+	round(1)
+	steps = []map[string][]float64{{}, {}}
+	load0 := loadavg(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		round(i % 2)
+		round(1 - i%2)
+	}
+	b.StopTimer()
+	var sum strings.Builder
+	for _, k := range []string{"total", "create", "run", "kill"} {
+		p0, p1 := quantile(steps[0][k], 0.5), quantile(steps[1][k], 0.5)
+		b.ReportMetric(p0, k+"-base-p50-ms")
+		b.ReportMetric(p1, k+"-p50-ms")
+		fmt.Fprintf(&sum, " %s %.2f→%.2f (%.2f, p99 %.1f→%.1f)", k, p0, p1, p1/p0, quantile(steps[0][k], 0.99), quantile(steps[1][k], 0.99))
+	}
+	b.Logf("%d pairs, load %.2f → %.2f; p50 base→this ms:%s", b.N, load0, loadavg(b), sum.String())
+}

@@ -430,7 +430,7 @@ func TestServeE2BFlags(t *testing.T) {
 	if err := os.Chmod(keys, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, code := run("--e2b-listen", "0.0.0.0:0", "--e2b-keys", keys); !strings.Contains(out, "needs TLS") || code != 122 {
+	if out, code := run("--e2b-listen", "0.0.0.0:0", "--e2b-keys", keys); !strings.Contains(out, "only a loopback address") || code != 122 {
 		t.Errorf("non-loopback without TLS: exit %d, want 122 (usage)\n%s", code, out)
 	}
 	if out, code := run("--e2b-listen", "127.0.0.1:0"); !strings.Contains(out, "--e2b-keys") || code != 122 {

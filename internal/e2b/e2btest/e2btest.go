@@ -56,6 +56,10 @@ type Options struct {
 	Templates map[string]string
 	// ExtraArgs are more arguments of hostfork serve.
 	ExtraArgs []string
+	// Bin, when set, is a hostfork built elsewhere (with its
+	// hostfork-serve beside it) run instead of this tree's: a benchmark's
+	// baseline.
+	Bin string
 }
 
 // Start builds hostfork, makes a store, writes the keys file and the
@@ -66,6 +70,9 @@ func Start(t testing.TB, o Options) *Front {
 	t.Helper()
 	npm := testutil.NPMTools(t, SDK+"/package.json", OldSDK+"/package.json")
 	env := servertest.New(t)
+	if o.Bin != "" {
+		env.Bin = o.Bin
+	}
 	f := &Front{Env: env, NPM: npm, Keys: map[string]string{"alice": randomKey(t), "bob": randomKey(t)}}
 	f.KeysFile = filepath.Join(env.Dir, "e2b-keys")
 	var b strings.Builder
