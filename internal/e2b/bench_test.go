@@ -19,13 +19,15 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
-// Measurements for docs/benchmarks.md ("The E2B-compatible front"), with
+// Measurements for docs/benchmarks.md ("Issue 38: the E2B-compatible front"), with
 // E2B's real SDK against a real hostfork serve --e2b-listen. Reported,
 // not asserted:
 //
 //	go test ./internal/e2b/ -run '^$' -bench SDKCreateRunKill -benchtime 150x
 //	go test ./internal/e2b/ -run '^$' -bench SDKConcurrent50 -benchtime 5x
 //	go test ./internal/e2b/ -run '^$' -bench SDKLive200 -benchtime 1x
+//	HOSTFORK_BENCH_BASE_BIN=/tmp/base-bin/hostfork \
+//	  go test ./internal/e2b/ -run '^$' -bench SDKRoundAB -benchtime 160x
 //
 // Every sandbox gets an empty HOME (see testdata/bench.mjs): the SDK runs
 // each command as `bash -l -c CMD`, which reads the host user's dotfiles,
