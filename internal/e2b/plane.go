@@ -628,11 +628,22 @@ func (s *Server) lookup(ctx context.Context, k Key, id string) (sandbox, error) 
 	if !validID(id) {
 		return sandbox{}, notFound
 	}
-	recs, err := s.h.Envs(ctx, hostfork.EnvFilter{Labels: api.Selector{LabelSandbox + "=" + id}})
-	if err != nil {
-		return sandbox{}, err
+	var sb sandbox
+	// The cached environment, while it is not final, is the current one
+	// (create and connect remember the newest): one record read instead
+	// of a scan of the labels.
+	if envID := s.pl.cached(id); envID != "" {
+		if env, err := s.h.OpenEnv(ctx, envID); err == nil && !env.Record().State.Final() {
+			sb = s.summarize(id, []hostfork.EnvRecord{env.Record()})
+		}
 	}
-	sb := s.summarize(id, recs)
+	if sb.ID == "" {
+		recs, err := s.h.Envs(ctx, hostfork.EnvFilter{Labels: api.Selector{LabelSandbox + "=" + id}})
+		if err != nil {
+			return sandbox{}, err
+		}
+		sb = s.summarize(id, recs)
+	}
 	if sb.Gone || sb.Key != k.Name {
 		return sandbox{}, notFound
 	}
@@ -868,14 +879,22 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, k Key) error {
 	// "killed" is written first: a crash before the stop leaves a
 	// sandbox running (its active environment wins) or killed, never
 	// paused. Once the stop is recorded (reason user) the file is needed
-	// only by a sandbox its deadline paused (decision 136).
-	if err := s.writeState(id, "killed"); err != nil {
+	// only by a sandbox its deadline paused (decision 136). A running
+	// sandbox without autoPause needs no mark (whichever stop wins, user
+	// or deadline, leaves it gone): a stale "paused" (a pause that
+	// crashed before its stop) is removed, and no file is written
+	// (decision 150).
+	mark := "killed"
+	if sb.State == stateRunning && sb.Env.Labels[LabelAutoPause] != "true" {
+		mark = ""
+	}
+	if err := s.writeState(id, mark); err != nil {
 		return err
 	}
 	if err := s.stopCurrent(r.Context(), sb); err != nil {
 		return err
 	}
-	if !(sb.State == statePaused && sb.Env.StopReason == api.ReasonDeadline && sb.Env.Labels[LabelAutoPause] == "true") {
+	if mark != "" && !(sb.State == statePaused && sb.Env.StopReason == api.ReasonDeadline && sb.Env.Labels[LabelAutoPause] == "true") {
 		if err := s.writeState(id, ""); err != nil {
 			return err
 		}

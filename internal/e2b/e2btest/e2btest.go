@@ -56,6 +56,10 @@ type Options struct {
 	Templates map[string]string
 	// ExtraArgs are more arguments of hostfork serve.
 	ExtraArgs []string
+	// Bin, when set, is a hostfork built elsewhere (with its
+	// hostfork-serve beside it) run instead of this tree's: a benchmark's
+	// baseline.
+	Bin string
 }
 
 // Start builds hostfork, makes a store, writes the keys file and the
@@ -66,6 +70,9 @@ func Start(t testing.TB, o Options) *Front {
 	t.Helper()
 	npm := testutil.NPMTools(t, SDK+"/package.json", OldSDK+"/package.json")
 	env := servertest.New(t)
+	if o.Bin != "" {
+		env.Bin = o.Bin
+	}
 	f := &Front{Env: env, NPM: npm, Keys: map[string]string{"alice": randomKey(t), "bob": randomKey(t)}}
 	f.KeysFile = filepath.Join(env.Dir, "e2b-keys")
 	var b strings.Builder
@@ -144,6 +151,25 @@ func (f *Front) Node(t testing.TB, r Run) string {
 
 // NodeErr runs a script like Node and returns its outputs and error.
 func (f *Front) NodeErr(r Run) (stdout, stderr string, err error) {
+	if r.Timeout == 0 {
+		r.Timeout = 3 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.Timeout)
+	defer cancel()
+	cmd, err := f.NodeCmd(ctx, r)
+	if err != nil {
+		return "", "", err
+	}
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// NodeCmd is the command that runs a script with the SDK pointed at the
+// front, for a caller that talks to it while it runs (r.Timeout is not
+// used: ctx bounds it).
+func (f *Front) NodeCmd(ctx context.Context, r Run) (*exec.Cmd, error) {
 	if r.SDK == "" {
 		r.SDK = SDK
 	}
@@ -154,19 +180,14 @@ func (f *Front) NodeErr(r Run) (stdout, stderr string, err error) {
 	if r.RawKey != "" {
 		key = r.RawKey
 	}
-	if r.Timeout == 0 {
-		r.Timeout = 3 * time.Minute
-	}
 	names, err := json.Marshal(f.Keys)
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
 	script, err := filepath.Abs(r.Script)
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.Timeout)
-	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", append([]string{script}, r.Args...)...)
 	cmd.Dir = f.Dir
 	cmd.Env = append(os.Environ(),
@@ -174,8 +195,5 @@ func (f *Front) NodeErr(r Run) (stdout, stderr string, err error) {
 		"E2B_SDK="+filepath.Join(f.NPM, "node_modules", r.SDK, "dist", "index.mjs"),
 		"E2B_KEYS="+string(names), "E2B_DEBUG=false", "NO_COLOR=1")
 	cmd.Env = append(cmd.Env, r.Env...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err = cmd.Run()
-	return o.String(), e.String(), err
+	return cmd, nil
 }
