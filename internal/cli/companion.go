@@ -59,6 +59,8 @@ type ServeFlags struct {
 	// The E2B-compatible front (docs/e2b.md): its TCP address, API keys
 	// file, templates directory, and TLS certificate and key.
 	E2BListen, E2BKeys, E2BTemplates, E2BTLSCert, E2BTLSKey string
+	// E2BMaxUpload bounds one upload to a sandbox (a size: 512M, 4G).
+	E2BMaxUpload string
 }
 
 // UsageError is a usage error (exit 122) with a message that names the
@@ -159,6 +161,7 @@ in-flight requests 5s.` + companionNote,
 	c.Flags().StringVar(&f.E2BTemplates, "e2b-templates", "", "a directory of sandbox templates: hostfork spec files NAME.yaml")
 	c.Flags().StringVar(&f.E2BTLSCert, "e2b-tls-cert", "", "serve the E2B-compatible API over TLS with this certificate (PEM)")
 	c.Flags().StringVar(&f.E2BTLSKey, "e2b-tls-key", "", "the private key (PEM) of --e2b-tls-cert")
+	c.Flags().StringVar(&f.E2BMaxUpload, "e2b-max-upload", "", "the largest file one upload to a sandbox may write (default 1G; e.g. 4G)")
 	return c
 }
 

@@ -254,3 +254,44 @@ func TestSDKBigUpload(t *testing.T) {
 		t.Errorf("%s exists after the refused upload", path)
 	}
 }
+
+// TestServeE2BMaxUpload: --e2b-max-upload sets the bound: a file at the
+// bound is written, one byte more is refused with 413 naming the flag,
+// and nothing of it is left.
+func TestServeE2BMaxUpload(t *testing.T) {
+	f := e2btest.Start(t, e2btest.Options{ExtraArgs: []string{"--e2b-max-upload", "1M"}})
+	r := rawFront{t: t, url: f.URL, client: &http.Client{Timeout: time.Minute}}
+	alice := f.Keys["alice"]
+	code, body := r.do("POST", "/v2/sandboxes", alice, "", "", "application/json", strings.NewReader(`{"templateID":"base","timeout":300}`))
+	var s struct{ SandboxID, EnvdAccessToken string }
+	if err := json.Unmarshal([]byte(body), &s); code != 201 || err != nil {
+		t.Fatalf("create: %d %s (%v)", code, body, err)
+	}
+	t.Cleanup(func() { r.do("DELETE", "/sandboxes/"+s.SandboxID, alice, "", "", "", nil) })
+	upload := func(path string, n int) (int, string) {
+		req, err := http.NewRequest("POST", f.URL+"/files?path="+path, bytes.NewReader(make([]byte, n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("E2b-Sandbox-Id", s.SandboxID)
+		req.Header.Set("E2b-Sandbox-Port", "49983")
+		req.Header.Set("X-Access-Token", s.EnvdAccessToken)
+		resp, err := r.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := upload("/tmp/at-the-bound", 1<<20); code != 200 {
+		t.Errorf("an upload of exactly 1 MiB: %d %s, want 200", code, body)
+	}
+	if code, body := upload("/tmp/over-the-bound", 1<<20+1); code != 413 || !strings.Contains(body, "--e2b-max-upload") {
+		t.Errorf("an upload of 1 MiB + 1: %d %s, want 413 naming --e2b-max-upload", code, body)
+	}
+	if code, body := r.do("GET", "/files?path=/tmp/over-the-bound", "", s.SandboxID, s.EnvdAccessToken, "", nil); code != 404 {
+		t.Errorf("after the refused upload: %d %.200s, want 404 (nothing written)", code, body)
+	}
+}

@@ -120,7 +120,7 @@ func rpcErr(err error) error {
 	case errors.Is(err, api.ErrInvalid), errors.Is(err, api.ErrExecutableNotFound), errors.Is(err, api.ErrNotExecutable),
 		errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.EXDEV):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, api.ErrForbidden), errors.Is(err, os.ErrPermission):
+	case errors.Is(err, api.ErrForbidden), errors.Is(err, os.ErrPermission), errors.Is(err, syscall.EROFS):
 		return connect.NewError(connect.CodePermissionDenied, err)
 	case errors.Is(err, api.ErrNoSession), errors.Is(err, api.ErrCommandFinished):
 		return connect.NewError(connect.CodeFailedPrecondition, err)

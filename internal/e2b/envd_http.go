@@ -137,7 +137,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		limit = DefaultMaxUpload
 	}
 	tooLarge := func() {
-		fail(w, http.StatusRequestEntityTooLarge, "the upload is larger than %d bytes, the most this server takes in one request (Config.MaxUpload); nothing was written", limit)
+		fail(w, http.StatusRequestEntityTooLarge, "the upload is larger than %d bytes, the most this server takes in one request (serve --e2b-max-upload); nothing was written", limit)
 	}
 	if r.ContentLength > limit+1<<20 { // a multipart body's framing is small
 		tooLarge()

@@ -436,6 +436,9 @@ func TestServeE2BFlags(t *testing.T) {
 	if out, code := run("--e2b-listen", "127.0.0.1:0"); !strings.Contains(out, "--e2b-keys") || code != 122 {
 		t.Errorf("no keys file: exit %d, want 122\n%s", code, out)
 	}
+	if out, code := run("--e2b-listen", "127.0.0.1:0", "--e2b-keys", keys, "--e2b-max-upload", "lots"); !strings.Contains(out, "--e2b-max-upload") || code != 122 {
+		t.Errorf("a bad --e2b-max-upload: exit %d, want 122\n%s", code, out)
+	}
 }
 
 // TestServeE2BTLS: with --e2b-tls-cert/--e2b-tls-key the front answers

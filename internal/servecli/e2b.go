@@ -13,6 +13,7 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/cli"
 	"github.com/habemus-papadum/hostfork/internal/e2b"
 	"github.com/habemus-papadum/hostfork/internal/server"
+	"github.com/habemus-papadum/hostfork/spec"
 )
 
 // Limits of the E2B-compatible front's listener (docs/security.md,
@@ -35,6 +36,11 @@ func e2bFlagsOK(f *cli.ServeFlags) error {
 	if f.E2BKeys == "" {
 		return cli.UsageError("--e2b-listen needs --e2b-keys FILE: a file (mode 0600) of 'NAME KEY' lines, the keys callers give as E2B_API_KEY")
 	}
+	if f.E2BMaxUpload != "" {
+		if n, err := spec.ParseSize(f.E2BMaxUpload); err != nil || n <= 0 {
+			return cli.UsageError("--e2b-max-upload %q: give a size above 0, e.g. 512M or 4G", f.E2BMaxUpload)
+		}
+	}
 	return nil
 }
 
@@ -51,7 +57,11 @@ func startE2B(h *hostfork.Host, f *cli.ServeFlags, tc *tls.Config, keys []e2b.Ke
 	if err != nil {
 		return nil, err
 	}
-	front, err := e2b.New(e2b.Config{Host: h, Keys: keys, Templates: f.E2BTemplates, Secret: secret, Logf: logf})
+	var maxUpload int64
+	if f.E2BMaxUpload != "" {
+		maxUpload, _ = spec.ParseSize(f.E2BMaxUpload) // checked by e2bFlagsOK
+	}
+	front, err := e2b.New(e2b.Config{Host: h, Keys: keys, Templates: f.E2BTemplates, Secret: secret, MaxUpload: maxUpload, Logf: logf})
 	if err != nil {
 		return nil, err
 	}
