@@ -36,8 +36,9 @@ type command struct {
 	Prepare string     `json:"prepare,omitempty"`
 	steps   [][]string // argv per step
 	prep    []string
-	capture bool     // a later step uses $1
-	Samples []sample `json:"samples"`
+	capture bool       // a later step uses $1
+	run     *clientRun // "@run SOCKET ARGV...": in this process, through the client (client.go)
+	Samples []sample   `json:"samples"`
 }
 
 type report struct {
@@ -85,6 +86,15 @@ func abMain(args []string) error {
 			return fmt.Errorf("ab: %q: want NAME=COMMAND", a)
 		}
 		c := &command{Name: name, Cmd: cmd}
+		if rest, ok := strings.CutPrefix(cmd, "@run "); ok {
+			w, err := words(rest)
+			if err != nil {
+				return fmt.Errorf("ab: %s: %w", name, err)
+			}
+			if c.run, err = newClientRun(w); err != nil {
+				return fmt.Errorf("ab: %s: %w", name, err)
+			}
+		}
 		for i, st := range strings.Split(cmd, " ;; ") {
 			w, err := words(st)
 			if err != nil {
@@ -154,7 +164,13 @@ func measure(c *command, par int, hwm bool) (sample, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			one, err := runSteps(c, hwm)
+			var one sample
+			var err error
+			if c.run != nil {
+				one, err = c.run.one()
+			} else {
+				one, err = runSteps(c, hwm)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -360,6 +376,11 @@ func printReport(rep *report, refName string, bytesPer float64) {
 		mw, mc := median(w), median(cpu)
 		row := fmt.Sprintf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |", strings.ReplaceAll(c.Name, "|", `\|`), len(w), mw,
 			quantile(w, .1), quantile(w, .9), quantile(w, .99), quantile(w, 1), mc, quantile(cpu, .9), median(rss))
+		if c.run != nil {
+			// No CPU time: the server is not this process's child.
+			row = fmt.Sprintf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | — | — | — |", strings.ReplaceAll(c.Name, "|", `\|`), len(w), mw,
+				quantile(w, .1), quantile(w, .9), quantile(w, .99), quantile(w, 1))
+		}
 		if hasHWM {
 			row += fmt.Sprintf(" %.0f | %.0f |", median(col(c.Samples, func(s sample) float64 { return float64(s.HWMKB) })),
 				median(col(c.Samples, func(s sample) float64 { return float64(s.AnonKB) })))
@@ -367,10 +388,24 @@ func printReport(rep *report, refName string, bytesPer float64) {
 		if bytesPer > 0 {
 			row += fmt.Sprintf(" %.2f |", bytesPer/(1<<30)/(mw/1000))
 		}
-		if ref != nil {
+		switch {
+		case ref != nil && c.run != nil:
+			row += fmt.Sprintf(" %.2f | — |", mw/refWall)
+		case ref != nil:
 			row += fmt.Sprintf(" %.2f | %.2f |", mw/refWall, mc/refCPU)
 		}
 		fmt.Println(row)
+	}
+	if rep.Par > 1 {
+		// Few samples of many instances: every one, in round order.
+		fmt.Println()
+		for _, c := range rep.Commands {
+			var v []string
+			for _, s := range c.Samples {
+				v = append(v, fmt.Sprintf("%.0f", s.WallMS))
+			}
+			fmt.Printf("%s, wall ms per round: %s\n", c.Name, strings.Join(v, " "))
+		}
 	}
 	for _, c := range rep.Commands {
 		if len(c.steps) < 2 || len(c.Samples) == 0 || len(c.Samples[0].StepsMS) != len(c.steps) {

@@ -21,6 +21,12 @@
 // "hostfork create ... ;; hostfork exec $1 -- /bin/true ;; hostfork stop $1"
 // is one sample of three processes. The sample's wall time spans all steps;
 // its CPU time is their sum.
+//
+// A COMMAND "@run SOCKET ARGV..." runs in hfbench itself instead, through
+// the public Go client of a warm 'hostfork serve' on SOCKET: one run (a
+// fresh environment with ARGV as its first command) and a wait for its
+// tree; with -par N, N goroutines share one client. Its samples have wall
+// time only (client.go).
 package main
 
 import (
