@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -357,8 +358,8 @@ func TestSessionSlowClient(t *testing.T) {
 	}
 }
 
-// The idle timeout: typing every second keeps it from firing; an
-// attached client while the workload waits for terminal input suspends
+// The idle timeout: typing every second keeps it from firing, and so do
+// resizes and signals; an attached client while the workload waits for terminal input suspends
 // it; alone and silent, the command is stopped as idle.
 func TestSessionIdle(t *testing.T) {
 	h := newHost(t)
@@ -382,6 +383,22 @@ func TestSessionIdle(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	alive("typing every second")
+	// Resizes count as activity, and so do forwarded signals (SIGWINCH:
+	// the shell ignores it). Each phase outlasts the timeout.
+	for i := 0; i < 3; i++ {
+		if err := cmd.Resize(ctx, uint16(80+i), 24); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	}
+	alive("a resize every second")
+	for i := 0; i < 3; i++ {
+		if err := cmd.Signal(syscall.SIGWINCH); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	}
+	alive("a signal every second")
 	s, err := cmd.Attach(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
@@ -319,4 +321,88 @@ print("got:", repr(b))`
 		t.Fatalf("another user's connection was served: %s", out)
 	}
 	c.mustRun("stop", id)
+}
+
+// attach --replay SIZE replays only the last SIZE bytes, and with
+// --no-stdin and no terminal here it watches: the output streams out and
+// attach exits with the command's status. send - types this process's
+// stdin; send --eof TEXT writes TEXT, then closes a stdin pipe.
+func TestSessionAttachReplaySend(t *testing.T) {
+	c := newCLI(t)
+	id := c.startTTY("sh", "-c", `stty -echo; echo first-0123456789; read x; echo "got:$x"; exit 9`)
+	eventually(t, "the first line in the log", func() string {
+		if out := c.run("logs", id).stdout; !strings.Contains(out, "0123456789") {
+			return "log: " + out
+		}
+		return ""
+	})
+	attach := c.command("attach", "--no-stdin", "--replay", "6", id)
+	stdout, err := attach.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	attach.Stderr = &stderr
+	if err := attach.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if attach.ProcessState == nil {
+			_ = attach.Process.Kill()
+			_ = attach.Wait()
+		}
+	}()
+	lines := make(chan string, 1)
+	var out strings.Builder
+	go func() {
+		p := make([]byte, 4096)
+		sent := false
+		for {
+			n, err := stdout.Read(p)
+			out.Write(p[:n])
+			if !sent && strings.Contains(out.String(), "6789\r\n") {
+				lines <- out.String()
+				sent = true
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	var replay string
+	select {
+	case replay = <-lines:
+	case <-time.After(60 * time.Second):
+		t.Fatal("attach replayed nothing within 60s")
+	}
+	if replay != "6789\r\n" {
+		t.Fatalf("attach --replay 6 replayed %q, want the log's last 6 bytes %q", replay, "6789\r\n")
+	}
+	send := c.command("send", id, "-")
+	send.Stdin = strings.NewReader("typed\n")
+	if b, err := send.CombinedOutput(); err != nil {
+		t.Fatalf("send -: %v: %s", err, b)
+	}
+	for range lines {
+	}
+	err = attach.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 9 || out.String() != "6789\r\ngot:typed\r\n" {
+		t.Fatalf("attach: %v (want exit 9), output %q, stderr %q", err, out.String(), stderr.String())
+	}
+
+	pipe := strings.TrimSpace(c.mustRun("run", "--detach", "--ttl", "5m", "--stdin", "pipe", "--", "sh", "-c", "tr a-z A-Z; exit 6").stdout)
+	send = c.command("send", pipe, "-")
+	send.Stdin = strings.NewReader("from stdin\n")
+	if b, err := send.CombinedOutput(); err != nil {
+		t.Fatalf("send - to a pipe: %v: %s", err, b)
+	}
+	c.mustRun("send", "--eof", pipe, "last line\n")
+	if r := c.run("wait", pipe); r.code != 6 {
+		t.Fatalf("wait for the piped command: %v", r)
+	}
+	if log := c.mustRun("logs", pipe).stdout; log != "FROM STDIN\nLAST LINE\n" {
+		t.Fatalf("the piped command's output: %q", log)
+	}
 }
