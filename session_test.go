@@ -85,6 +85,17 @@ func TestSessionTTY(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntil(t, ctx, s, &out, "20 50")
+	// The reopened handle attaches too: its replay has what came before.
+	os2, err := other.AttachWith(ctx, hostfork.AttachOptions{Replay: 1 << 20, NoStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out2 bytes.Buffer
+	readUntil(t, ctx, os2, &out2, "got:two")
+	if !strings.HasPrefix(out2.String(), "30 100") || os2.Offset() != int64(out2.Len()) {
+		t.Fatalf("the reopened handle's attach: offset %d, %q", os2.Offset(), out2.String())
+	}
+	os2.Close()
 	if err := other.Send(ctx, []byte("quit\n")); err != nil {
 		t.Fatal(err)
 	}

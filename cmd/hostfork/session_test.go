@@ -392,6 +392,45 @@ func TestSessionAttachReplaySend(t *testing.T) {
 		t.Fatalf("attach: %v (want exit 9), output %q, stderr %q", err, out.String(), stderr.String())
 	}
 
+	// A command hostfork stops while attached: attach exits 124, as run.
+	up := c.startTTY("sh", "-c", "echo up; exec sleep 300")
+	attach = c.command("attach", "--no-stdin", up)
+	stdout, err = attach.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	attach.Stderr = &stderr
+	if err := attach.Start(); err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan struct{})
+	go func() {
+		p := make([]byte, 4096)
+		var got strings.Builder
+		for {
+			n, err := stdout.Read(p)
+			got.Write(p[:n])
+			if strings.Contains(got.String(), "up") && seen != nil {
+				close(seen)
+				seen = nil
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-seen:
+	case <-time.After(60 * time.Second):
+		t.Fatal("attach replayed nothing within 60s")
+	}
+	c.mustRun("stop", up)
+	err = attach.Wait()
+	if !errors.As(err, &ee) || ee.ExitCode() != 124 || !strings.Contains(stderr.String(), "stop") {
+		t.Fatalf("attach to a stopped command: %v (want exit 124), stderr %q", err, stderr.String())
+	}
+
 	pipe := strings.TrimSpace(c.mustRun("run", "--detach", "--ttl", "5m", "--stdin", "pipe", "--", "sh", "-c", "tr a-z A-Z; exit 6").stdout)
 	send = c.command("send", pipe, "-")
 	send.Stdin = strings.NewReader("from stdin\n")
