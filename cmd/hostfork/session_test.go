@@ -168,7 +168,7 @@ func TestSessionInteractiveShells(t *testing.T) {
 }
 
 // Bad input: each gets a clear error naming the fix, its exit code, and
-// nothing is made.
+// nothing is made (no environment, command or intent recorded).
 func TestSessionBadInput(t *testing.T) {
 	c := newCLI(t)
 	plain := strings.TrimSpace(c.mustRun("run", "--detach", "--ttl", "5m", "--", "sleep", "300").stdout)
@@ -187,9 +187,13 @@ func TestSessionBadInput(t *testing.T) {
 		{[]string{"run", "--stdin", "pipe", "--", "cat"}, 122, "add --detach"},
 		{[]string{"run", "--tty", "--output", "pipe", "--", "cat"}, 122, "drop --output pipe"},
 	} {
+		made := c.query(`select (select count(*) from envs), (select count(*) from commands), (select count(*) from intents)`)
 		r := c.run(tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {
 			t.Errorf("hostfork %s: want exit %d with %q; %v", strings.Join(tc.args, " "), tc.code, tc.msg, r)
+		}
+		if now := c.query(`select (select count(*) from envs), (select count(*) from commands), (select count(*) from intents)`); now != made {
+			t.Errorf("hostfork %s made something: envs|commands|intents %s, then %s", strings.Join(tc.args, " "), made, now)
 		}
 	}
 	id := c.startTTY("sh", "-c", "exit 3")
