@@ -210,16 +210,38 @@ func TestSessionBadInput(t *testing.T) {
 }
 
 // A foreground run --tty behaves like ssh -t: the command's terminal has
-// this terminal's size, typed lines reach it, ^C interrupts it (the pty
+// this terminal's size and follows its changes, typed lines reach it, ^C interrupts it (the pty
 // is its controlling terminal), and run exits with its status.
 func TestSessionRunForegroundTTY(t *testing.T) {
 	c := newCLI(t)
 	tm := newTmux(t, c)
-	tm.open("a", "run", "--tty", "--", "sh", "-c", "'stty size; read x; echo got-$x; exit 4'")
+	tm.open("a", "run", "--tty", "--", "sh", "-c", `'stty size; while read x; do echo got-$x; [ "$x" = quit ] && exit 4; stty size; done'`)
 	tm.waitFor("a", "24 80")
 	tm.keys("a", "hi", "Enter")
 	tm.waitFor("a", "got-hi")
+	// The size is followed (SIGWINCH): asked again until the new size
+	// shows, as the resize and the next keys travel separately.
+	tm.tmux("resize-window", "-t", "t:a", "-x", "100", "-y", "30")
+	asked := time.Time{}
+	eventually(t, "the new size in the foreground terminal", func() string {
+		if sc := tm.screen("a"); strings.Contains(sc, "30 100") {
+			return ""
+		} else if time.Since(asked) > time.Second {
+			tm.keys("a", "size", "Enter")
+			asked = time.Now()
+			return "screen:\n" + sc
+		} else {
+			return "screen:\n" + sc
+		}
+	})
+	tm.keys("a", "quit", "Enter")
 	tm.waitFor("a", "rc=4")
+	// exec --tty in the foreground, into an existing environment.
+	env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m").stdout)
+	defer c.run("stop", env)
+	tm.open("c", "exec", "--tty", env, "--", "sh", "-c", "'stty size; exit 2'")
+	tm.waitFor("c", "24 80")
+	tm.waitFor("c", "rc=2")
 	tm.open("b", "run", "--tty", "--", "sh", "-c", "'echo ready; exec sleep 300'")
 	tm.waitFor("b", "ready")
 	tm.keys("b", "C-c")
