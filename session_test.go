@@ -370,8 +370,9 @@ func TestSessionSlowClient(t *testing.T) {
 }
 
 // The idle timeout: typing every second keeps it from firing, and so do
-// resizes and signals; an attached client while the workload waits for terminal input suspends
-// it; alone and silent, the command is stopped as idle.
+// resizes and signals; an attached client while the workload waits for
+// terminal input suspends it; silent, with only a watcher (--no-stdin)
+// attached, the command is stopped as idle.
 func TestSessionIdle(t *testing.T) {
 	h := newHost(t)
 	ctx := ctxT(t)
@@ -417,12 +418,18 @@ func TestSessionIdle(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	alive("an attached client, the workload reading its terminal")
 	s.Close()
+	// A watcher (no input) is no one typing: it doesn't suspend the timer.
+	w, err := cmd.AttachWith(ctx, hostfork.AttachOptions{NoStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
 	rec, err := cmd.WaitTree(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rec.StopReason != hostfork.ReasonIdle {
-		t.Fatalf("alone and silent: stop reason %q", rec.StopReason)
+		t.Fatalf("silent, with only a watcher attached: stop reason %q", rec.StopReason)
 	}
 }
 
