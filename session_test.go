@@ -135,7 +135,8 @@ func TestSessionTTY(t *testing.T) {
 	}
 }
 
-// A stdin pipe: Send writes, CloseStdin ends the input.
+// A stdin pipe: Send writes (split into frames when bigger than one, in
+// order), CloseStdin ends the input, a send after the end is refused.
 func TestSessionStdinPipe(t *testing.T) {
 	h := newHost(t)
 	ctx := ctxT(t)
@@ -143,6 +144,11 @@ func TestSessionStdinPipe(t *testing.T) {
 	cmd := env.Command("sh", "-c", "tr a-z A-Z; echo done")
 	cmd.Stdin = hostfork.StdinPipe
 	if err := cmd.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Bigger than a frame: Send splits it, in order.
+	big := strings.Repeat("abcdefgh", 5*session.MaxClientPayload/8+123) + "\n"
+	if err := cmd.Send(ctx, []byte(big)); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Send(ctx, []byte("hello\n")); err != nil {
@@ -158,8 +164,11 @@ func TestSessionStdinPipe(t *testing.T) {
 	r, _ := cmd.Logs(ctx, hostfork.LogOptions{})
 	log, _ := io.ReadAll(r)
 	r.Close()
-	if string(log) != "HELLO\ndone\n" || *rec.ExitCode != 0 {
-		t.Fatalf("log %q exit %v", log, rec.ExitCode)
+	if want := strings.ToUpper(big) + "HELLO\ndone\n"; string(log) != want || *rec.ExitCode != 0 {
+		t.Fatalf("log of %d bytes (want %d) exit %v", len(log), len(want), rec.ExitCode)
+	}
+	if err := cmd.Send(ctx, []byte("late\n")); !errors.Is(err, hostfork.ErrCommandFinished) {
+		t.Fatalf("send to a finished pipe command: %v", err)
 	}
 	plain := env.Command("true")
 	if err := plain.Start(ctx); err != nil {
