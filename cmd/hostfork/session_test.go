@@ -210,8 +210,9 @@ func TestSessionBadInput(t *testing.T) {
 }
 
 // A foreground run --tty behaves like ssh -t: the command's terminal has
-// this terminal's size and follows its changes, typed lines reach it, ^C interrupts it (the pty
-// is its controlling terminal), and run exits with its status.
+// this terminal's size and follows its changes, typed lines reach it, ^C
+// interrupts it and ^Z stops a shell's job (the pty is its controlling
+// terminal), and run exits with its status.
 func TestSessionRunForegroundTTY(t *testing.T) {
 	c := newCLI(t)
 	tm := newTmux(t, c)
@@ -246,6 +247,18 @@ func TestSessionRunForegroundTTY(t *testing.T) {
 	tm.waitFor("b", "ready")
 	tm.keys("b", "C-c")
 	tm.waitFor("b", "rc=130")
+	// Job control: ^Z stops the foreground job of an interactive bash,
+	// whose terminal the session's is.
+	tm.open("d", "run", "--tty", "--", "env", "PS1=jc$", "bash", "--norc", "--noprofile", "-i")
+	tm.waitFor("d", "jc$")
+	tm.keys("d", "sh -c 'echo started; exec sleep 300'", "Enter")
+	tm.waitFor("d", "started")
+	tm.keys("d", "C-z")
+	tm.waitFor("d", "Stopped")
+	tm.keys("d", "exit 6", "Enter")
+	tm.waitFor("d", "There are stopped jobs")
+	tm.keys("d", "exit 6", "Enter") // the second exit leaves, hanging the job up
+	tm.waitFor("d", "rc=6")
 }
 
 // exec --detach --tty and --stdin pipe start sessions in an existing
