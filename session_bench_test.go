@@ -82,17 +82,21 @@ func BenchmarkSessionKeystrokeEcho(b *testing.B) {
 }
 
 // A session with one attached client writing to its log (≥ 200 MiB/s
-// asked), side by side with its peer, interleaved sample by sample (the
-// order alternating): the same workload on a bare pseudo-terminal, its
+// asked), side by side with its peer and interleaved sample by sample
+// (the order rotating): the same workload on a bare pseudo-terminal, its
 // master read into a file by this process as the guardian does it (poll,
-// non-blocking reads gathered up to 64 KiB, one write). A sample is the
-// time from the start to the last byte: the attached client's end of
-// output (every byte in the log and sent to it), or the master's EIO with
-// every byte in the file. Reported: each side's median MiB/s, the ratio,
-// and the median of the session's Start (part of its samples). The kernel's line discipline hands a master at most 4 KiB a read,
-// which bounds both (docs/benchmarks.md).
+// non-blocking reads gathered up to 64 KiB, one write); and the session
+// with no client, which tells the guardian's cost from the client's. A
+// sample is the time from the start to the last byte: the attached
+// client's end of output (every byte in the log and sent to it); without
+// a client, the leader's recorded exit with every byte in the log; for
+// the bare pty, the master's EIO with every byte in the file. Reported:
+// each median MiB/s, the attached session's ratio to the bare pty, and
+// the median of the session's Start (part of its samples). The kernel's
+// line discipline hands a master at most 4 KiB a read, which bounds all
+// three (docs/benchmarks.md).
 //
-//	go test -run '^$' -bench '^BenchmarkSessionLogThroughput$' -benchtime 10x .
+//	go test -run '^$' -bench '^BenchmarkSessionLogThroughput$' -benchtime 12x .
 func BenchmarkSessionLogThroughput(b *testing.B) {
 	const size = 256 << 20 // the session's Start (tens of ms) is a few per cent of a sample
 	h := newHost(b)
@@ -105,7 +109,7 @@ func BenchmarkSessionLogThroughput(b *testing.B) {
 	ctx := context.Background()
 	script := "stty raw -echo; head -c " + strconv.Itoa(size) + " /dev/zero"
 	starts := &series{name: "start"}
-	session := func() time.Duration {
+	session := func(attach bool) time.Duration {
 		cmd := env.Command("sh", "-c", script)
 		cmd.TTY = true
 		start := time.Now()
@@ -113,15 +117,31 @@ func BenchmarkSessionLogThroughput(b *testing.B) {
 			b.Fatal(err)
 		}
 		starts.add(time.Since(start))
-		s, err := cmd.AttachWith(ctx, hostfork.AttachOptions{})
-		if err != nil {
-			b.Fatal(err)
+		var d time.Duration
+		if attach {
+			s, err := cmd.AttachWith(ctx, hostfork.AttachOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.Copy(io.Discard, s); err != nil {
+				b.Fatal(err)
+			}
+			d = time.Since(start)
+			s.Close()
+		} else {
+			rec, err := cmd.Wait(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+				if st, err := os.Stat(rec.StdoutPath); err == nil && st.Size() == size {
+					break
+				} else if time.Now().After(deadline) {
+					b.Fatalf("the session's log after the leader's exit: %v", err)
+				}
+			}
+			d = time.Since(start)
 		}
-		if _, err := io.Copy(io.Discard, s); err != nil {
-			b.Fatal(err)
-		}
-		d := time.Since(start)
-		s.Close()
 		rec, err := cmd.WaitTree(ctx)
 		if err != nil {
 			b.Fatal(err)
@@ -132,23 +152,23 @@ func BenchmarkSessionLogThroughput(b *testing.B) {
 		return d
 	}
 	dir := b.TempDir()
-	bare := func() time.Duration { return barePTYToFile(b, filepath.Join(dir, "log"), size, script) }
-	hf, peer := &series{name: "session"}, &series{name: "bare-pty"}
+	attached, alone, peer := &series{name: "session"}, &series{name: "session-no-client"}, &series{name: "bare-pty"}
 	mibs := func(d time.Duration) float64 { return float64(size) / (1 << 20) / d.Seconds() }
+	run := []func(){
+		func() { attached.v = append(attached.v, mibs(session(true))) },
+		func() { peer.v = append(peer.v, mibs(barePTYToFile(b, filepath.Join(dir, "log"), size, script))) },
+		func() { alone.v = append(alone.v, mibs(session(false))) },
+	}
 	for i := 0; i < b.N; i++ {
-		if i%2 == 0 {
-			hf.v = append(hf.v, mibs(session()))
-			peer.v = append(peer.v, mibs(bare()))
-		} else {
-			peer.v = append(peer.v, mibs(bare()))
-			hf.v = append(hf.v, mibs(session()))
+		for k := range run {
+			run[(i+k)%len(run)]()
 		}
 	}
-	reportSeries(b, "MiB/s", peer, hf)
+	reportSeries(b, "MiB/s", peer, attached, alone)
 	if peer.median() > 0 {
-		b.ReportMetric(hf.median()/peer.median(), "session/bare-pty")
+		b.ReportMetric(attached.median()/peer.median(), "session/bare-pty")
 	}
-	reportSeries(b, "ms", starts) // the session's samples include its Start
+	reportSeries(b, "ms", starts) // the sessions' samples include their Start
 }
 
 // barePTYToFile runs sh -c script on a new pseudo-terminal (its
