@@ -136,7 +136,8 @@ func TestSessionTTY(t *testing.T) {
 }
 
 // A stdin pipe: Send writes (split into frames when bigger than one, in
-// order), CloseStdin ends the input, a send after the end is refused.
+// order), CloseStdin ends the input, a send after the end is refused; an
+// attached client types and reads; CloseStdin on a terminal types ^D.
 func TestSessionStdinPipe(t *testing.T) {
 	h := newHost(t)
 	ctx := ctxT(t)
@@ -169,6 +170,51 @@ func TestSessionStdinPipe(t *testing.T) {
 	}
 	if err := cmd.Send(ctx, []byte("late\n")); !errors.Is(err, hostfork.ErrCommandFinished) {
 		t.Fatalf("send to a finished pipe command: %v", err)
+	}
+	// Attached to a pipe session: what is written goes to stdin, the
+	// output comes back (the stdout file as it grows), there is no
+	// terminal to resize, and CloseStdin ends it.
+	cat := env.Command("sh", "-c", "cat; exit 5")
+	cat.Stdin = hostfork.StdinPipe
+	if err := cat.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := cat.Attach(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.TTY() {
+		t.Fatal("a pipe session says it is a terminal")
+	}
+	if _, err := s.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	readUntil(t, ctx, s, &out, "ping\n")
+	if err := cat.Resize(ctx, 80, 24); !errors.Is(err, hostfork.ErrInvalid) || !strings.Contains(err.Error(), "start it with --tty") {
+		t.Fatalf("resize of a pipe session: %v", err)
+	}
+	if err := s.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(&out, s); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Exit(ctx); err != nil || rec.ExitCode == nil || *rec.ExitCode != 5 || out.String() != "ping\n" {
+		t.Fatalf("the pipe session's end: %v %v, output %q", rec.ExitCode, err, out.String())
+	}
+	// On a terminal, CloseStdin types its EOF character: cat ends.
+	tcat := env.Command("cat")
+	tcat.TTY = true
+	if err := tcat.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tcat.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := tcat.WaitTree(ctx); err != nil || rec.ExitCode == nil || *rec.ExitCode != 0 || rec.StopReason != "" {
+		t.Fatalf("cat on a terminal after ^D: %+v %v", rec, err)
 	}
 	plain := env.Command("true")
 	if err := plain.Start(ctx); err != nil {
