@@ -119,6 +119,15 @@ func TestSessionTTY(t *testing.T) {
 	if rec.Session != "tty" || rec.LastInputAt == nil || rec.LastOutputAt == nil {
 		t.Fatalf("record: session %q last input %v output %v", rec.Session, rec.LastInputAt, rec.LastOutputAt)
 	}
+	// With the tree gone, the guardian removes the session's socket (after
+	// giving its clients up to 2 s).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Lstat(rec.Dir + "/session.sock"); errors.Is(err, os.ErrNotExist) {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the session's socket is still there 30 s after the tree's end: %v", err)
+		}
+	}
 	r, err := cmd.Logs(ctx, hostfork.LogOptions{})
 	if err != nil {
 		t.Fatal(err)
