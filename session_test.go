@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,6 +85,17 @@ func TestSessionTTY(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntil(t, ctx, s, &out, "20 50")
+	// The reopened handle attaches too: its replay has what came before.
+	os2, err := other.AttachWith(ctx, hostfork.AttachOptions{Replay: 1 << 20, NoStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out2 bytes.Buffer
+	readUntil(t, ctx, os2, &out2, "got:two")
+	if !strings.HasPrefix(out2.String(), "30 100") || os2.Offset() != int64(out2.Len()) {
+		t.Fatalf("the reopened handle's attach: offset %d, %q", os2.Offset(), out2.String())
+	}
+	os2.Close()
 	if err := other.Send(ctx, []byte("quit\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +119,15 @@ func TestSessionTTY(t *testing.T) {
 	if rec.Session != "tty" || rec.LastInputAt == nil || rec.LastOutputAt == nil {
 		t.Fatalf("record: session %q last input %v output %v", rec.Session, rec.LastInputAt, rec.LastOutputAt)
 	}
+	// With the tree gone, the guardian removes the session's socket (after
+	// giving its clients up to 2 s).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Lstat(rec.Dir + "/session.sock"); errors.Is(err, os.ErrNotExist) {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the session's socket is still there 30 s after the tree's end: %v", err)
+		}
+	}
 	r, err := cmd.Logs(ctx, hostfork.LogOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +144,9 @@ func TestSessionTTY(t *testing.T) {
 	}
 }
 
-// A stdin pipe: Send writes, CloseStdin ends the input.
+// A stdin pipe: Send writes (split into frames when bigger than one, in
+// order), CloseStdin ends the input, a send after the end is refused; an
+// attached client types and reads; CloseStdin on a terminal types ^D.
 func TestSessionStdinPipe(t *testing.T) {
 	h := newHost(t)
 	ctx := ctxT(t)
@@ -131,6 +154,11 @@ func TestSessionStdinPipe(t *testing.T) {
 	cmd := env.Command("sh", "-c", "tr a-z A-Z; echo done")
 	cmd.Stdin = hostfork.StdinPipe
 	if err := cmd.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Bigger than a frame: Send splits it, in order.
+	big := strings.Repeat("abcdefgh", 5*session.MaxClientPayload/8+123) + "\n"
+	if err := cmd.Send(ctx, []byte(big)); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Send(ctx, []byte("hello\n")); err != nil {
@@ -146,8 +174,56 @@ func TestSessionStdinPipe(t *testing.T) {
 	r, _ := cmd.Logs(ctx, hostfork.LogOptions{})
 	log, _ := io.ReadAll(r)
 	r.Close()
-	if string(log) != "HELLO\ndone\n" || *rec.ExitCode != 0 {
-		t.Fatalf("log %q exit %v", log, rec.ExitCode)
+	if want := strings.ToUpper(big) + "HELLO\ndone\n"; string(log) != want || *rec.ExitCode != 0 {
+		t.Fatalf("log of %d bytes (want %d) exit %v", len(log), len(want), rec.ExitCode)
+	}
+	if err := cmd.Send(ctx, []byte("late\n")); !errors.Is(err, hostfork.ErrCommandFinished) {
+		t.Fatalf("send to a finished pipe command: %v", err)
+	}
+	// Attached to a pipe session: what is written goes to stdin, the
+	// output comes back (the stdout file as it grows), there is no
+	// terminal to resize, and CloseStdin ends it.
+	cat := env.Command("sh", "-c", "cat; exit 5")
+	cat.Stdin = hostfork.StdinPipe
+	if err := cat.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := cat.Attach(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.TTY() {
+		t.Fatal("a pipe session says it is a terminal")
+	}
+	if _, err := s.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	readUntil(t, ctx, s, &out, "ping\n")
+	if err := cat.Resize(ctx, 80, 24); !errors.Is(err, hostfork.ErrInvalid) || !strings.Contains(err.Error(), "start it with --tty") {
+		t.Fatalf("resize of a pipe session: %v", err)
+	}
+	if err := s.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(&out, s); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Exit(ctx); err != nil || rec.ExitCode == nil || *rec.ExitCode != 5 || out.String() != "ping\n" {
+		t.Fatalf("the pipe session's end: %v %v, output %q", rec.ExitCode, err, out.String())
+	}
+	// On a terminal, CloseStdin types its EOF character: cat ends.
+	tcat := env.Command("cat")
+	tcat.TTY = true
+	if err := tcat.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tcat.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := tcat.WaitTree(ctx); err != nil || rec.ExitCode == nil || *rec.ExitCode != 0 || rec.StopReason != "" {
+		t.Fatalf("cat on a terminal after ^D: %+v %v", rec, err)
 	}
 	plain := env.Command("true")
 	if err := plain.Start(ctx); err != nil {
@@ -357,9 +433,10 @@ func TestSessionSlowClient(t *testing.T) {
 	}
 }
 
-// The idle timeout: typing every second keeps it from firing; an
-// attached client while the workload waits for terminal input suspends
-// it; alone and silent, the command is stopped as idle.
+// The idle timeout: typing every second keeps it from firing, and so do
+// resizes and signals; an attached client while the workload waits for
+// terminal input suspends it; silent, with only a watcher (--no-stdin)
+// attached, the command is stopped as idle.
 func TestSessionIdle(t *testing.T) {
 	h := newHost(t)
 	ctx := ctxT(t)
@@ -382,6 +459,22 @@ func TestSessionIdle(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	alive("typing every second")
+	// Resizes count as activity, and so do forwarded signals (SIGWINCH:
+	// the shell ignores it). Each phase outlasts the timeout.
+	for i := 0; i < 3; i++ {
+		if err := cmd.Resize(ctx, uint16(80+i), 24); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	}
+	alive("a resize every second")
+	for i := 0; i < 3; i++ {
+		if err := cmd.Signal(syscall.SIGWINCH); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	}
+	alive("a signal every second")
 	s, err := cmd.Attach(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -389,12 +482,18 @@ func TestSessionIdle(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	alive("an attached client, the workload reading its terminal")
 	s.Close()
+	// A watcher (no input) is no one typing: it doesn't suspend the timer.
+	w, err := cmd.AttachWith(ctx, hostfork.AttachOptions{NoStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
 	rec, err := cmd.WaitTree(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rec.StopReason != hostfork.ReasonIdle {
-		t.Fatalf("alone and silent: stop reason %q", rec.StopReason)
+		t.Fatalf("silent, with only a watcher attached: stop reason %q", rec.StopReason)
 	}
 }
 

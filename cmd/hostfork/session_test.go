@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
@@ -166,7 +168,7 @@ func TestSessionInteractiveShells(t *testing.T) {
 }
 
 // Bad input: each gets a clear error naming the fix, its exit code, and
-// nothing is made.
+// nothing is made (no environment, command or intent recorded).
 func TestSessionBadInput(t *testing.T) {
 	c := newCLI(t)
 	plain := strings.TrimSpace(c.mustRun("run", "--detach", "--ttl", "5m", "--", "sleep", "300").stdout)
@@ -185,9 +187,13 @@ func TestSessionBadInput(t *testing.T) {
 		{[]string{"run", "--stdin", "pipe", "--", "cat"}, 122, "add --detach"},
 		{[]string{"run", "--tty", "--output", "pipe", "--", "cat"}, 122, "drop --output pipe"},
 	} {
+		made := c.query(`select (select count(*) from envs), (select count(*) from commands), (select count(*) from intents)`)
 		r := c.run(tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {
 			t.Errorf("hostfork %s: want exit %d with %q; %v", strings.Join(tc.args, " "), tc.code, tc.msg, r)
+		}
+		if now := c.query(`select (select count(*) from envs), (select count(*) from commands), (select count(*) from intents)`); now != made {
+			t.Errorf("hostfork %s made something: envs|commands|intents %s, then %s", strings.Join(tc.args, " "), made, now)
 		}
 	}
 	id := c.startTTY("sh", "-c", "exit 3")
@@ -204,20 +210,55 @@ func TestSessionBadInput(t *testing.T) {
 }
 
 // A foreground run --tty behaves like ssh -t: the command's terminal has
-// this terminal's size, typed lines reach it, ^C interrupts it (the pty
-// is its controlling terminal), and run exits with its status.
+// this terminal's size and follows its changes, typed lines reach it, ^C
+// interrupts it and ^Z stops a shell's job (the pty is its controlling
+// terminal), and run exits with its status.
 func TestSessionRunForegroundTTY(t *testing.T) {
 	c := newCLI(t)
 	tm := newTmux(t, c)
-	tm.open("a", "run", "--tty", "--", "sh", "-c", "'stty size; read x; echo got-$x; exit 4'")
+	tm.open("a", "run", "--tty", "--", "sh", "-c", `'stty size; while read x; do echo got-$x; [ "$x" = quit ] && exit 4; stty size; done'`)
 	tm.waitFor("a", "24 80")
 	tm.keys("a", "hi", "Enter")
 	tm.waitFor("a", "got-hi")
+	// The size is followed (SIGWINCH): asked again until the new size
+	// shows, as the resize and the next keys travel separately.
+	tm.tmux("resize-window", "-t", "t:a", "-x", "100", "-y", "30")
+	asked := time.Time{}
+	eventually(t, "the new size in the foreground terminal", func() string {
+		if sc := tm.screen("a"); strings.Contains(sc, "30 100") {
+			return ""
+		} else if time.Since(asked) > time.Second {
+			tm.keys("a", "size", "Enter")
+			asked = time.Now()
+			return "screen:\n" + sc
+		} else {
+			return "screen:\n" + sc
+		}
+	})
+	tm.keys("a", "quit", "Enter")
 	tm.waitFor("a", "rc=4")
+	// exec --tty in the foreground, into an existing environment.
+	env := strings.TrimSpace(c.mustRun("create", "--ttl", "5m").stdout)
+	defer c.run("stop", env)
+	tm.open("c", "exec", "--tty", env, "--", "sh", "-c", "'stty size; exit 2'")
+	tm.waitFor("c", "24 80")
+	tm.waitFor("c", "rc=2")
 	tm.open("b", "run", "--tty", "--", "sh", "-c", "'echo ready; exec sleep 300'")
 	tm.waitFor("b", "ready")
 	tm.keys("b", "C-c")
 	tm.waitFor("b", "rc=130")
+	// Job control: ^Z stops the foreground job of an interactive bash,
+	// whose terminal the session's is.
+	tm.open("d", "run", "--tty", "--", "env", "PS1=jc$", "bash", "--norc", "--noprofile", "-i")
+	tm.waitFor("d", "jc$")
+	tm.keys("d", "sh -c 'echo started; exec sleep 300'", "Enter")
+	tm.waitFor("d", "started")
+	tm.keys("d", "C-z")
+	tm.waitFor("d", "Stopped")
+	tm.keys("d", "exit 6", "Enter")
+	tm.waitFor("d", "There are stopped jobs")
+	tm.keys("d", "exit 6", "Enter") // the second exit leaves, hanging the job up
+	tm.waitFor("d", "rc=6")
 }
 
 // exec --detach --tty and --stdin pipe start sessions in an existing
@@ -319,4 +360,127 @@ print("got:", repr(b))`
 		t.Fatalf("another user's connection was served: %s", out)
 	}
 	c.mustRun("stop", id)
+}
+
+// attach --replay SIZE replays only the last SIZE bytes, and with
+// --no-stdin and no terminal here it watches: the output streams out and
+// attach exits with the command's status. send - types this process's
+// stdin; send --eof TEXT writes TEXT, then closes a stdin pipe.
+func TestSessionAttachReplaySend(t *testing.T) {
+	c := newCLI(t)
+	id := c.startTTY("sh", "-c", `stty -echo; echo first-0123456789; read x; echo "got:$x"; exit 9`)
+	eventually(t, "the first line in the log", func() string {
+		if out := c.run("logs", id).stdout; !strings.Contains(out, "0123456789") {
+			return "log: " + out
+		}
+		return ""
+	})
+	attach := c.command("attach", "--no-stdin", "--replay", "6", id)
+	stdout, err := attach.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	attach.Stderr = &stderr
+	if err := attach.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if attach.ProcessState == nil {
+			_ = attach.Process.Kill()
+			_ = attach.Wait()
+		}
+	}()
+	lines := make(chan string, 1)
+	var out strings.Builder
+	go func() {
+		p := make([]byte, 4096)
+		sent := false
+		for {
+			n, err := stdout.Read(p)
+			out.Write(p[:n])
+			if !sent && strings.Contains(out.String(), "6789\r\n") {
+				lines <- out.String()
+				sent = true
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	var replay string
+	select {
+	case replay = <-lines:
+	case <-time.After(60 * time.Second):
+		t.Fatal("attach replayed nothing within 60s")
+	}
+	if replay != "6789\r\n" {
+		t.Fatalf("attach --replay 6 replayed %q, want the log's last 6 bytes %q", replay, "6789\r\n")
+	}
+	send := c.command("send", id, "-")
+	send.Stdin = strings.NewReader("typed\n")
+	if b, err := send.CombinedOutput(); err != nil {
+		t.Fatalf("send -: %v: %s", err, b)
+	}
+	for range lines {
+	}
+	err = attach.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 9 || out.String() != "6789\r\ngot:typed\r\n" {
+		t.Fatalf("attach: %v (want exit 9), output %q, stderr %q", err, out.String(), stderr.String())
+	}
+
+	// A command hostfork stops while attached: attach exits 124, as run.
+	up := c.startTTY("sh", "-c", "echo up; exec sleep 300")
+	attach = c.command("attach", "--no-stdin", up)
+	stdout, err = attach.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	attach.Stderr = &stderr
+	if err := attach.Start(); err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan struct{})
+	go func() {
+		p := make([]byte, 4096)
+		var got strings.Builder
+		for {
+			n, err := stdout.Read(p)
+			got.Write(p[:n])
+			if strings.Contains(got.String(), "up") && seen != nil {
+				close(seen)
+				seen = nil
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-seen:
+	case <-time.After(60 * time.Second):
+		t.Fatal("attach replayed nothing within 60s")
+	}
+	c.mustRun("stop", up)
+	err = attach.Wait()
+	if !errors.As(err, &ee) || ee.ExitCode() != 124 || !strings.Contains(stderr.String(), "stop") {
+		t.Fatalf("attach to a stopped command: %v (want exit 124), stderr %q", err, stderr.String())
+	}
+
+	pipe := strings.TrimSpace(c.mustRun("run", "--detach", "--ttl", "5m", "--stdin", "pipe", "--", "sh", "-c", "tr a-z A-Z; exit 6").stdout)
+	send = c.command("send", pipe, "-")
+	send.Stdin = strings.NewReader("from stdin\n")
+	if b, err := send.CombinedOutput(); err != nil {
+		t.Fatalf("send - to a pipe: %v: %s", err, b)
+	}
+	c.mustRun("send", "--eof", pipe, "last line\n")
+	if r := c.run("wait", pipe); r.code != 6 {
+		t.Fatalf("wait for the piped command: %v", r)
+	}
+	if log := c.mustRun("logs", pipe).stdout; log != "FROM STDIN\nLAST LINE\n" {
+		t.Fatalf("the piped command's output: %q", log)
+	}
 }

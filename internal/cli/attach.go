@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -168,31 +169,54 @@ func interact(g *globals, s attached, detach []byte, input bool) (bool, error) {
 // keys are held back while they match, and sent if the sequence breaks.
 func copyInput(s attached, detach []byte, detached chan<- struct{}) {
 	buf := make([]byte, 4096)
-	matched := 0
+	f := detachFilter{keys: detach}
 	for {
 		n, err := os.Stdin.Read(buf)
 		if n > 0 {
-			out := make([]byte, 0, n+len(detach))
-			for _, b := range buf[:n] {
-				if len(detach) > 0 && b == detach[matched] {
-					matched++
-					if matched == len(detach) {
-						_, _ = s.Write(out)
-						close(detached)
-						return
-					}
-					continue
-				}
-				out = append(out, detach[:matched]...)
-				matched = 0
-				out = append(out, b)
-			}
-			if _, werr := s.Write(out); werr != nil {
+			out, hit := f.feed(buf[:n])
+			if hit {
+				_, _ = s.Write(out)
+				close(detached)
 				return
+			}
+			if len(out) > 0 {
+				if _, werr := s.Write(out); werr != nil {
+					return
+				}
 			}
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// detachFilter finds the detach keys in typed input. The keys typed so
+// far that could begin the sequence are held back; once they can't, the
+// first of them goes out and the rest are looked at again, so a key
+// typed twice (ctrl-p ctrl-p ctrl-q) still detaches on the sequence's
+// end.
+type detachFilter struct {
+	keys, held []byte
+}
+
+// feed returns the input to send, and true when the sequence is
+// complete (the input up to its start is returned; the rest is dropped).
+func (f *detachFilter) feed(in []byte) ([]byte, bool) {
+	if len(f.keys) == 0 {
+		return in, false
+	}
+	out := make([]byte, 0, len(in)+len(f.held))
+	for _, b := range in {
+		f.held = append(f.held, b)
+		for len(f.held) > 0 && !bytes.HasPrefix(f.keys, f.held) {
+			out = append(out, f.held[0])
+			f.held = f.held[1:]
+		}
+		if len(f.held) == len(f.keys) {
+			f.held = f.held[:0]
+			return out, true
+		}
+	}
+	return out, false
 }

@@ -90,6 +90,30 @@ func TestMCP(t *testing.T) {
 		if tl.Name == "run" && (json.Unmarshal(raw, &sch) != nil || sch.Properties["argv"].Type != "array") {
 			t.Errorf("tool run: argv is not a plain array: %s", raw)
 		}
+		// One name for environment variables across tools: vars.
+		_ = json.Unmarshal(raw, &sch)
+		for p := range sch.Properties {
+			if l := strings.ToLower(p); p != "vars" && (strings.Contains(l, "var") || strings.Contains(l, "environ")) {
+				t.Errorf("tool %s: property %q: environment variables are \"vars\" in every tool", tl.Name, p)
+			}
+		}
+		if (tl.Name == "run" || tl.Name == "start") && sch.Properties["vars"].Type != "array" {
+			t.Errorf("tool %s: no vars array: %s", tl.Name, raw)
+		}
+		// Annotations: reading tools say so; the rest say whether they
+		// destroy.
+		a := tl.Annotations
+		readOnly := map[string]bool{"ps": true, "status": true, "logs": true, "wait": true, "read_file": true, "list_dir": true}[tl.Name]
+		switch {
+		case a == nil:
+			t.Errorf("tool %s: no annotations", tl.Name)
+		case a.ReadOnlyHint != readOnly:
+			t.Errorf("tool %s: readOnlyHint %v", tl.Name, a.ReadOnlyHint)
+		case !readOnly && a.DestructiveHint == nil:
+			t.Errorf("tool %s: no destructiveHint", tl.Name)
+		case (tl.Name == "stop" || tl.Name == "run" || tl.Name == "start" || tl.Name == "send_input") && !*a.DestructiveHint:
+			t.Errorf("tool %s: not destructive", tl.Name)
+		}
 	}
 
 	var env api.Env

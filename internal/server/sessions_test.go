@@ -256,6 +256,39 @@ func TestWaitAPI(t *testing.T) {
 	if err := c.Send(ctx, id, []byte("x")); !errors.Is(err, api.ErrNoSession) {
 		t.Fatalf("input to a command without a session: %v", err)
 	}
+
+	// condition=leader returns at the leader's exit with its status; the
+	// tree, a child left running, is still waited for by condition=tree.
+	env, err = c.Run(ctx, client.RunRequest{Env: map[string]any{"lifetime": map[string]any{"max_runtime": "5m"}},
+		Command: client.CommandRequest{Argv: []string{"sh", "-c", "sleep 300 & exit 4"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = env.Commands[0].ID
+	out, err = c.WaitFor(ctx, id, client.WaitOptions{Condition: client.WaitLeader})
+	if err != nil || out.Reason != api.OutcomeLeader || out.Command.ExitCode == nil || *out.Command.ExitCode != 4 {
+		t.Fatalf("condition=leader: %+v %v", out, err)
+	}
+	if _, err := c.WaitFor(ctx, id, client.WaitOptions{Condition: client.WaitTree, Timeout: 300 * time.Millisecond}); !errors.Is(err, api.ErrTimedOut) {
+		t.Fatalf("condition=tree with a child left running: %v", err)
+	}
+	// Bad queries are refused with what to give.
+	for _, tc := range []struct {
+		o    client.WaitOptions
+		want string
+	}{
+		{client.WaitOptions{Condition: "both"}, "use leader or tree"},
+		{client.WaitOptions{Condition: client.WaitLeader, For: "x"}, "condition leader is for a plain wait"},
+		{client.WaitOptions{Stalled: -time.Second}, "give a positive duration"},
+		{client.WaitOptions{For: "x", Stream: "stdout", Since: -1}, "give a byte offset"},
+	} {
+		if _, err := c.WaitFor(ctx, id, tc.o); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("wait %+v: %v, want invalid with %q", tc.o, err, tc.want)
+		}
+	}
+	if _, err := c.StopCommand(ctx, id, client.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // rawUnixClient is an HTTP client on the server's socket, for requests
