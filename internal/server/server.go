@@ -80,16 +80,19 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.routes = s.table()
 	for _, rt := range s.routes {
-		s.mux.Handle(rt.method+" "+rt.path, s.adapt(rt.handle))
+		s.mux.Handle(rt.method+" "+rt.path, s.adapt(rt))
 	}
 	return s, nil
 }
 
-// adapt turns a handler that returns an error into an http.Handler.
-func (s *Server) adapt(h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+// adapt turns a route's handler into an http.Handler.
+func (s *Server) adapt(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
+		switch v, err := rt.handle(w, r); {
+		case err != nil:
 			s.writeError(w, err)
+		case v != nil:
+			writeJSON(w, rt.status, v)
 		}
 	})
 }
