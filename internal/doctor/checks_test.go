@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -23,7 +24,7 @@ func TestParseMountinfo(t *testing.T) {
 	if len(ms) != 9 {
 		t.Fatalf("%d mounts", len(ms))
 	}
-	if m := ms[8]; m.Target != "/mnt/pool a" || m.FSType != "btrfs" || !hasOpt(m.SuperOpts, "user_subvol_rm_allowed") {
+	if m := ms[8]; m.Target != "/mnt/pool a" || m.FSType != "btrfs" || !slices.Contains(m.SuperOpts, "user_subvol_rm_allowed") {
 		t.Errorf("%+v", m)
 	}
 	if got := Propagation(ms[1]); got != "shared" {
