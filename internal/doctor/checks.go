@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // Versions of systemd features a scope tier relies on.
@@ -201,7 +203,7 @@ func cgroupKill(f *Facts, n Needs) Check {
 		c.Status, c.Detail = OK, "cgroup.kill present in "+f.Cgroup.Parent
 	case f.Cgroup.KillFileChecked:
 		c.Status, c.Detail = Missing, "no cgroup.kill in "+f.Cgroup.Parent
-	case KernelAtLeast(f.Kernel, 5, 14):
+	case linux.ReleaseAtLeast(f.Kernel, 5, 14):
 		c.Status, c.Detail = OK, "kernel "+f.Kernel+" has cgroup.kill (5.14+)"
 	default:
 		c.Status, c.Detail = Missing, "kernel "+f.Kernel+" predates cgroup.kill (5.14)"

@@ -292,27 +292,6 @@ func Propagation(m Mount) string {
 	return p
 }
 
-// KernelAtLeast compares a uname release ("6.18.44-fc") with major.minor.
-func KernelAtLeast(release string, major, minor int) bool {
-	parts := strings.SplitN(release, ".", 3)
-	if len(parts) < 2 {
-		return false
-	}
-	ma, err1 := strconv.Atoi(parts[0])
-	digits := parts[1]
-	for i, c := range digits {
-		if c < '0' || c > '9' {
-			digits = digits[:i]
-			break
-		}
-	}
-	mi, err2 := strconv.Atoi(digits)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return ma > major || (ma == major && mi >= minor)
-}
-
 // SystemdVersion parses the first line of `systemctl --version`
 // ("systemd 252 (252.39-1~deb12u2)").
 func SystemdVersion(out string) (int, bool) {
