@@ -438,12 +438,9 @@ func (c *Command) Capture(ctx context.Context) (*CaptureResult, error) {
 // its Wait, WaitTree, Signal, StopTree and Logs work. Its exported fields
 // are filled from the record (changing them changes nothing).
 func (h *Host) OpenCommand(ctx context.Context, idPrefix string) (*Command, error) {
-	kind, id, err := h.e.Resolve(ctx, idPrefix)
+	id, err := h.resolveAs(ctx, idPrefix, "command", "is an environment, not a command", api.ErrNotFound)
 	if err != nil {
 		return nil, err
-	}
-	if kind != "command" {
-		return nil, fmt.Errorf("%s is an environment, not a command: %w", id, api.ErrNotFound)
 	}
 	rec, err := h.e.Command(ctx, id)
 	if err != nil {
