@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"time"
@@ -127,6 +128,9 @@ func addReq[In any](s *sdk.Server, t *tools, name string, ann *sdk.ToolAnnotatio
 		if err != nil {
 			b, _ := json.Marshal(client.ErrorBody{Message: err.Error(), Cause: client.CauseOf(err), ExitCode: t.o.ExitCode(err)})
 			return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: string(b)}}}, nil, nil
+		}
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.IsNil() {
+			v = reflect.MakeSlice(rv.Type(), 0, 0).Interface() // a list is [], never null
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -451,14 +455,7 @@ func (t *tools) ps(ctx context.Context, a psArgs) (any, error) {
 		}
 		f.Env = env.ID
 	}
-	cmds, err := t.h.Commands(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	if cmds == nil {
-		cmds = []hostfork.CommandRecord{}
-	}
-	return cmds, nil
+	return t.h.Commands(ctx, f)
 }
 
 type idArgs struct {
@@ -854,14 +851,7 @@ func (t *tools) listDir(ctx context.Context, a listDirArgs) (any, error) {
 	if depth < 0 {
 		depth = 0
 	}
-	es, err := t.h.ReadDir(ctx, a.Env, a.Path, depth)
-	if err != nil {
-		return nil, err
-	}
-	if es == nil {
-		es = []hostfork.DirEntry{}
-	}
-	return es, nil
+	return t.h.ReadDir(ctx, a.Env, a.Path, depth)
 }
 
 type exportArgs struct {

@@ -6,8 +6,6 @@ import (
 	"os"
 	"strconv"
 	"time"
-
-	"github.com/habemus-papadum/hostfork/api"
 )
 
 // Files in and out of an environment's view (Host.ReadFile and the
@@ -115,14 +113,7 @@ func (s *Server) readDir(w http.ResponseWriter, r *http.Request) (any, error) {
 			return nil, invalid("depth %q: give 1 for the entries, more for levels below, 0 for the whole tree", v)
 		}
 	}
-	es, err := s.h.ReadDir(r.Context(), r.PathValue("id"), p, depth)
-	if err != nil {
-		return nil, err
-	}
-	if es == nil {
-		es = []api.DirEntry{}
-	}
-	return es, nil
+	return s.h.ReadDir(r.Context(), r.PathValue("id"), p, depth)
 }
 
 func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) (any, error) {

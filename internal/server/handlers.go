@@ -122,9 +122,6 @@ func (s *Server) listEnvs(w http.ResponseWriter, r *http.Request) (any, error) {
 			return nil, err
 		}
 	}
-	if envs == nil {
-		envs = []hostfork.EnvRecord{}
-	}
 	return envs, nil
 }
 
@@ -372,14 +369,7 @@ func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) (any, erro
 	if f.Brief, err = flag(r, "brief", false); err != nil {
 		return nil, err
 	}
-	cmds, err := s.h.Commands(r.Context(), f)
-	if err != nil {
-		return nil, err
-	}
-	if cmds == nil {
-		cmds = []hostfork.CommandRecord{}
-	}
-	return cmds, nil
+	return s.h.Commands(r.Context(), f)
 }
 
 // commandRecord reads a command by id or prefix; an environment id is 404.
@@ -835,14 +825,7 @@ func setsPath(req *client.CommandRequest) bool {
 }
 
 func (s *Server) btrfsSizes(w http.ResponseWriter, r *http.Request) (any, error) {
-	sizes, err := s.h.BtrfsSizes(r.Context())
-	if err != nil {
-		return nil, err
-	}
-	if sizes == nil {
-		sizes = []hostfork.BtrfsSize{}
-	}
-	return sizes, nil
+	return s.h.BtrfsSizes(r.Context())
 }
 
 func (s *Server) gc(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -869,14 +852,7 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) (any, error) {
 }
 
 func (s *Server) baselines(w http.ResponseWriter, r *http.Request) (any, error) {
-	bs, err := s.h.Baselines(r.Context())
-	if err != nil {
-		return nil, err
-	}
-	if bs == nil {
-		bs = []*hostfork.Baseline{}
-	}
-	return bs, nil
+	return s.h.Baselines(r.Context())
 }
 
 func (s *Server) addBaseline(w http.ResponseWriter, r *http.Request) (any, error) {
