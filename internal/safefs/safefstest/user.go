@@ -222,18 +222,7 @@ func Protected(t testing.TB) string {
 	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
 		base = ""
 	}
-	dir, err := os.MkdirTemp(base, "hostfork-protected-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	if err := os.Chmod(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	dir := tempDir(t, base, "hostfork-protected-", 0o700)
 	if err := os.WriteFile(filepath.Join(dir, "keep"), []byte("root's\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +253,14 @@ func Snapshot(t testing.TB, dir string) string {
 // cleanup. base is "" for os.TempDir.
 func SharedDir(t testing.TB, base string) string {
 	t.Helper()
-	dir, err := os.MkdirTemp(base, "hostfork-shared-")
+	return tempDir(t, base, "hostfork-shared-", 0o755)
+}
+
+// tempDir makes base/<prefix><random> with mode, owned by root, removed
+// at cleanup.
+func tempDir(t testing.TB, base, prefix string, mode os.FileMode) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(base, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +269,7 @@ func SharedDir(t testing.TB, base string) string {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	if err := os.Chmod(dir, 0o755); err != nil {
+	if err := os.Chmod(dir, mode); err != nil {
 		t.Fatal(err)
 	}
 	return dir
