@@ -605,7 +605,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) (any, error) {
 	var wake <-chan struct{}
 	var treeDone chan struct{}
 	if o.Follow {
-		wake = watchFile(ctx, path)
+		// A signal (coalesced) when the file is written, and at least
+		// every 100 ms.
+		wake = watch.New(path).Changes(ctx, 100*time.Millisecond)
 		treeDone = make(chan struct{})
 		go func() {
 			// The tree's end (or a tree whose end can't be verified, as
@@ -646,12 +648,6 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) (any, error) {
 			panic(http.ErrAbortHandler)
 		}
 	}
-}
-
-// watchFile signals (coalesced) when the file at path is written, and at
-// least every 100 ms, until ctx ends.
-func watchFile(ctx context.Context, path string) <-chan struct{} {
-	return watch.New(path).Changes(ctx, 100*time.Millisecond)
 }
 
 // events streams the event log as NDJSON, one event per line, flushed per

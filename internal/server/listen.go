@@ -264,10 +264,6 @@ type limitListener struct {
 	byUID       map[int]int
 }
 
-func newLimitListener(ln net.Listener, owner int) *limitListener {
-	return &limitListener{Listener: ln, owner: owner, unix: true, max: MaxConns, others: MaxOtherConns, perUser: MaxConnsPerOtherUser, byUID: map[int]int{}}
-}
-
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()

@@ -250,7 +250,8 @@ type Front struct {
 // requests ShutdownGrace to finish. The caller closes the listeners' files
 // (Socket.Close) and the Host afterwards.
 func (s *Server) Serve(ctx context.Context, l Listeners) error {
-	fronts := append([]Front{{Listener: newLimitListener(l.API, s.cfg.OwnerUID), Handler: s.Handler()}}, l.TCP...)
+	sock := &limitListener{Listener: l.API, owner: s.cfg.OwnerUID, unix: true, max: MaxConns, others: MaxOtherConns, perUser: MaxConnsPerOtherUser, byUID: map[int]int{}}
+	fronts := append([]Front{{Listener: sock, Handler: s.Handler()}}, l.TCP...)
 	servers := make([]*http.Server, len(fronts))
 	errc := make(chan error, len(fronts))
 	for i, f := range fronts {
