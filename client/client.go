@@ -244,6 +244,13 @@ func callPtr[T any](c *Client, ctx context.Context, method, path string, q url.V
 	return &out, nil
 }
 
+// setIf sets a query parameter when cond holds.
+func setIf(q url.Values, cond bool, key, val string) {
+	if cond {
+		q.Set(key, val)
+	}
+}
+
 func esc(id string) string { return url.PathEscape(id) }
 
 // Ping checks that the server answers.
@@ -282,9 +289,7 @@ func (c *Client) Envs(ctx context.Context, f api.EnvFilter, opts ...ReadOption) 
 	for _, s := range f.States {
 		q.Add("state", string(s))
 	}
-	if f.Active {
-		q.Set("active", "1")
-	}
+	setIf(q, f.Active, "active", "1")
 	return callAs[[]api.Env](c, ctx, http.MethodGet, "/v1/envs", q, nil)
 }
 
@@ -356,12 +361,8 @@ func (o StopOptions) query(opts []ReadOption) url.Values {
 	case o.Grace < 0:
 		q.Set("grace", "0s") // kill at once
 	}
-	if o.Abandon {
-		q.Set("abandon", "1")
-	}
-	if o.Reason != "" {
-		q.Set("reason", string(o.Reason))
-	}
+	setIf(q, o.Abandon, "abandon", "1")
+	setIf(q, o.Reason != "", "reason", string(o.Reason))
 	return q
 }
 
@@ -400,21 +401,15 @@ func (c *Client) StartCommand(ctx context.Context, env string, req CommandReques
 // prefix.
 func (c *Client) Commands(ctx context.Context, f api.CommandFilter) ([]api.Command, error) {
 	q := url.Values{}
-	if f.Env != "" {
-		q.Set("env", f.Env)
-	}
+	setIf(q, f.Env != "", "env", f.Env)
 	for _, l := range f.Labels {
 		q.Add("label", l)
 	}
 	for _, s := range f.States {
 		q.Add("state", string(s))
 	}
-	if f.Live {
-		q.Set("live", "1")
-	}
-	if f.Brief {
-		q.Set("brief", "1")
-	}
+	setIf(q, f.Live, "live", "1")
+	setIf(q, f.Brief, "brief", "1")
 	return callAs[[]api.Command](c, ctx, http.MethodGet, "/v1/commands", q, nil)
 }
 
@@ -467,24 +462,12 @@ type WaitOptions struct {
 // ended, leader or tree) with the command's record then.
 func (c *Client) WaitFor(ctx context.Context, id string, o WaitOptions) (*api.WaitOutcome, error) {
 	q := url.Values{}
-	if o.Condition != "" {
-		q.Set("condition", string(o.Condition))
-	}
-	if o.For != "" {
-		q.Set("for", o.For)
-	}
-	if o.Stream != "" {
-		q.Set("stream", o.Stream)
-	}
-	if o.Since != 0 {
-		q.Set("since", strconv.FormatInt(o.Since, 10))
-	}
-	if o.Stalled != 0 {
-		q.Set("stalled", o.Stalled.String())
-	}
-	if o.Timeout != 0 {
-		q.Set("timeout", o.Timeout.String())
-	}
+	setIf(q, o.Condition != "", "condition", string(o.Condition))
+	setIf(q, o.For != "", "for", o.For)
+	setIf(q, o.Stream != "", "stream", o.Stream)
+	setIf(q, o.Since != 0, "since", strconv.FormatInt(o.Since, 10))
+	setIf(q, o.Stalled != 0, "stalled", o.Stalled.String())
+	setIf(q, o.Timeout != 0, "timeout", o.Timeout.String())
 	return callPtr[api.WaitOutcome](c, ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/wait", q, nil)
 }
 
@@ -531,18 +514,10 @@ func (c *Client) Logs(ctx context.Context, id string, opts LogOptions) (io.ReadC
 // start of the last Tail lines, with Tail).
 func (c *Client) LogsAt(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, int64, error) {
 	q := url.Values{}
-	if opts.Stream != "" {
-		q.Set("stream", opts.Stream)
-	}
-	if opts.Offset != 0 {
-		q.Set("offset", strconv.FormatInt(opts.Offset, 10))
-	}
-	if opts.Tail != 0 {
-		q.Set("tail", strconv.Itoa(opts.Tail))
-	}
-	if opts.Follow {
-		q.Set("follow", "1")
-	}
+	setIf(q, opts.Stream != "", "stream", opts.Stream)
+	setIf(q, opts.Offset != 0, "offset", strconv.FormatInt(opts.Offset, 10))
+	setIf(q, opts.Tail != 0, "tail", strconv.Itoa(opts.Tail))
+	setIf(q, opts.Follow, "follow", "1")
 	resp, err := c.do(ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/logs", q, nil)
 	if err != nil {
 		return nil, 0, err
@@ -562,9 +537,7 @@ func (c *Client) LogsAt(ctx context.Context, id string, opts LogOptions) (io.Rea
 // saw misses nothing and sees nothing twice.
 func (c *Client) Events(ctx context.Context, since int64, follow bool) iter.Seq2[api.Event, error] {
 	q := url.Values{"since": {strconv.FormatInt(since, 10)}, "follow": {"0"}}
-	if follow {
-		q.Set("follow", "1")
-	}
+	setIf(q, follow, "follow", "1")
 	return ndjson[api.Event](c, ctx, "/v1/events", q, func(err error) error {
 		switch {
 		case ctx.Err() != nil:
@@ -649,9 +622,7 @@ func (c *Client) ReadFile(ctx context.Context, env, path string) (io.ReadCloser,
 // (PUT /v1/envs/{id}/files); perm 0 keeps an existing file's permissions.
 func (c *Client) WriteFile(ctx context.Context, env, path string, src io.Reader, perm os.FileMode) (*api.DirEntry, error) {
 	q := url.Values{"path": {path}}
-	if perm != 0 {
-		q.Set("mode", fmt.Sprintf("%04o", uint32(perm.Perm())))
-	}
+	setIf(q, perm != 0, "mode", fmt.Sprintf("%04o", uint32(perm.Perm())))
 	return callPtr[api.DirEntry](c, ctx, http.MethodPut, "/v1/envs/"+esc(env)+"/files", q, io.NopCloser(src))
 }
 
@@ -679,9 +650,7 @@ func (c *Client) ReadDir(ctx context.Context, env, path string, depth int) ([]ap
 // stream (the directory was removed).
 func (c *Client) Watch(ctx context.Context, env, path string, recursive bool) iter.Seq2[api.FileEvent, error] {
 	q := url.Values{"path": {path}}
-	if recursive {
-		q.Set("recursive", "1")
-	}
+	setIf(q, recursive, "recursive", "1")
 	return ndjson[api.FileEvent](c, ctx, "/v1/envs/"+esc(env)+"/watch", q, func(err error) error {
 		if ctx.Err() == nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("reading changes from %s: %w", c.where(), err)
