@@ -303,10 +303,12 @@ func (c *Command) poll(ctx context.Context, id string, done func(*CommandRecord)
 	for {
 		rec, err := c.h.e.Command(ctx, id)
 		if err != nil {
-			if isClosed(c.h.e.Closed()) {
+			select {
+			case <-c.h.e.Closed():
 				return CommandRecord{}, api.ErrClosed
+			default:
+				return CommandRecord{}, err
 			}
-			return CommandRecord{}, err
 		}
 		c.mu.Lock()
 		c.rec = rec
@@ -317,15 +319,6 @@ func (c *Command) poll(ctx context.Context, id string, done func(*CommandRecord)
 		if err := c.waitChange(ctx, w, rec); err != nil {
 			return CommandRecord{}, err
 		}
-	}
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
 

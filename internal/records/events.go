@@ -31,8 +31,10 @@ func (r *Records) Stream(ctx context.Context, since int64, follow bool, closed <
 		for {
 			evs, err := r.DB.Events(ctx, since, 1000)
 			if err != nil {
-				if isClosed(closed) {
+				select {
+				case <-closed:
 					err = api.ErrClosed
+				default:
 				}
 				yield(api.Event{}, err)
 				return
@@ -63,14 +65,5 @@ func (r *Records) Stream(ctx context.Context, since int64, follow bool, closed <
 				return
 			}
 		}
-	}
-}
-
-func isClosed(closed <-chan struct{}) bool {
-	select {
-	case <-closed:
-		return true
-	default:
-		return false
 	}
 }
