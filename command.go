@@ -303,10 +303,12 @@ func (c *Command) poll(ctx context.Context, id string, done func(*CommandRecord)
 	for {
 		rec, err := c.h.e.Command(ctx, id)
 		if err != nil {
-			if isClosed(c.h.e.Closed()) {
+			select {
+			case <-c.h.e.Closed():
 				return CommandRecord{}, api.ErrClosed
+			default:
+				return CommandRecord{}, err
 			}
-			return CommandRecord{}, err
 		}
 		c.mu.Lock()
 		c.rec = rec
@@ -317,15 +319,6 @@ func (c *Command) poll(ctx context.Context, id string, done func(*CommandRecord)
 		if err := c.waitChange(ctx, w, rec); err != nil {
 			return CommandRecord{}, err
 		}
-	}
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -438,12 +431,9 @@ func (c *Command) Capture(ctx context.Context) (*CaptureResult, error) {
 // its Wait, WaitTree, Signal, StopTree and Logs work. Its exported fields
 // are filled from the record (changing them changes nothing).
 func (h *Host) OpenCommand(ctx context.Context, idPrefix string) (*Command, error) {
-	kind, id, err := h.e.Resolve(ctx, idPrefix)
+	id, err := h.resolveAs(ctx, idPrefix, "command", "is an environment, not a command", api.ErrNotFound)
 	if err != nil {
 		return nil, err
-	}
-	if kind != "command" {
-		return nil, fmt.Errorf("%s is an environment, not a command: %w", id, api.ErrNotFound)
 	}
 	rec, err := h.e.Command(ctx, id)
 	if err != nil {

@@ -70,12 +70,9 @@ func (h *Host) Command(argv ...string) *Command { return &Command{Argv: argv, h:
 // Refresh read them), so opening an environment, and starting a command in
 // it, costs the same however many commands it has run.
 func (h *Host) OpenEnv(ctx context.Context, idPrefix string) (*Env, error) {
-	kind, id, err := h.e.Resolve(ctx, idPrefix)
+	id, err := h.resolveAs(ctx, idPrefix, "env", "is a command, not an environment", api.ErrNotFound)
 	if err != nil {
 		return nil, err
-	}
-	if kind != "env" {
-		return nil, fmt.Errorf("%s is a command, not an environment: %w", id, api.ErrNotFound)
 	}
 	rec, err := h.e.EnvOpen(ctx, id)
 	if err != nil {

@@ -2,7 +2,6 @@ package hostfork
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
@@ -44,12 +43,9 @@ func (h *Host) Extend(ctx context.Context, idPrefix string, o ExtendOptions) (*E
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	kind, id, err := h.e.Resolve(ctx, idPrefix)
+	id, err := h.resolveAs(ctx, idPrefix, "env", "is a command; extend its environment", api.ErrNotFound)
 	if err != nil {
 		return nil, err
-	}
-	if kind != "env" {
-		return nil, fmt.Errorf("%s is a command; extend its environment: %w", id, api.ErrNotFound)
 	}
 	rec, err := h.e.SetDeadline(ctx, id, o.At(time.Now()))
 	if rec == nil {

@@ -3,7 +3,6 @@ package hostfork
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"iter"
 	"os"
@@ -41,12 +40,9 @@ func (h *Host) root(ctx context.Context, envPrefix string) (*safefs.Root, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	kind, id, err := h.e.Resolve(ctx, envPrefix)
+	id, err := h.resolveAs(ctx, envPrefix, "env", "is a command; name its environment", api.ErrNotFound)
 	if err != nil {
 		return nil, err
-	}
-	if kind != "env" {
-		return nil, fmt.Errorf("%s is a command; name its environment: %w", id, api.ErrNotFound)
 	}
 	return h.e.ViewRoot(ctx, id)
 }

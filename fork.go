@@ -2,7 +2,6 @@ package hostfork
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
@@ -36,12 +35,9 @@ func (o ForkOptions) engine() engine.ForkOptions {
 // returns the children's records. On an error after some children were
 // made, they are returned with it (the caller's to keep or stop).
 func (h *Host) Fork(ctx context.Context, envPrefix string, opts ForkOptions) ([]EnvRecord, error) {
-	kind, id, err := h.e.Resolve(ctx, envPrefix)
+	id, err := h.resolveAs(ctx, envPrefix, "env", "is a command; give its environment", api.ErrInvalid)
 	if err != nil {
 		return nil, err
-	}
-	if kind != "env" {
-		return nil, fmt.Errorf("%s is a command; give its environment: %w", id, api.ErrInvalid)
 	}
 	recs, err := h.e.Fork(ctx, id, opts.engine())
 	out := make([]EnvRecord, 0, len(recs))

@@ -140,17 +140,27 @@ func (o StopOptions) engine() engine.StopOptions {
 	return engine.StopOptions{Reason: o.Reason, Grace: o.Grace, Abandon: o.Abandon}
 }
 
+// resolveAs resolves an id or unique prefix that must name kind ("env"
+// or "command"); the other kind fails with "ID why" and sentinel.
+func (h *Host) resolveAs(ctx context.Context, idPrefix, kind, why string, sentinel error) (string, error) {
+	k, id, err := h.e.Resolve(ctx, idPrefix)
+	if err != nil {
+		return "", err
+	}
+	if k != kind {
+		return "", fmt.Errorf("%s %s: %w", id, why, sentinel)
+	}
+	return id, nil
+}
+
 // StopEnv stops an environment (by id or unique prefix): every command
 // tree is stopped and confirmed gone, the keeper ends, the empty cgroups
 // go, and the stop is recorded. It deletes no file. A stop that can't be
 // confirmed returns an error matching ErrUnverified.
 func (h *Host) StopEnv(ctx context.Context, idPrefix string, opts StopOptions) (*EnvRecord, error) {
-	kind, id, err := h.e.Resolve(ctx, idPrefix)
+	id, err := h.resolveAs(ctx, idPrefix, "env", "is a command (use StopCommand)", api.ErrNotFound)
 	if err != nil {
 		return nil, err
-	}
-	if kind != "env" {
-		return nil, fmt.Errorf("%s is a command (use StopCommand): %w", id, api.ErrNotFound)
 	}
 	return h.e.StopEnv(ctx, id, opts.engine())
 }
@@ -160,12 +170,9 @@ func (h *Host) StopEnv(ctx context.Context, idPrefix string, opts StopOptions) (
 // included), the grace, then the quiesced kill, then verification. The
 // tree's guardian learns the reason first, so its receipt carries it.
 func (h *Host) StopCommand(ctx context.Context, idPrefix string, opts StopOptions) (*CommandRecord, error) {
-	kind, id, err := h.e.Resolve(ctx, idPrefix)
+	id, err := h.resolveAs(ctx, idPrefix, "command", "is an environment (use StopEnv)", api.ErrNotFound)
 	if err != nil {
 		return nil, err
-	}
-	if kind != "command" {
-		return nil, fmt.Errorf("%s is an environment (use StopEnv): %w", id, api.ErrNotFound)
 	}
 	return h.e.StopCommand(ctx, id, opts.engine())
 }
@@ -262,12 +269,9 @@ type ExportOptions struct {
 // destination is ErrExists; a missing tree ErrNotFound; a copy that broke
 // off ErrExportFailed (the result names where the partial copy is).
 func (h *Host) Export(ctx context.Context, envPrefix, tree, dest string, opts ExportOptions) (*ExportResult, error) {
-	kind, id, err := h.e.Resolve(ctx, envPrefix)
+	id, err := h.resolveAs(ctx, envPrefix, "env", "is a command; give its environment", api.ErrInvalid)
 	if err != nil {
 		return nil, err
-	}
-	if kind != "env" {
-		return nil, fmt.Errorf("%s is a command; give its environment: %w", id, api.ErrInvalid)
 	}
 	return h.e.Export(ctx, id, tree, dest, export.ExportOptions{Progress: opts.Progress, Commit: opts.Commit})
 }

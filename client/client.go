@@ -225,6 +225,32 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, bo
 	return nil
 }
 
+// callAs is call decoding the answer into a T.
+func callAs[T any](c *Client, ctx context.Context, method, path string, q url.Values, body any) (T, error) {
+	var out T
+	if err := c.call(ctx, method, path, q, body, &out); err != nil {
+		var zero T
+		return zero, err
+	}
+	return out, nil
+}
+
+// callPtr is callAs answering a pointer.
+func callPtr[T any](c *Client, ctx context.Context, method, path string, q url.Values, body any) (*T, error) {
+	out, err := callAs[T](c, ctx, method, path, q, body)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// setIf sets a query parameter when cond holds.
+func setIf(q url.Values, cond bool, key, val string) {
+	if cond {
+		q.Set(key, val)
+	}
+}
+
 func esc(id string) string { return url.PathEscape(id) }
 
 // Ping checks that the server answers.
@@ -235,11 +261,7 @@ func (c *Client) Ping(ctx context.Context) error {
 
 // Version returns the server's build provenance.
 func (c *Client) Version(ctx context.Context) (*VersionInfo, error) {
-	var v VersionInfo
-	if err := c.call(ctx, http.MethodGet, "/v1/version", nil, nil, &v); err != nil {
-		return nil, err
-	}
-	return &v, nil
+	return callPtr[VersionInfo](c, ctx, http.MethodGet, "/v1/version", nil, nil)
 }
 
 // ReadOption changes what an answer holds.
@@ -267,23 +289,13 @@ func (c *Client) Envs(ctx context.Context, f api.EnvFilter, opts ...ReadOption) 
 	for _, s := range f.States {
 		q.Add("state", string(s))
 	}
-	if f.Active {
-		q.Set("active", "1")
-	}
-	var out []api.Env
-	if err := c.call(ctx, http.MethodGet, "/v1/envs", q, nil, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	setIf(q, f.Active, "active", "1")
+	return callAs[[]api.Env](c, ctx, http.MethodGet, "/v1/envs", q, nil)
 }
 
 // Env returns one environment (by id or unique prefix) with its commands.
 func (c *Client) Env(ctx context.Context, id string, opts ...ReadOption) (*api.Env, error) {
-	var out api.Env
-	if err := c.call(ctx, http.MethodGet, "/v1/envs/"+esc(id), query(opts), nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Env](c, ctx, http.MethodGet, "/v1/envs/"+esc(id), query(opts), nil)
 }
 
 // Resolve says what an id or a unique prefix names: kind "env" or
@@ -303,11 +315,7 @@ func (c *Client) Plan(ctx context.Context, spec any) (json.RawMessage, error) {
 	if spec == nil {
 		spec = map[string]any{}
 	}
-	var out json.RawMessage
-	if err := c.call(ctx, http.MethodPost, "/v1/plan", nil, spec, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return callAs[json.RawMessage](c, ctx, http.MethodPost, "/v1/plan", nil, spec)
 }
 
 // Run creates an environment with its first command (detached, output in
@@ -317,11 +325,7 @@ func (c *Client) Run(ctx context.Context, req RunRequest, opts ...ReadOption) (*
 	if req.Env == nil {
 		req.Env = map[string]any{}
 	}
-	var out api.Env
-	if err := c.call(ctx, http.MethodPost, "/v1/runs", query(opts), req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Env](c, ctx, http.MethodPost, "/v1/runs", query(opts), req)
 }
 
 // CreateEnv creates an environment from spec: a spec.Environment, or
@@ -332,11 +336,7 @@ func (c *Client) CreateEnv(ctx context.Context, spec any, opts ...ReadOption) (*
 	if spec == nil {
 		spec = map[string]any{}
 	}
-	var out api.Env
-	if err := c.call(ctx, http.MethodPost, "/v1/envs", query(opts), spec, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Env](c, ctx, http.MethodPost, "/v1/envs", query(opts), spec)
 }
 
 // StopOptions configure a stop.
@@ -361,33 +361,21 @@ func (o StopOptions) query(opts []ReadOption) url.Values {
 	case o.Grace < 0:
 		q.Set("grace", "0s") // kill at once
 	}
-	if o.Abandon {
-		q.Set("abandon", "1")
-	}
-	if o.Reason != "" {
-		q.Set("reason", string(o.Reason))
-	}
+	setIf(q, o.Abandon, "abandon", "1")
+	setIf(q, o.Reason != "", "reason", string(o.Reason))
 	return q
 }
 
 // StopEnv stops an environment: every command tree, then the environment.
 // It deletes no file.
 func (c *Client) StopEnv(ctx context.Context, id string, opts StopOptions, ropts ...ReadOption) (*api.Env, error) {
-	var out api.Env
-	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(id)+"/stop", opts.query(ropts), nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Env](c, ctx, http.MethodPost, "/v1/envs/"+esc(id)+"/stop", opts.query(ropts), nil)
 }
 
 // Extend moves an environment's deadline (POST /v1/envs/{id}/deadline):
 // later or earlier, within the store's lifetime.max.
 func (c *Client) Extend(ctx context.Context, id string, req api.DeadlineRequest) (*api.Env, error) {
-	var out api.Env
-	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(id)+"/deadline", nil, req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Env](c, ctx, http.MethodPost, "/v1/envs/"+esc(id)+"/deadline", nil, req)
 }
 
 // Export copies one of the environment's trees to dest (absolute, must
@@ -400,56 +388,34 @@ func (c *Client) Export(ctx context.Context, env, tree, dest string) (*api.Expor
 // tree, req.Commit commits on its branch first (and an empty Destination
 // copies nothing).
 func (c *Client) ExportTree(ctx context.Context, env string, req ExportRequest) (*api.ExportResult, error) {
-	var out api.ExportResult
-	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/export", nil, req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.ExportResult](c, ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/export", nil, req)
 }
 
 // StartCommand starts a detached command in an environment (output in
 // files) and returns its record.
 func (c *Client) StartCommand(ctx context.Context, env string, req CommandRequest) (*api.Command, error) {
-	var out api.Command
-	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/commands", nil, req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Command](c, ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/commands", nil, req)
 }
 
 // Commands lists commands by filter, oldest first. f.Env may be an id
 // prefix.
 func (c *Client) Commands(ctx context.Context, f api.CommandFilter) ([]api.Command, error) {
 	q := url.Values{}
-	if f.Env != "" {
-		q.Set("env", f.Env)
-	}
+	setIf(q, f.Env != "", "env", f.Env)
 	for _, l := range f.Labels {
 		q.Add("label", l)
 	}
 	for _, s := range f.States {
 		q.Add("state", string(s))
 	}
-	if f.Live {
-		q.Set("live", "1")
-	}
-	if f.Brief {
-		q.Set("brief", "1")
-	}
-	var out []api.Command
-	if err := c.call(ctx, http.MethodGet, "/v1/commands", q, nil, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	setIf(q, f.Live, "live", "1")
+	setIf(q, f.Brief, "brief", "1")
+	return callAs[[]api.Command](c, ctx, http.MethodGet, "/v1/commands", q, nil)
 }
 
 // Command returns one command's record (by id or unique prefix).
 func (c *Client) Command(ctx context.Context, id string) (*api.Command, error) {
-	var out api.Command
-	if err := c.call(ctx, http.MethodGet, "/v1/commands/"+esc(id), nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Command](c, ctx, http.MethodGet, "/v1/commands/"+esc(id), nil, nil)
 }
 
 // WaitCondition says what Wait waits for.
@@ -469,12 +435,8 @@ func (c *Client) Wait(ctx context.Context, id string, cond WaitCondition) (*api.
 	if cond == "" {
 		cond = WaitTree
 	}
-	var out api.Command
 	q := url.Values{"condition": {string(cond)}}
-	if err := c.call(ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/wait", q, nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Command](c, ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/wait", q, nil)
 }
 
 // WaitOptions say what WaitFor waits for (GET /v1/commands/{id}/wait):
@@ -500,47 +462,23 @@ type WaitOptions struct {
 // ended, leader or tree) with the command's record then.
 func (c *Client) WaitFor(ctx context.Context, id string, o WaitOptions) (*api.WaitOutcome, error) {
 	q := url.Values{}
-	if o.Condition != "" {
-		q.Set("condition", string(o.Condition))
-	}
-	if o.For != "" {
-		q.Set("for", o.For)
-	}
-	if o.Stream != "" {
-		q.Set("stream", o.Stream)
-	}
-	if o.Since != 0 {
-		q.Set("since", strconv.FormatInt(o.Since, 10))
-	}
-	if o.Stalled != 0 {
-		q.Set("stalled", o.Stalled.String())
-	}
-	if o.Timeout != 0 {
-		q.Set("timeout", o.Timeout.String())
-	}
-	var out api.WaitOutcome
-	if err := c.call(ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/wait", q, nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	setIf(q, o.Condition != "", "condition", string(o.Condition))
+	setIf(q, o.For != "", "for", o.For)
+	setIf(q, o.Stream != "", "stream", o.Stream)
+	setIf(q, o.Since != 0, "since", strconv.FormatInt(o.Since, 10))
+	setIf(q, o.Stalled != 0, "stalled", o.Stalled.String())
+	setIf(q, o.Timeout != 0, "timeout", o.Timeout.String())
+	return callPtr[api.WaitOutcome](c, ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/wait", q, nil)
 }
 
 // Signal sends sig to the command's leader process only.
 func (c *Client) Signal(ctx context.Context, id string, sig syscall.Signal) (*api.Command, error) {
-	var out api.Command
-	if err := c.call(ctx, http.MethodPost, "/v1/commands/"+esc(id)+"/signal", nil, SignalRequest{Signal: strconv.Itoa(int(sig))}, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Command](c, ctx, http.MethodPost, "/v1/commands/"+esc(id)+"/signal", nil, SignalRequest{Signal: strconv.Itoa(int(sig))})
 }
 
 // StopCommand stops the command's whole tree and returns its final record.
 func (c *Client) StopCommand(ctx context.Context, id string, opts StopOptions) (*api.Command, error) {
-	var out api.Command
-	if err := c.call(ctx, http.MethodPost, "/v1/commands/"+esc(id)+"/stop", opts.query(nil), nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Command](c, ctx, http.MethodPost, "/v1/commands/"+esc(id)+"/stop", opts.query(nil), nil)
 }
 
 // LogOptions select what Logs reads.
@@ -576,18 +514,10 @@ func (c *Client) Logs(ctx context.Context, id string, opts LogOptions) (io.ReadC
 // start of the last Tail lines, with Tail).
 func (c *Client) LogsAt(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, int64, error) {
 	q := url.Values{}
-	if opts.Stream != "" {
-		q.Set("stream", opts.Stream)
-	}
-	if opts.Offset != 0 {
-		q.Set("offset", strconv.FormatInt(opts.Offset, 10))
-	}
-	if opts.Tail != 0 {
-		q.Set("tail", strconv.Itoa(opts.Tail))
-	}
-	if opts.Follow {
-		q.Set("follow", "1")
-	}
+	setIf(q, opts.Stream != "", "stream", opts.Stream)
+	setIf(q, opts.Offset != 0, "offset", strconv.FormatInt(opts.Offset, 10))
+	setIf(q, opts.Tail != 0, "tail", strconv.Itoa(opts.Tail))
+	setIf(q, opts.Follow, "follow", "1")
 	resp, err := c.do(ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/logs", q, nil)
 	if err != nil {
 		return nil, 0, err
@@ -606,48 +536,24 @@ func (c *Client) LogsAt(ctx context.Context, id string, opts LogOptions) (io.Rea
 // last sequence seen). A consumer that resumes with the last sequence it
 // saw misses nothing and sees nothing twice.
 func (c *Client) Events(ctx context.Context, since int64, follow bool) iter.Seq2[api.Event, error] {
-	return func(yield func(api.Event, error) bool) {
-		q := url.Values{"since": {strconv.FormatInt(since, 10)}, "follow": {"0"}}
-		if follow {
-			q.Set("follow", "1")
+	q := url.Values{"since": {strconv.FormatInt(since, 10)}, "follow": {"0"}}
+	setIf(q, follow, "follow", "1")
+	return ndjson[api.Event](c, ctx, "/v1/events", q, func(err error) error {
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, io.EOF) && !follow:
+			return nil
+		case errors.Is(err, io.EOF):
+			return fmt.Errorf("the event stream of %s ended (resume with since=%d): %w", c.where(), since, api.ErrClosed)
 		}
-		resp, err := c.do(ctx, http.MethodGet, "/v1/events", q, nil)
-		if err != nil {
-			yield(api.Event{}, err)
-			return
-		}
-		defer resp.Body.Close()
-		dec := json.NewDecoder(resp.Body)
-		for {
-			var ev api.Event
-			err := dec.Decode(&ev)
-			if err == nil {
-				if !yield(ev, nil) {
-					return
-				}
-				continue
-			}
-			switch {
-			case ctx.Err() != nil:
-				yield(api.Event{}, ctx.Err())
-			case errors.Is(err, io.EOF) && !follow:
-			case errors.Is(err, io.EOF):
-				yield(api.Event{}, fmt.Errorf("the event stream of %s ended (resume with since=%d): %w", c.where(), since, api.ErrClosed))
-			default:
-				yield(api.Event{}, fmt.Errorf("reading events from %s: %w", c.where(), err))
-			}
-			return
-		}
-	}
+		return fmt.Errorf("reading events from %s: %w", c.where(), err)
+	})
 }
 
 // Capacity returns the admission computation and the live workloads.
 func (c *Client) Capacity(ctx context.Context) (*api.CapacityReport, error) {
-	var out api.CapacityReport
-	if err := c.call(ctx, http.MethodGet, "/v1/capacity", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.CapacityReport](c, ctx, http.MethodGet, "/v1/capacity", nil, nil)
 }
 
 // Pause pauses admission of new agent workloads.
@@ -662,48 +568,28 @@ func (c *Client) Resume(ctx context.Context) error {
 
 // Reap reconciles the ledger with what exists (idempotent).
 func (c *Client) Reap(ctx context.Context) (*api.ReapReport, error) {
-	var out api.ReapReport
-	if err := c.call(ctx, http.MethodPost, "/v1/reap", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.ReapReport](c, ctx, http.MethodPost, "/v1/reap", nil, nil)
 }
 
 // Usage measures the store.
 func (c *Client) Usage(ctx context.Context) (*api.Usage, error) {
-	var out api.Usage
-	if err := c.call(ctx, http.MethodGet, "/v1/usage", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Usage](c, ctx, http.MethodGet, "/v1/usage", nil, nil)
 }
 
 // GC applies retention to stopped environments (see GCRequest).
 func (c *Client) GC(ctx context.Context, req GCRequest) (*api.GCReport, error) {
-	var out api.GCReport
-	if err := c.call(ctx, http.MethodPost, "/v1/gc", nil, req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.GCReport](c, ctx, http.MethodPost, "/v1/gc", nil, req)
 }
 
 // Baselines lists the registered baselines.
 func (c *Client) Baselines(ctx context.Context) ([]*api.Baseline, error) {
-	var out []*api.Baseline
-	if err := c.call(ctx, http.MethodGet, "/v1/baselines", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return callAs[[]*api.Baseline](c, ctx, http.MethodGet, "/v1/baselines", nil, nil)
 }
 
 // AddBaseline registers the directory or Btrfs subvolume at path (absolute,
 // on the server's host) as baseline name.
 func (c *Client) AddBaseline(ctx context.Context, name, path string) (*api.Baseline, error) {
-	var out api.Baseline
-	if err := c.call(ctx, http.MethodPost, "/v1/baselines", nil, BaselineRequest{Name: name, Path: path}, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.Baseline](c, ctx, http.MethodPost, "/v1/baselines", nil, BaselineRequest{Name: name, Path: path})
 }
 
 // RemoveBaseline unregisters a baseline; its files are left alone.
@@ -713,21 +599,13 @@ func (c *Client) RemoveBaseline(ctx context.Context, name string) error {
 
 // BtrfsSizes measures each Btrfs tree's exclusive and shared bytes (slow).
 func (c *Client) BtrfsSizes(ctx context.Context) ([]api.BtrfsSize, error) {
-	var out []api.BtrfsSize
-	if err := c.call(ctx, http.MethodGet, "/v1/usage/btrfs", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return callAs[[]api.BtrfsSize](c, ctx, http.MethodGet, "/v1/usage/btrfs", nil, nil)
 }
 
 // Doctor returns the server host's doctor report, as `hostfork doctor
 // --json` prints it (its type is not part of package api).
 func (c *Client) Doctor(ctx context.Context) (json.RawMessage, error) {
-	var out json.RawMessage
-	if err := c.call(ctx, http.MethodGet, "/v1/doctor", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return callAs[json.RawMessage](c, ctx, http.MethodGet, "/v1/doctor", nil, nil)
 }
 
 // ReadFile streams the file path of environment env (GET
@@ -744,14 +622,8 @@ func (c *Client) ReadFile(ctx context.Context, env, path string) (io.ReadCloser,
 // (PUT /v1/envs/{id}/files); perm 0 keeps an existing file's permissions.
 func (c *Client) WriteFile(ctx context.Context, env, path string, src io.Reader, perm os.FileMode) (*api.DirEntry, error) {
 	q := url.Values{"path": {path}}
-	if perm != 0 {
-		q.Set("mode", fmt.Sprintf("%04o", uint32(perm.Perm())))
-	}
-	var out api.DirEntry
-	if err := c.call(ctx, http.MethodPut, "/v1/envs/"+esc(env)+"/files", q, io.NopCloser(src), &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	setIf(q, perm != 0, "mode", fmt.Sprintf("%04o", uint32(perm.Perm())))
+	return callPtr[api.DirEntry](c, ctx, http.MethodPut, "/v1/envs/"+esc(env)+"/files", q, io.NopCloser(src))
 }
 
 // Mkdir creates the directory path of environment env (PUT
@@ -763,53 +635,53 @@ func (c *Client) Mkdir(ctx context.Context, env, path string, perm os.FileMode) 
 
 // Stat describes the file path of environment env (GET /v1/envs/{id}/stat).
 func (c *Client) Stat(ctx context.Context, env, path string) (*api.DirEntry, error) {
-	var out api.DirEntry
-	if err := c.call(ctx, http.MethodGet, "/v1/envs/"+esc(env)+"/stat", url.Values{"path": {path}}, nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return callPtr[api.DirEntry](c, ctx, http.MethodGet, "/v1/envs/"+esc(env)+"/stat", url.Values{"path": {path}}, nil)
 }
 
 // ReadDir lists the directory path of environment env to depth levels
 // (GET /v1/envs/{id}/dir; 0: the whole tree).
 func (c *Client) ReadDir(ctx context.Context, env, path string, depth int) ([]api.DirEntry, error) {
-	var out []api.DirEntry
 	q := url.Values{"path": {path}, "depth": {strconv.Itoa(depth)}}
-	if err := c.call(ctx, http.MethodGet, "/v1/envs/"+esc(env)+"/dir", q, nil, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return callAs[[]api.DirEntry](c, ctx, http.MethodGet, "/v1/envs/"+esc(env)+"/dir", q, nil)
 }
 
 // Watch yields the changes in the directory path of environment env (GET
 // /v1/envs/{id}/watch, NDJSON) until ctx ends or the server ends the
 // stream (the directory was removed).
 func (c *Client) Watch(ctx context.Context, env, path string, recursive bool) iter.Seq2[api.FileEvent, error] {
-	return func(yield func(api.FileEvent, error) bool) {
-		q := url.Values{"path": {path}}
-		if recursive {
-			q.Set("recursive", "1")
+	q := url.Values{"path": {path}}
+	setIf(q, recursive, "recursive", "1")
+	return ndjson[api.FileEvent](c, ctx, "/v1/envs/"+esc(env)+"/watch", q, func(err error) error {
+		if ctx.Err() == nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("reading changes from %s: %w", c.where(), err)
 		}
-		resp, err := c.do(ctx, http.MethodGet, "/v1/envs/"+esc(env)+"/watch", q, nil)
+		return nil
+	})
+}
+
+// ndjson yields the values of a GET answer of JSON lines; the error that
+// ends the answer is yielded as end makes it (nil: none).
+func ndjson[T any](c *Client, ctx context.Context, path string, q url.Values, end func(error) error) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		var zero T
+		resp, err := c.do(ctx, http.MethodGet, path, q, nil)
 		if err != nil {
-			yield(api.FileEvent{}, err)
+			yield(zero, err)
 			return
 		}
 		defer resp.Body.Close()
 		dec := json.NewDecoder(resp.Body)
 		for {
-			var ev api.FileEvent
-			err := dec.Decode(&ev)
-			if err == nil {
-				if !yield(ev, nil) {
-					return
+			var v T
+			if err := dec.Decode(&v); err != nil {
+				if err := end(err); err != nil {
+					yield(zero, err)
 				}
-				continue
+				return
 			}
-			if ctx.Err() == nil && !errors.Is(err, io.EOF) {
-				yield(api.FileEvent{}, fmt.Errorf("reading changes from %s: %w", c.where(), err))
+			if !yield(v, nil) {
+				return
 			}
-			return
 		}
 	}
 }
@@ -817,9 +689,5 @@ func (c *Client) Watch(ctx context.Context, env, path string, recursive bool) it
 // Fork makes environments whose trees start as env's trees at one instant
 // (hostfork.Env.Fork) and returns their records.
 func (c *Client) Fork(ctx context.Context, env string, req ForkRequest) ([]api.Env, error) {
-	var out []api.Env
-	if err := c.call(ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/fork", nil, req, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return callAs[[]api.Env](c, ctx, http.MethodPost, "/v1/envs/"+esc(env)+"/fork", nil, req)
 }

@@ -199,9 +199,12 @@ func (g *Group) OpenFD() (int, error) {
 	return fd, nil
 }
 
-func (g *Group) write(file, val string) error {
-	p := filepath.Join(g.Path, file)
-	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+func (g *Group) write(file, val string) error { return WriteFile(filepath.Join(g.Path, file), val) }
+
+// WriteFile writes val to an existing control file in one write(2), as
+// the cgroup interface requires (os.File retries EINTR itself).
+func WriteFile(path, val string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/internal/doctor"
 )
 
 // admitFlags select admission for a command.
@@ -57,7 +58,7 @@ func newCapacityCmd(g *globals) *cobra.Command {
 			}
 			mem := "unknown (no memory telemetry: one slot)"
 			if r.MemAvailable != nil {
-				mem = human(int64(*r.MemAvailable))
+				mem = doctor.Human(int64(*r.MemAvailable))
 			}
 			fmt.Fprintf(g.out, "cores: %d   available memory: %s   share: %.0f%%\n", r.Cores, mem, r.Share*100)
 			fmt.Fprintf(g.out, "slots: %d (bound by %s)   used: %d   free: %d", r.Slots, r.Bound, r.Used, r.Free)
@@ -71,11 +72,11 @@ func newCapacityCmd(g *globals) *cobra.Command {
 				for i, w := range r.Live {
 					res, why := "-", "-"
 					if i < len(r.Reservations) {
-						res, why = human(int64(r.Reservations[i].Bytes)), r.Reservations[i].Reason
+						res, why = doctor.Human(int64(r.Reservations[i].Bytes)), r.Reservations[i].Reason
 					}
 					sample := "none"
 					if w.Sample != nil {
-						sample = fmt.Sprintf("%s %s complete=%v stable=%v", human(int64(w.Sample.Bytes)), w.Sample.Source, w.Sample.Complete, w.Sample.Stable)
+						sample = fmt.Sprintf("%s %s complete=%v stable=%v", doctor.Human(int64(w.Sample.Bytes)), w.Sample.Source, w.Sample.Complete, w.Sample.Stable)
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.Command, w.Env, res, why, sample, shortArgv(w.Argv))
 				}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,9 +53,9 @@ links; copying in, they are skipped and listed on stderr.`,
 			case srcIn == dstIn:
 				return usageErr("cp copies between the host and an environment: give ENV:PATH as exactly one of the two (e.g. hostfork cp ENV:/work/out.txt . or hostfork cp ./in.txt ENV:/work/)")
 			case srcIn && !strings.HasPrefix(src, "/"), dstIn && !strings.HasPrefix(dst, "/"):
-				return usageErr("ENV:PATH needs an absolute PATH, e.g. %s:/work/project", firstNonEmpty(srcEnv, dstEnv))
+				return usageErr("ENV:PATH needs an absolute PATH, e.g. %s:/work/project", cmp.Or(srcEnv, dstEnv))
 			}
-			env, err := resolveEnv(c.Context(), h, firstNonEmpty(srcEnv, dstEnv))
+			env, err := resolveEnv(c.Context(), h, cmp.Or(srcEnv, dstEnv))
 			if err != nil {
 				return err
 			}
@@ -92,13 +93,6 @@ func pathErr(err error) error {
 		return nil
 	}
 	return pathError{err}
-}
-
-func firstNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 type copier struct {

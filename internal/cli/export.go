@@ -9,6 +9,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/habemus-papadum/hostfork"
+	"github.com/habemus-papadum/hostfork/internal/doctor"
 )
 
 func newExportCmd(g *globals) *cobra.Command {
@@ -70,7 +71,7 @@ it on its branch (hostfork/ENV/TREE); without --to nothing is copied.`,
 					if res.Commit != "" {
 						fmt.Fprintf(g.out, "committed %s/%s on branch %s: %s\n", res.Env, res.Tree, res.Branch, res.Commit)
 					}
-					fmt.Fprintf(g.out, "exported %s/%s to %s: %s (%d files, %s, %d reflinked)\n", res.Env, res.Tree, res.Dest, res.Label, res.Files, human(res.Bytes), res.Cloned)
+					fmt.Fprintf(g.out, "exported %s/%s to %s: %s (%d files, %s, %d reflinked)\n", res.Env, res.Tree, res.Dest, res.Label, res.Files, doctor.Human(res.Bytes), res.Cloned)
 					for _, e := range res.Errors {
 						fmt.Fprintf(g.out, "  error: %s\n", e)
 					}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork"
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/doctor"
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
@@ -255,15 +256,15 @@ func newUsageCmd(g *globals) *cobra.Command {
 						fmt.Fprintf(g.out, "btrfs %s/%s: %s\n", s.Env, s.Tree, s.Error)
 						continue
 					}
-					fmt.Fprintf(g.out, "btrfs %s/%s: %s exclusive, %s shared, %s total (measured %s)\n", s.Env, s.Tree, human(s.Exclusive), human(s.Shared), human(s.Total), s.MeasuredAt.Local().Format(time.RFC3339))
+					fmt.Fprintf(g.out, "btrfs %s/%s: %s exclusive, %s shared, %s total (measured %s)\n", s.Env, s.Tree, doctor.Human(s.Exclusive), doctor.Human(s.Shared), doctor.Human(s.Total), s.MeasuredAt.Local().Format(time.RFC3339))
 				}
 			}()
 			fmt.Fprintf(g.out, "environments: %d active, %d retained, %d failed\n", u.ActiveEnvs, u.RetainedEnvs, u.FailedEnvs)
 			fmt.Fprintf(g.out, "commands:     %d alive, %d unverified\n", u.LiveCommands, u.UnverifiedCmds)
-			fmt.Fprintf(g.out, "logs:         %s (apparent)\nexports:      %s (apparent)\n", human(u.LogBytes), human(u.ExportBytes))
+			fmt.Fprintf(g.out, "logs:         %s (apparent)\nexports:      %s (apparent)\n", doctor.Human(u.LogBytes), doctor.Human(u.ExportBytes))
 			fmt.Fprintf(g.out, "trees:        %s\n", countsByKind(u.TreesByKind))
 			for _, p := range u.Pools {
-				fmt.Fprintf(g.out, "pool %s (%s): %s free of %s, %d tree(s)\n", p.Path, p.FSType, human(int64(p.FreeBytes)), human(int64(p.TotalBytes)), p.Trees)
+				fmt.Fprintf(g.out, "pool %s (%s): %s free of %s, %d tree(s)\n", p.Path, p.FSType, doctor.Human(int64(p.FreeBytes)), doctor.Human(int64(p.TotalBytes)), p.Trees)
 			}
 			fmt.Fprintf(g.out, "cleanup backlog: %d", u.CleanupBacklog)
 			if u.OldestBacklog > 0 {
@@ -276,19 +277,6 @@ func newUsageCmd(g *globals) *cobra.Command {
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.Flags().BoolVar(&btrfsSizes, "btrfs-sizes", false, "also measure each Btrfs tree's exclusive and shared bytes (slow; stamped with the time measured)")
 	return c
-}
-
-func human(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // countsByKind prints counts per kind in a stable order ("none" when

@@ -1,10 +1,13 @@
 package doctor
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // Versions of systemd features a scope tier relies on.
@@ -102,7 +105,7 @@ func cgroupLayout(f *Facts, n Needs) Check {
 func cgroupDelegation(f *Facts, n Needs) Check {
 	cg := f.Cgroup
 	c := Check{ID: "cgroup.delegation", Title: "delegated cgroup2 subtree", Evidence: Read, Required: n.Cgroup2}
-	user := firstNonEmpty(f.User, fmt.Sprint(f.EUID))
+	user := cmp.Or(f.User, fmt.Sprint(f.EUID))
 	delegate := ""
 	if cg.V2Mount != "" {
 		d := filepath.Join(cg.V2Mount, "hostfork-"+user)
@@ -116,7 +119,7 @@ func cgroupDelegation(f *Facts, n Needs) Check {
 		c.Remedy = "mount -t cgroup2 none /sys/fs/cgroup/unified"
 	case cg.Parent == "":
 		c.Status = Missing
-		c.Detail = "no delegated cgroup2 subtree for " + user + ": not root, HOSTFORK_CGROUP_PARENT is not set, and no ancestor of this process's cgroup (" + firstNonEmpty(cg.Self, "?") + ") is owned by the user"
+		c.Detail = "no delegated cgroup2 subtree for " + user + ": not root, HOSTFORK_CGROUP_PARENT is not set, and no ancestor of this process's cgroup (" + cmp.Or(cg.Self, "?") + ") is owned by the user"
 		c.Missing = "a cgroup2 directory this user owns"
 		c.Remedy = delegate + " (this user's processes must also live inside it: clone-into-cgroup needs write access to the common ancestor; on a systemd host, systemd-run --user --scope -p Delegate=yes gives such a subtree)"
 	case !cg.ParentUnderV2:
@@ -181,7 +184,7 @@ func cgroupControllers(f *Facts, n Needs) Check {
 		c.Status = OK
 		return c
 	}
-	c.Detail = firstNonEmpty(c.Detail, "none")
+	c.Detail = cmp.Or(c.Detail, "none")
 	c.Status = Degraded
 	c.Missing = "no " + strings.Join(missing, ", ") + " controller: limits on it can't be enforced"
 	if f.Cgroup.V2Mount != "" {
@@ -200,7 +203,7 @@ func cgroupKill(f *Facts, n Needs) Check {
 		c.Status, c.Detail = OK, "cgroup.kill present in "+f.Cgroup.Parent
 	case f.Cgroup.KillFileChecked:
 		c.Status, c.Detail = Missing, "no cgroup.kill in "+f.Cgroup.Parent
-	case KernelAtLeast(f.Kernel, 5, 14):
+	case linux.ReleaseAtLeast(f.Kernel, 5, 14):
 		c.Status, c.Detail = OK, "kernel "+f.Kernel+" has cgroup.kill (5.14+)"
 	default:
 		c.Status, c.Detail = Missing, "kernel "+f.Kernel+" predates cgroup.kill (5.14)"
@@ -251,7 +254,7 @@ func systemdFeatures(f *Facts) Check {
 	}
 	if s.Version == 0 {
 		c.Status = Degraded
-		c.Detail = "systemd is running but its version is unknown (" + firstNonEmpty(s.VersionErr, "systemctl not found") + ")"
+		c.Detail = "systemd is running but its version is unknown (" + cmp.Or(s.VersionErr, "systemctl not found") + ")"
 		c.Missing = "the systemd version"
 		return c
 	}
@@ -364,8 +367,8 @@ func userNS(f *Facts) Check {
 func idMap(f *Facts) Check {
 	ns := f.NS
 	c := Check{ID: "namespaces.idmap", Title: "uid/gid mapping for user namespaces", Evidence: Read}
-	tools := "newuidmap/newgidmap: " + firstNonEmpty(ns.Newuidmap, "absent") + ", " + firstNonEmpty(ns.Newgidmap, "absent")
-	ranges := fmt.Sprintf("subordinate ids for %s: subuid %s, subgid %s", firstNonEmpty(f.User, "this user"), yesNo(ns.SubUID), yesNo(ns.SubGID))
+	tools := "newuidmap/newgidmap: " + cmp.Or(ns.Newuidmap, "absent") + ", " + cmp.Or(ns.Newgidmap, "absent")
+	ranges := fmt.Sprintf("subordinate ids for %s: subuid %s, subgid %s", cmp.Or(f.User, "this user"), yesNo(ns.SubUID), yesNo(ns.SubGID))
 	c.Detail = tools + "; " + ranges
 	if f.EUID == 0 {
 		c.Status = OK
@@ -377,13 +380,13 @@ func idMap(f *Facts) Check {
 		return c
 	}
 	c.Status = Degraded
-	c.Missing = "mapping more than this user's own id: a user namespace can only map " + firstNonEmpty(f.User, "the user") + " itself"
+	c.Missing = "mapping more than this user's own id: a user namespace can only map " + cmp.Or(f.User, "the user") + " itself"
 	var rem []string
 	if ns.Newuidmap == "" || ns.Newgidmap == "" {
 		rem = append(rem, "apt-get install uidmap")
 	}
 	if !ns.SubUID || !ns.SubGID {
-		rem = append(rem, "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 "+firstNonEmpty(f.User, "USER"))
+		rem = append(rem, "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 "+cmp.Or(f.User, "USER"))
 	}
 	c.Remedy = strings.Join(rem, " && ")
 	return c
@@ -424,12 +427,12 @@ func storageRoot(f *Facts, r StorageRoot, n Needs) Check {
 			return c
 		}
 		c.Status = Missing
-		c.Detail = r.Path + ": " + firstNonEmpty(r.Err, "does not exist")
+		c.Detail = r.Path + ": " + cmp.Or(r.Err, "does not exist")
 		c.Missing = "the " + r.Role + " directory"
 		c.Remedy = "re-register the baseline: hostfork baseline remove " + r.For + " && hostfork baseline add " + r.For + " PATH"
 		return c
 	}
-	c.Detail = fmt.Sprintf("%s on %s (mount %s), owner uid %d, mode %s, %s free", r.Path, r.FSType, r.MountPoint, r.Owner, r.Mode, human(r.FreeBytes))
+	c.Detail = fmt.Sprintf("%s on %s (mount %s), owner uid %d, mode %s, %s free", r.Path, r.FSType, r.MountPoint, r.Owner, r.Mode, Human(r.FreeBytes))
 	c.Status = OK
 	switch r.Role {
 	case "baseline":
@@ -443,7 +446,7 @@ func storageRoot(f *Facts, r StorageRoot, n Needs) Check {
 		if !r.Writable {
 			c.Status = Missing
 			c.Missing = "write access: trees are allocated here"
-			c.Remedy = fmt.Sprintf("chown %s %s (or run hostfork as its owner)", firstNonEmpty(f.User, "USER"), r.Path)
+			c.Remedy = fmt.Sprintf("chown %s %s (or run hostfork as its owner)", cmp.Or(f.User, "USER"), r.Path)
 			return c
 		}
 	}
@@ -458,7 +461,7 @@ func storageRoot(f *Facts, r StorageRoot, n Needs) Check {
 	}
 	if r.FreeBytes < LowFreeBytes && c.Status == OK {
 		c.Status = Degraded
-		c.Missing = "free space: only " + human(r.FreeBytes) + " left"
+		c.Missing = "free space: only " + Human(r.FreeBytes) + " left"
 		c.Remedy = "free space on " + r.MountPoint + " (hostfork gc removes retained trees past their retention)"
 	}
 	return c
@@ -511,15 +514,15 @@ func store(f *Facts) Check {
 		return c
 	case !s.Exists:
 		c.Status = OK
-		c.Detail = fmt.Sprintf("%s does not exist yet; it is created on first use (%s, %s free)", s.Root, s.FSType, human(s.FreeBytes))
+		c.Detail = fmt.Sprintf("%s does not exist yet; it is created on first use (%s, %s free)", s.Root, s.FSType, Human(s.FreeBytes))
 		return c
 	case !s.Registry:
 		c.Status = OK
-		c.Detail = fmt.Sprintf("%s has no registry yet (created on first use); %s, %s free", s.Root, s.FSType, human(s.FreeBytes))
+		c.Detail = fmt.Sprintf("%s has no registry yet (created on first use); %s, %s free", s.Root, s.FSType, Human(s.FreeBytes))
 		return c
 	}
 	c.Detail = fmt.Sprintf("schema %d (this hostfork: %d), %d pending intents, %s, %s of %s free",
-		s.Schema, s.BinarySchema, s.PendingIntents, s.FSType, human(s.FreeBytes), human(s.TotalBytes))
+		s.Schema, s.BinarySchema, s.PendingIntents, s.FSType, Human(s.FreeBytes), Human(s.TotalBytes))
 	c.Status = OK
 	switch {
 	case s.Err != "":
@@ -542,7 +545,7 @@ func store(f *Facts) Check {
 	}
 	if c.Status == OK && s.FreeBytes < LowFreeBytes {
 		c.Status = Degraded
-		c.Missing = "free space: only " + human(s.FreeBytes) + " left"
+		c.Missing = "free space: only " + Human(s.FreeBytes) + " left"
 		if f.Verbs["gc"] {
 			c.Remedy = "hostfork gc"
 		}
@@ -624,7 +627,7 @@ func hostShell(f *Facts) Check {
 	case base == "nologin" || base == "false":
 		c.Status = Degraded
 		c.Missing = "a login shell: " + h.Shell + " can't run commands, so host-shell and toolchain fall back to the inherited environment"
-		c.Remedy = "export HOSTFORK_LOGIN_SHELL=/bin/bash (or give the user a shell: chsh -s /bin/bash " + firstNonEmpty(f.User, "USER") + ")"
+		c.Remedy = "export HOSTFORK_LOGIN_SHELL=/bin/bash (or give the user a shell: chsh -s /bin/bash " + cmp.Or(f.User, "USER") + ")"
 		return c
 	}
 	c.Status = OK

@@ -2,8 +2,11 @@ package doctor
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 const hybridMountinfo = `22 1 254:0 / / rw,relatime - ext4 /dev/vda rw
@@ -23,7 +26,7 @@ func TestParseMountinfo(t *testing.T) {
 	if len(ms) != 9 {
 		t.Fatalf("%d mounts", len(ms))
 	}
-	if m := ms[8]; m.Target != "/mnt/pool a" || m.FSType != "btrfs" || !hasOpt(m.SuperOpts, "user_subvol_rm_allowed") {
+	if m := ms[8]; m.Target != "/mnt/pool a" || m.FSType != "btrfs" || !slices.Contains(m.SuperOpts, "user_subvol_rm_allowed") {
 		t.Errorf("%+v", m)
 	}
 	if got := Propagation(ms[1]); got != "shared" {
@@ -52,8 +55,8 @@ func TestParseMountinfo(t *testing.T) {
 
 func TestVersions(t *testing.T) {
 	for rel, want := range map[string]bool{"6.18.44-fc-v782": true, "5.14.0": true, "5.13.19": false, "4.19.0-amd64": false, "5.14-rc1": true, "garbage": false} {
-		if got := KernelAtLeast(rel, 5, 14); got != want {
-			t.Errorf("KernelAtLeast(%s) = %v", rel, got)
+		if got := linux.ReleaseAtLeast(rel, 5, 14); got != want {
+			t.Errorf("linux.ReleaseAtLeast(%s) = %v", rel, got)
 		}
 	}
 	if v, ok := SystemdVersion("systemd 252 (252.39-1~deb12u2)\n+PAM +AUDIT"); !ok || v != 252 {

@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"slices"
+
 	"github.com/moby/sys/mountinfo"
 
 	"strconv"
@@ -257,7 +259,7 @@ func CgroupHierarchies(mounts []Mount) (v2 string, v2ro bool, v1 []V1Hier) {
 		case "cgroup2":
 			if v2 == "" || m.Target == "/sys/fs/cgroup" {
 				v2 = m.Target
-				v2ro = hasOpt(m.Options, "ro")
+				v2ro = slices.Contains(m.Options, "ro")
 			}
 		case "cgroup":
 			h := V1Hier{Mount: m.Target}
@@ -288,36 +290,6 @@ func Propagation(m Mount) string {
 		}
 	}
 	return p
-}
-
-func hasOpt(opts []string, o string) bool {
-	for _, x := range opts {
-		if x == o {
-			return true
-		}
-	}
-	return false
-}
-
-// KernelAtLeast compares a uname release ("6.18.44-fc") with major.minor.
-func KernelAtLeast(release string, major, minor int) bool {
-	parts := strings.SplitN(release, ".", 3)
-	if len(parts) < 2 {
-		return false
-	}
-	ma, err1 := strconv.Atoi(parts[0])
-	digits := parts[1]
-	for i, c := range digits {
-		if c < '0' || c > '9' {
-			digits = digits[:i]
-			break
-		}
-	}
-	mi, err2 := strconv.Atoi(digits)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return ma > major || (ma == major && mi >= minor)
 }
 
 // SystemdVersion parses the first line of `systemctl --version`

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -413,7 +414,7 @@ func (p *prober) btrfs(ctx context.Context) []Check {
 	roots := p.btrfsRoots()
 	if len(roots) == 0 {
 		c := Check{ID: "probe.btrfs", Title: "btrfs snapshot", Evidence: Probed, Status: Skipped, Required: p.n.Btrfs}
-		c.Detail = "no btrfs storage root: the store is on " + firstNonEmpty(p.f.Store.FSType, "an unknown filesystem") + " and no btrfs baseline is registered"
+		c.Detail = "no btrfs storage root: the store is on " + cmp.Or(p.f.Store.FSType, "an unknown filesystem") + " and no btrfs baseline is registered"
 		return []Check{c}
 	}
 	var cs []Check

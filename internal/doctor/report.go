@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -124,7 +125,7 @@ func Verdict(checks []Check, p *PlanSummary) (bool, []string) {
 		if !c.Required || c.Status != Missing {
 			continue
 		}
-		b := c.ID + ": " + firstNonEmpty(c.Missing, c.Detail)
+		b := c.ID + ": " + cmp.Or(c.Missing, c.Detail)
 		if c.Remedy != "" {
 			b += " — remedy: " + c.Remedy
 		}
@@ -141,13 +142,6 @@ func Verdict(checks []Check, p *PlanSummary) (bool, []string) {
 	return len(out) == 0, out
 }
 
-func firstNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // Find returns the check with id, or nil.
 func (r *Report) Find(id string) *Check {
 	for i := range r.Checks {
@@ -158,13 +152,13 @@ func (r *Report) Find(id string) *Check {
 	return nil
 }
 
-// human formats a byte count.
-func human(n uint64) string {
+// Human formats a byte count.
+func Human[N int64 | uint64](n N) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)
 	}
-	div, exp := uint64(unit), 0
+	div, exp := N(unit), 0
 	for m := n / unit; m >= unit; m /= unit {
 		div *= unit
 		exp++

@@ -118,6 +118,22 @@ func stat(ctx context.Context, env *hostfork.Env, abs string) (*filesystem.Entry
 	return entryInfo(abs, e), nil
 }
 
+// statMade describes abs after a call made it (MakeDir, Move); a link whose
+// target is not in the view is the link itself, from its directory's
+// listing (which never follows links).
+func statMade(ctx context.Context, env *hostfork.Env, abs string) (*filesystem.EntryInfo, error) {
+	e, err := stat(ctx, env, abs)
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		es, lerr := env.ReadDir(ctx, path.Dir(abs), 1)
+		for _, le := range es {
+			if lerr == nil && le.Path == path.Base(abs) {
+				e, err = entryInfo(abs, le), nil
+			}
+		}
+	}
+	return e, err
+}
+
 func (f *fsService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
 	env, _, err := envdOf(ctx)
 	if err != nil {
@@ -135,13 +151,11 @@ func (f *fsService) ListDir(ctx context.Context, req *connect.Request[filesystem
 	if err != nil {
 		return nil, err
 	}
-	dir := sandboxPath(req.Msg.GetPath())
-	depth := int(max(req.Msg.GetDepth(), 1))
-	if e, err := env.Stat(ctx, dir); err != nil {
-		return nil, rpcErr(err)
-	} else if e.Type != "dir" {
-		return nil, badArg("list %s: not a directory", dir)
+	dir, err := viewDir(ctx, env, "list", req.Msg.GetPath())
+	if err != nil {
+		return nil, err
 	}
+	depth := int(max(req.Msg.GetDepth(), 1))
 	es, err := env.ReadDir(ctx, dir, depth)
 	if err != nil {
 		return nil, rpcErr(err)
@@ -168,7 +182,7 @@ func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[filesystem
 	if !made {
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory %s already exists", dir))
 	}
-	e, err := stat(ctx, env, dir)
+	e, err := statMade(ctx, env, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -189,17 +203,7 @@ func (f *fsService) Move(ctx context.Context, req *connect.Request[filesystem.Mo
 	if err := env.Rename(ctx, src, dst); err != nil {
 		return nil, rpcErr(err)
 	}
-	e, err := stat(ctx, env, dst)
-	if connect.CodeOf(err) == connect.CodeNotFound {
-		// A link whose target is not in the view: the link itself, from
-		// its directory's listing (which never follows links).
-		es, lerr := env.ReadDir(ctx, path.Dir(dst), 1)
-		for _, le := range es {
-			if lerr == nil && le.Path == path.Base(dst) {
-				e, err = entryInfo(dst, le), nil
-			}
-		}
-	}
+	e, err := statMade(ctx, env, dst)
 	if err != nil {
 		return nil, err
 	}
@@ -252,16 +256,16 @@ func fsEvent(dir string, ev hostfork.FileEvent) *filesystem.FilesystemEvent {
 // own file, so its events are not reported.
 var writeTemp = regexp.MustCompile(`^\.(.+\.)?hostfork-[0-9a-f]{12}$`)
 
-// watchDir checks that dir is a directory of the view, for a clear error
-// before a watch starts.
-func watchDir(ctx context.Context, env *hostfork.Env, p string) (string, error) {
+// viewDir is p in the view, checked to be a directory there, for a clear
+// error before a list or a watch starts.
+func viewDir(ctx context.Context, env *hostfork.Env, verb, p string) (string, error) {
 	dir := sandboxPath(p)
 	e, err := env.Stat(ctx, dir)
 	if err != nil {
 		return "", rpcErr(err)
 	}
 	if e.Type != "dir" {
-		return "", badArg("watch %s: not a directory", dir)
+		return "", badArg("%s %s: not a directory", verb, dir)
 	}
 	return dir, nil
 }
@@ -271,7 +275,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 	if err != nil {
 		return err
 	}
-	dir, err := watchDir(ctx, env, req.Msg.GetPath())
+	dir, err := viewDir(ctx, env, "watch", req.Msg.GetPath())
 	if err != nil {
 		return err
 	}
@@ -336,7 +340,7 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[file
 	if err != nil {
 		return nil, err
 	}
-	dir, err := watchDir(ctx, env, req.Msg.GetPath())
+	dir, err := viewDir(ctx, env, "watch", req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}

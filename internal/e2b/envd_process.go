@@ -64,11 +64,10 @@ func (p *procService) Start(ctx context.Context, req *connect.Request[process.St
 	tty := m.GetPty() != nil
 	switch {
 	case tty:
-		sz := m.GetPty().GetSize()
-		if sz.GetCols() > 65535 || sz.GetRows() > 65535 {
-			return badArg("pty size %dx%d: at most 65535 columns and rows", sz.GetCols(), sz.GetRows())
+		c.TTY = true
+		if c.Size, err = termSize(m.GetPty()); err != nil {
+			return err
 		}
-		c.TTY, c.Size = true, hostfork.TermSize{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}
 	case m.Stdin == nil || m.GetStdin():
 		c.Stdin = hostfork.StdinPipe // the protocol's default: stdin open
 	}
@@ -94,11 +93,7 @@ func (p *procService) Start(ctx context.Context, req *connect.Request[process.St
 }
 
 func (p *procService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
-	env, _, err := envdOf(ctx)
-	if err != nil {
-		return err
-	}
-	c, err := findProcess(ctx, env, req.Msg.GetProcess())
+	c, err := findProcess(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return err
 	}
@@ -151,11 +146,7 @@ func (p *procService) List(ctx context.Context, req *connect.Request[process.Lis
 }
 
 func (p *procService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
-	env, _, err := envdOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c, err := findProcess(ctx, env, req.Msg.GetProcess())
+	c, err := findProcess(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -168,15 +159,15 @@ func (p *procService) SendInput(ctx context.Context, req *connect.Request[proces
 // StreamInput takes a start naming the process, then its input in order
 // (HTTP/2 clients; the SDKs over HTTP/1.1 use SendInput).
 func (p *procService) StreamInput(ctx context.Context, st *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
-	env, _, err := envdOf(ctx)
-	if err != nil {
+	if _, _, err := envdOf(ctx); err != nil {
 		return nil, err
 	}
 	var c *hostfork.Command
 	for st.Receive() {
 		switch ev := st.Msg().GetEvent().(type) {
 		case *process.StreamInputRequest_Start:
-			if c, err = findProcess(ctx, env, ev.Start.GetProcess()); err != nil {
+			var err error
+			if c, err = findProcess(ctx, ev.Start.GetProcess()); err != nil {
 				return nil, err
 			}
 		case *process.StreamInputRequest_Data:
@@ -212,11 +203,7 @@ func sendInput(ctx context.Context, c *hostfork.Command, in *process.ProcessInpu
 }
 
 func (p *procService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
-	env, _, err := envdOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c, err := findProcess(ctx, env, req.Msg.GetProcess())
+	c, err := findProcess(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +216,7 @@ func (p *procService) CloseStdin(ctx context.Context, req *connect.Request[proce
 // SendSignal stops the process's whole tree: SIGKILL at once, SIGTERM
 // with the environment's grace, then SIGKILL (hostfork's tree stop).
 func (p *procService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
-	env, _, err := envdOf(ctx)
+	c, err := findProcess(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -241,10 +228,6 @@ func (p *procService) SendSignal(ctx context.Context, req *connect.Request[proce
 	default:
 		return nil, badArg("signal %v: send SIGNAL_SIGKILL or SIGNAL_SIGTERM (both stop the process's whole tree)", req.Msg.GetSignal())
 	}
-	c, err := findProcess(ctx, env, req.Msg.GetProcess())
-	if err != nil {
-		return nil, err
-	}
 	if _, err := c.StopTree(ctx, opts); err != nil && !errors.Is(err, api.ErrUnverified) {
 		return nil, rpcErr(err)
 	} else if err != nil {
@@ -255,28 +238,33 @@ func (p *procService) SendSignal(ctx context.Context, req *connect.Request[proce
 
 // Update resizes a process's terminal.
 func (p *procService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
-	env, _, err := envdOf(ctx)
+	c, err := findProcess(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
-	sz := req.Msg.GetPty().GetSize()
-	if sz == nil {
+	if req.Msg.GetPty().GetSize() == nil {
 		return nil, badArg("update: give pty.size")
 	}
-	if sz.GetCols() > 65535 || sz.GetRows() > 65535 {
-		return nil, badArg("pty size %dx%d: at most 65535 columns and rows", sz.GetCols(), sz.GetRows())
-	}
-	c, err := findProcess(ctx, env, req.Msg.GetProcess())
+	sz, err := termSize(req.Msg.GetPty())
 	if err != nil {
 		return nil, err
 	}
 	if c.Record().Session != "tty" {
 		return nil, badArg("process %d has no terminal: start it with a pty to resize it", pidOf(c.Record()))
 	}
-	if err := c.Resize(ctx, uint16(sz.GetCols()), uint16(sz.GetRows())); err != nil {
+	if err := c.Resize(ctx, sz.Cols, sz.Rows); err != nil {
 		return nil, rpcErr(err)
 	}
 	return connect.NewResponse(&process.UpdateResponse{}), nil
+}
+
+// termSize is a pty's size, at most 65535 columns and rows.
+func termSize(pty *process.PTY) (hostfork.TermSize, error) {
+	sz := pty.GetSize()
+	if sz.GetCols() > 65535 || sz.GetRows() > 65535 {
+		return hostfork.TermSize{}, badArg("pty size %dx%d: at most 65535 columns and rows", sz.GetCols(), sz.GetRows())
+	}
+	return hostfork.TermSize{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}, nil
 }
 
 // commandCwd is the command's working directory: cwd in the view (the
@@ -315,8 +303,14 @@ func running(rec hostfork.CommandRecord) bool {
 }
 
 // findProcess finds the running command a selector names among the
-// environment's: by its leader's pid, or by its tag.
-func findProcess(ctx context.Context, env *hostfork.Env, sel *process.ProcessSelector) (*hostfork.Command, error) {
+// request's sandbox's: by its leader's pid, or by its tag. The sandbox's
+// failure (a wrong token, a gone sandbox) comes first, before the
+// selector is looked at.
+func findProcess(ctx context.Context, sel *process.ProcessSelector) (*hostfork.Command, error) {
+	env, _, err := envdOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var match func(hostfork.CommandRecord) bool
 	var what string
 	switch v := sel.GetSelector().(type) {

@@ -255,30 +255,25 @@ type newSandboxRequest struct {
 // refusals names what the request asks for that a hostfork sandbox can't
 // be; "" when nothing.
 func (q *newSandboxRequest) refusals() error {
-	var why []string
-	if q.AllowInternetAccess != nil && !*q.AllowInternetAccess {
-		why = append(why, "allowInternetAccess false (a hostfork sandbox shares the host's network; there is no network policy)")
-	}
-	if present(q.Network) {
-		why = append(why, "network rules (a hostfork sandbox shares the host's network; there is no network policy)")
-	}
-	if present(q.VolumeMounts) {
-		why = append(why, "volume mounts (give the template's spec a tree instead)")
-	}
-	if present(q.MCP) {
-		why = append(why, "an MCP gateway (run 'hostfork mcp' instead)")
-	}
-	if present(q.IAM) {
-		why = append(why, "IAM tokens")
-	}
-	if q.AutoPauseMemory != nil && *q.AutoPauseMemory {
-		why = append(why, "keepMemory on pause (memory is never kept: a paused sandbox keeps its files only)")
-	}
 	var ar struct {
 		Enabled bool `json:"enabled"`
 	}
-	if present(q.AutoResume) && (json.Unmarshal(q.AutoResume, &ar) != nil || ar.Enabled) {
-		why = append(why, "autoResume (resume a paused sandbox with Sandbox.connect)")
+	var why []string
+	for _, r := range []struct {
+		asked bool
+		what  string
+	}{
+		{q.AllowInternetAccess != nil && !*q.AllowInternetAccess, "allowInternetAccess false (a hostfork sandbox shares the host's network; there is no network policy)"},
+		{present(q.Network), "network rules (a hostfork sandbox shares the host's network; there is no network policy)"},
+		{present(q.VolumeMounts), "volume mounts (give the template's spec a tree instead)"},
+		{present(q.MCP), "an MCP gateway (run 'hostfork mcp' instead)"},
+		{present(q.IAM), "IAM tokens"},
+		{q.AutoPauseMemory != nil && *q.AutoPauseMemory, "keepMemory on pause (memory is never kept: a paused sandbox keeps its files only)"},
+		{present(q.AutoResume) && (json.Unmarshal(q.AutoResume, &ar) != nil || ar.Enabled), "autoResume (resume a paused sandbox with Sandbox.connect)"},
+	} {
+		if r.asked {
+			why = append(why, r.what)
+		}
 	}
 	if len(why) > 0 {
 		return invalid("hostfork's E2B-compatible API can't give %s; drop it (docs/e2b.md, \"Refused\")", strings.Join(why, "; "))

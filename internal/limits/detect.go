@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
+
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
 )
 
 // Resource is one budgeted resource.
@@ -265,7 +267,7 @@ func v1Usable(m v1Mount, ctrl, parent string) string {
 // enableV2 writes +ctrl to parent's cgroup.subtree_control.
 func enableV2(parent, ctrl string) error {
 	p := filepath.Join(parent, "cgroup.subtree_control")
-	if err := writeFile(p, "+"+ctrl); err != nil {
+	if err := cgroup.WriteFile(p, "+"+ctrl); err != nil {
 		return fmt.Errorf("enabling %s in %s (a group that has processes of its own can't enable controllers for its children): %w", ctrl, p, err)
 	}
 	return nil

@@ -55,20 +55,6 @@ func RemoveV1Dir(path string) error {
 	return nil
 }
 
-// writeFile writes val to an existing control file in one write(2), as the
-// cgroup interface requires (os.File retries EINTR itself).
-func writeFile(path, val string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(val)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -214,7 +215,7 @@ func (g *Group) write(b Budget) error {
 	}
 	for _, x := range ws {
 		p := filepath.Join(x.dir, x.file)
-		if err := writeFile(p, x.val); err != nil {
+		if err := cgroup.WriteFile(p, x.val); err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("writing limit %s: %w: the controller is not enabled for this group", p, ErrUnavailable)
 			}
@@ -238,7 +239,7 @@ func (g *Group) Join(pid int) error {
 			continue
 		}
 		p := filepath.Join(d, "cgroup.procs")
-		if err := writeFile(p, strconv.Itoa(pid)); err != nil {
+		if err := cgroup.WriteFile(p, strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("joining pid %d to %s: %w", pid, d, err)
 		}
 	}

@@ -2,13 +2,14 @@ package limits
 
 import (
 	"errors"
-	"github.com/habemus-papadum/hostfork/api"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/habemus-papadum/hostfork/api"
 )
 
 const hybridMountinfo = `30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755

@@ -30,7 +30,7 @@ func OpenVerified(id Identity) (*Pidfd, error) {
 	if id.BootID != boot {
 		return nil, fmt.Errorf("%v: recorded in boot %.8s, now boot %.8s: %w", id, id.BootID, boot, ErrIdentityMismatch)
 	}
-	fd, err := ignoringEINTR2(func() (int, error) { return unix.PidfdOpen(id.PID, 0) })
+	fd, err := IgnoringEINTR2(func() (int, error) { return unix.PidfdOpen(id.PID, 0) })
 	if err != nil {
 		if errors.Is(err, unix.ESRCH) {
 			return nil, ErrNoProcess
@@ -68,7 +68,7 @@ func (p *Pidfd) WaitExit(ctx context.Context, limit time.Duration) bool {
 // Signal sends sig through the pidfd. A process that already exited gives
 // ErrNoProcess.
 func (p *Pidfd) Signal(sig syscall.Signal) error {
-	err := ignoringEINTR(func() error { return unix.PidfdSendSignal(p.fd, sig, nil, 0) })
+	err := IgnoringEINTR(func() error { return unix.PidfdSendSignal(p.fd, sig, nil, 0) })
 	if errors.Is(err, unix.ESRCH) {
 		return ErrNoProcess
 	}
@@ -101,24 +101,6 @@ func SignalVerified(id Identity, sig syscall.Signal) error {
 	return p.Signal(sig)
 }
 
-func ignoringEINTR(fn func() error) error {
-	for {
-		err := fn()
-		if err != unix.EINTR {
-			return err
-		}
-	}
-}
-
-func ignoringEINTR2[T any](fn func() (T, error)) (T, error) {
-	for {
-		v, err := fn()
-		if err != unix.EINTR {
-			return v, err
-		}
-	}
-}
-
 // siginfoQueue is the head of a siginfo_t for a queued signal (si_code
 // SI_QUEUE): si_pid, si_uid and si_value follow the first four words.
 type siginfoQueue struct {
@@ -140,7 +122,7 @@ const siQueue = -1
 func (p *Pidfd) SignalValue(sig syscall.Signal, value int32) error {
 	q := siginfoQueue{Signo: int32(sig), Code: siQueue, Pid: int32(os.Getpid()), Uid: uint32(os.Getuid()), Value: int64(value)}
 	info := (*unix.Siginfo)(unsafe.Pointer(&q))
-	err := ignoringEINTR(func() error { return unix.PidfdSendSignal(p.fd, sig, info, 0) })
+	err := IgnoringEINTR(func() error { return unix.PidfdSendSignal(p.fd, sig, info, 0) })
 	if errors.Is(err, unix.ESRCH) {
 		return ErrNoProcess
 	}
@@ -157,7 +139,7 @@ func (p *Pidfd) SignalValue(sig syscall.Signal, value int32) error {
 // /proc/PID/root was opened. A process that is gone gives ErrNoProcess.
 func (p *Pidfd) OpenRoot() (*os.File, error) {
 	name := fmt.Sprintf("/proc/%d/root", p.ID.PID)
-	fd, err := ignoringEINTR2(func() (int, error) {
+	fd, err := IgnoringEINTR2(func() (int, error) {
 		return unix.Open(name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	})
 	if err != nil {

@@ -142,8 +142,14 @@ func KernelAtLeast(major, minor int) bool {
 	if unix.Uname(&u) != nil {
 		return false
 	}
+	return ReleaseAtLeast(unix.ByteSliceToString(u.Release[:]), major, minor)
+}
+
+// ReleaseAtLeast reports whether a kernel release ("6.1.0-13-amd64",
+// "5.14-rc1") is at least major.minor.
+func ReleaseAtLeast(release string, major, minor int) bool {
 	var ma, mi int
-	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi); err != nil {
+	if _, err := fmt.Sscanf(release, "%d.%d", &ma, &mi); err != nil {
 		return false
 	}
 	return ma > major || (ma == major && mi >= minor)

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"time"
@@ -127,6 +128,9 @@ func addReq[In any](s *sdk.Server, t *tools, name string, ann *sdk.ToolAnnotatio
 		if err != nil {
 			b, _ := json.Marshal(client.ErrorBody{Message: err.Error(), Cause: client.CauseOf(err), ExitCode: t.o.ExitCode(err)})
 			return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: string(b)}}}, nil, nil
+		}
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.IsNil() {
+			v = reflect.MakeSlice(rv.Type(), 0, 0).Interface() // a list is [], never null
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -451,14 +455,7 @@ func (t *tools) ps(ctx context.Context, a psArgs) (any, error) {
 		}
 		f.Env = env.ID
 	}
-	cmds, err := t.h.Commands(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	if cmds == nil {
-		cmds = []hostfork.CommandRecord{}
-	}
-	return cmds, nil
+	return t.h.Commands(ctx, f)
 }
 
 type idArgs struct {
@@ -488,17 +485,40 @@ type logsArgs struct {
 
 // logsResult is one slice of a command's output.
 type logsResult struct {
-	Command    string `json:"command"`
-	Stream     string `json:"stream"`
+	Command string `json:"command"`
+	Stream  string `json:"stream"`
+	slice
+	// Ended: the command's tree is gone and everything up to next_offset
+	// is all it wrote.
+	Ended bool         `json:"ended"`
+	State api.Liveness `json:"state"`
+}
+
+// slice is what a read returned: text, or base64 when not UTF-8.
+type slice struct {
 	Offset     int64  `json:"offset"`
 	NextOffset int64  `json:"next_offset"`
 	Bytes      int    `json:"bytes"`
 	Text       string `json:"text,omitempty"`
 	Base64     string `json:"base64,omitempty"`
-	// Ended: the command's tree is gone and everything up to next_offset
-	// is all it wrote.
-	Ended bool         `json:"ended"`
-	State api.Liveness `json:"state"`
+}
+
+// sliceOf is buf, read at off. A multi-byte character cut at its end
+// when more may follow is left out (cut): the next read, from
+// next_offset, returns it whole.
+func sliceOf(buf []byte, off int64, more bool) (sl slice, cut bool) {
+	sl = slice{Offset: off, NextOffset: off + int64(len(buf)), Bytes: len(buf)}
+	switch n := validPrefix(buf); {
+	case n == len(buf):
+		sl.Text = string(buf)
+	case n >= len(buf)-3 && n > 0 && more:
+		sl.Text = string(buf[:n])
+		sl.Bytes, sl.NextOffset = n, off+int64(n)
+		return sl, true
+	default:
+		sl.Base64 = base64.StdEncoding.EncodeToString(buf)
+	}
+	return sl, false
 }
 
 func (t *tools) logs(ctx context.Context, a logsArgs) (any, error) {
@@ -543,21 +563,8 @@ func (t *tools) logs(ctx context.Context, a logsArgs) (any, error) {
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return nil, err
 	}
-	buf = buf[:got]
-	res := logsResult{Command: cmd.ID(), Stream: stream, Offset: a.Offset, NextOffset: a.Offset + int64(got), Bytes: got, State: rec.Liveness}
-	res.Ended = rec.Final() && got < n
-	switch cut := validPrefix(buf); {
-	case cut == len(buf):
-		res.Text = string(buf)
-	case cut >= len(buf)-3 && cut > 0:
-		// A multi-byte character cut at the end: return up to it; the
-		// next call continues from there.
-		res.Text = string(buf[:cut])
-		res.Bytes, res.NextOffset, res.Ended = cut, a.Offset+int64(cut), false
-	default:
-		res.Base64 = base64.StdEncoding.EncodeToString(buf)
-	}
-	return res, nil
+	sl, cut := sliceOf(buf[:got], a.Offset, true)
+	return logsResult{Command: cmd.ID(), Stream: stream, slice: sl, Ended: rec.Final() && got < n && !cut, State: rec.Liveness}, nil
 }
 
 // validPrefix is the length of the longest prefix of b that is valid
@@ -760,14 +767,10 @@ type readFileArgs struct {
 }
 
 type readFileResult struct {
-	Path       string `json:"path"`
-	Offset     int64  `json:"offset"`
-	NextOffset int64  `json:"next_offset"`
-	Bytes      int    `json:"bytes"`
-	Size       int64  `json:"size"`
-	EOF        bool   `json:"eof"`
-	Text       string `json:"text,omitempty"`
-	Base64     string `json:"base64,omitempty"`
+	Path string `json:"path"`
+	slice
+	Size int64 `json:"size"`
+	EOF  bool  `json:"eof"`
 }
 
 func (t *tools) readFile(ctx context.Context, a readFileArgs) (any, error) {
@@ -795,19 +798,8 @@ func (t *tools) readFile(ctx context.Context, a readFileArgs) (any, error) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
-	buf = buf[:got]
-	res := readFileResult{Path: a.Path, Offset: a.Offset, NextOffset: a.Offset + int64(got), Bytes: got, Size: st.Size()}
-	switch cut := validPrefix(buf); {
-	case cut == len(buf):
-		res.Text = string(buf)
-	case cut >= len(buf)-3 && cut > 0 && res.NextOffset < st.Size():
-		res.Text = string(buf[:cut])
-		res.Bytes, res.NextOffset = cut, a.Offset+int64(cut)
-	default:
-		res.Base64 = base64.StdEncoding.EncodeToString(buf)
-	}
-	res.EOF = res.NextOffset >= st.Size()
-	return res, nil
+	sl, _ := sliceOf(buf[:got], a.Offset, a.Offset+int64(got) < st.Size())
+	return readFileResult{Path: a.Path, slice: sl, Size: st.Size(), EOF: sl.NextOffset >= st.Size()}, nil
 }
 
 type writeFileArgs struct {
@@ -859,14 +851,7 @@ func (t *tools) listDir(ctx context.Context, a listDirArgs) (any, error) {
 	if depth < 0 {
 		depth = 0
 	}
-	es, err := t.h.ReadDir(ctx, a.Env, a.Path, depth)
-	if err != nil {
-		return nil, err
-	}
-	if es == nil {
-		es = []hostfork.DirEntry{}
-	}
-	return es, nil
+	return t.h.ReadDir(ctx, a.Env, a.Path, depth)
 }
 
 type exportArgs struct {

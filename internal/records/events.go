@@ -23,14 +23,18 @@ func (r *Records) Stream(ctx context.Context, since int64, follow bool, closed <
 	return func(yield func(api.Event, error) bool) {
 		var w *watch.Watcher
 		if follow {
-			w = newWALWatch(r.root)
+			// Every commit appends to the WAL; the store directory is
+			// watched too, since the WAL may be created or replaced.
+			w = watch.New(filepath.Join(r.root, registry.FileName+"-wal"), r.root)
 			defer w.Close()
 		}
 		for {
 			evs, err := r.DB.Events(ctx, since, 1000)
 			if err != nil {
-				if isClosed(closed) {
+				select {
+				case <-closed:
 					err = api.ErrClosed
+				default:
 				}
 				yield(api.Event{}, err)
 				return
@@ -61,21 +65,5 @@ func (r *Records) Stream(ctx context.Context, since int64, follow bool, closed <
 				return
 			}
 		}
-	}
-}
-
-// walWatch wakes a follower when the registry's WAL changes (every commit
-// appends to it); the store directory is watched too, since the WAL may be
-// created or replaced.
-func newWALWatch(root string) *watch.Watcher {
-	return watch.New(filepath.Join(root, registry.FileName+"-wal"), root)
-}
-
-func isClosed(closed <-chan struct{}) bool {
-	select {
-	case <-closed:
-		return true
-	default:
-		return false
 	}
 }

@@ -19,36 +19,29 @@ func jsonMarshal(v any) (string, error) {
 
 // Env reads one environment.
 func (d *DB) Env(ctx context.Context, id string) (*api.Env, error) {
-	e, err := scanEnv(d.db.QueryRowContext(ctx, envSelect+" WHERE id = ?", id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("environment %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
-	}
-	labels, err := d.labels(ctx, "e", []string{id})
-	if err != nil {
-		return nil, err
-	}
-	e.Labels = orEmpty(labels[id])
-	return e, nil
+	return one(ctx, d, "e", envSelect, "environment", id, scanEnv, func(e *api.Env) *map[string]string { return &e.Labels })
 }
 
 // Command reads one command.
 func (d *DB) Command(ctx context.Context, id string) (*api.Command, error) {
-	c, err := scanCommand(d.db.QueryRowContext(ctx, commandSelect+" WHERE id = ?", id))
+	return one(ctx, d, "c", commandSelect, "command", id, scanCommand, func(c *api.Command) *map[string]string { return &c.Labels })
+}
+
+// one reads the row with id and fills its labels (owner "e" or "c").
+func one[T any](ctx context.Context, d *DB, owner, sel, what, id string, scan func(rowScanner) (*T, error), labels func(*T) *map[string]string) (*T, error) {
+	v, err := scan(d.db.QueryRowContext(ctx, sel+" WHERE id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("command %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("%s %s: %w", what, id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	labels, err := d.labels(ctx, "c", []string{id})
+	l, err := d.labels(ctx, owner, []string{id})
 	if err != nil {
 		return nil, err
 	}
-	c.Labels = orEmpty(labels[id])
-	return c, nil
+	*labels(v) = orEmpty(l[id])
+	return v, nil
 }
 
 func orEmpty(m map[string]string) map[string]string {

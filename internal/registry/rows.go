@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -10,13 +9,6 @@ import (
 
 	"github.com/habemus-papadum/hostfork/api"
 )
-
-// querier is a *sql.DB or a *sql.Tx.
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
 
 // commandColumns lists the commands table's columns in the order
 // commandValues writes them and scanCommand reads them. The first five are

@@ -9,7 +9,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -44,7 +43,6 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 	if inherited != nil {
 		defer inherited.Close()
 	}
-	var mln net.Listener
 	if metricsListen != "" {
 		if err := loopbackOnly("--metrics-listen", metricsListen, "since metrics are served without authentication; put an authenticating proxy in front to scrape from elsewhere"); err != nil {
 			return err
@@ -99,27 +97,7 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 		defer sock.Close()
 		ln = sock
 	}
-	if metricsListen != "" {
-		if mln, err = net.Listen("tcp", metricsListen); err != nil {
-			return cli.UsageError("--metrics-listen %s: %v", metricsListen, err)
-		}
-		defer mln.Close()
-	}
-	lns := server.Listeners{API: ln, Metrics: mln}
-	if f.Web != "" {
-		if lns.Web, lns.WebOptions, err = listenWeb(f.Web, webTLS, h.Root()); err != nil {
-			return err
-		}
-		defer lns.Web.Close()
-	}
 	logf := func(format string, args ...any) { fmt.Fprintf(g.Err(), "hostfork serve: "+format+"\n", args...) }
-	var front *e2bFront
-	if f.E2BListen != "" {
-		if front, err = startE2B(h, f, e2bTLS, e2bKeys, logf); err != nil {
-			return err
-		}
-		defer front.ln.Close()
-	}
 	srv, err := server.New(server.Config{
 		Host: h, OwnerUID: int(st.Uid), SocketPath: socket, ExitCode: cli.ExitCodeOf,
 		Version: func() any { return cli.ReadBuildInfo() },
@@ -129,39 +107,65 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 	if err != nil {
 		return err
 	}
+	lns := server.Listeners{API: ln}
+	var said []string // the fronts' URLs, said once all listen
+	// tcp listens on a front's address and says its URL.
+	tcp := func(flag, addr string, tc *tls.Config, what, suffix string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, cli.UsageError("%s %s: %v", flag, addr, err)
+		}
+		scheme := "http"
+		if tc != nil {
+			scheme = "https"
+		}
+		said = append(said, what+" on "+scheme+"://"+ln.Addr().String()+suffix)
+		return ln, nil
+	}
+	if metricsListen != "" {
+		mln, err := tcp("--metrics-listen", metricsListen, nil, "metrics", "/metrics")
+		if err != nil {
+			return err
+		}
+		defer mln.Close()
+		lns.TCP = append(lns.TCP, server.Front{Listener: mln, Handler: srv.MetricsHandler()})
+	}
+	if f.Web != "" {
+		o, err := webOptions(webTLS, h.Root())
+		if err != nil {
+			return err
+		}
+		wln, err := tcp("--web", f.Web, webTLS, "web view", "/?token="+o.Token)
+		if err != nil {
+			return err
+		}
+		defer wln.Close()
+		_, o.Port, _ = net.SplitHostPort(wln.Addr().String())
+		lns.TCP = append(lns.TCP, server.Front{Listener: wln, Handler: srv.WebHandler(o), TLS: webTLS})
+	}
+	if f.E2BListen != "" {
+		front, err := newE2B(h, f, e2bKeys, logf)
+		if err != nil {
+			return err
+		}
+		eln, err := tcp("--e2b-listen", f.E2BListen, e2bTLS, "E2B-compatible API", "")
+		if err != nil {
+			return err
+		}
+		defer eln.Close()
+		lns.TCP = append(lns.TCP, server.Front{Listener: eln, Handler: front, TLS: e2bTLS, MaxConns: e2bMaxConns, Idle: e2bIdleTimeout, HTTP2: true})
+	}
 	fmt.Fprintf(g.Out(), "hostfork serve: listening on unix://%s\n", socket)
 	if inherited != nil {
 		fmt.Fprintf(g.Out(), "hostfork serve: the socket came from systemd (socket activation)\n")
 	}
-	if mln != nil {
-		fmt.Fprintf(g.Out(), "hostfork serve: metrics on http://%s/metrics\n", mln.Addr())
-	}
-	if lns.Web != nil {
-		scheme := "http"
-		if webTLS != nil {
-			scheme = "https"
-		}
-		fmt.Fprintf(g.Out(), "hostfork serve: web view on %s://%s/?token=%s\n", scheme, lns.Web.Addr(), lns.WebOptions.Token)
-	}
-	if front != nil {
-		fmt.Fprintf(g.Out(), "hostfork serve: E2B-compatible API on %s\n", front.url)
+	for _, l := range said {
+		fmt.Fprintf(g.Out(), "hostfork serve: %s\n", l)
 	}
 	if f, ok := g.Out().(*os.File); ok {
 		_ = f.Sync()
 	}
-	if front == nil {
-		return srv.Serve(ctx, lns)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	e2bErr := make(chan error, 1)
-	go func() {
-		e2bErr <- front.serve(ctx)
-		cancel() // the front failed: the unix API ends too
-	}()
-	err = srv.Serve(ctx, lns)
-	cancel()
-	return errors.Join(err, <-e2bErr)
+	return srv.Serve(ctx, lns)
 }
 
 // loopbackOnly refuses an address that is not a loopback IP (docs/api.md,
@@ -208,31 +212,22 @@ func tcpTLS(listenFlag, addr, tlsFlags, cert, key, why string) (*tls.Config, err
 	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
 
-// listenWeb listens for the web view and makes its token, kept in
-// <store>/web-token (mode 0600) for who lost the printed URL.
-func listenWeb(addr string, tc *tls.Config, root string) (net.Listener, server.WebOptions, error) {
-	var o server.WebOptions
+// webOptions makes the web view's token, kept in <store>/web-token (mode
+// 0600) for who lost the printed URL.
+func webOptions(tc *tls.Config, root string) (server.WebOptions, error) {
+	o := server.WebOptions{TLS: tc != nil}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		return nil, o, err
+		return o, err
 	}
 	o.Token = hex.EncodeToString(b)
 	if err := atomicfile.WriteFile(filepath.Join(root, "web-token"), []byte(o.Token+"\n"), 0o600); err != nil {
-		return nil, o, fmt.Errorf("the web view's token: %w", err)
+		return o, fmt.Errorf("the web view's token: %w", err)
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, o, cli.UsageError("--web %s: %v", addr, err)
+	if tc != nil && tc.Certificates[0].Leaf != nil {
+		o.Names = tc.Certificates[0].Leaf.DNSNames
 	}
-	_, o.Port, _ = net.SplitHostPort(ln.Addr().String())
-	if tc != nil {
-		o.TLS = true
-		if leaf := tc.Certificates[0].Leaf; leaf != nil {
-			o.Names = leaf.DNSNames
-		}
-		ln = tls.NewListener(ln, tc)
-	}
-	return ln, o, nil
+	return o, nil
 }
 
 // serveDoctor builds the doctor report as 'hostfork doctor --json' does

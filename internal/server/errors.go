@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"syscall"
 
 	"github.com/habemus-papadum/hostfork/api"
@@ -82,7 +83,7 @@ func (s *Server) exitCode(err error) int {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := json.Marshal(emptyNotNull(v))
 	if err != nil {
 		status = http.StatusInternalServerError
 		b, _ = json.Marshal(client.ErrorBody{Message: "encoding the answer: " + err.Error(), ExitCode: 125})
@@ -91,4 +92,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Length", fmt.Sprint(len(b)+1))
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// emptyNotNull turns a nil slice into an empty one: a list answers [],
+// never null.
+func emptyNotNull(v any) any {
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.IsNil() {
+		return reflect.MakeSlice(rv.Type(), 0, 0).Interface()
+	}
+	return v
 }

@@ -6,8 +6,6 @@ import (
 	"os"
 	"strconv"
 	"time"
-
-	"github.com/habemus-papadum/hostfork/api"
 )
 
 // Files in and out of an environment's view (Host.ReadFile and the
@@ -40,122 +38,99 @@ func modeParam(r *http.Request, def os.FileMode) (os.FileMode, error) {
 	return os.FileMode(n), nil
 }
 
-func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) (any, error) {
 	p, err := fileParam(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f, err := s.h.ReadFile(r.Context(), r.PathValue("id"), p)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if st.IsDir() {
-		return invalid("%s is a directory: list it with GET /v1/envs/{id}/dir", p)
+		return nil, invalid("%s is a directory: list it with GET /v1/envs/{id}/dir", p)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.Copy(w, f) // a client that leaves ends it
-	return nil
+	return nil, nil
 }
 
 // writeFile streams the body into the file: it is not a JSON body, so
 // MaxBody does not bound it; the request's context does.
-func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) (any, error) {
 	p, err := fileParam(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mode, err := modeParam(r, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
-	e, err := s.h.WriteFile(r.Context(), r.PathValue("id"), p, r.Body, mode)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, e)
-	return nil
+	return s.h.WriteFile(r.Context(), r.PathValue("id"), p, r.Body, mode)
 }
 
-func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) (any, error) {
 	p, err := fileParam(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mode, err := modeParam(r, 0o755)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.h.Mkdir(r.Context(), r.PathValue("id"), p, mode); err != nil {
-		return err
+		return nil, err
 	}
-	e, err := s.h.Stat(r.Context(), r.PathValue("id"), p)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, e)
-	return nil
+	return s.h.Stat(r.Context(), r.PathValue("id"), p)
 }
 
-func (s *Server) stat(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) stat(w http.ResponseWriter, r *http.Request) (any, error) {
 	p, err := fileParam(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	e, err := s.h.Stat(r.Context(), r.PathValue("id"), p)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, e)
-	return nil
+	return s.h.Stat(r.Context(), r.PathValue("id"), p)
 }
 
-func (s *Server) readDir(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) readDir(w http.ResponseWriter, r *http.Request) (any, error) {
 	p, err := fileParam(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	depth := 1
 	if v := r.URL.Query().Get("depth"); v != "" {
 		if depth, err = strconv.Atoi(v); err != nil || depth < 0 {
-			return invalid("depth %q: give 1 for the entries, more for levels below, 0 for the whole tree", v)
+			return nil, invalid("depth %q: give 1 for the entries, more for levels below, 0 for the whole tree", v)
 		}
 	}
-	es, err := s.h.ReadDir(r.Context(), r.PathValue("id"), p, depth)
-	if err != nil {
-		return err
-	}
-	if es == nil {
-		es = []api.DirEntry{}
-	}
-	writeJSON(w, http.StatusOK, es)
-	return nil
+	return s.h.ReadDir(r.Context(), r.PathValue("id"), p, depth)
 }
 
-func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) (any, error) {
 	p, err := fileParam(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	recursive, err := flag(r, "recursive", false)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The directory must be there before the answer starts.
 	if _, err := s.h.Stat(r.Context(), r.PathValue("id"), p); err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
 	streamNDJSON(s, ctx, w, "watch", s.h.Watch(ctx, r.PathValue("id"), p, recursive))
-	return nil
+	return nil, nil
 }

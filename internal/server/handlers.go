@@ -23,17 +23,15 @@ import (
 	"github.com/habemus-papadum/hostfork/spec"
 )
 
-func (s *Server) ping(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, client.Ping{OK: true, APIVersion: client.APIVersion})
-	return nil
+func (s *Server) ping(w http.ResponseWriter, r *http.Request) (any, error) {
+	return client.Ping{OK: true, APIVersion: client.APIVersion}, nil
 }
 
-func (s *Server) version(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) version(w http.ResponseWriter, r *http.Request) (any, error) {
 	if s.cfg.Version == nil {
-		return fmt.Errorf("no version information: %w", hostfork.ErrUnsupported)
+		return nil, fmt.Errorf("no version information: %w", hostfork.ErrUnsupported)
 	}
-	writeJSON(w, http.StatusOK, s.cfg.Version())
-	return nil
+	return s.cfg.Version(), nil
 }
 
 // flag reads a boolean query parameter: absent is def; 1/true/0/false.
@@ -87,17 +85,6 @@ func stopOptions(r *http.Request) (hostfork.StopOptions, error) {
 	return o, nil
 }
 
-// writeEnv answers with an environment's record, redacted as the request
-// asks (show_env).
-func writeEnv(w http.ResponseWriter, r *http.Request, status int, rec hostfork.EnvRecord) error {
-	e, err := redact(r, rec)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, status, e)
-	return nil
-}
-
 func redact(r *http.Request, e hostfork.EnvRecord) (hostfork.EnvRecord, error) {
 	show, err := flag(r, "show_env", false)
 	if err != nil || show {
@@ -106,10 +93,10 @@ func redact(r *http.Request, e hostfork.EnvRecord) (hostfork.EnvRecord, error) {
 	return hostfork.RedactEnv(e), nil
 }
 
-func (s *Server) listEnvs(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) listEnvs(w http.ResponseWriter, r *http.Request) (any, error) {
 	sel, err := selector(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f := hostfork.EnvFilter{Labels: sel, WithCommands: true}
 	for _, st := range r.URL.Query()["state"] {
@@ -117,29 +104,25 @@ func (s *Server) listEnvs(w http.ResponseWriter, r *http.Request) error {
 		case hostfork.EnvCreating, hostfork.EnvActive, hostfork.EnvStopping, hostfork.EnvStopped, hostfork.EnvFailed:
 			f.States = append(f.States, es)
 		default:
-			return invalid("state %q: use creating, active, stopping, stopped or failed", st)
+			return nil, invalid("state %q: use creating, active, stopping, stopped or failed", st)
 		}
 	}
 	if f.Active, err = flag(r, "active", false); err != nil {
-		return err
+		return nil, err
 	}
 	if f.WithCommands, err = flag(r, "commands", true); err != nil {
-		return err
+		return nil, err
 	}
 	envs, err := s.h.Envs(r.Context(), f)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i := range envs {
 		if envs[i], err = redact(r, envs[i]); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if envs == nil {
-		envs = []hostfork.EnvRecord{}
-	}
-	writeJSON(w, http.StatusOK, envs)
-	return nil
+	return envs, nil
 }
 
 // envRecord reads an environment by id or prefix; a command id is 404.
@@ -154,17 +137,12 @@ func (s *Server) envRecord(r *http.Request, id string) (*hostfork.EnvRecord, err
 	return env, nil
 }
 
-func (s *Server) getEnv(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) getEnv(w http.ResponseWriter, r *http.Request) (any, error) {
 	env, err := s.envRecord(r, r.PathValue("id"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	e, err := redact(r, *env)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, e)
-	return nil
+	return redact(r, *env)
 }
 
 // bounded checks that a spec for an environment made through the server
@@ -189,92 +167,86 @@ func bounded(sp *spec.Environment, at string) error {
 // createEnv creates an environment bounded like `run --detach`: an expiry
 // (or until_stopped) is required and its owner-exit policy is detach, so it
 // outlives the server and is found again as a record.
-func (s *Server) createEnv(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) createEnv(w http.ResponseWriter, r *http.Request) (any, error) {
 	var sp spec.Environment
 	if err := decode(w, r, &sp); err != nil {
-		return err
+		return nil, err
 	}
 	if err := bounded(&sp, "lifetime."); err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
 	p, err := s.h.Plan(ctx, sp)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	env, err := s.h.Create(ctx, p)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rec, _, err := s.h.Status(ctx, env.ID())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	e, err := redact(r, *rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	w.Header().Set("Location", "/v1/envs/"+e.ID)
-	writeJSON(w, http.StatusCreated, e)
-	return nil
+	return e, nil
 }
 
-func (s *Server) stopEnv(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) stopEnv(w http.ResponseWriter, r *http.Request) (any, error) {
 	o, err := stopOptions(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
 	rec, err := s.h.StopEnv(ctx, r.PathValue("id"), o)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return writeEnv(w, r, http.StatusOK, *rec)
+	return redact(r, *rec)
 }
 
 // extendEnv moves the deadline. The move is not cut short by a client
 // that leaves: once recorded, every enforcer must take it.
-func (s *Server) extendEnv(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) extendEnv(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req api.DeadlineRequest
 	if err := decode(w, r, &req); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := s.envRecord(r, r.PathValue("id")); err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
 	rec, err := s.h.Extend(ctx, r.PathValue("id"), req)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return writeEnv(w, r, http.StatusOK, *rec)
+	return redact(r, *rec)
 }
 
 // exportEnv runs the export under the request's context: a client that
 // leaves aborts it, and the result records the partial copy.
-func (s *Server) exportEnv(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) exportEnv(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req client.ExportRequest
 	if err := decode(w, r, &req); err != nil {
-		return err
+		return nil, err
 	}
 	if req.Tree == "" {
-		return invalid("tree is required (the name of one of the environment's trees)")
+		return nil, invalid("tree is required (the name of one of the environment's trees)")
 	}
 	if (req.Destination != "" || req.Commit == "") && !filepath.IsAbs(req.Destination) {
-		return invalid("destination %q: give an absolute path that does not exist yet (or only commit, for a worktree tree)", req.Destination)
+		return nil, invalid("destination %q: give an absolute path that does not exist yet (or only commit, for a worktree tree)", req.Destination)
 	}
 	if _, err := s.envRecord(r, r.PathValue("id")); err != nil {
-		return err
+		return nil, err
 	}
-	res, err := s.h.Export(r.Context(), r.PathValue("id"), req.Tree, req.Destination, hostfork.ExportOptions{Commit: req.Commit})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, res)
-	return nil
+	return s.h.Export(r.Context(), r.PathValue("id"), req.Tree, req.Destination, hostfork.ExportOptions{Commit: req.Commit})
 }
 
 // checkCommand validates a command request (at prefixes field names in
@@ -339,19 +311,19 @@ func detached(cmd *hostfork.Command, req *client.CommandRequest) {
 // detach, stdin /dev/null, and a context that is never done, so the tree
 // runs under its own bounds (the environment's deadline, its timeout) and
 // outlives the request and the server.
-func (s *Server) startCommand(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) startCommand(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req client.CommandRequest
 	if err := decode(w, r, &req); err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkCommand(&req, ""); err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
 	env, err := s.h.OpenEnv(ctx, r.PathValue("id"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cmd := env.Command(req.Argv...)
 	detached(cmd, &req)
@@ -359,28 +331,27 @@ func (s *Server) startCommand(w http.ResponseWriter, r *http.Request) error {
 	// A context whose Done is nil: the library arms no cancellation, so
 	// the tree keeps the environment's bounds, not the request's.
 	if err := cmd.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
+		return nil, err
 	}
 	s.launches.Observe(time.Since(start).Seconds())
 	_, rec, err := s.h.Status(ctx, cmd.ID())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	w.Header().Set("Location", "/v1/commands/"+rec.ID)
-	writeJSON(w, http.StatusCreated, rec)
-	return nil
+	return rec, nil
 }
 
-func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) (any, error) {
 	sel, err := selector(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f := hostfork.CommandFilter{Labels: sel}
 	if e := r.URL.Query().Get("env"); e != "" {
 		env, err := s.envRecord(r, e)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		f.Env = env.ID
 	}
@@ -389,24 +360,16 @@ func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) error {
 		case hostfork.CommandReserved, hostfork.CommandRunning, hostfork.CommandExited, hostfork.CommandFailed, hostfork.CommandUnverified:
 			f.States = append(f.States, cs)
 		default:
-			return invalid("state %q: use a record state: reserved, running, exited, failed or unverified (live=1 for what ps shows)", st)
+			return nil, invalid("state %q: use a record state: reserved, running, exited, failed or unverified (live=1 for what ps shows)", st)
 		}
 	}
 	if f.Live, err = flag(r, "live", false); err != nil {
-		return err
+		return nil, err
 	}
 	if f.Brief, err = flag(r, "brief", false); err != nil {
-		return err
+		return nil, err
 	}
-	cmds, err := s.h.Commands(r.Context(), f)
-	if err != nil {
-		return err
-	}
-	if cmds == nil {
-		cmds = []hostfork.CommandRecord{}
-	}
-	writeJSON(w, http.StatusOK, cmds)
-	return nil
+	return s.h.Commands(r.Context(), f)
 }
 
 // commandRecord reads a command by id or prefix; an environment id is 404.
@@ -421,13 +384,8 @@ func (s *Server) commandRecord(r *http.Request, id string) (*hostfork.CommandRec
 	return cmd, nil
 }
 
-func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) error {
-	c, err := s.commandRecord(r, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, c)
-	return nil
+func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) (any, error) {
+	return s.commandRecord(r, r.PathValue("id"))
 }
 
 func (s *Server) openCommand(r *http.Request) (*hostfork.Command, error) {
@@ -443,24 +401,24 @@ func (s *Server) openCommand(r *http.Request) (*hostfork.Command, error) {
 // context) or the server shuts down (503, cause closed). It answers a
 // WaitOutcome: the record (its fields at the top level, so a reader of
 // records reads it as one) with why the wait returned.
-func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
 	cond := q.Get("condition")
 	if cond != "" && cond != "leader" && cond != "tree" {
-		return invalid("condition %q: use leader or tree", cond)
+		return nil, invalid("condition %q: use leader or tree", cond)
 	}
 	o := hostfork.WaitOptions{Tree: cond != "leader", Stream: q.Get("stream")}
 	if v := q.Get("for"); v != "" {
 		re, err := regexp.Compile(v)
 		if err != nil {
-			return invalid("for %q is not a valid regular expression (Go RE2 syntax): %v", v, err)
+			return nil, invalid("for %q is not a valid regular expression (Go RE2 syntax): %v", v, err)
 		}
 		o.For = re
 	}
 	if v := q.Get("since"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return invalid("since %q: give a byte offset (0 or more)", v)
+			return nil, invalid("since %q: give a byte offset (0 or more)", v)
 		}
 		o.Since = n
 	}
@@ -469,7 +427,7 @@ func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) error {
 		if v := q.Get(name); v != "" {
 			n, err := api.ParseDuration(v)
 			if err != nil || n <= 0 {
-				return invalid("%s %q: give a positive duration such as 30s", name, v)
+				return nil, invalid("%s %q: give a positive duration such as 30s", name, v)
 			}
 			*d = n
 		}
@@ -477,13 +435,13 @@ func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) error {
 	forOutput := o.For != nil || o.Stalled > 0
 	if forOutput {
 		if cond == "leader" {
-			return invalid("condition leader is for a plain wait: a wait for output (for, stalled) ends when the tree does (condition tree); drop one")
+			return nil, invalid("condition leader is for a plain wait: a wait for output (for, stalled) ends when the tree does (condition tree); drop one")
 		}
 		o.Tree = false
 	}
 	c, err := s.openCommand(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
@@ -496,14 +454,13 @@ func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		switch {
 		case s.streams.Err() != nil && r.Context().Err() == nil:
-			return fmt.Errorf("the server is shutting down; wait again: %w", hostfork.ErrClosed)
+			return nil, fmt.Errorf("the server is shutting down; wait again: %w", hostfork.ErrClosed)
 		case timeout > 0 && errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
-			return fmt.Errorf("the wait's timeout (%s) passed; command %s runs on: %w", timeout, c.ID(), hostfork.ErrTimedOut)
+			return nil, fmt.Errorf("the wait's timeout (%s) passed; command %s runs on: %w", timeout, c.ID(), hostfork.ErrTimedOut)
 		}
-		return err
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return out, nil
 }
 
 // signalBody accepts the signal as a string (name or number) or a number.
@@ -539,81 +496,71 @@ func parseSignal(raw json.RawMessage) (syscall.Signal, error) {
 	return 0, invalid("signal %q: unknown name (use e.g. TERM, INT, HUP, KILL, USR1)", s)
 }
 
-func (s *Server) signalCommand(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) signalCommand(w http.ResponseWriter, r *http.Request) (any, error) {
 	var b signalBody
 	if err := decode(w, r, &b); err != nil {
-		return err
+		return nil, err
 	}
 	sig, err := parseSignal(b.Signal)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c, err := s.openCommand(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := c.Signal(sig); err != nil {
-		return err
+		return nil, err
 	}
-	rec, err := s.commandRecord(r, c.ID())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, rec)
-	return nil
+	return s.commandRecord(r, c.ID())
 }
 
-func (s *Server) stopCommand(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) stopCommand(w http.ResponseWriter, r *http.Request) (any, error) {
 	o, err := stopOptions(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
-	rec, err := s.h.StopCommand(ctx, r.PathValue("id"), o)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, rec)
-	return nil
+	return s.h.StopCommand(ctx, r.PathValue("id"), o)
 }
 
 // logs streams a command's artifact from a byte offset, flushing each
 // chunk as it is read.
-func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) logs(w http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
 	o := hostfork.LogOptions{Stream: q.Get("stream")}
 	if o.Stream != "" && o.Stream != "stdout" && o.Stream != "stderr" {
-		return invalid("stream %q: use stdout or stderr", o.Stream)
+		return nil, invalid("stream %q: use stdout or stderr", o.Stream)
 	}
 	if v := q.Get("offset"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return invalid("offset %q: give a byte offset (0 or more)", v)
+			return nil, invalid("offset %q: give a byte offset (0 or more)", v)
 		}
 		o.Offset = n
 	}
 	if v := q.Get("tail"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			return invalid("tail %q: give a number of lines (1 or more)", v)
+			return nil, invalid("tail %q: give a number of lines (1 or more)", v)
 		}
 		if o.Offset > 0 {
-			return invalid("give offset or tail, not both")
+			return nil, invalid("give offset or tail, not both")
 		}
 		o.Tail = n
 	}
 	var err error
 	if o.Follow, err = flag(r, "follow", false); err != nil {
-		return err
+		return nil, err
 	}
 	c, err := s.openCommand(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if o.Tail > 0 {
 		if o.Offset, err = c.TailOffset(r.Context(), o.Stream, o.Tail); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	ctx, cancel := s.streamContext(r)
@@ -626,7 +573,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	// Open it first: a missing artifact is an error answer, not a stream.
 	rd, err := c.Logs(ctx, hostfork.LogOptions{Stream: o.Stream, Offset: o.Offset})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -658,7 +605,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	var wake <-chan struct{}
 	var treeDone chan struct{}
 	if o.Follow {
-		wake = watchFile(ctx, path)
+		// A signal (coalesced) when the file is written, and at least
+		// every 100 ms.
+		wake = watch.New(path).Changes(ctx, 100*time.Millisecond)
 		treeDone = make(chan struct{})
 		go func() {
 			// The tree's end (or a tree whose end can't be verified, as
@@ -674,7 +623,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 		ok, rerr := send(rd)
 		switch {
 		case !ok:
-			return nil
+			return nil, nil
 		case rerr != nil:
 			// A read error, like the client leaving or a shutdown below,
 			// cuts the connection without the stream's end, so a client
@@ -684,7 +633,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 			panic(http.ErrAbortHandler)
 		case last:
 			// EOF after the tree's end: all of it, the one clean end.
-			return nil
+			return nil, nil
 		}
 		select {
 		case <-wake:
@@ -701,31 +650,25 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// watchFile signals (coalesced) when the file at path is written, and at
-// least every 100 ms, until ctx ends.
-func watchFile(ctx context.Context, path string) <-chan struct{} {
-	return watch.New(path).Changes(ctx, 100*time.Millisecond)
-}
-
 // events streams the event log as NDJSON, one event per line, flushed per
 // event; it follows unless follow=0.
-func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) events(w http.ResponseWriter, r *http.Request) (any, error) {
 	var since int64
 	if v := r.URL.Query().Get("since"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return invalid("since %q: give the last sequence seen (0 or more)", v)
+			return nil, invalid("since %q: give the last sequence seen (0 or more)", v)
 		}
 		since = n
 	}
 	follow, err := flag(r, "follow", true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
 	streamNDJSON(s, ctx, w, "events", s.h.Events(ctx, since, follow))
-	return nil
+	return nil, nil
 }
 
 // streamNDJSON writes each value of seq as one JSON line, flushed, until
@@ -751,90 +694,60 @@ func streamNDJSON[T any](s *Server, ctx context.Context, w http.ResponseWriter, 
 	}
 }
 
-func (s *Server) capacity(w http.ResponseWriter, r *http.Request) error {
-	c, err := s.h.Capacity(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, c)
-	return nil
+func (s *Server) capacity(w http.ResponseWriter, r *http.Request) (any, error) {
+	return s.h.Capacity(r.Context())
 }
 
-func (s *Server) pause(paused bool) func(http.ResponseWriter, *http.Request) error {
-	return func(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) pause(paused bool) func(http.ResponseWriter, *http.Request) (any, error) {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
 		ctx, cancel := mutationContext(r)
 		defer cancel()
 		if err := s.h.SetPaused(ctx, paused); err != nil {
-			return err
+			return nil, err
 		}
 		p, err := s.h.Paused(ctx)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, client.PauseState{Paused: p})
-		return nil
+		return client.PauseState{Paused: p}, err
 	}
 }
 
-func (s *Server) reap(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) reap(w http.ResponseWriter, r *http.Request) (any, error) {
 	ctx, cancel := mutationContext(r)
 	defer cancel()
-	rep, err := s.h.Reap(ctx)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, rep)
-	return nil
+	return s.h.Reap(ctx)
 }
 
-func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
-	u, err := s.h.Usage(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, u)
-	return nil
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) (any, error) {
+	return s.h.Usage(r.Context())
 }
 
-func (s *Server) doctor(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) doctor(w http.ResponseWriter, r *http.Request) (any, error) {
 	if s.cfg.Doctor == nil {
-		return fmt.Errorf("doctor is not available in this server: %w", hostfork.ErrUnsupported)
+		return nil, fmt.Errorf("doctor is not available in this server: %w", hostfork.ErrUnsupported)
 	}
-	rep, err := s.cfg.Doctor(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, rep)
-	return nil
+	return s.cfg.Doctor(r.Context())
 }
 
 // resolve says what an id or unique prefix names.
-func (s *Server) resolve(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) (any, error) {
 	kind, id, err := s.h.Resolve(r.Context(), r.PathValue("id"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, client.Resolved{Kind: kind, ID: id})
-	return nil
+	return client.Resolved{Kind: kind, ID: id}, nil
 }
 
 // plan resolves a spec against this host and creates nothing (as
 // 'hostfork plan --json'). Unlike POST /v1/envs it needs no lifetime: a
 // plan is only read.
-func (s *Server) plan(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) plan(w http.ResponseWriter, r *http.Request) (any, error) {
 	var sp spec.Environment
 	if err := decode(w, r, &sp); err != nil {
-		return err
+		return nil, err
 	}
 	if err := sp.Validate(); err != nil {
-		return err
+		return nil, err
 	}
-	p, err := s.h.Plan(r.Context(), sp)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, p)
-	return nil
+	return s.h.Plan(r.Context(), sp)
 }
 
 // runBody is the body of POST /v1/runs (client.RunRequest, with the
@@ -848,28 +761,28 @@ type runBody struct {
 // --detach' does: the environment is bounded (an expiry or until_stopped,
 // owner-exit detach) and stops when the command's tree has exited. A
 // program that can be known missing is refused before anything is made.
-func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) run(w http.ResponseWriter, r *http.Request) (any, error) {
 	var b runBody
 	if err := decode(w, r, &b); err != nil {
-		return err
+		return nil, err
 	}
 	if err := bounded(&b.Env, "env.lifetime."); err != nil {
-		return err
+		return nil, err
 	}
 	req := &b.Command
 	if err := checkCommand(req, "command."); err != nil {
-		return err
+		return nil, err
 	}
 	if b.Env.View.Empty() && !b.Env.MayChangePath() && !setsPath(req) {
 		if _, err := hostfork.LookPath(req.Argv[0], nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
 	p, err := s.h.Plan(ctx, b.Env)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cmd := s.h.Command(req.Argv...)
 	detached(cmd, req)
@@ -878,20 +791,19 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 	// tree keeps the environment's bounds, not the request's.
 	env, err := s.h.Run(context.WithoutCancel(ctx), p, cmd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.launches.Observe(time.Since(start).Seconds())
 	rec, _, err := s.h.Status(ctx, env.ID())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	e, err := redact(r, *rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	w.Header().Set("Location", "/v1/envs/"+e.ID)
-	writeJSON(w, http.StatusCreated, e)
-	return nil
+	return e, nil
 }
 
 // setsPath reports whether a request may give its command another PATH
@@ -908,22 +820,14 @@ func setsPath(req *client.CommandRequest) bool {
 	return false
 }
 
-func (s *Server) btrfsSizes(w http.ResponseWriter, r *http.Request) error {
-	sizes, err := s.h.BtrfsSizes(r.Context())
-	if err != nil {
-		return err
-	}
-	if sizes == nil {
-		sizes = []hostfork.BtrfsSize{}
-	}
-	writeJSON(w, http.StatusOK, sizes)
-	return nil
+func (s *Server) btrfsSizes(w http.ResponseWriter, r *http.Request) (any, error) {
+	return s.h.BtrfsSizes(r.Context())
 }
 
-func (s *Server) gc(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) gc(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req client.GCRequest
 	if err := decode(w, r, &req); err != nil {
-		return err
+		return nil, err
 	}
 	o := hostfork.GCOptions{DryRun: req.DryRun, Force: req.Force, DeleteBranches: req.DeleteBranches}
 	for _, x := range []struct {
@@ -932,7 +836,7 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) error {
 	}{{req.RetainTrees, &o.RetainTrees}, {req.RetainEvidence, &o.RetainEvidence}} {
 		if x.d != nil {
 			if x.d.D() < 0 {
-				return invalid("a retention is a duration of 0 or more")
+				return nil, invalid("a retention is a duration of 0 or more")
 			}
 			d := x.d.D()
 			*x.dst = &d
@@ -940,83 +844,67 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
-	rep, err := s.h.GC(ctx, o)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, rep)
-	return nil
+	return s.h.GC(ctx, o)
 }
 
-func (s *Server) baselines(w http.ResponseWriter, r *http.Request) error {
-	bs, err := s.h.Baselines(r.Context())
-	if err != nil {
-		return err
-	}
-	if bs == nil {
-		bs = []*hostfork.Baseline{}
-	}
-	writeJSON(w, http.StatusOK, bs)
-	return nil
+func (s *Server) baselines(w http.ResponseWriter, r *http.Request) (any, error) {
+	return s.h.Baselines(r.Context())
 }
 
-func (s *Server) addBaseline(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) addBaseline(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req client.BaselineRequest
 	if err := decode(w, r, &req); err != nil {
-		return err
+		return nil, err
 	}
 	if req.Name == "" {
-		return invalid("name is required")
+		return nil, invalid("name is required")
 	}
 	if !filepath.IsAbs(req.Path) {
-		return invalid("path %q: give an absolute path on the server's host", req.Path)
+		return nil, invalid("path %q: give an absolute path on the server's host", req.Path)
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
 	b, err := s.h.AddBaseline(ctx, req.Name, req.Path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	w.Header().Set("Location", "/v1/baselines/"+b.Name)
-	writeJSON(w, http.StatusCreated, b)
-	return nil
+	return b, nil
 }
 
-func (s *Server) removeBaseline(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) removeBaseline(w http.ResponseWriter, r *http.Request) (any, error) {
 	ctx, cancel := mutationContext(r)
 	defer cancel()
 	name := r.PathValue("name")
 	if err := s.h.RemoveBaseline(ctx, name); err != nil {
-		return err
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, client.Removed{Name: name, Removed: true})
-	return nil
+	return client.Removed{Name: name, Removed: true}, nil
 }
 
 // forkEnv forks an environment into detached children (they outlive the
 // server, like the environments it creates).
-func (s *Server) forkEnv(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) forkEnv(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req client.ForkRequest
 	if err := decode(w, r, &req); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := s.envRecord(r, r.PathValue("id")); err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
 	recs, err := s.h.Fork(ctx, r.PathValue("id"), hostfork.ForkOptions{Count: req.Count, Labels: req.Labels, TTL: time.Duration(req.TTL), OwnerExit: spec.OwnerExitDetach})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out := make([]hostfork.EnvRecord, 0, len(recs))
 	for _, rec := range recs {
 		e, err := redact(r, rec)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		out = append(out, e)
 	}
-	writeJSON(w, http.StatusCreated, out)
-	return nil
+	return out, nil
 }

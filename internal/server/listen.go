@@ -207,7 +207,6 @@ func answers(path string) bool {
 // peer is the credentials of the process on the other end of a connection.
 type peer struct {
 	ok       bool // read from SO_PEERCRED
-	tcp      bool // a TCP connection (the metrics listener)
 	uid, pid int
 }
 
@@ -215,18 +214,15 @@ type peerKey struct{}
 
 // peerOfConn reads the credentials of the process on the other end of c.
 func peerOfConn(c net.Conn) peer {
-	p := peer{}
 	switch uc := c.(type) {
 	case *limitedConn:
 		return uc.peer
 	case *net.UnixConn:
 		if uid, pid, ok := linux.PeerCred(uc); ok {
-			p = peer{ok: true, uid: uid, pid: pid}
+			return peer{ok: true, uid: uid, pid: pid}
 		}
-	case *net.TCPConn:
-		p.tcp = true
 	}
-	return p
+	return peer{}
 }
 
 // connContext records the peer's credentials in the connection's context
@@ -238,8 +234,9 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 // Connection limits (issue 39, item 4): another local user may connect
 // to the socket (the kernel lets them when its mode does) but only gets
 // 403s, so their connections are few, and what they hold can't take the
-// descriptors that root's and the owner's requests need. The TCP metrics
-// listener has no credentials: its connections are bounded on their own.
+// descriptors that root's and the owner's requests need. A TCP listener
+// has no credentials: its connections are bounded on their own
+// (Front.MaxConns).
 const (
 	// MaxConns bounds every connection of one listener.
 	MaxConns = 1024
@@ -249,12 +246,13 @@ const (
 	// served.
 	MaxOtherConns        = 64
 	MaxConnsPerOtherUser = 8
-	// MaxMetricsConns bounds the TCP metrics listener.
+	// MaxMetricsConns bounds the TCP metrics listener and the web view.
 	MaxMetricsConns = 32
 )
 
 // limitListener closes a connection beyond its limits as soon as it is
-// accepted, before reading anything from it.
+// accepted, before reading anything from it. Only the socket's (unix)
+// counts per uid; a TCP listener's has max alone.
 type limitListener struct {
 	net.Listener
 	owner                int  // the store's owner; root and it are privileged
@@ -264,20 +262,6 @@ type limitListener struct {
 	mu          sync.Mutex
 	total, nOth int
 	byUID       map[int]int
-}
-
-func newLimitListener(ln net.Listener, owner int) *limitListener {
-	_, isUnix := ln.(*net.UnixListener)
-	if !isUnix {
-		if sl, ok := ln.(*Socket); ok && sl.UnixListener != nil {
-			isUnix = true
-		}
-	}
-	l := &limitListener{Listener: ln, owner: owner, unix: isUnix, max: MaxConns, others: MaxOtherConns, perUser: MaxConnsPerOtherUser, byUID: map[int]int{}}
-	if !isUnix {
-		l.max = MaxMetricsConns
-	}
-	return l
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -384,13 +368,4 @@ func Inherited() (*net.UnixListener, error) {
 	// The socket's file belongs to the socket unit (RemoveOnStop=).
 	ul.SetUnlinkOnClose(false)
 	return ul, nil
-}
-
-// LimitTCP bounds a TCP listener's open connections to max: beyond it a
-// new connection is closed at once, as on the metrics listener (the E2B
-// front's listener uses it).
-func LimitTCP(ln net.Listener, max int) net.Listener {
-	l := newLimitListener(ln, -1)
-	l.max = max
-	return l
 }

@@ -71,9 +71,9 @@ func (s *Server) metricsHTTP() http.Handler {
 	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) (any, error) {
 	s.metricsHTTP().ServeHTTP(w, r)
-	return nil
+	return nil, nil
 }
 
 // collector reads every value at scrape time from the library: the

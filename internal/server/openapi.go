@@ -14,9 +14,8 @@ import (
 	"github.com/habemus-papadum/hostfork/client"
 )
 
-func (s *Server) openapi(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, s.OpenAPI())
-	return nil
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) (any, error) {
+	return s.OpenAPI(), nil
 }
 
 var pathParam = regexp.MustCompile(`\{([a-z_]+)\}`)

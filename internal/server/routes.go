@@ -22,7 +22,9 @@ type route struct {
 	status      int
 	resp        any
 	contentType string // "" = application/json
-	handle      func(w http.ResponseWriter, r *http.Request) error
+	// handle answers a value (JSON, with status) or an error; nil, nil
+	// when it wrote the answer itself (a stream).
+	handle func(w http.ResponseWriter, r *http.Request) (any, error)
 }
 
 // param is one query parameter.

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,16 +80,19 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.routes = s.table()
 	for _, rt := range s.routes {
-		s.mux.Handle(rt.method+" "+rt.path, s.adapt(rt.handle))
+		s.mux.Handle(rt.method+" "+rt.path, s.adapt(rt))
 	}
 	return s, nil
 }
 
-// adapt turns a handler that returns an error into an http.Handler.
-func (s *Server) adapt(h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+// adapt turns a route's handler into an http.Handler.
+func (s *Server) adapt(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
+		switch v, err := rt.handle(w, r); {
+		case err != nil:
 			s.writeError(w, err)
+		case v != nil:
+			writeJSON(w, rt.status, v)
 		}
 	})
 }
@@ -219,12 +224,25 @@ func (s *Server) MetricsHandler() http.Handler {
 type Listeners struct {
 	// API is the socket of the JSON API (peer credentials).
 	API net.Listener
-	// Metrics, if not nil, serves GET /metrics only (MetricsHandler).
-	Metrics net.Listener
-	// Web, if not nil, serves the web view (WebHandler with WebOptions);
-	// a TLS listener already, when WebOptions.TLS.
-	Web        net.Listener
-	WebOptions WebOptions
+	// TCP are the TCP fronts: the metrics listener (MetricsHandler), the
+	// web view (WebHandler), the E2B-compatible front.
+	TCP []Front
+}
+
+// Front is a TCP listener and the handler it serves, with its limits.
+type Front struct {
+	Listener net.Listener
+	Handler  http.Handler
+	// TLS, when not nil, is spoken on the listener.
+	TLS *tls.Config
+	// MaxConns bounds its open connections, more are closed at accept
+	// (0: MaxMetricsConns).
+	MaxConns int
+	// Idle closes a connection idle that long (0: 60 s).
+	Idle time.Duration
+	// HTTP2 serves HTTP/2 besides HTTP/1.1: over TLS, and without it
+	// (h2c, as Connect's clients may speak).
+	HTTP2 bool
 }
 
 // Serve answers on the listeners until ctx ends, then shuts down
@@ -232,19 +250,27 @@ type Listeners struct {
 // requests ShutdownGrace to finish. The caller closes the listeners' files
 // (Socket.Close) and the Host afterwards.
 func (s *Server) Serve(ctx context.Context, l Listeners) error {
-	servers := []*http.Server{s.httpServer(s.Handler())}
-	listeners := []net.Listener{newLimitListener(l.API, s.cfg.OwnerUID)}
-	if l.Metrics != nil {
-		servers = append(servers, s.httpServer(s.MetricsHandler()))
-		listeners = append(listeners, newLimitListener(l.Metrics, s.cfg.OwnerUID))
-	}
-	if l.Web != nil {
-		servers = append(servers, s.httpServer(s.WebHandler(l.WebOptions)))
-		listeners = append(listeners, newLimitListener(l.Web, s.cfg.OwnerUID))
-	}
-	errc := make(chan error, len(servers))
-	for i, hs := range servers {
-		go func() { errc <- hs.Serve(listeners[i]) }()
+	sock := &limitListener{Listener: l.API, owner: s.cfg.OwnerUID, unix: true, max: MaxConns, others: MaxOtherConns, perUser: MaxConnsPerOtherUser, byUID: map[int]int{}}
+	fronts := append([]Front{{Listener: sock, Handler: s.Handler()}}, l.TCP...)
+	servers := make([]*http.Server, len(fronts))
+	errc := make(chan error, len(fronts))
+	for i, f := range fronts {
+		hs := &http.Server{Handler: f.Handler, ConnContext: connContext, ReadHeaderTimeout: headerTimeout, IdleTimeout: cmp.Or(f.Idle, idleTimeout), MaxHeaderBytes: 64 << 10, TLSConfig: f.TLS, Protocols: new(http.Protocols)}
+		hs.Protocols.SetHTTP1(true)
+		hs.Protocols.SetHTTP2(f.HTTP2)
+		hs.Protocols.SetUnencryptedHTTP2(f.HTTP2)
+		ln := f.Listener
+		if i > 0 {
+			ln = &limitListener{Listener: ln, max: cmp.Or(f.MaxConns, MaxMetricsConns)}
+		}
+		servers[i] = hs
+		go func() {
+			if f.TLS != nil {
+				errc <- hs.ServeTLS(ln, "", "")
+			} else {
+				errc <- hs.Serve(ln)
+			}
+		}()
 	}
 	var serveErr error
 	select {
@@ -278,10 +304,6 @@ const (
 	bodyTimeout   = 30 * time.Second
 	idleTimeout   = 60 * time.Second
 )
-
-func (s *Server) httpServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ConnContext: connContext, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: 64 << 10}
-}
 
 // streamContext is the request's context, also ended at shutdown.
 func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {

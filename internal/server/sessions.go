@@ -18,93 +18,91 @@ import (
 
 // input types into a command's terminal or writes to its stdin pipe
 // (Command.Send), then closes its input with eof (Command.CloseStdin).
-func (s *Server) input(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) input(w http.ResponseWriter, r *http.Request) (any, error) {
 	var b client.InputRequest
 	if err := decode(w, r, &b); err != nil {
-		return err
+		return nil, err
 	}
 	data := []byte(b.Text)
 	if b.Base64 != "" {
 		if b.Text != "" {
-			return invalid("give text or base64, not both")
+			return nil, invalid("give text or base64, not both")
 		}
 		var err error
 		if data, err = base64.StdEncoding.DecodeString(b.Base64); err != nil {
-			return invalid("base64: %v", err)
+			return nil, invalid("base64: %v", err)
 		}
 	}
 	if len(data) == 0 && !b.EOF {
-		return invalid("nothing to send: give text, base64 or eof")
+		return nil, invalid("nothing to send: give text, base64 or eof")
 	}
 	c, err := s.openCommand(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
 	if len(data) > 0 {
 		if err := c.Send(ctx, data); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if b.EOF {
 		if err := c.CloseStdin(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	writeJSON(w, http.StatusOK, client.InputResult{Bytes: len(data), EOF: b.EOF})
-	return nil
+	return client.InputResult{Bytes: len(data), EOF: b.EOF}, nil
 }
 
 // resize sets the size of a command's terminal (Command.Resize).
-func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) resize(w http.ResponseWriter, r *http.Request) (any, error) {
 	var b client.ResizeRequest
 	if err := decode(w, r, &b); err != nil {
-		return err
+		return nil, err
 	}
 	c, err := s.openCommand(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := mutationContext(r)
 	defer cancel()
 	if err := c.Resize(ctx, b.Cols, b.Rows); err != nil {
-		return err
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, b)
-	return nil
+	return b, nil
 }
 
 // attach bridges a WebSocket to the command's session through the
 // library (Command.AttachWith): the guardian holds the terminal, so the
 // session outlives this connection and this server. Failures before the
 // upgrade (no session, a finished command) are ordinary error answers.
-func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) attach(w http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
 	o := hostfork.AttachOptions{Replay: hostfork.DefaultReplay}
 	if v := q.Get("replay"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return invalid("replay %q: give a number of bytes (0 or more)", v)
+			return nil, invalid("replay %q: give a number of bytes (0 or more)", v)
 		}
 		o.Replay = n
 	}
 	var err error
 	if o.NoStdin, err = flag(r, "no_stdin", false); err != nil {
-		return err
+		return nil, err
 	}
 	if !websocketRequest(r) {
-		return withStatus(http.StatusUpgradeRequired, invalid("attach is a WebSocket (RFC 6455): send Connection: Upgrade and Upgrade: websocket"))
+		return nil, withStatus(http.StatusUpgradeRequired, invalid("attach is a WebSocket (RFC 6455): send Connection: Upgrade and Upgrade: websocket"))
 	}
 	c, err := s.openCommand(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
 	sess, err := c.AttachWith(ctx, o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer sess.Close()
 	// Browsers never get here: a request with an Origin header was
@@ -112,7 +110,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	// check.
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{})
 	if err != nil {
-		return nil // Accept answered the client
+		return nil, nil // Accept answered the client
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(client.MaxInputFrame + 1)
@@ -125,7 +123,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	binary.BigEndian.PutUint64(welcome[2:], uint64(sess.Offset()))
 	binary.BigEndian.PutUint64(welcome[10:], uint64(sess.ReplayEnd()))
 	if err := ws.Write(ctx, websocket.MessageBinary, welcome); err != nil {
-		return nil
+		return nil, nil
 	}
 	go s.attachInput(ctx, cancel, ws, sess)
 	buf := make([]byte, 32<<10)
@@ -134,7 +132,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		n, rerr := sess.Read(buf[1:])
 		if n > 0 {
 			if err := ws.Write(ctx, websocket.MessageBinary, buf[:1+n]); err != nil {
-				return nil // the client left (or the input side ended it)
+				return nil, nil // the client left (or the input side ended it)
 			}
 		}
 		if errors.Is(rerr, io.EOF) && sess.Ended() {
@@ -153,20 +151,20 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 			if ws.Write(ctx, websocket.MessageBinary, exit) == nil {
 				ws.Close(websocket.StatusNormalClosure, "the command's leader exited")
 			}
-			return nil
+			return nil, nil
 		}
 		if errors.Is(rerr, io.EOF) {
 			// The session ended without its exit frame (its guardian
 			// closed it as the command ended): a normal end, as for the
 			// library's Session; the record says how the command ended.
 			ws.Close(websocket.StatusNormalClosure, "the session ended")
-			return nil
+			return nil, nil
 		}
 		if rerr != nil {
 			if ctx.Err() == nil {
 				ws.Close(websocket.StatusGoingAway, "the session ended: "+truncate(rerr.Error(), 100))
 			}
-			return nil
+			return nil, nil
 		}
 	}
 }

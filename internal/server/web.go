@@ -58,7 +58,7 @@ func (s *Server) WebHandler(o WebOptions) http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range s.routes {
 		if webRoutes[rt.method+" "+rt.path] {
-			mux.Handle(rt.method+" "+rt.path, s.adapt(rt.handle))
+			mux.Handle(rt.method+" "+rt.path, s.adapt(rt))
 		}
 	}
 	static, err := fs.Sub(webFiles, "web")

@@ -152,26 +152,20 @@ func (Btrfs) Prepare(ctx context.Context, req Request) (Tree, error) {
 	if err != nil {
 		return Tree{}, fmt.Errorf("preparing btrfs tree: the baseline must be a btrfs subvolume: %w", err)
 	}
-	parent, err := destParent(KindBtrfs, req)
+	parent, dest, err := newDest(KindBtrfs, req, srcDir, func(parent *safefs.Dir) error {
+		var sf unix.Statfs_t
+		if err := linux.IgnoringEINTR(func() error { return unix.Fstatfs(parent.Fd(), &sf) }); err != nil {
+			return fmt.Errorf("preparing btrfs tree: %w", &os.PathError{Op: "fstatfs", Path: parent.Path(), Err: err})
+		}
+		if uint32(sf.Type) != unix.BTRFS_SUPER_MAGIC {
+			return fmt.Errorf("preparing btrfs tree: destination parent %s: %w", parent.Path(), ErrNotBtrfs)
+		}
+		return nil
+	})
 	if err != nil {
 		return Tree{}, err
 	}
 	defer parent.Close()
-	var sf unix.Statfs_t
-	if err := linux.IgnoringEINTR(func() error { return unix.Fstatfs(parent.Fd(), &sf) }); err != nil {
-		return Tree{}, fmt.Errorf("preparing btrfs tree: %w", &os.PathError{Op: "fstatfs", Path: parent.Path(), Err: err})
-	}
-	if uint32(sf.Type) != unix.BTRFS_SUPER_MAGIC {
-		return Tree{}, fmt.Errorf("preparing btrfs tree: destination parent %s: %w", parent.Path(), ErrNotBtrfs)
-	}
-	if err := checkNoOverlap(KindBtrfs, srcDir, parent, req.Dest); err != nil {
-		return Tree{}, err
-	}
-
-	dest, err := makeDest(KindBtrfs, parent, req.Dest)
-	if err != nil {
-		return Tree{}, err
-	}
 	defer dest.Close()
 	t := Tree{Kind: KindBtrfs, Dest: req.Dest, DestID: dest.ID(), Path: filepath.Join(req.Dest, treeDirName)}
 	args := btrfsVolArgsV2{Fd: int64(srcDir.Fd())}

@@ -71,18 +71,11 @@ func (Copy) Prepare(ctx context.Context, req Request) (Tree, error) {
 		return Tree{}, err
 	}
 	defer src.Close()
-	parent, err := destParent(KindCopy, req)
+	parent, dest, err := newDest(KindCopy, req, src, nil)
 	if err != nil {
 		return Tree{}, err
 	}
 	defer parent.Close()
-	if err := checkNoOverlap(KindCopy, src, parent, req.Dest); err != nil {
-		return Tree{}, err
-	}
-	dest, err := makeDest(KindCopy, parent, req.Dest)
-	if err != nil {
-		return Tree{}, err
-	}
 	defer dest.Close()
 	t := Tree{Kind: KindCopy, Dest: req.Dest, DestID: dest.ID(), Path: filepath.Join(req.Dest, treeDirName)}
 	fail := func(err error) (Tree, error) {

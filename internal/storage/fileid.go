@@ -1,16 +1,14 @@
 package storage
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/habemus-papadum/hostfork/internal/safefs"
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/internal/linux"
@@ -114,48 +112,15 @@ func isBelow(d *safefs.Dir, anc FileID) (bool, error) {
 // dir, from /proc/self/mountinfo. Removal checks it before deleting
 // anything; safefs.RemoveTree refuses to cross a mount anyway.
 func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) { return !safefs.Within(dir, m.Mountpoint), false })
 	if err != nil {
 		return nil, fmt.Errorf("reading the mount table: %w", err)
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// "36 35 98:0 /root /mount/point rw,... - type source opts"
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		if mp := unescapeMountinfo(fields[4]); safefs.Within(dir, mp) {
-			out = append(out, mp)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading the mount table: %w", err)
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Mountpoint)
 	}
 	return out, nil
-}
-
-// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space,
-// \011, \012, \134) in a mountinfo path.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // refuseMounts fails with ErrBusy when anything is mounted at or below dir.

@@ -47,18 +47,11 @@ func (Overlay) Prepare(ctx context.Context, req Request) (Tree, error) {
 	if err != nil {
 		return Tree{}, fmt.Errorf("preparing overlay tree: %w", err)
 	}
-	parent, err := destParent(KindOverlay, req)
+	parent, dest, err := newDest(KindOverlay, req, lower, nil)
 	if err != nil {
 		return Tree{}, err
 	}
 	defer parent.Close()
-	if err := checkNoOverlap(KindOverlay, lower, parent, req.Dest); err != nil {
-		return Tree{}, err
-	}
-	dest, err := makeDest(KindOverlay, parent, req.Dest)
-	if err != nil {
-		return Tree{}, err
-	}
 	defer dest.Close()
 	t := Tree{Kind: KindOverlay, Dest: req.Dest, DestID: dest.ID()}
 	ov := &OverlayTree{

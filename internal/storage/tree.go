@@ -268,16 +268,33 @@ func checkNoOverlap(k Kind, source, parent *safefs.Dir, dest string) error {
 	return nil
 }
 
-// makeDest creates the owned destination directory exclusively in parent.
-func makeDest(k Kind, parent *safefs.Dir, dest string) (*safefs.Dir, error) {
-	d, err := parent.MkdirExclusive(filepath.Base(dest), 0o700)
-	if err != nil {
-		if errors.Is(err, safefs.ErrExists) {
-			return nil, fmt.Errorf("preparing %s tree at %s: %w", k, dest, ErrExists)
-		}
-		return nil, fmt.Errorf("preparing %s tree: %w", k, err)
+// newDest opens the directory req.Dest is allocated in (destParent), runs
+// check on it (nil: none), refuses a destination inside src
+// (checkNoOverlap) and creates the owned destination exclusively. The
+// caller closes both.
+func newDest(k Kind, req Request, src *safefs.Dir, check func(parent *safefs.Dir) error) (parent, dest *safefs.Dir, err error) {
+	if parent, err = destParent(k, req); err != nil {
+		return nil, nil, err
 	}
-	return d, nil
+	if check != nil {
+		err = check(parent)
+	}
+	if err == nil {
+		err = checkNoOverlap(k, src, parent, req.Dest)
+	}
+	if err == nil {
+		dest, err = parent.MkdirExclusive(filepath.Base(req.Dest), 0o700)
+		if errors.Is(err, safefs.ErrExists) {
+			err = fmt.Errorf("preparing %s tree at %s: %w", k, req.Dest, ErrExists)
+		} else if err != nil {
+			err = fmt.Errorf("preparing %s tree: %w", k, err)
+		}
+	}
+	if err != nil {
+		parent.Close()
+		return nil, nil, err
+	}
+	return parent, dest, nil
 }
 
 // checkTree validates the common part of a record handed to backend k.

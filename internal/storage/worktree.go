@@ -138,18 +138,11 @@ func (w Worktree) prepare(ctx context.Context, req Request, noCheckout bool) (Tr
 		return Tree{}, err
 	}
 	defer src.Close()
-	parent, err := destParent(KindWorktree, req)
+	parent, dest, err := newDest(KindWorktree, req, src, nil)
 	if err != nil {
 		return Tree{}, err
 	}
 	defer parent.Close()
-	if err := checkNoOverlap(KindWorktree, src, parent, req.Dest); err != nil {
-		return Tree{}, err
-	}
-	dest, err := makeDest(KindWorktree, parent, req.Dest)
-	if err != nil {
-		return Tree{}, err
-	}
 	t := Tree{Kind: KindWorktree, Dest: req.Dest, DestID: dest.ID(), Path: filepath.Join(req.Dest, treeDirName)}
 	dest.Close()
 	wt := &WorktreeTree{Repo: req.Source, Ref: req.Ref, Commit: commit, Branch: req.Branch, Dir: t.Path}

@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -12,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/linux"
+	"github.com/moby/sys/mountinfo"
 )
 
 // NspawnOptions configure BootSystemd.
@@ -391,29 +392,14 @@ type v1Hierarchy struct {
 // v1Hierarchies lists this process's groups in the mounted cgroup v1
 // hierarchies (controllers and named ones such as name=systemd).
 func v1Hierarchies() ([]v1Hierarchy, error) {
-	type mnt struct{ root, point string }
-	mounts := map[string]mnt{} // sorted controller list → mount
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup"))
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, s := range fields {
-			if s == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+3 >= len(fields) || fields[sep+1] != "cgroup" {
-			continue
-		}
+	mounts := map[string]*mountinfo.Info{} // sorted controller list → mount
+	for _, m := range ms {
 		var ctrls []string
-		for _, o := range strings.Split(fields[sep+3], ",") {
+		for _, o := range strings.Split(m.VFSOptions, ",") {
 			switch o {
 			case "rw", "ro", "noprefix", "clone_children", "xattr", "cpuset_v2_mode", "favordynmods":
 				continue
@@ -423,13 +409,10 @@ func v1Hierarchies() ([]v1Hierarchy, error) {
 			}
 			ctrls = append(ctrls, o)
 		}
-		key := strings.Join(sortedCopy(ctrls), ",")
-		if _, ok := mounts[key]; !ok {
-			mounts[key] = mnt{root: fields[3], point: fields[4]}
+		slices.Sort(ctrls)
+		if key := strings.Join(ctrls, ","); mounts[key] == nil {
+			mounts[key] = m
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
 	}
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
@@ -441,24 +424,14 @@ func v1Hierarchies() ([]v1Hierarchy, error) {
 		if len(parts) != 3 || parts[0] == "0" || parts[1] == "" {
 			continue
 		}
-		m, ok := mounts[strings.Join(sortedCopy(strings.Split(parts[1], ",")), ",")]
-		if !ok {
+		m := mounts[strings.Join(slices.Sorted(strings.SplitSeq(parts[1], ",")), ",")]
+		if m == nil {
 			continue // a hierarchy that is not mounted here
 		}
-		rel := strings.TrimPrefix(parts[2], strings.TrimSuffix(m.root, "/"))
-		out = append(out, v1Hierarchy{dir: filepath.Join(m.point, rel), cpuset: strings.Contains(","+parts[1]+",", ",cpuset,")})
+		rel := strings.TrimPrefix(parts[2], strings.TrimSuffix(m.Root, "/"))
+		out = append(out, v1Hierarchy{dir: filepath.Join(m.Mountpoint, rel), cpuset: strings.Contains(","+parts[1]+",", ",cpuset,")})
 	}
 	return out, nil
-}
-
-func sortedCopy(s []string) []string {
-	c := append([]string(nil), s...)
-	for i := 1; i < len(c); i++ {
-		for j := i; j > 0 && c[j] < c[j-1]; j-- {
-			c[j], c[j-1] = c[j-1], c[j]
-		}
-	}
-	return c
 }
 
 // removeCgroupDirs removes a cgroup directory and its children, deepest

@@ -15,16 +15,12 @@ package safefstest
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,46 +29,25 @@ import (
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
-// User is a local user made for one test.
+// User is a local user made for one test (testutil.NewUser).
 type User struct {
-	Name     string
-	UID, GID int
+	*testutil.User
 
 	binOnce sync.Once
 	bin     string
 	binErr  error
 }
 
-// NewUser creates a user with no home and no login shell (useradd -M -s
-// /usr/sbin/nologin) and deletes it (userdel) when the test ends, also
-// when it fails. It skips, failing under HOSTFORK_TEST_STRICT=1, when not
-// root or when useradd, userdel or setpriv are missing.
+// NewUser creates a user with no home and no login shell and deletes it
+// when the test ends, also when it fails (testutil.NewUser). It skips,
+// failing under HOSTFORK_TEST_STRICT=1, when not root or when useradd,
+// userdel or setpriv are missing.
 func NewUser(t testing.TB) *User {
 	t.Helper()
-	testutil.RequireRoot(t)
-	for _, tool := range []string{"useradd", "userdel", "setpriv"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testutil.Skip(t, tool+" not found (it comes with passwd and util-linux)")
-		}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		testutil.Skip(t, "setpriv not found (it comes with util-linux)")
 	}
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	name := "hft" + hex.EncodeToString(b)
-	if out, err := exec.Command("useradd", "-M", "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		testutil.Skip(t, fmt.Sprintf("useradd %s: %v: %s", name, err, bytes.TrimSpace(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("cleanup: userdel %s: %v: %s", name, err, bytes.TrimSpace(out))
-		}
-	})
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatalf("looking up the new user %s: %v", name, err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return &User{Name: name, UID: uid, GID: gid}
+	return &User{User: testutil.NewUser(t, "hft", testutil.UserOptions{})}
 }
 
 // Command returns cmd with args run as u: setpriv --reuid --regid
@@ -247,18 +222,7 @@ func Protected(t testing.TB) string {
 	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
 		base = ""
 	}
-	dir, err := os.MkdirTemp(base, "hostfork-protected-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	if err := os.Chmod(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	dir := tempDir(t, base, "hostfork-protected-", 0o700)
 	if err := os.WriteFile(filepath.Join(dir, "keep"), []byte("root's\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +253,14 @@ func Snapshot(t testing.TB, dir string) string {
 // cleanup. base is "" for os.TempDir.
 func SharedDir(t testing.TB, base string) string {
 	t.Helper()
-	dir, err := os.MkdirTemp(base, "hostfork-shared-")
+	return tempDir(t, base, "hostfork-shared-", 0o755)
+}
+
+// tempDir makes base/<prefix><random> with mode, owned by root, removed
+// at cleanup.
+func tempDir(t testing.TB, base, prefix string, mode os.FileMode) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(base, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +269,7 @@ func SharedDir(t testing.TB, base string) string {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	if err := os.Chmod(dir, 0o755); err != nil {
+	if err := os.Chmod(dir, mode); err != nil {
 		t.Fatal(err)
 	}
 	return dir

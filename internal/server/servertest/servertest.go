@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -204,12 +205,7 @@ func (e *Env) Serve(args ...string) *Serve {
 }
 
 func contains(args []string, a string) bool {
-	for _, x := range args {
-		if x == a || strings.HasPrefix(x, a+"=") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(args, func(x string) bool { return x == a || strings.HasPrefix(x, a+"=") })
 }
 
 func drain(lines <-chan string) {

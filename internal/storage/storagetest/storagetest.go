@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -147,8 +148,8 @@ func Manifest(t testing.TB, dir string) map[string]string {
 		rel, _ := filepath.Rel(dir, p)
 		desc := []string{
 			strings.TrimSpace(unixModeString(st.Mode)),
-			itoa(uint64(st.Size)),
-			itoa(uint64(st.Mtim.Nano())),
+			strconv.FormatInt(st.Size, 10),
+			strconv.FormatInt(st.Mtim.Nano(), 10),
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
@@ -176,21 +177,7 @@ func Manifest(t testing.TB, dir string) map[string]string {
 	return m
 }
 
-func unixModeString(m uint32) string { return "mode " + itoa(uint64(m)) }
-
-func itoa(v uint64) string {
-	if v == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for v > 0 {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return string(b[i:])
-}
+func unixModeString(m uint32) string { return "mode " + strconv.FormatUint(uint64(m), 10) }
 
 // SameManifest fails the test when two manifests differ.
 func SameManifest(t testing.TB, what string, want, got map[string]string) {

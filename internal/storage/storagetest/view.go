@@ -9,11 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/habemus-papadum/hostfork/internal/storage"
+	"github.com/moby/sys/mountinfo"
 )
 
 // helperEnv carries a viewRequest to a re-executed test binary.
@@ -133,31 +133,11 @@ func mountedAt(pid, target string) bool {
 	if _, err := strconv.Atoi(pid); err != nil && pid != "self" {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+	f, err := os.Open("/proc/" + pid + "/mountinfo")
 	if err != nil {
 		return false
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		// "36 35 98:0 /root /mount/point rw,... - type source opts"
-		if f := strings.Fields(line); len(f) >= 5 && unescapeOctal(f[4]) == target {
-			return true
-		}
-	}
-	return false
-}
-
-// unescapeOctal undoes mountinfo's \NNN escapes.
-func unescapeOctal(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	defer f.Close()
+	ms, err := mountinfo.GetMountsFromReader(f, mountinfo.SingleEntryFilter(target))
+	return err == nil && len(ms) > 0
 }
