@@ -215,7 +215,7 @@ static int parse_release(struct hf_msg *m)
 {
 	char *buf = m->buf;
 	size_t nargv = 0, nenv = 0;
-	for (char *p = buf + 1; *p; p += strlen(p) + 1) {
+	for (char *p = buf; p < buf + m->len; p += strlen(p) + 1) {
 		if (!strncmp(p, "argv=", 5))
 			nargv++;
 		else if (!strncmp(p, "env=", 4))
@@ -257,7 +257,7 @@ static int parse_release(struct hf_msg *m)
 	};
 	size_t ia = 0, ie = 0;
 	char *next;
-	for (char *p = buf + 1; *p; p = next) {
+	for (char *p = buf; p < buf + m->len; p = next) {
 		next = p + strlen(p) + 1;
 		char *v = strchr(p, '=');
 		if (!v) {
@@ -398,26 +398,6 @@ static int keeper_pidfd(void)
 	return fd;
 }
 
-/* ---- the workload's clone ---- */
-struct child_args {
-	int in, out, err, nsfd, report;
-};
-
-/* fork_workload starts child_exec in a new process, cloned into the
- * cgroup cgfd when >= 0 (clone3 CLONE_INTO_CGROUP, so it is a member from
- * birth), and returns its PID, or -1 with errno. Like a plain fork
- * otherwise, portable to every architecture (decision 67, retired: the
- * CLONE_VM|CLONE_VFORK clone in assembly saved page faults on x86-64 only). */
-static pid_t fork_workload(int cgfd, struct child_args *ca)
-{
-	struct hf_clone_args a = {.flags = cgfd >= 0 ? HF_CLONE_INTO_CGROUP : 0, .exit_signal = SIGCHLD, .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0};
-	pid_t pid = (pid_t)syscall(SYS_clone3, &a, sizeof a);
-	if (pid == 0)
-		child_exec(ca->in, ca->out, ca->err, ca->nsfd, ca->report);
-	return pid;
-}
-
-
 /* start_workload starts the leader. On failure it returns -1 with the
  * message in msg and the errno in *err. */
 static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, int *err)
@@ -434,8 +414,14 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 	} else if (pipe2(p, O_CLOEXEC) < 0) {
 		ce.err = errno;
 	} else {
-		struct child_args ca = {in, out, errfd, nsfd, p[1]};
-		pid = fork_workload(cgfd, &ca);
+		/* clone3 with CLONE_INTO_CGROUP: a member of cgfd's group from
+		 * birth. Like a plain fork otherwise, portable to every
+		 * architecture (decision 67, retired: the CLONE_VM|CLONE_VFORK
+		 * clone in assembly saved page faults on x86-64 only). */
+		struct hf_clone_args a = {.flags = cgfd >= 0 ? HF_CLONE_INTO_CGROUP : 0, .exit_signal = SIGCHLD, .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0};
+		pid = (pid_t)syscall(SYS_clone3, &a, sizeof a);
+		if (pid == 0)
+			child_exec(in, out, errfd, nsfd, p[1]);
 		ce.err = errno;
 		close(p[1]);
 		/* EOF: the exec succeeded (the pipe is close-on-exec). */
@@ -1191,8 +1177,6 @@ int hf_guardian_main(void)
 	hf_guardian_receipt();
 	emit("started");
 
-	if (rel.nextra)
-		ctl_feed(rel.extra, rel.nextra);
 	oom_sample();
 	for (;;) {
 		if (no_children && tees_done())

@@ -24,8 +24,7 @@ enum { HF_KFD_CONFIG = 3, HF_KFD_READY, HF_KFD_OWNER };
 /* After the configuration is read: the run directory (HF_DEADLINE_FILE). */
 #define HF_KFD_RUNDIR HF_KFD_CONFIG
 
-/* Control messages (protocol.go, msg*). */
-#define HF_MSG_RELEASE 'R'
+/* Control messages after the release (protocol.go, msg*). */
 #define HF_MSG_SIGNAL 's'
 #define HF_MSG_STOP 't'
 
@@ -106,13 +105,12 @@ struct hf_key {
 int hf_set_key(const struct hf_key *keys, const char *key, const char *val);
 int hf_copy_bounded(char *dst, size_t cap, const char *src);
 
-/* A NUL-framed message: 'R' then "key=value\0" strings, ended by "\0". */
+/* A length-framed message (protocol.go): its length (uint32, native byte
+ * order), then that many bytes of "key=value\0" strings. */
 struct hf_msg {
-	char *buf;      /* the mapping */
-	size_t map;     /* its size */
-	size_t len;     /* bytes of the message proper */
-	char extra[4096]; /* bytes that followed the message */
-	size_t nextra;
+	char *buf;  /* the mapping: the message, NUL-terminated */
+	size_t map; /* its size */
+	size_t len; /* bytes of the message proper */
 };
 /* hf_read_msg reads one message from fd: 1 read, 0 EOF first, -1 bad. */
 int hf_read_msg(int fd, struct hf_msg *m);

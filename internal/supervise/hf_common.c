@@ -255,13 +255,36 @@ int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
 	return found;
 }
 
-/* ---- NUL-framed messages ---- */
+/* ---- length-framed messages ---- */
+
+/* read_full reads n bytes unless EOF or an error comes first; it returns
+ * the number read. */
+static size_t read_full(int fd, void *p, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(fd, (char *)p + got, n - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
+}
 
 int hf_read_msg(int fd, struct hf_msg *m)
 {
-	/* Room for the message plus the pointer arrays its reader builds after
-	 * it (at most one 8-byte pointer per 5 bytes). Only touched pages
-	 * count. */
+	uint32_t len;
+	if (read_full(fd, &len, sizeof len) < sizeof len)
+		return 0;
+	if (len > HF_MAX_RELEASE) {
+		hf_log("message too large");
+		return -1;
+	}
+	/* Room for the message, the NUL after it, and the pointer arrays its
+	 * reader builds after it (at most one 8-byte pointer per 5 bytes).
+	 * Only touched pages count. */
 	m->map = (size_t)HF_MAX_RELEASE * 3;
 	m->buf = mmap(NULL, m->map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m->buf == MAP_FAILED) {
@@ -269,42 +292,8 @@ int hf_read_msg(int fd, struct hf_msg *m)
 		m->buf = NULL;
 		return -1;
 	}
-	size_t len = 0, scan = 1, cur = 1;
-	for (;;) {
-		if (len >= (size_t)HF_MAX_RELEASE) {
-			hf_log("message too large");
-			return -1;
-		}
-		ssize_t n = read(fd, m->buf + len, (size_t)HF_MAX_RELEASE - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return 0;
-		}
-		if (n == 0)
-			return 0;
-		len += (size_t)n;
-		if (m->buf[0] != HF_MSG_RELEASE) {
-			hf_log("bad message");
-			return -1;
-		}
-		for (; scan < len; scan++) {
-			if (m->buf[scan])
-				continue;
-			if (scan == cur) {
-				/* The empty string: the end of the message. */
-				size_t extra = len - scan - 1;
-				if (extra > sizeof m->extra)
-					extra = sizeof m->extra;
-				memcpy(m->extra, m->buf + scan + 1, extra);
-				m->nextra = extra;
-				m->buf[scan] = 0;
-				m->len = scan;
-				return 1;
-			}
-			cur = scan + 1;
-		}
-	}
+	m->len = len;
+	return read_full(fd, m->buf, len) == len;
 }
 
 void hf_free_msg(struct hf_msg *m)

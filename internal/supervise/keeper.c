@@ -105,7 +105,7 @@ static int parse_config(struct hf_msg *m)
 	};
 	struct op *o = NULL;
 	char *next;
-	for (char *p = m->buf + 1; *p; p = next) {
+	for (char *p = m->buf; p < m->buf + m->len; p = next) {
 		next = p + strlen(p) + 1;
 		char *v = strchr(p, '=');
 		if (!v)

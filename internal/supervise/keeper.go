@@ -21,8 +21,8 @@ const KeeperMode = "__hostfork_keeper"
 
 // The keeper's descriptors.
 //
-// kfdConfig (launcher → keeper) carries one NUL-framed message like the
-// guardian's release ('R', "key=value\0" strings, a lone "\0"): env_id,
+// kfdConfig (launcher → keeper) carries one message framed like the
+// guardian's release (its length, then "key=value\0" strings): env_id,
 // owner_exit (stop | detach), deadline_mono_ns and grace_ns (decimal
 // nanoseconds), run_dir (where a moved deadline is: DeadlineFile), propagation (slave | private), cgroup_mount,
 // commands_cgroup and guardians_cgroup, then the view's operations in
@@ -109,7 +109,6 @@ type Keeper struct {
 
 func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 	var b bytes.Buffer
-	b.WriteByte(msgRelease)
 	var bad error
 	put := func(k, v string) {
 		if strings.IndexByte(v, 0) >= 0 && bad == nil {
@@ -169,14 +168,13 @@ func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 			return nil, fmt.Errorf("keeper: unknown operation %q", o.Kind)
 		}
 	}
-	b.WriteByte(0)
 	if bad != nil {
 		return nil, bad
 	}
 	if b.Len() > maxRelease {
 		return nil, fmt.Errorf("keeper: the view takes %d bytes, more than %d", b.Len(), maxRelease)
 	}
-	return b.Bytes(), nil
+	return frameMsg(b.Bytes()), nil
 }
 
 // StartKeeper starts a keeper (in a new session, cloned into s.Cgroup when
