@@ -811,10 +811,6 @@ static void on_signals(void)
 
 /* ---- control messages after release ---- */
 
-static char ctl_line[HF_MAX_REASON + 16];
-static size_t ctl_len;
-static int ctl_overflow;
-
 static void ctl_handle(char *line)
 {
 	int64_t v;
@@ -832,34 +828,11 @@ static void ctl_handle(char *line)
 	}
 }
 
-static void ctl_feed(const char *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (p[i] == '\n') {
-			if (!ctl_overflow) {
-				ctl_line[ctl_len] = 0;
-				ctl_handle(ctl_line);
-			}
-			ctl_len = 0;
-			ctl_overflow = 0;
-		} else if (ctl_len < sizeof ctl_line - 1) {
-			ctl_line[ctl_len++] = p[i];
-		} else {
-			ctl_overflow = 1;
-		}
-	}
-}
-
 static void on_control(void)
 {
-	char b[512];
-	ssize_t n = read(HF_FD_CONTROL, b, sizeof b);
-	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+	static struct hf_lines ctl;
+	if (hf_read_lines(HF_FD_CONTROL, &ctl, ctl_handle) == 0)
 		return;
-	if (n > 0) {
-		ctl_feed(b, (size_t)n);
-		return;
-	}
 	/* EOF (or an error): the owner is gone. */
 	close(HF_FD_CONTROL);
 	ctl_open = 0;

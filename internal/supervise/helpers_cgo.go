@@ -27,6 +27,7 @@ const (
 	_ = uint(kfdConfig-C.HF_KFD_CONFIG) + uint(C.HF_KFD_CONFIG-kfdConfig)
 	_ = uint(kfdReady-C.HF_KFD_READY) + uint(C.HF_KFD_READY-kfdReady)
 	_ = uint(kfdOwner-C.HF_KFD_OWNER) + uint(C.HF_KFD_OWNER-kfdOwner)
+	_ = uint(kfdRunDir-C.HF_KFD_RUNDIR) + uint(C.HF_KFD_RUNDIR-kfdRunDir)
 	_ = uint(msgSignal-C.HF_MSG_SIGNAL) + uint(C.HF_MSG_SIGNAL-msgSignal)
 	_ = uint(msgStop-C.HF_MSG_STOP) + uint(C.HF_MSG_STOP-msgStop)
 	_ = uint(maxID-C.HF_MAX_ID) + uint(C.HF_MAX_ID-maxID)

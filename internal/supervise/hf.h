@@ -20,9 +20,7 @@
  * (keeper.go, kfd*). */
 enum { HF_FD_CONTROL = 3, HF_FD_EVENTS, HF_FD_RECEIPT, HF_FD_STDIN, HF_FD_STDOUT, HF_FD_STDERR,
 	HF_FD_FWDOUT, HF_FD_FWDERR, HF_FD_DIR, HF_FD_PARENT };
-enum { HF_KFD_CONFIG = 3, HF_KFD_READY, HF_KFD_OWNER };
-/* After the configuration is read: the run directory (HF_DEADLINE_FILE). */
-#define HF_KFD_RUNDIR HF_KFD_CONFIG
+enum { HF_KFD_CONFIG = 3, HF_KFD_READY, HF_KFD_OWNER, HF_KFD_RUNDIR };
 
 /* Control messages after the release (protocol.go, msg*). */
 #define HF_MSG_SIGNAL 's'
@@ -115,6 +113,16 @@ struct hf_msg {
 /* hf_read_msg reads one message from fd: 1 read, 0 EOF first, -1 bad. */
 int hf_read_msg(int fd, struct hf_msg *m);
 void hf_free_msg(struct hf_msg *m);
+
+/* A line reader: hf_read_lines reads what fd holds and calls fn with each
+ * whole line, its newline cut (a line longer than buf is dropped). It
+ * returns -1 at EOF or on an error, else 0. */
+struct hf_lines {
+	char buf[2 * HF_MAX_PATH + 64];
+	size_t len;
+	int overflow;
+};
+int hf_read_lines(int fd, struct hf_lines *l, void (*fn)(char *line));
 
 /* key=value fields into a fixed buffer, each followed by sep; values are
  * percent-encoded (fields.go). A field that does not fit is left out. */

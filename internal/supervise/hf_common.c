@@ -303,6 +303,28 @@ void hf_free_msg(struct hf_msg *m)
 	m->buf = NULL;
 }
 
+int hf_read_lines(int fd, struct hf_lines *l, void (*fn)(char *line))
+{
+	char b[512];
+	ssize_t n = read(fd, b, sizeof b);
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return 0;
+	for (ssize_t i = 0; i < n; i++) {
+		if (b[i] != '\n') {
+			l->overflow |= l->len == sizeof l->buf - 1;
+			if (!l->overflow)
+				l->buf[l->len++] = b[i];
+			continue;
+		}
+		l->buf[l->len] = 0;
+		if (!l->overflow)
+			fn(l->buf);
+		l->len = 0;
+		l->overflow = 0;
+	}
+	return n > 0 ? 0 : -1;
+}
+
 /* ---- key=value fields (protocol.go, fields.go) ---- */
 
 void hf_kv(struct hf_kv *b, const char *key, const char *val)

@@ -67,9 +67,8 @@ static struct {
 	char guardians[HF_MAX_PATH + 1];
 	int owner_stop, slave;
 	int userns; /* a user namespace first: a rootless view (keeper.go) */
-	int files; /* trees' descriptors handed over, from HF_KFD_OWNER + 1 */
+	int files; /* trees' descriptors handed over, from HF_KFD_RUNDIR + 1 */
 	int64_t deadline_ns, grace_ns;
-	char run_dir[HF_MAX_PATH + 1]; /* where a moved deadline is (HF_DEADLINE_FILE) */
 } kc;
 
 static struct hf_msg cfgmsg;
@@ -100,7 +99,6 @@ static int parse_config(struct hf_msg *m)
 		{"deadline_mono_ns", 'i', &kc.deadline_ns, 0, 0},
 		{"grace_ns", 'i', &kc.grace_ns, 0, 0},
 		{"files", 'i', &files, 256, 0},
-		{"run_dir", 's', kc.run_dir, sizeof kc.run_dir, 0},
 		{0, 0, 0, 0, 0},
 	};
 	struct op *o = NULL;
@@ -165,7 +163,7 @@ static int parse_config(struct hf_msg *m)
 static int pin_files(void)
 {
 	for (int i = 0; i < kc.files; i++) {
-		int fd = HF_KFD_OWNER + 1 + i;
+		int fd = HF_KFD_RUNDIR + 1 + i;
 		char link[64], path[HF_MAX_PATH];
 		snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
 		ssize_t n = readlink(link, path, sizeof path - 1);
@@ -431,24 +429,38 @@ static void stop_commands(int reason, int64_t grace)
 }
 
 /* arm_deadline arms the deadline timer at deadline − grace, after taking a
- * moved deadline (hf.h, HF_DEADLINE_FILE). Re-arming discards an expiry
- * not yet read. */
-static int rundir = -1; /* HF_KFD_RUNDIR once it holds the run directory */
-
+ * moved deadline (hf.h, HF_DEADLINE_FILE) from the run directory the
+ * launcher opened on the host's mounts (HF_KFD_RUNDIR; closed when there
+ * is none). Re-arming discards an expiry not yet read. */
 static void arm_deadline(int tfd)
 {
-	int64_t moved = rundir < 0 ? -1 : hf_read_deadline(rundir, HF_DEADLINE_FILE);
+	int64_t moved = hf_read_deadline(HF_KFD_RUNDIR, HF_DEADLINE_FILE);
 	if (moved > 0)
 		kc.deadline_ns = moved;
 	if (kc.deadline_ns > 0)
 		hf_arm_timer(tfd, kc.deadline_ns - kc.grace_ns);
 }
 
+/* The owner channel. The creator first writes "committed" once the
+ * registry holds our identity (optionally followed by the commands and
+ * guardians groups, known only then in the systemd tier); EOF before that
+ * is an aborted creation, EOF after it means the creator is gone. */
+static int committed;
+
+static void owner_line(char *line)
+{
+	if (strncmp(line, "committed", 9))
+		return;
+	committed = 1;
+	/* The groups: at most HF_MAX_PATH (4095) bytes each, as Commit checks. */
+	sscanf(line + 9, "%4095s %4095s", kc.commands, kc.guardians);
+}
+
 int hf_keeper_main(void)
 {
 	sigset_t mask;
 	char oom_adj[HF_OOM_ADJ_LEN]; /* the keeper runs nothing: unused */
-	hf_helper_start(&mask, 0, HF_KFD_OWNER, oom_adj);
+	hf_helper_start(&mask, 0, HF_KFD_RUNDIR, oom_adj);
 	for (int i = 0; i < MAX_SLOTS; i++)
 		slots[i] = -1;
 	int r = hf_read_msg(HF_KFD_CONFIG, &cfgmsg);
@@ -476,16 +488,6 @@ int hf_keeper_main(void)
 			return 125; /* the launcher could not map our ids: it says why */
 	}
 	close(HF_KFD_CONFIG);
-	/* The run directory, opened on the host's mounts before the view can
-	 * cover it, in the slot the configuration no longer needs: a moved
-	 * deadline is read there (HF_KFD_RUNDIR). */
-	if (kc.run_dir[0]) {
-		int d = open(kc.run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-		if (d == HF_KFD_RUNDIR || (d >= 0 && dup3(d, HF_KFD_RUNDIR, O_CLOEXEC) == HF_KFD_RUNDIR))
-			rundir = HF_KFD_RUNDIR;
-		if (d >= 0 && d != HF_KFD_RUNDIR)
-			close(d);
-	}
 	/* A private mount namespace, from which nothing made in the view may
 	 * propagate back to the host. A recursive slave still receives the
 	 * host's own mounts and unmounts on every shared host mount; private
@@ -494,9 +496,9 @@ int hf_keeper_main(void)
 	    : mount(NULL, "/", NULL, MS_REC | (kc.slave ? MS_SLAVE : MS_PRIVATE), NULL) < 0
 	    ? kerr("making the view %s: %s", kc.slave ? "a slave" : "private", hf_errstr(errno))
 	    : pin_files() < 0 ? -1 : apply_ops();
-	/* The trees' descriptors (KeeperSpec.Files, from fd 6 on) were only
+	/* The trees' descriptors (KeeperSpec.Files, from fd 7 on) were only
 	 * for building the view. */
-	syscall(SYS_close_range, HF_KFD_OWNER + 1, ~0U, 0);
+	syscall(SYS_close_range, HF_KFD_RUNDIR + 1, ~0U, 0);
 	if (applied < 0) {
 		ready("error ", errmsg);
 		return 125;
@@ -510,13 +512,8 @@ int hf_keeper_main(void)
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	arm_deadline(tfd);
-	/* The owner channel. The creator first writes "committed" once the
-	 * registry holds our identity (optionally followed by the commands and
-	 * guardians groups, known only then in the systemd tier); EOF before
-	 * that is an aborted creation, EOF after it means the creator is gone. */
-	int owner_open = 1, committed = 0;
-	char line[2 * HF_MAX_PATH + 64];
-	size_t ll = 0;
+	int owner_open = 1;
+	static struct hf_lines owner;
 	for (;;) {
 		struct pollfd pfd[3] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}, {owner_open ? HF_KFD_OWNER : -1, POLLIN, 0}};
 		if (poll(pfd, 3, -1) < 0) {
@@ -552,37 +549,8 @@ int hf_keeper_main(void)
 			return 0;
 		}
 		if (owner_open && pfd[2].revents) {
-			char b[512];
-			ssize_t n = read(HF_KFD_OWNER, b, sizeof b);
-			if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			if (hf_read_lines(HF_KFD_OWNER, &owner, owner_line) == 0)
 				continue;
-			if (n > 0) {
-				for (ssize_t i = 0; i < n; i++) {
-					if (b[i] != '\n') {
-						if (ll < sizeof line - 1)
-							line[ll++] = b[i];
-						continue;
-					}
-					line[ll] = 0;
-					ll = 0;
-					if (strncmp(line, "committed", 9))
-						continue;
-					committed = 1;
-					char *rest = line + 9;
-					while (*rest == ' ')
-						rest++;
-					if (*rest) {
-						char *sp = strchr(rest, ' ');
-						if (sp)
-							*sp++ = 0;
-						if (hf_copy_bounded(kc.commands, sizeof kc.commands, rest) < 0)
-							kc.commands[0] = 0;
-						if (sp && *sp && hf_copy_bounded(kc.guardians, sizeof kc.guardians, sp) < 0)
-							kc.guardians[0] = 0;
-					}
-				}
-				continue;
-			}
 			close(HF_KFD_OWNER);
 			owner_open = 0;
 			if (!committed)

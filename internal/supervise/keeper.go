@@ -24,7 +24,7 @@ const KeeperMode = "__hostfork_keeper"
 // kfdConfig (launcher → keeper) carries one message framed like the
 // guardian's release (its length, then "key=value\0" strings): env_id,
 // owner_exit (stop | detach), deadline_mono_ns and grace_ns (decimal
-// nanoseconds), run_dir (where a moved deadline is: DeadlineFile), propagation (slave | private), cgroup_mount,
+// nanoseconds), propagation (slave | private), cgroup_mount,
 // commands_cgroup and guardians_cgroup, then the view's operations in
 // order, each opened by "op=KIND" and followed by its parameters (see
 // KeeperOp). The keeper makes a new mount namespace, makes it a slave or
@@ -49,6 +49,7 @@ const (
 	kfdConfig = 3
 	kfdReady  = 4
 	kfdOwner  = 5
+	kfdRunDir = 6 // the run directory (RunDir, opened here), closed when there is none
 )
 
 // KeeperOp is one primitive step of a view, applied by the keeper in its
@@ -98,7 +99,7 @@ type KeeperSpec struct {
 }
 
 // KeeperFirstFile is the keeper's descriptor of KeeperSpec.Files[0].
-const KeeperFirstFile = 6
+const KeeperFirstFile = 7
 
 // Keeper is the launcher's handle on a started keeper.
 type Keeper struct {
@@ -136,7 +137,7 @@ func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 	} else {
 		put("propagation", "private")
 	}
-	for k, v := range map[string]string{"cgroup_mount": s.CgroupMount, "commands_cgroup": s.CommandsCgroup, "guardians_cgroup": s.GuardiansCgroup, "run_dir": s.RunDir} {
+	for k, v := range map[string]string{"cgroup_mount": s.CgroupMount, "commands_cgroup": s.CommandsCgroup, "guardians_cgroup": s.GuardiansCgroup} {
 		if len(v) > maxPath {
 			return nil, fmt.Errorf("keeper: %s longer than %d bytes", k, maxPath)
 		}
@@ -220,10 +221,16 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 	if logf == nil {
 		logf = nullW
 	}
+	var runDir *os.File // nil (closed in the keeper) if it can't be opened
+	if s.RunDir != "" {
+		if runDir, _ = os.OpenFile(s.RunDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); runDir != nil {
+			defer runDir.Close()
+		}
+	}
 	sp := spawnSpec{
 		path:     s.Exe,
 		args:     []string{"hostfork-keeper", KeeperMode},
-		files:    append([]*os.File{nullR, nullW, logf, cfgR, readyW, ownR}, s.Files...),
+		files:    append([]*os.File{nullR, nullW, logf, cfgR, readyW, ownR, runDir}, s.Files...),
 		setsid:   true,
 		cgroupFD: -1,
 	}
@@ -295,6 +302,9 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 // not empty, name the environment's commands and guardians groups if they
 // were not known when the keeper started.
 func (k *Keeper) Commit(commandsCgroup, guardiansCgroup string) error {
+	if len(commandsCgroup) > maxPath || len(guardiansCgroup) > maxPath || strings.ContainsAny(commandsCgroup+guardiansCgroup, " \n") {
+		return fmt.Errorf("keeper: a group path is longer than %d bytes or holds a space or newline", maxPath)
+	}
 	line := "committed"
 	if commandsCgroup != "" {
 		line += " " + commandsCgroup
