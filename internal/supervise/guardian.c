@@ -164,12 +164,10 @@ void hf_guardian_receipt(void)
 		hf_kv(&b, "leader_oom", leader_oom ? "true" : "false");
 	if (leader_oom_stale_ms > 0)
 		hf_kvf(&b, "leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
-	struct timespec s_in, s_out;
-	hf_session_times(&s_in, &s_out);
-	if (s_in.tv_sec)
-		hf_kvf(&b, "last_input_at", "%lld", (long long)ns_of(&s_in));
-	if (s_out.tv_sec)
-		hf_kvf(&b, "last_output_at", "%lld", (long long)ns_of(&s_out));
+	if (hf_sess_last_in.tv_sec)
+		hf_kvf(&b, "last_input_at", "%lld", (long long)ns_of(&hf_sess_last_in));
+	if (hf_sess_last_out.tv_sec)
+		hf_kvf(&b, "last_output_at", "%lld", (long long)ns_of(&hf_sess_last_out));
 	if (R.has_tree)
 		hf_kvf(&b, "tree_exited_at", "%lld", (long long)ns_of(&R.tree_at));
 	hf_kv(&b, "complete", R.complete ? "true" : "false");
@@ -284,13 +282,6 @@ static int parse_release(struct hf_msg *m)
 		return -1;
 	}
 	return 0;
-}
-
-static void release_done(void)
-{
-	hf_free_msg(&rel);
-	cfg.path = cfg.cwd = NULL;
-	cfg.argv = cfg.envp = NULL;
 }
 
 /* ---- starting the workload ---- */
@@ -1105,9 +1096,11 @@ int hf_guardian_main(void)
 	if (hf_session_setup(&in, &out, &err, msg, sizeof msg) < 0)
 		return start_failed(msg, 125);
 	pid_t pid = start_workload(in, out, err, msg, sizeof msg, &serr);
-	hf_session_started();
-	release_done();
+	hf_free_msg(&rel); /* cfg.path, cwd, argv and envp pointed into it */
+	/* The workload holds its ends now (the session's pty or stdin pipe). */
 	close(HF_FD_STDIN);
+	if (in != HF_FD_STDIN)
+		close(in);
 	if (cfg.pipe_mode) {
 		close(out);
 		close(err);

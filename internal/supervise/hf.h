@@ -151,9 +151,6 @@ struct hf_tree {
 	 * and this many members were outside the cgroup. */
 	int stable, outsiders;
 };
-/* hf_in_cgroup: 1 when pid's cgroup2 group is group (under mount), 2 when
- * it is below group, else 0. */
-int hf_in_cgroup(pid_t pid, const char *mount, const char *group);
 /* hf_tree_list lists the members into out (at most max), sorted, and
  * returns how many it listed. */
 int hf_tree_list(struct hf_tree *t, pid_t *out, int max);
@@ -187,13 +184,13 @@ extern int hf_sess_tty, hf_sess_stdin;
 extern int64_t hf_sess_cols, hf_sess_rows;
 int hf_session_setup(int *in, int *out, int *err, char *msg, size_t cap);
 int hf_session_child(void);
-void hf_session_started(void);
 int hf_session_pollfds(struct pollfd *p, int max);
 void hf_session_events(struct pollfd *p, int n);
 int hf_session_poll_ms(void);
 void hf_session_leader_exited(int status);
 int64_t hf_session_activity(int64_t now);
-void hf_session_times(struct timespec *in, struct timespec *out);
+/* The last input and output (CLOCK_REALTIME; zero: none), for the receipt. */
+extern struct timespec hf_sess_last_in, hf_sess_last_out;
 void hf_session_end(void);
 /* guardian.c, for the session loop: rewrite the receipt; the output
  * files were cut (a write failed). */

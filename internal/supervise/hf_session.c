@@ -46,7 +46,7 @@
 static int mode; /* 0 none, HF_SESS_TTY, HF_SESS_STDIN */
 int hf_sess_tty, hf_sess_stdin;
 int64_t hf_sess_cols = 80, hf_sess_rows = 24;
-static int master = -1, slave = -1, pin = -1; /* pty; stdin pipe's read end */
+static int master = -1, slave = -1; /* the pty */
 static int inw = -1;                          /* where input goes */
 static int logw = -1, logr = -1, lsock = -1;
 static char pts[64]; /* the terminal's name */
@@ -54,7 +54,7 @@ static int64_t log_end;
 static int pty_eof, leader_done, exit_code = -1, exit_sig;
 static int64_t exit_at; /* when the exit frame may go: the leader's output is in */
 #define SETTLE (200 * NS_PER_MS) /* at most this long after the leader */
-static struct timespec last_in, last_out;
+struct timespec hf_sess_last_in, hf_sess_last_out;
 static int64_t act_mono, receipt_due;
 static char obuf[CHUNK];
 
@@ -117,10 +117,9 @@ int hf_session_setup(int *in, int *out, int *err, char *msg, size_t cap)
 			snprintf(msg, cap, "session: creating the stdin pipe: %s", hf_errstr(errno));
 			return -1;
 		}
-		pin = fds[0];
 		inw = fds[1];
 		fcntl(inw, F_SETFL, O_WRONLY | O_NONBLOCK);
-		*in = pin;
+		*in = fds[0];
 	}
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	snprintf(a.sun_path, sizeof a.sun_path, "/proc/self/fd/%d/" SOCK_NAME, HF_FD_DIR);
@@ -147,13 +146,6 @@ int hf_session_child(void)
 	if (setsid() < 0)
 		return -1;
 	return ioctl(slave, TIOCSCTTY, 0);
-}
-
-/* hf_session_started: the workload holds its ends now. */
-void hf_session_started(void)
-{
-	close(slave), close(pin); /* -1 when unused: EBADF */
-	slave = pin = -1;
 }
 
 static void activity(struct timespec *t)
@@ -201,7 +193,7 @@ static void refresh_end(void)
 	struct stat st;
 	if (mode == HF_SESS_STDIN && fstat(logr, &st) == 0 && st.st_size > log_end) {
 		log_end = st.st_size;
-		activity(&last_out);
+		activity(&hf_sess_last_out);
 	}
 }
 
@@ -223,7 +215,7 @@ static void write_input(struct client *c)
 		c->in_off += (uint32_t)w;
 	}
 	busy = -1;
-	activity(&last_in);
+	activity(&hf_sess_last_in);
 }
 
 static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
@@ -264,7 +256,7 @@ static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
 		if (n != 4 || !ws.ws_col || !ws.ws_row) /* p has IN_MAX bytes: read before the check */
 			return fail(c, "bad resize frame: give columns and rows above 0");
 		ioctl(master, TIOCSWINSZ, &ws);
-		return activity(&last_in);
+		return activity(&hf_sess_last_in);
 	}
 	case 'e':
 		if (mode == HF_SESS_STDIN && inw >= 0) {
@@ -278,7 +270,7 @@ static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
 				write_input(c);
 			}
 		}
-		return activity(&last_in);
+		return activity(&hf_sess_last_in);
 	case 's':
 		return ctl_frame(c, 's', "", 0);
 	}
@@ -420,7 +412,7 @@ static void read_pty(void)
 			log_end += w;
 		}
 		if (n > 0)
-			activity(&last_out);
+			activity(&hf_sess_last_out);
 		if (r == 0 || (r < 0 && errno != EAGAIN))
 			pty_eof = 1; /* EIO: no process holds the terminal any more */
 		if (n < CHUNK)
@@ -574,13 +566,6 @@ int64_t hf_session_activity(int64_t now)
 	                 !strncmp(w, "do_select", 9) || !strncmp(w, "poll_schedule_timeout", 21)))
 		return now;
 	return act_mono;
-}
-
-/* hf_session_times: the last input and output (CLOCK_REALTIME; zero:
- * none), for the receipt. */
-void hf_session_times(struct timespec *in, struct timespec *out)
-{
-	*in = last_in, *out = last_out;
 }
 
 /* hf_session_end: the tree is gone. What the pty still holds goes to the

@@ -22,7 +22,9 @@
 
 #include "hf.h"
 
-int hf_in_cgroup(pid_t pid, const char *mount, const char *group)
+/* hf_in_cgroup: 1 when pid's cgroup2 group is group (under mount), 2 when
+ * it is below group, else 0. */
+static int hf_in_cgroup(pid_t pid, const char *mount, const char *group)
 {
 	static char b[8192];
 	char path[48];
@@ -320,35 +322,23 @@ int hf_queue_stop(int pidfd, int reason, int notice, int64_t grace_ns)
 	return (int)syscall(SYS_pidfd_send_signal, pidfd, SIGTERM, &si, 0);
 }
 
-/* stop_one queues a stop to one process of the guardians group. */
-static struct {
-	const char *mount, *group;
-	pid_t skip;
-	int reason;
-	int64_t grace;
-	struct hf_tree *roots;
-} G;
-
-static void stop_one(pid_t pid)
-{
-	int fd = pid == G.skip ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
-	if (fd < 0)
-		return;
-	/* Still a guardian of this environment after the open. */
-	if (hf_in_cgroup(pid, G.mount, G.group) == 1) {
-		hf_queue_stop(fd, G.reason, 0, G.grace);
-		if (G.roots && G.roots->nroots < HF_MAX_ROOTS)
-			G.roots->roots[G.roots->nroots++] = pid;
-	}
-	close(fd);
-}
-
 void hf_stop_guardians(const char *mount, const char *group, pid_t skip, int reason, int64_t grace, struct hf_tree *roots)
 {
 	static char procs[65536];
 	char p[HF_MAX_PATH + 32];
-	G.mount = mount, G.group = group, G.skip = skip, G.reason = reason, G.grace = grace, G.roots = roots;
 	snprintf(p, sizeof p, "%s/cgroup.procs", group);
-	if (hf_read_file(p, procs, sizeof procs) >= 0)
-		each_pid(procs, stop_one);
+	if (hf_read_file(p, procs, sizeof procs) < 0)
+		return;
+	for (char *s = procs, *end; *s; s = end + (*end != 0)) {
+		pid_t pid = (pid_t)strtol(s, &end, 10);
+		int fd = pid > 0 && pid != skip ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+		/* Still a guardian of this environment after the open. */
+		if (fd >= 0 && hf_in_cgroup(pid, mount, group) == 1) {
+			hf_queue_stop(fd, reason, 0, grace);
+			if (roots && roots->nroots < HF_MAX_ROOTS)
+				roots->roots[roots->nroots++] = pid;
+		}
+		if (fd >= 0)
+			close(fd);
+	}
 }

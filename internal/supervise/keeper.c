@@ -416,14 +416,15 @@ static void stop_commands(int reason, int64_t grace)
 	snprintf(t.mount, sizeof t.mount, "%s", kc.mount);
 	if (kc.guardians[0])
 		hf_stop_guardians(kc.mount, kc.guardians, 0, reason, grace, &t);
+	/* Every 10 ms: has the tree gone? After the grace and 1 s more, a
+	 * kill round each time, at most 200 (2 s). */
 	int64_t end = hf_mono_now() + grace + 1000 * NS_PER_MS;
-	while (hf_mono_now() < end && hf_tree_populated(&t)) {
+	for (int kills = 0; kills < 200 && hf_tree_populated(&t);) {
+		if (hf_mono_now() >= end) {
+			hf_tree_kill(&t);
+			kills++;
+		}
 		struct timespec ts = {0, 10 * 1000000L};
-		nanosleep(&ts, NULL);
-	}
-	for (int round = 0; round < 40 && hf_tree_populated(&t); round++) {
-		hf_tree_kill(&t);
-		struct timespec ts = {0, 50 * 1000000L};
 		nanosleep(&ts, NULL);
 	}
 }
