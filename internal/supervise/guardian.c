@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,7 +104,8 @@ static struct {
 	int after_stop, outsiders, unstable;
 	struct timespec leader_at, tree_at;
 } R;
-static size_t rec_len; /* length of the last receipt written */
+static char rec_buf[16 << 10];
+static size_t rec_len, rec_end; /* the last receipt written; the one being built */
 /* The artifact files may be shorter than the output: a write to them
  * failed (pipe mode), or their filesystem was full when the tree exited
  * (files mode: the workload writes them itself and gets the error). */
@@ -119,8 +121,6 @@ static struct tee {
 	char buf[128 << 10];
 } tees[2];
 
-static char rec_buf[16 << 10];
-
 /* hf_guardian_receipt rewrites the receipt in place (the file keeps the identity
  * registered by the launcher), padded with spaces so it never shrinks (and
  * to at least RECEIPT_MIN bytes). The complete receipt is fsynced when no
@@ -129,59 +129,96 @@ static char rec_buf[16 << 10];
  * before it returns. */
 static int64_t ns_of(const struct timespec *ts) { return (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec; }
 
+static const char *reason_names[HF_R_MAX + 1] = {"", "user", "deadline", "idle", "owner-exit", "timeout", "cancelled",
+	"completed", "keeper-lost", "limit", "abandoned"};
+
+/* kv appends "key=value\n" to the receipt being built, the value
+ * percent-encoded (fields.go); a field that does not fit is left out. */
+static void kv(const char *key, const char *val)
+{
+	size_t n = strlen(key);
+	if (rec_end + n + 3 * strlen(val) + 3 > sizeof rec_buf)
+		return;
+	memcpy(rec_buf + rec_end, key, n);
+	rec_end += n;
+	rec_buf[rec_end++] = '=';
+	for (const unsigned char *s = (const unsigned char *)val; *s; s++) {
+		if (*s <= ' ' || *s == '%' || *s == 0x7f)
+			rec_end += (size_t)snprintf(rec_buf + rec_end, 4, "%%%02X", *s);
+		else
+			rec_buf[rec_end++] = (char)*s;
+	}
+	rec_buf[rec_end++] = '\n';
+}
+
+__attribute__((format(printf, 2, 3))) static void kvf(const char *key, const char *fmt, ...)
+{
+	char t[32];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(t, sizeof t, fmt, ap);
+	va_end(ap);
+	kv(key, t);
+}
+
 void hf_guardian_receipt(void)
 {
-	struct hf_kv b = {rec_buf, 0, sizeof rec_buf, '\n'};
-	hf_kv(&b, "command_id", cfg.command_id);
-	hf_kv(&b, "env_id", cfg.env_id);
-	hf_kv(&b, "boot_id", R.boot_id);
-	hf_kvf(&b, "guardian_pid", "%d", (int)self_pid);
-	hf_kvf(&b, "proof_dev", "%llu", (unsigned long long)R.dev);
-	hf_kvf(&b, "proof_ino", "%llu", (unsigned long long)R.ino);
+	rec_end = 0;
+	kv("command_id", cfg.command_id);
+	kv("env_id", cfg.env_id);
+	kv("boot_id", R.boot_id);
+	kvf("guardian_pid", "%d", (int)self_pid);
+	kvf("proof_dev", "%llu", (unsigned long long)R.dev);
+	kvf("proof_ino", "%llu", (unsigned long long)R.ino);
 	if (leader_pid > 0)
-		hf_kvf(&b, "workload_pid", "%d", (int)leader_pid);
+		kvf("workload_pid", "%d", (int)leader_pid);
 	if (R.workload_start)
-		hf_kvf(&b, "workload_start", "%llu", (unsigned long long)R.workload_start);
+		kvf("workload_start", "%llu", (unsigned long long)R.workload_start);
 	if (R.start_error[0])
-		hf_kv(&b, "start_error", R.start_error);
+		kv("start_error", R.start_error);
 	if (R.has_leader)
-		hf_kvf(&b, "leader_exited_at", "%lld", (long long)ns_of(&R.leader_at));
+		kvf("leader_exited_at", "%lld", (long long)ns_of(&R.leader_at));
 	if (R.has_code)
-		hf_kvf(&b, "exit_code", "%d", (int)R.code);
+		kvf("exit_code", "%d", (int)R.code);
 	if (R.has_signal)
-		hf_kvf(&b, "signal", "%d", (int)R.signal);
+		kvf("signal", "%d", (int)R.signal);
 	if (stop_reason)
-		hf_kv(&b, "stop_reason", hf_reason_name(stop_reason));
+		kv("stop_reason", reason_names[stop_reason]);
 	if (R.after_stop)
-		hf_kv(&b, "stopped_by_hostfork", "true");
+		kv("stopped_by_hostfork", "true");
 	if (R.outsiders)
-		hf_kvf(&b, "outside_cgroup", "%d", (int)R.outsiders);
+		kvf("outside_cgroup", "%d", (int)R.outsiders);
 	if (R.unstable)
-		hf_kv(&b, "membership_unstable", "true");
+		kv("membership_unstable", "true");
 	if (hf_output_truncated)
-		hf_kv(&b, "output_truncated", "true");
+		kv("output_truncated", "true");
 	if (leader_oom >= 0)
-		hf_kv(&b, "leader_oom", leader_oom ? "true" : "false");
+		kv("leader_oom", leader_oom ? "true" : "false");
 	if (leader_oom_stale_ms > 0)
-		hf_kvf(&b, "leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
+		kvf("leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
 	if (hf_sess_last_in.tv_sec)
-		hf_kvf(&b, "last_input_at", "%lld", (long long)ns_of(&hf_sess_last_in));
+		kvf("last_input_at", "%lld", (long long)ns_of(&hf_sess_last_in));
 	if (hf_sess_last_out.tv_sec)
-		hf_kvf(&b, "last_output_at", "%lld", (long long)ns_of(&hf_sess_last_out));
+		kvf("last_output_at", "%lld", (long long)ns_of(&hf_sess_last_out));
 	if (R.has_tree)
-		hf_kvf(&b, "tree_exited_at", "%lld", (long long)ns_of(&R.tree_at));
-	hf_kv(&b, "complete", R.complete ? "true" : "false");
-	hf_kv_end(&b);
+		kvf("tree_exited_at", "%lld", (long long)ns_of(&R.tree_at));
+	kv("complete", R.complete ? "true" : "false");
+	/* "end=" and the FNV-1a hash of the text before it. */
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < rec_end; i++)
+		h = (h ^ (unsigned char)rec_buf[i]) * 16777619u;
+	if (rec_end + 14 <= sizeof rec_buf)
+		rec_end += (size_t)snprintf(rec_buf + rec_end, 15, "end=%08x\n", h);
 	/* Padding: the text never shrinks, and from the first write on it
 	 * rarely grows, so a concurrent reader does not see new text cut at an
 	 * old file size (ReadReceipt retries a torn read anyway). */
 	size_t pad = rec_len > RECEIPT_MIN ? rec_len : RECEIPT_MIN;
-	while (b.len < pad && b.len < b.cap)
-		b.p[b.len++] = ' ';
-	rec_len = b.len;
+	while (rec_end < pad && rec_end < sizeof rec_buf)
+		rec_buf[rec_end++] = ' ';
+	rec_len = rec_end;
 	size_t off = 0;
-	while (off < b.len) {
-		ssize_t w = pwrite(HF_FD_RECEIPT, b.p + off, b.len - off, (off_t)off);
+	while (off < rec_len) {
+		ssize_t w = pwrite(HF_FD_RECEIPT, rec_buf + off, rec_len - off, (off_t)off);
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
@@ -491,6 +528,22 @@ static void stop_tree(int reason, int64_t when)
 	}
 	if (stop_phase == 1 && hf_mono_now() >= kill_at)
 		kill_round();
+}
+
+/* hf_keyed finds the line of buf that starts with key and parses the
+ * number after it (base 10 or 16). */
+static int hf_keyed(const char *buf, const char *key, int base, uint64_t *out)
+{
+	size_t n = strlen(key);
+	for (const char *l = buf; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		if (!strncmp(l, key, n)) {
+			char *end;
+			errno = 0;
+			*out = strtoull(l + n, &end, base);
+			return end == l + n || errno ? -1 : 0;
+		}
+	}
+	return -1;
 }
 
 /* io_total sums the tree's read and write counters (/proc/PID/io rchar +

@@ -58,7 +58,6 @@ int64_t hf_read_deadline(int dirfd, const char *path);
 /* Stop reasons (protocol.go, reasonCodes). */
 enum { HF_R_NONE, HF_R_USER, HF_R_DEADLINE, HF_R_IDLE, HF_R_OWNER_EXIT, HF_R_TIMEOUT, HF_R_CANCELLED,
 	HF_R_COMPLETED, HF_R_KEEPER_LOST, HF_R_LIMIT, HF_R_ABANDONED, HF_R_MAX = HF_R_ABANDONED };
-const char *hf_reason_name(int code);
 
 /* Exposed for the Go-side consistency test. */
 const char *hf_guardian_mode(void);
@@ -89,7 +88,6 @@ struct hf_stat {
 	uint64_t start;
 };
 int hf_read_stat(pid_t pid, struct hf_stat *st);
-int hf_keyed(const char *buf, const char *key, int base, uint64_t *out);
 /* A key of a message and where its value goes: 's' copied into dst (arg
  * bytes), 'p' pointed to, 'f' a flag set when the value is eq, 'i' an
  * int64 (between 0 and arg when arg is not 0). */
@@ -123,17 +121,6 @@ struct hf_lines {
 	int overflow;
 };
 int hf_read_lines(int fd, struct hf_lines *l, void (*fn)(char *line));
-
-/* key=value fields into a fixed buffer, each followed by sep; values are
- * percent-encoded (fields.go). A field that does not fit is left out. */
-struct hf_kv {
-	char *p;
-	size_t len, cap;
-	char sep;
-};
-void hf_kv(struct hf_kv *b, const char *key, const char *val);
-void hf_kvf(struct hf_kv *b, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-void hf_kv_end(struct hf_kv *b);
 
 /* ---- the tree stop (hf_tree.c; internal/tree has the same rules) ---- */
 #define HF_MAX_ROOTS 1024

@@ -21,18 +21,6 @@
 
 const char *hf_guardian_mode(void) { return HF_GUARDIAN_MODE; }
 
-static const char *reason_names[HF_R_MAX + 1] = {
-	"", "user", "deadline", "idle", "owner-exit", "timeout", "cancelled",
-	"completed", "keeper-lost", "limit", "abandoned",
-};
-
-const char *hf_reason_name(int code)
-{
-	if (code < 0 || code > HF_R_MAX)
-		return "";
-	return reason_names[code];
-}
-
 int64_t hf_mono_now(void)
 {
 	struct timespec ts;
@@ -215,22 +203,6 @@ int hf_read_stat(pid_t pid, struct hf_stat *st)
 	return 0;
 }
 
-/* hf_keyed finds the line of buf that starts with key and parses the
- * number after it (base 10 or 16). */
-int hf_keyed(const char *buf, const char *key, int base, uint64_t *out)
-{
-	size_t n = strlen(key);
-	for (const char *l = buf; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
-		if (!strncmp(l, key, n)) {
-			char *end;
-			errno = 0;
-			*out = strtoull(l + n, &end, base);
-			return end == l + n || errno ? -1 : 0;
-		}
-	}
-	return -1;
-}
-
 /* hf_set_key stores val where the entries of keys named key say; it
  * returns 1 when one was set, 0 for an unknown key, -1 for a bad value. */
 int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
@@ -323,43 +295,4 @@ int hf_read_lines(int fd, struct hf_lines *l, void (*fn)(char *line))
 		l->overflow = 0;
 	}
 	return n > 0 ? 0 : -1;
-}
-
-/* ---- key=value fields (protocol.go, fields.go) ---- */
-
-void hf_kv(struct hf_kv *b, const char *key, const char *val)
-{
-	size_t n = strlen(key);
-	if (b->len + n + 3 * strlen(val) + 3 > b->cap)
-		return;
-	memcpy(b->p + b->len, key, n);
-	b->len += n;
-	b->p[b->len++] = '=';
-	for (const unsigned char *s = (const unsigned char *)val; *s; s++) {
-		if (*s <= ' ' || *s == '%' || *s == 0x7f)
-			b->len += (size_t)snprintf(b->p + b->len, 4, "%%%02X", *s);
-		else
-			b->p[b->len++] = (char)*s;
-	}
-	b->p[b->len++] = b->sep;
-}
-
-void hf_kvf(struct hf_kv *b, const char *key, const char *fmt, ...)
-{
-	char t[32];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(t, sizeof t, fmt, ap);
-	va_end(ap);
-	hf_kv(b, key, t);
-}
-
-/* hf_kv_end appends "end=" and the FNV-1a hash of the text before it. */
-void hf_kv_end(struct hf_kv *b)
-{
-	uint32_t h = 2166136261u;
-	for (size_t i = 0; i < b->len; i++)
-		h = (h ^ (unsigned char)b->p[i]) * 16777619u;
-	if (b->len + 14 <= b->cap)
-		b->len += (size_t)snprintf(b->p + b->len, 15, "end=%08x\n", h);
 }
