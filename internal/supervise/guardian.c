@@ -1196,52 +1196,37 @@ int hf_guardian_main(void)
 	hf_guardian_receipt();
 	emit("started");
 
-	oom_sample();
 	for (;;) {
 		if (no_children && tees_done())
 			break;
 		oom_sample();
 		arm_timer();
-		struct pollfd pfd[7 + HF_SESS_MAXC + 3];
-		int np = 0, ip_sig, ip_tim, ip_ctl = -1, ip_src[2] = {-1, -1}, ip_fwd[2] = {-1, -1};
-		ip_sig = np;
-		pfd[np++] = (struct pollfd){sfd, POLLIN, 0};
-		ip_tim = np;
-		pfd[np++] = (struct pollfd){tfd, POLLIN, 0};
-		if (ctl_open) {
-			ip_ctl = np;
-			pfd[np++] = (struct pollfd){HF_FD_CONTROL, POLLIN, 0};
-		}
-		for (int i = 0; cfg.pipe_mode && i < 2; i++) {
+		/* Fixed slots, -1 when unused: signals, timer, control, the two
+		 * tees (the forward pipe while data waits for it, else the
+		 * source), then the session's. */
+		struct pollfd pfd[5 + HF_SESS_MAXC + 3] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}, {ctl_open ? HF_FD_CONTROL : -1, POLLIN, 0}};
+		for (int i = 0; i < 2; i++) {
 			struct tee *t = &tees[i];
-			if (t->off < t->len && t->fwd >= 0) {
-				ip_fwd[i] = np;
-				pfd[np++] = (struct pollfd){t->fwd, POLLOUT, 0};
-			} else if (!t->eof) {
-				ip_src[i] = np;
-				pfd[np++] = (struct pollfd){t->src, POLLIN, 0};
-			}
+			int held = t->off < t->len && t->fwd >= 0;
+			pfd[3 + i] = (struct pollfd){!cfg.pipe_mode ? -1 : held ? t->fwd : t->eof ? -1 : t->src, held ? POLLOUT : POLLIN, 0};
 		}
-		int ip_sess = np;
-		np += hf_session_pollfds(pfd + np, HF_SESS_MAXC + 3);
+		int np = 5 + hf_session_pollfds(pfd + 5, HF_SESS_MAXC + 3);
 		if (poll(pfd, (nfds_t)np, hf_session_poll_ms()) < 0) {
 			if (errno != EINTR)
 				hf_log("guardian: poll: %s", hf_errstr(errno));
 			continue;
 		}
-		if (pfd[ip_sig].revents)
+		if (pfd[0].revents)
 			on_signals();
-		if (pfd[ip_tim].revents)
+		if (pfd[1].revents)
 			on_timer();
-		if (ip_ctl >= 0 && pfd[ip_ctl].revents)
+		if (pfd[2].revents)
 			on_control();
 		for (int i = 0; i < 2; i++) {
-			if (ip_src[i] >= 0 && pfd[ip_src[i]].revents)
-				tee_read(&tees[i]);
-			if (ip_fwd[i] >= 0 && pfd[ip_fwd[i]].revents)
-				tee_flush(&tees[i]);
+			if (pfd[3 + i].revents)
+				(pfd[3 + i].events == POLLOUT ? tee_flush : tee_read)(&tees[i]);
 		}
-		hf_session_events(pfd + ip_sess, np - ip_sess);
+		hf_session_events(pfd + 5, np - 5);
 	}
 	hf_session_end();
 	clock_gettime(CLOCK_REALTIME, &R.tree_at);
