@@ -254,40 +254,26 @@ static const char *fdpath(char b[32], int fd)
 static int mkpoint(int fd, const char *target)
 {
 	struct stat st;
+	char parent[PATH_MAX];
 	int t = resolve(target, 0);
 	if (t >= 0 || errno != ENOENT) {
 		if (t >= 0)
 			close(t);
 		return t >= 0 ? 0 : -1;
 	}
-	if (fstat(fd, &st) < 0)
+	/* The parent keeps its final slash ("/a/b/" resolves as "/a/b"). */
+	const char *name = strrchr(target, '/') + 1; /* absolute: parse_config */
+	if (fstat(fd, &st) < 0 || hf_copy_bounded(parent, sizeof parent, target) < 0)
 		return -1;
-	char parent[PATH_MAX];
-	if (hf_copy_bounded(parent, sizeof parent, target) < 0)
-		return -1;
-	char *slash = strrchr(parent, '/');
-	char name[NAME_MAX + 1];
-	if (!slash || hf_copy_bounded(name, sizeof name, slash + 1) < 0) {
-		errno = EINVAL;
-		return -1;
-	}
-	slash[slash == parent ? 1 : 0] = 0;
+	parent[name - target] = 0;
 	int dir = resolve(parent, 1);
 	if (dir < 0)
 		return -1;
 	int r;
-	if (S_ISDIR(st.st_mode)) {
+	if (S_ISDIR(st.st_mode))
 		r = mkdirat(dir, name, st.st_mode & 07777);
-	} else {
-		/* An O_PATH parent can't create a file: open it for that. */
-		char b[32];
-		int d = open(fdpath(b, dir), O_DIRECTORY | O_RDONLY | O_CLOEXEC);
-		r = d < 0 ? -1 : openat(d, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (r >= 0)
-			close(r), r = 0;
-		if (d >= 0)
-			close(d);
-	}
+	else if ((r = openat(dir, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600)) >= 0)
+		r = close(r);
 	int e = errno;
 	close(dir);
 	errno = e;
