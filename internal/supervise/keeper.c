@@ -101,53 +101,38 @@ static int parse_config(struct hf_msg *m)
 		{"files", 'i', &files, 256, 0},
 		{0, 0, 0, 0, 0},
 	};
-	struct op *o = NULL;
-	char *next;
-	for (char *p = m->buf; p < m->buf + m->len; p = next) {
+	char *next, *end = m->buf + m->len;
+	for (char *p = m->buf; p < end; p = next) {
 		next = p + strlen(p) + 1;
 		char *v = strchr(p, '=');
 		if (!v)
 			return -1;
 		*v++ = 0;
-		int64_t n;
 		if (!strcmp(p, "op")) {
-			if (nops >= MAX_OPS)
+			/* Then always six strings: target, source, fstype, data,
+			 * flags and slot (keeper.go, encodeKeeper). The mapping is
+			 * zeroed past the message, so a short one ends past end. */
+			char *f[6];
+			for (int j = 0; j < 6; j++) {
+				f[j] = next;
+				next += strlen(next) + 1;
+			}
+			int64_t fl, sl;
+			if (next > end || nops >= MAX_OPS || f[0][0] != '/' || hf_parse_i64(f[4], &fl) < 0 || fl < 0 ||
+			    hf_parse_i64(f[5], &sl) < 0 || sl < 0 || sl >= MAX_SLOTS)
 				return -1;
-			o = &ops[nops++];
-			memset(o, 0, sizeof *o);
-			o->slot = -1;
+			struct op *o = &ops[nops++];
+			*o = (struct op){0, f[1], f[0], f[2], f[3], (unsigned long)fl, (int)sl};
 			for (int k = 1; kinds[k] && !o->kind; k++)
 				o->kind = strcmp(v, kinds[k]) ? 0 : k;
 			if (!o->kind)
 				return -1;
-		} else if (o && !strcmp(p, "source")) {
-			o->source = v;
-		} else if (o && !strcmp(p, "target")) {
-			o->target = v;
-		} else if (o && !strcmp(p, "fstype")) {
-			o->fstype = v;
-		} else if (o && !strcmp(p, "data")) {
-			o->data = v;
-		} else if (o && (!strcmp(p, "flags") || !strcmp(p, "slot"))) {
-			if (hf_parse_i64(v, &n) < 0 || n < 0 || (p[0] == 's' && n >= MAX_SLOTS))
-				return -1;
-			if (p[0] == 's')
-				o->slot = (int)n;
-			else
-				o->flags = (unsigned long)n;
 		} else if (hf_set_key(keys, p, v) <= 0) {
 			hf_log("keeper: bad or unknown key %.64s", p);
 			return -1;
 		}
 	}
 	kc.files = (int)files;
-	for (int i = 0; i < nops; i++) {
-		o = &ops[i];
-		if (!o->target || o->target[0] != '/')
-			return -1;
-		if ((o->kind == OP_CAPTURE || o->kind == OP_MKPOINT || o->kind == OP_MOVE) && o->slot < 0)
-			return -1;
-	}
 	return 0;
 }
 

@@ -26,10 +26,11 @@ const KeeperMode = "__hostfork_keeper"
 // owner_exit (stop | detach), deadline_mono_ns and grace_ns (decimal
 // nanoseconds), propagation (slave | private), cgroup_mount,
 // commands_cgroup and guardians_cgroup, then the view's operations in
-// order, each opened by "op=KIND" and followed by its parameters (see
-// KeeperOp). The keeper makes a new mount namespace, makes it a slave or
-// private, applies the operations, and answers on kfdReady with one line:
-// "ok" or "error MESSAGE".
+// order, each "op=KIND" followed by six strings: its Target, Source,
+// FSType, Data, Flags and Slot (see KeeperOp; decimal numbers). The
+// keeper makes a new mount namespace, makes it a slave or private, applies
+// the operations, and answers on kfdReady with one line: "ok" or
+// "error MESSAGE".
 //
 // kfdOwner (launcher → keeper) is the owner channel. The creator writes
 // "committed [COMMANDS [GUARDIANS]]\n" once the registry holds the keeper's
@@ -111,15 +112,14 @@ type Keeper struct {
 func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 	var b bytes.Buffer
 	var bad error
-	put := func(k, v string) {
+	str := func(v string) {
 		if strings.IndexByte(v, 0) >= 0 && bad == nil {
-			bad = fmt.Errorf("keeper: %s contains a NUL byte", k)
+			bad = fmt.Errorf("keeper: %q contains a NUL byte", v)
 		}
-		b.WriteString(k)
-		b.WriteByte('=')
 		b.WriteString(v)
 		b.WriteByte(0)
 	}
+	put := func(k, v string) { str(k + "=" + v) }
 	put("env_id", s.EnvID)
 	put("owner_exit", s.OwnerExit)
 	if s.DeadlineMono > 0 {
@@ -149,24 +149,18 @@ func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 		if !strings.HasPrefix(o.Target, "/") {
 			return nil, fmt.Errorf("keeper: %s target %q is not absolute", o.Kind, o.Target)
 		}
-		put("op", o.Kind)
-		put("target", o.Target)
 		switch o.Kind {
-		case "mount":
-			put("source", o.Source)
-			put("fstype", o.FSType)
-			put("flags", strconv.FormatUint(uint64(o.Flags), 10))
-			put("data", o.Data)
-		case "remount":
-			put("flags", strconv.FormatUint(uint64(o.Flags), 10))
-		case "capture", "mkpoint", "move":
-			if o.Slot < 0 || o.Slot >= 64 {
-				return nil, fmt.Errorf("keeper: slot %d out of range", o.Slot)
-			}
-			put("slot", strconv.Itoa(o.Slot))
-		case "rdonly", "rdonly-one", "tmpfs", "mkdirs":
+		case "mount", "remount", "capture", "mkpoint", "move", "rdonly", "rdonly-one", "tmpfs", "mkdirs":
 		default:
 			return nil, fmt.Errorf("keeper: unknown operation %q", o.Kind)
+		}
+		if o.Slot < 0 || o.Slot >= 64 {
+			return nil, fmt.Errorf("keeper: slot %d out of range", o.Slot)
+		}
+		// The kind, then always six strings (keeper.c, parse_config).
+		put("op", o.Kind)
+		for _, v := range []string{o.Target, o.Source, o.FSType, o.Data, strconv.FormatUint(uint64(o.Flags), 10), strconv.Itoa(o.Slot)} {
+			str(v)
 		}
 	}
 	if bad != nil {
