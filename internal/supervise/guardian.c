@@ -100,10 +100,10 @@ static struct {
 	char boot_id[64];
 	uint64_t dev, ino, workload_start;
 	char start_error[ERRMSG_MAX];
-	int has_leader, has_code, code, has_signal, signal, has_tree, complete;
+	int code, signal, complete; /* code -1, signal 0: none */
 	int after_stop, outsiders, unstable;
-	struct timespec leader_at, tree_at;
-} R;
+	struct timespec leader_at, tree_at; /* zero: not yet */
+} R = {.code = -1};
 static char rec_buf[16 << 10];
 static size_t rec_len, rec_end; /* the last receipt written; the one being built */
 /* The artifact files may be shorter than the output: a write to them
@@ -176,11 +176,11 @@ void hf_guardian_receipt(void)
 		kvf("workload_start", "%llu", (unsigned long long)R.workload_start);
 	if (R.start_error[0])
 		kv("start_error", R.start_error);
-	if (R.has_leader)
+	if (R.leader_at.tv_sec)
 		kvf("leader_exited_at", "%lld", (long long)ns_of(&R.leader_at));
-	if (R.has_code)
+	if (R.code >= 0)
 		kvf("exit_code", "%d", (int)R.code);
-	if (R.has_signal)
+	if (R.signal)
 		kvf("signal", "%d", (int)R.signal);
 	if (stop_reason)
 		kv("stop_reason", reason_names[stop_reason]);
@@ -200,7 +200,7 @@ void hf_guardian_receipt(void)
 		kvf("last_input_at", "%lld", (long long)ns_of(&hf_sess_last_in));
 	if (hf_sess_last_out.tv_sec)
 		kvf("last_output_at", "%lld", (long long)ns_of(&hf_sess_last_out));
-	if (R.has_tree)
+	if (R.tree_at.tv_sec)
 		kvf("tree_exited_at", "%lld", (long long)ns_of(&R.tree_at));
 	kv("complete", R.complete ? "true" : "false");
 	/* "end=" and the FNV-1a hash of the text before it. */
@@ -480,11 +480,9 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 static int start_failed(const char *msg, int code)
 {
 	snprintf(R.start_error, sizeof R.start_error, "%s", msg);
-	R.has_code = 1;
 	R.code = code;
 	clock_gettime(CLOCK_REALTIME, &R.leader_at);
 	R.tree_at = R.leader_at;
-	R.has_leader = R.has_tree = 1;
 	R.complete = 1;
 	hf_guardian_receipt();
 	emit("exec-failed");
@@ -740,13 +738,11 @@ static void oom_sample(void)
 static void leader_exited(int status)
 {
 	clock_gettime(CLOCK_REALTIME, &R.leader_at);
-	R.has_leader = 1;
 	leader_alive = 0;
 	hf_session_leader_exited(status);
 	oom_next = INT64_MAX;
 	R.after_stop = stop_phase > 0 || notified;
 	if (WIFSIGNALED(status)) {
-		R.has_signal = 1;
 		R.signal = WTERMSIG(status);
 		if (R.signal == SIGKILL && cfg.oom_file[0]) {
 			/* oom_last_at is the workload's start until a sample is
@@ -761,7 +757,6 @@ static void leader_exited(int status)
 				leader_oom_stale_ms = age / NS_PER_MS > 0 ? age / NS_PER_MS : 1;
 		}
 	} else {
-		R.has_code = 1;
 		R.code = WEXITSTATUS(status);
 	}
 	hf_guardian_receipt();
@@ -1233,7 +1228,6 @@ int hf_guardian_main(void)
 	/* Files mode: the artifacts are beside the receipt. */
 	if (!cfg.pipe_mode && !cfg.inherit_mode && fs_full(HF_FD_RECEIPT))
 		hf_output_truncated = 1;
-	R.has_tree = 1;
 	R.complete = 1;
 	hf_guardian_receipt();
 	emit("tree");
