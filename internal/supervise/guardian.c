@@ -249,19 +249,11 @@ static void emit(const char *kind)
 static int parse_release(struct hf_msg *m)
 {
 	char *buf = m->buf;
-	size_t nargv = 0, nenv = 0;
-	for (char *p = buf; p < buf + m->len; p += strlen(p) + 1) {
-		if (!strncmp(p, "argv=", 5))
-			nargv++;
-		else if (!strncmp(p, "env=", 4))
-			nenv++;
-	}
-	size_t at = (m->len + 1 + 15) & ~(size_t)15;
-	size_t need = (nargv + 1 + nenv + 1) * sizeof(char *);
-	if (at + need > m->map)
-		return -1;
-	cfg.argv = (char **)(void *)(buf + at);
-	cfg.envp = cfg.argv + nargv + 1;
+	/* argv, then env (encodeRelease sends every argv first), each ended
+	 * by a NULL, go after the message, where hf_read_msg left zeroed room. */
+	char **vec = (char **)(void *)(buf + ((m->len + 1 + 15) & ~(size_t)15));
+	size_t nv = 0;
+	cfg.argv = vec;
 	static const struct hf_key keys[] = {
 		{"command_id", 's', cfg.command_id, sizeof cfg.command_id, 0},
 		{"env_id", 's', cfg.env_id, sizeof cfg.env_id, 0},
@@ -290,7 +282,6 @@ static int parse_release(struct hf_msg *m)
 		{"tty_rows", 'i', &hf_sess_rows, 65535, 0},
 		{0, 0, 0, 0, 0},
 	};
-	size_t ia = 0, ie = 0;
 	char *next;
 	for (char *p = buf; p < buf + m->len; p = next) {
 		next = p + strlen(p) + 1;
@@ -301,19 +292,21 @@ static int parse_release(struct hf_msg *m)
 		}
 		*v++ = 0;
 		int r = 1;
-		if (!strcmp(p, "argv"))
-			cfg.argv[ia++] = v;
-		else if (!strcmp(p, "env"))
-			cfg.envp[ie++] = v;
-		else if (!strcmp(p, "v1_join"))
+		if (!strcmp(p, "argv") && !cfg.envp)
+			vec[nv++] = v;
+		else if (!strcmp(p, "env")) {
+			if (!cfg.envp)
+				cfg.envp = vec + ++nv; /* after argv's NULL */
+			vec[nv++] = v;
+		} else if (!strcmp(p, "v1_join"))
 			r = cfg.njoin < HF_MAX_JOIN && hf_copy_bounded(cfg.join[cfg.njoin++], sizeof cfg.join[0], v) == 0 ? 1 : -1;
 		else if ((r = hf_set_key(keys, p, v)) == 0)
 			hf_log("release: unknown key %.64s", p);
 		if (r <= 0)
 			return -1;
 	}
-	cfg.argv[ia] = NULL;
-	cfg.envp[ie] = NULL;
+	if (!cfg.envp)
+		cfg.envp = vec + nv + 1;
 	if (!cfg.path || !cfg.path[0]) {
 		hf_log("release: no path");
 		return -1;
@@ -346,10 +339,9 @@ static void reset_signals(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
+/* dup_onto: from is never to (0, 1 and 2 are the guardian's own). */
 static int dup_onto(int from, int to)
 {
-	if (from == to)
-		return fcntl(to, F_SETFD, 0);
 	for (;;) {
 		if (dup2(from, to) >= 0)
 			return 0;
@@ -421,9 +413,7 @@ static int keeper_pidfd(void)
 		close(fd);
 		fd = -1;
 	}
-	if (fd >= 0)
-		fcntl(fd, F_SETFD, FD_CLOEXEC);
-	return fd;
+	return fd; /* close-on-exec, as pidfd_open makes it */
 }
 
 /* start_workload starts the leader. On failure it returns -1 with the

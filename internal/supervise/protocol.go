@@ -48,7 +48,7 @@ const (
 // The value runs from the first '=' to the NUL, so it may contain '=' and
 // newlines but not NUL. Keys (the JSON names of Config's fields):
 // command_id, env_id (at most maxID bytes), path, argv (repeated, in
-// order), env (repeated, in order), cwd, output, workload_cgroup,
+// order), env (repeated, in order, after every argv), cwd, output, workload_cgroup,
 // cgroup_mount, guardians_cgroup (at most maxPath bytes), v1_join
 // (repeated, at most maxJoin), deadline_mono_ns, timeout_mono_ns, grace_ns
 // and idle_ns (decimal nanoseconds), owner_exit, foreground and auto_stop
