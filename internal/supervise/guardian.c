@@ -813,24 +813,16 @@ static void on_stop_request(const struct signalfd_siginfo *si)
 
 static void on_signals(void)
 {
-	struct signalfd_siginfo si[16];
+	struct signalfd_siginfo si;
 	int chld = 0, moved = 0;
-	for (;;) {
-		ssize_t n = read(sfd, si, sizeof si);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		for (size_t i = 0; i < (size_t)n / sizeof si[0]; i++) {
-			if (si[i].ssi_signo == SIGCHLD)
-				chld = 1;
-			else if (si[i].ssi_signo == HF_SIG_DEADLINE)
-				moved = 1;
-			else if (si[i].ssi_signo == SIGTERM)
-				on_stop_request(&si[i]);
-		}
-		if ((size_t)n < sizeof si)
-			break;
+	/* No handler is installed, so a read is never interrupted. */
+	while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+		if (si.ssi_signo == SIGCHLD)
+			chld = 1;
+		else if (si.ssi_signo == HF_SIG_DEADLINE)
+			moved = 1;
+		else if (si.ssi_signo == SIGTERM)
+			on_stop_request(&si);
 	}
 	if (moved)
 		deadline_reload();

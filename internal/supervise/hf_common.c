@@ -159,19 +159,15 @@ int hf_parse_i64(const char *s, int64_t *out)
 
 int64_t hf_read_deadline(int dirfd, const char *path)
 {
-	char b[32];
+	char b[32] = {0};
 	int64_t v;
 	int fd = openat(dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	int n = fd < 0 ? -1 : (int)read(fd, b, sizeof b - 1);
+	ssize_t n = fd < 0 ? -1 : read(fd, b, sizeof b - 1);
 	if (fd >= 0)
 		close(fd);
-	if (n >= 0)
-		b[n] = 0;
-	while (n > 0 && b[n - 1] == '\n')
-		b[--n] = 0;
-	if (n <= 0 || hf_parse_i64(b, &v) < 0 || v <= 0)
-		return -1;
-	return v;
+	if (n > 0 && b[n - 1] == '\n') /* MoveDeadline's one newline */
+		b[n - 1] = 0;
+	return n > 0 && hf_parse_i64(b, &v) == 0 && v > 0 ? v : -1;
 }
 
 int hf_copy_bounded(char *dst, size_t cap, const char *src)
