@@ -46,8 +46,6 @@ struct hf_clone_args {
 static struct {
 	char command_id[HF_MAX_ID + 1];
 	char env_id[HF_MAX_ID + 1];
-	char cgroup[HF_MAX_PATH + 1];    /* workload cgroup; "" = subreaper tier */
-	char mount[HF_MAX_PATH + 1];     /* the cgroup2 mount */
 	char guardians[HF_MAX_PATH + 1]; /* the environment's guardians group */
 	char join[HF_MAX_JOIN][HF_MAX_PATH + 1]; /* v1 groups the workload joins */
 	int njoin;
@@ -261,8 +259,8 @@ static int parse_release(struct hf_msg *m)
 		{"cwd", 'p', &cfg.cwd, 0, 0},
 		{"output", 'f', &cfg.pipe_mode, 0, "pipe"},
 		{"output", 'f', &cfg.inherit_mode, 0, "inherit"},
-		{"workload_cgroup", 's', cfg.cgroup, sizeof cfg.cgroup, 0},
-		{"cgroup_mount", 's', cfg.mount, sizeof cfg.mount, 0},
+		{"workload_cgroup", 's', tree.cgroup, sizeof tree.cgroup, 0}, /* "": the subreaper tier */
+		{"cgroup_mount", 's', tree.mount, sizeof tree.mount, 0},
 		{"guardians_cgroup", 's', cfg.guardians, sizeof cfg.guardians, 0},
 		{"oom_file", 's', cfg.oom_file, sizeof cfg.oom_file, 0},
 		{"run_dir", 's', cfg.run_dir, sizeof cfg.run_dir, 0},
@@ -423,7 +421,7 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 	int cgfd = -1, nsfd = -1, p[2];
 	pid_t pid = -1;
 	struct child_err ce = {STEP_START, 0};
-	if (cfg.cgroup[0] && (cgfd = open(cfg.cgroup, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+	if (tree.cgroup[0] && (cgfd = open(tree.cgroup, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		ce = (struct child_err){STEP_CGROUP, errno};
 	} else if (cfg.view_pid > 0 && (nsfd = keeper_pidfd()) < 0) {
 		ce.step = 0; /* said here */
@@ -963,7 +961,7 @@ static int tees_done(void)
 static void finish_environment(void)
 {
 	if (cfg.guardians[0])
-		hf_stop_guardians(cfg.mount, cfg.guardians, self_pid, HF_R_COMPLETED, cfg.grace_ns, NULL);
+		hf_stop_guardians(tree.mount, cfg.guardians, self_pid, HF_R_COMPLETED, cfg.grace_ns, NULL);
 	int fd = cfg.view_pid > 0 ? keeper_pidfd() : -1;
 	if (fd >= 0) {
 		hf_queue_stop(fd, HF_R_COMPLETED, 0, cfg.grace_ns);
@@ -1079,8 +1077,6 @@ int hf_guardian_main(void)
 	if (stop_pending())
 		return 0;
 	deadline_reload();
-	snprintf(tree.cgroup, sizeof tree.cgroup, "%s", cfg.cgroup);
-	snprintf(tree.mount, sizeof tree.mount, "%s", cfg.mount);
 	tree.roots[0] = self_pid;
 	tree.nroots = 1;
 

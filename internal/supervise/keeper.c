@@ -62,14 +62,14 @@ static int slots[MAX_SLOTS];
 
 static struct {
 	char env_id[HF_MAX_ID + 1];
-	char mount[HF_MAX_PATH + 1];
-	char commands[HF_MAX_PATH + 1];
 	char guardians[HF_MAX_PATH + 1];
 	int owner_stop, slave;
 	int userns; /* a user namespace first: a rootless view (keeper.go) */
 	int files; /* trees' descriptors handed over, from HF_KFD_RUNDIR + 1 */
 	int64_t deadline_ns, grace_ns;
 } kc;
+/* The environment's commands group (and the cgroup2 mount), stopped as one tree. */
+static struct hf_tree commands;
 
 static struct hf_msg cfgmsg;
 static char errmsg[2048];
@@ -90,8 +90,8 @@ static int parse_config(struct hf_msg *m)
 	static int64_t files;
 	static const struct hf_key keys[] = {
 		{"env_id", 's', kc.env_id, sizeof kc.env_id, 0},
-		{"cgroup_mount", 's', kc.mount, sizeof kc.mount, 0},
-		{"commands_cgroup", 's', kc.commands, sizeof kc.commands, 0},
+		{"cgroup_mount", 's', commands.mount, sizeof commands.mount, 0},
+		{"commands_cgroup", 's', commands.cgroup, sizeof commands.cgroup, 0},
 		{"guardians_cgroup", 's', kc.guardians, sizeof kc.guardians, 0},
 		{"owner_exit", 'f', &kc.owner_stop, 0, "stop"},
 		{"propagation", 'f', &kc.slave, 0, "slave"},
@@ -379,20 +379,17 @@ static void ready(const char *prefix, const char *msg)
  * carries the reason); what is left after the grace is killed. */
 static void stop_commands(int reason, int64_t grace)
 {
-	static struct hf_tree t;
-	if (!kc.commands[0])
+	struct hf_tree *t = &commands; /* called once: the keeper exits after it */
+	if (!t->cgroup[0])
 		return;
-	memset(&t, 0, sizeof t);
-	snprintf(t.cgroup, sizeof t.cgroup, "%s", kc.commands);
-	snprintf(t.mount, sizeof t.mount, "%s", kc.mount);
 	if (kc.guardians[0])
-		hf_stop_guardians(kc.mount, kc.guardians, 0, reason, grace, &t);
+		hf_stop_guardians(t->mount, kc.guardians, 0, reason, grace, t);
 	/* Every 10 ms: has the tree gone? After the grace and 1 s more, a
 	 * kill round each time, at most 200 (2 s). */
 	int64_t end = hf_mono_now() + grace + 1000 * NS_PER_MS;
-	for (int kills = 0; kills < 200 && hf_tree_populated(&t);) {
+	for (int kills = 0; kills < 200 && hf_tree_populated(t);) {
 		if (hf_mono_now() >= end) {
-			hf_tree_kill(&t);
+			hf_tree_kill(t);
 			kills++;
 		}
 		struct timespec ts = {0, 10 * 1000000L};
@@ -425,7 +422,7 @@ static void owner_line(char *line)
 		return;
 	committed = 1;
 	/* The groups: at most HF_MAX_PATH (4095) bytes each, as Commit checks. */
-	sscanf(line + 9, "%4095s %4095s", kc.commands, kc.guardians);
+	sscanf(line + 9, "%4095s %4095s", commands.cgroup, kc.guardians);
 }
 
 int hf_keeper_main(void)
