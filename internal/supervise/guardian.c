@@ -349,10 +349,6 @@ static int dup_onto(int from, int to)
 }
 
 /* child_exec runs in the new child; it never returns. */
-/* The oom_score_adj the guardian inherited, which the workload gets back
- * (the guardian itself is protected: hf_helper_start). */
-static char oom_adj[HF_OOM_ADJ_LEN];
-
 static void child_exec(int in, int out, int err, int nsfd, int report)
 {
 	struct child_err ce = {STEP_START, 0};
@@ -388,8 +384,8 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	if (cfg.cwd && cfg.cwd[0] && chdir(cfg.cwd) < 0)
 		goto fail;
 	reset_signals();
-	if (oom_adj[0])
-		hf_write_file("/proc/self/oom_score_adj", oom_adj);
+	if (hf_oom_adj[0]) /* the guardian's own is -1000 (hf_helper_start) */
+		hf_write_file("/proc/self/oom_score_adj", hf_oom_adj);
 	execve(cfg.path, cfg.argv, cfg.envp);
 fail:
 	ce.err = errno;
@@ -1034,7 +1030,7 @@ int hf_guardian_main(void)
 	 * a SIGTERM that arrives at the gate ends the guardian there, before
 	 * anything starts (see the gate below). */
 	sigset_t mask;
-	hf_helper_start(&mask, 1, HF_FD_PARENT, oom_adj);
+	hf_helper_start(&mask, 1, HF_FD_PARENT);
 	self_pid = getpid(); /* 0, 1 and 2 are open: the launcher's (launch.go) */
 	if (fcntl(HF_FD_DIR, F_GETFD) >= 0)
 		hf_log_dirfd = HF_FD_DIR;
@@ -1140,12 +1136,11 @@ int hf_guardian_main(void)
 		return start_failed(msg, code);
 	}
 	if (cfg.pipe_mode) {
-		int fwd[2] = {HF_FD_FWDOUT, HF_FD_FWDERR}, file[2] = {HF_FD_STDOUT, HF_FD_STDERR};
 		for (int i = 0; i < 2; i++) {
 			struct tee *t = &tees[i];
 			t->src = tp[i][0];
-			t->file = file[i];
-			t->fwd = fwd[i];
+			t->file = HF_FD_STDOUT + i; /* and HF_FD_STDERR */
+			t->fwd = HF_FD_FWDOUT + i;  /* and HF_FD_FWDERR */
 			fcntl(t->src, F_SETFL, fcntl(t->src, F_GETFL) | O_NONBLOCK);
 			int fl = fcntl(t->fwd, F_GETFL);
 			if (fl < 0)

@@ -43,7 +43,7 @@ const (
 
 // cGuardianMode is the guardian's mode string compiled into the C
 // constructor.
-func cGuardianMode() string { return C.GoString(C.hf_guardian_mode()) }
+func cGuardianMode() string { return C.HF_GUARDIAN_MODE }
 
 // NotDispatched is what runs if argv[1] names a helper mode and yet the Go
 // runtime started: the C constructor (hf_ctor.c) did not run (a libc that

@@ -59,17 +59,15 @@ int64_t hf_read_deadline(int dirfd, const char *path);
 enum { HF_R_NONE, HF_R_USER, HF_R_DEADLINE, HF_R_IDLE, HF_R_OWNER_EXIT, HF_R_TIMEOUT, HF_R_CANCELLED,
 	HF_R_COMPLETED, HF_R_KEEPER_LOST, HF_R_LIMIT, HF_R_ABANDONED, HF_R_MAX = HF_R_ABANDONED };
 
-/* Exposed for the Go-side consistency test. */
-const char *hf_guardian_mode(void);
-
 /* ---- common helpers (hf_common.c) ---- */
 #define NS_PER_MS 1000000LL
 int64_t hf_mono_now(void);
 /* hf_helper_start blocks SIGTERM, HF_SIG_DEADLINE (and SIGCHLD with
  * chld) for a signalfd on mask, ignores the signals of a terminal or a
- * gone reader, and makes descriptors 3 to last close-on-exec. */
-#define HF_OOM_ADJ_LEN 16
-void hf_helper_start(sigset_t *mask, int chld, int last, char oom_orig[HF_OOM_ADJ_LEN]);
+ * gone reader, makes descriptors 3 to last close-on-exec, and keeps the
+ * inherited oom_score_adj in hf_oom_adj (the workload gets it back). */
+void hf_helper_start(sigset_t *mask, int chld, int last);
+extern char hf_oom_adj[16];
 int hf_write_all(int fd, const char *p, size_t n); /* 0, or -1 with errno */
 /* hf_arm_timer sets timerfd tfd to CLOCK_MONOTONIC time at (INT64_MAX:
  * disarmed). */

@@ -19,8 +19,6 @@
 
 #include "hf.h"
 
-const char *hf_guardian_mode(void) { return HF_GUARDIAN_MODE; }
-
 int64_t hf_mono_now(void)
 {
 	struct timespec ts;
@@ -42,13 +40,15 @@ int hf_write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-void hf_helper_start(sigset_t *mask, int chld, int last, char oom_orig[HF_OOM_ADJ_LEN])
+char hf_oom_adj[16];
+
+void hf_helper_start(sigset_t *mask, int chld, int last)
 {
 	/* Out of the OOM killer's choice (-1000; it takes CAP_SYS_RESOURCE,
 	 * so unprivileged it stays): a cgroup's OOM must take a workload,
 	 * never its witness. The inherited value is kept for the workload. */
-	if (hf_read_file("/proc/self/oom_score_adj", oom_orig, HF_OOM_ADJ_LEN) < 0)
-		oom_orig[0] = 0;
+	if (hf_read_file("/proc/self/oom_score_adj", hf_oom_adj, sizeof hf_oom_adj) < 0)
+		hf_oom_adj[0] = 0;
 	hf_write_file("/proc/self/oom_score_adj", "-1000");
 	static const int ignored[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2, SIGWINCH};
 	struct sigaction ign;

@@ -428,8 +428,7 @@ static void owner_line(char *line)
 int hf_keeper_main(void)
 {
 	sigset_t mask;
-	char oom_adj[HF_OOM_ADJ_LEN]; /* the keeper runs nothing: unused */
-	hf_helper_start(&mask, 0, HF_KFD_RUNDIR, oom_adj);
+	hf_helper_start(&mask, 0, HF_KFD_RUNDIR);
 	for (int i = 0; i < MAX_SLOTS; i++)
 		slots[i] = -1;
 	int r = hf_read_msg(HF_KFD_CONFIG, &cfgmsg);
