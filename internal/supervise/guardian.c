@@ -567,10 +567,9 @@ static int64_t idle_check_at(void)
 static void idle_poll(void)
 {
 	if (!cfg.pipe_mode) {
-		int fds[2] = {HF_FD_STDOUT, HF_FD_STDERR};
 		for (int i = 0; i < 2; i++) {
 			struct stat st;
-			if (fstat(fds[i], &st) == 0 && (int64_t)st.st_size != idle_sizes[i]) {
+			if (fstat(HF_FD_STDOUT + i, &st) == 0 && (int64_t)st.st_size != idle_sizes[i]) {
 				idle_sizes[i] = (int64_t)st.st_size;
 				last_activity = hf_mono_now();
 			}
@@ -981,15 +980,12 @@ static void open_late_dir(void)
 	errno = EINVAL; /* not a single path component */
 	if (id[0] && strcmp(id, ".") && strcmp(id, "..") && !strchr(id, '/'))
 		fd = openat(HF_FD_PARENT, id, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
+	if (fd < 0)
 		hf_log("guardian: opening the command's directory %.64s: %s", id, hf_errstr(errno));
-	} else if (fd == HF_FD_DIR) {
+	else if (fd == HF_FD_DIR || dup3(fd, HF_FD_DIR, O_CLOEXEC) >= 0)
 		hf_log_dirfd = HF_FD_DIR;
-	} else {
-		if (dup3(fd, HF_FD_DIR, O_CLOEXEC) >= 0)
-			hf_log_dirfd = HF_FD_DIR;
+	if (fd >= 0 && fd != HF_FD_DIR)
 		close(fd);
-	}
 	close(HF_FD_PARENT);
 }
 
