@@ -530,17 +530,6 @@ void hf_session_leader_exited(int status)
 	exit_at = hf_mono_now() + SETTLE;
 }
 
-/* drain_pty reads what the terminal still holds once no process has it
- * open (its last bytes may still be on their way: bounded wait for EIO). */
-static void drain_pty(void)
-{
-	for (int64_t until = hf_mono_now() + 2000 * NS_PER_MS; master >= 0 && !pty_eof && hf_mono_now() < until;) {
-		struct pollfd p = {master, POLLIN, 0};
-		if (poll(&p, 1, 100) > 0)
-			read_pty();
-	}
-}
-
 /* hf_session_activity is the last session activity (monotonic), or now
  * while an attached client waits on a workload that waits for typing:
  * the terminal's foreground process group leader has the terminal as
@@ -568,37 +557,40 @@ int64_t hf_session_activity(int64_t now)
 	return act_mono;
 }
 
-/* hf_session_end: the tree is gone. What the pty still holds goes to the
- * log; clients get the rest and the exit frame, for at most 2 s. */
+/* hf_session_end: the tree is gone. In two rounds of at most 2 s each:
+ * what the pty still holds goes to the log (its last bytes may still be on
+ * their way: wait for EIO), then clients get the rest and the exit frame. */
 void hf_session_end(void)
 {
 	if (!mode)
 		return;
 	if (!leader_done)
 		hf_session_leader_exited(0);
-	drain_pty();
-	pty_eof = 1;
 	close(lsock);
 	unlinkat(HF_FD_DIR, SOCK_NAME, 0);
-	int64_t until = hf_mono_now() + 2000 * NS_PER_MS;
-	for (;;) {
-		struct pollfd p[MAXC];
-		int n = 0;
-		for (int i = 0; i < MAXC; i++) {
-			busy = -1;
-			if (cl[i].fd >= 0 && !wants_out(&cl[i]))
-				drop(&cl[i]);
-			p[i] = (struct pollfd){cl[i].fd, POLLOUT, 0};
-			n += cl[i].fd >= 0;
-		}
-		int64_t left = (until - hf_mono_now()) / NS_PER_MS;
-		if (!n || left <= 0 || poll(p, MAXC, (int)left) < 0)
-			break;
-		for (int i = 0; i < MAXC; i++)
-			if (cl[i].fd >= 0 && p[i].revents) {
-				cl[i].full = 0;
-				on_writable(&cl[i]);
+	for (int round = 0; round < 2; round++) {
+		int64_t until = hf_mono_now() + 2000 * NS_PER_MS, left;
+		while ((left = (until - hf_mono_now()) / NS_PER_MS) > 0) {
+			struct pollfd p[MAXC + 1];
+			int n = 0;
+			for (int i = 0; i < MAXC; i++) {
+				if (round && cl[i].fd >= 0 && !wants_out(&cl[i]))
+					drop(&cl[i]);
+				p[i] = (struct pollfd){round ? cl[i].fd : -1, POLLOUT, 0};
+				n += p[i].fd >= 0;
 			}
+			p[MAXC] = (struct pollfd){round || pty_eof ? -1 : master, POLLIN, 0};
+			if ((!n && p[MAXC].fd < 0) || poll(p, MAXC + 1, (int)left) < 0)
+				break;
+			if (p[MAXC].revents)
+				read_pty();
+			for (int i = 0; i < MAXC; i++)
+				if (cl[i].fd >= 0 && p[i].revents) {
+					cl[i].full = 0;
+					on_writable(&cl[i]);
+				}
+		}
+		pty_eof = 1;
 	}
 	for (int i = 0; i < MAXC; i++)
 		if (cl[i].fd >= 0)
