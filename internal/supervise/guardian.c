@@ -218,17 +218,13 @@ void hf_guardian_receipt(void)
 	while (off < rec_len) {
 		ssize_t w = pwrite(HF_FD_RECEIPT, rec_buf + off, rec_len - off, (off_t)off);
 		if (w < 0) {
-			if (errno == EINTR)
-				continue;
 			hf_log("writing the receipt: %s", hf_errstr(errno));
 			return;
 		}
 		off += (size_t)w;
 	}
-	if (R.complete && !ctl_open) {
-		while (fsync(HF_FD_RECEIPT) < 0 && errno == EINTR)
-			;
-	}
+	if (R.complete && !ctl_open)
+		fsync(HF_FD_RECEIPT);
 }
 
 /* emit writes one event line, "ev=KIND" (protocol.go, Event), once the
@@ -337,17 +333,6 @@ static void reset_signals(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-/* dup_onto: from is never to (0, 1 and 2 are the guardian's own). */
-static int dup_onto(int from, int to)
-{
-	for (;;) {
-		if (dup2(from, to) >= 0)
-			return 0;
-		if (errno != EINTR && errno != EBUSY)
-			return -1;
-	}
-}
-
 /* child_exec runs in the new child; it never returns. */
 static void child_exec(int in, int out, int err, int nsfd, int report)
 {
@@ -368,7 +353,8 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 			goto fail;
 		}
 	}
-	if (dup_onto(in, 0) < 0 || dup_onto(out, 1) < 0 || dup_onto(err, 2) < 0)
+	/* Never onto themselves: 0, 1 and 2 are the guardian's own. */
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		goto fail;
 	/* Nothing but 0, 1 and 2 reaches the workload: not the receipt, not
 	 * the control or event pipes. */
@@ -389,8 +375,7 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	execve(cfg.path, cfg.argv, cfg.envp);
 fail:
 	ce.err = errno;
-	while (write(report, &ce, sizeof ce) < 0 && errno == EINTR)
-		;
+	(void)!write(report, &ce, sizeof ce);
 	_exit(127);
 }
 
@@ -437,13 +422,10 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 		ce.err = errno;
 		close(p[1]);
 		/* EOF: the exec succeeded (the pipe is close-on-exec). */
-		ssize_t n = 0;
-		while (pid > 0 && (n = read(p[0], &ce, sizeof ce)) < 0 && errno == EINTR)
-			;
+		ssize_t n = pid > 0 ? read(p[0], &ce, sizeof ce) : 0;
 		close(p[0]);
 		if (n == (ssize_t)sizeof ce) {
-			while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-				;
+			waitpid(pid, NULL, 0);
 			pid = -1;
 		}
 	}
@@ -635,8 +617,7 @@ static void arm_timer(void)
 static void on_timer(void)
 {
 	uint64_t ticks;
-	while (read(tfd, &ticks, sizeof ticks) < 0 && errno == EINTR)
-		;
+	(void)!read(tfd, &ticks, sizeof ticks);
 	timer_armed = INT64_MAX; /* one-shot: disarmed now */
 	int64_t now = hf_mono_now();
 	if (!soft_fired && now >= soft_deadline()) {
@@ -756,8 +737,6 @@ static void reap(void)
 		if (p == 0)
 			return;
 		if (p < 0) {
-			if (errno == EINTR)
-				continue;
 			if (errno == ECHILD)
 				no_children = 1;
 			else
@@ -808,7 +787,6 @@ static void on_signals(void)
 {
 	struct signalfd_siginfo si;
 	int chld = 0, moved = 0;
-	/* No handler is installed, so a read is never interrupted. */
 	while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
 		if (si.ssi_signo == SIGCHLD)
 			chld = 1;
@@ -869,8 +847,6 @@ static void tee_flush(struct tee *t)
 	while (t->off < t->len) {
 		ssize_t w = write(t->fwd, t->buf + t->off, t->len - t->off);
 		if (w < 0) {
-			if (errno == EINTR)
-				continue;
 			if (errno == EAGAIN)
 				return; /* wait for POLLOUT */
 			tee_close_fwd(t); /* EPIPE: the reader is gone */
@@ -897,7 +873,7 @@ static int fs_full(int fd)
 static void tee_read(struct tee *t)
 {
 	ssize_t n = read(t->src, t->buf, sizeof t->buf);
-	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+	if (n < 0 && errno == EAGAIN)
 		return;
 	if (n > 0) {
 		last_activity = hf_mono_now();
@@ -1008,11 +984,8 @@ static int gate_wait(void)
 {
 	for (;;) {
 		struct pollfd p[2] = {{.fd = HF_FD_CONTROL, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
+		if (poll(p, 2, -1) < 0)
 			return 0; /* the blocking read decides */
-		}
 		if ((p[1].revents & POLLIN) && stop_pending())
 			return 1;
 		if (p[0].revents)
@@ -1176,8 +1149,7 @@ int hf_guardian_main(void)
 		}
 		int np = 5 + hf_session_pollfds(pfd + 5, HF_SESS_MAXC + 3);
 		if (poll(pfd, (nfds_t)np, hf_session_poll_ms()) < 0) {
-			if (errno != EINTR)
-				hf_log("guardian: poll: %s", hf_errstr(errno));
+			hf_log("guardian: poll: %s", hf_errstr(errno));
 			continue;
 		}
 		if (pfd[0].revents)

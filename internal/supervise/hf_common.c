@@ -30,8 +30,6 @@ int hf_write_all(int fd, const char *p, size_t n)
 {
 	while (n > 0) {
 		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
 		if (w < 0)
 			return -1;
 		p += w;
@@ -123,8 +121,8 @@ int hf_read_file(const char *path, char *buf, size_t cap)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t n = 0;
 	size_t len = 0;
-	while (fd >= 0 && len < cap - 1 && ((n = read(fd, buf + len, cap - 1 - len)) > 0 || (n < 0 && errno == EINTR)))
-		len += n > 0 ? (size_t)n : 0;
+	while (fd >= 0 && len < cap - 1 && (n = read(fd, buf + len, cap - 1 - len)) > 0)
+		len += (size_t)n;
 	if (fd >= 0)
 		close(fd);
 	buf[len] = 0;
@@ -137,9 +135,7 @@ int hf_write_file(const char *path, const char *val)
 	if (fd < 0)
 		return -1;
 	size_t n = strlen(val);
-	ssize_t w;
-	while ((w = write(fd, val, n)) < 0 && errno == EINTR)
-		;
+	ssize_t w = write(fd, val, n);
 	int saved = errno;
 	close(fd);
 	errno = saved;
@@ -232,8 +228,6 @@ static size_t read_full(int fd, void *p, size_t n)
 	size_t got = 0;
 	while (got < n) {
 		ssize_t r = read(fd, (char *)p + got, n - got);
-		if (r < 0 && errno == EINTR)
-			continue;
 		if (r <= 0)
 			break;
 		got += (size_t)r;
@@ -275,7 +269,7 @@ int hf_read_lines(int fd, struct hf_lines *l, void (*fn)(char *line))
 {
 	char b[512];
 	ssize_t n = read(fd, b, sizeof b);
-	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+	if (n < 0 && errno == EAGAIN)
 		return 0;
 	for (ssize_t i = 0; i < n; i++) {
 		if (b[i] != '\n') {

@@ -202,8 +202,6 @@ static void write_input(struct client *c)
 {
 	while (c->in_off < c->in_len) {
 		ssize_t w = write(inw, c->in + c->in_off, c->in_len - c->in_off);
-		if (w < 0 && errno == EINTR)
-			continue;
 		if (w < 0 && errno == EAGAIN) {
 			busy = (int)(c - cl);
 			return;
@@ -285,8 +283,6 @@ static void on_readable(struct client *c)
 			r = read(c->fd, c->ih + c->ih_len, (size_t)(5 - c->ih_len));
 		else
 			r = read(c->fd, c->in + c->in_len, c->in_need - c->in_len);
-		if (r < 0 && errno == EINTR)
-			continue;
 		if (r < 0 && errno == EAGAIN)
 			return;
 		if (r <= 0) {
@@ -378,7 +374,7 @@ static void on_writable(struct client *c)
 		return;
 	}
 blocked:
-	if (errno != EAGAIN && errno != EINTR)
+	if (errno != EAGAIN)
 		drop(c);
 	else
 		c->full = 1;
@@ -395,12 +391,10 @@ static void read_pty(void)
 {
 	for (;;) { /* the pty gives 4 KiB a read: gather up to CHUNK a write */
 		ssize_t n = 0, r = 0;
-		while (n < CHUNK && ((r = read(master, obuf + n, (size_t)(CHUNK - n))) > 0 || (r < 0 && errno == EINTR)))
-			n += r > 0 ? r : 0;
+		while (n < CHUNK && (r = read(master, obuf + n, (size_t)(CHUNK - n))) > 0)
+			n += r;
 		for (ssize_t off = 0; off < n && logw >= 0;) {
 			ssize_t w = write(logw, obuf + off, (size_t)(n - off));
-			if (w < 0 && errno == EINTR)
-				continue;
 			if (w < 0) {
 				hf_log("writing the session's log: %s; it is cut here", hf_errstr(errno));
 				hf_output_truncated = 1;

@@ -69,8 +69,6 @@ static int each_entry(const char *path, int dirs, void (*fn)(const char *))
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	for (; fd >= 0;) {
 		long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
-		if (n < 0 && errno == EINTR)
-			continue;
 		if (n <= 0)
 			break;
 		for (long off = 0; off < n;) {

@@ -449,10 +449,7 @@ int hf_keeper_main(void)
 		}
 		ready("userns", "");
 		char c = 0;
-		ssize_t n;
-		while ((n = read(HF_KFD_CONFIG, &c, 1)) < 0 && errno == EINTR)
-			;
-		if (n != 1 || c != 'm')
+		if (read(HF_KFD_CONFIG, &c, 1) != 1 || c != 'm')
 			return 125; /* the launcher could not map our ids: it says why */
 	}
 	close(HF_KFD_CONFIG);
@@ -485,8 +482,7 @@ int hf_keeper_main(void)
 	for (;;) {
 		struct pollfd pfd[3] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}, {owner_open ? HF_KFD_OWNER : -1, POLLIN, 0}};
 		if (poll(pfd, 3, -1) < 0) {
-			if (errno != EINTR)
-				hf_log("keeper: poll: %s", hf_errstr(errno));
+			hf_log("keeper: poll: %s", hf_errstr(errno));
 			continue;
 		}
 		if (pfd[0].revents) {
