@@ -293,7 +293,7 @@ static int parse_release(struct hf_msg *m)
 				cfg.envp = vec + ++nv; /* after argv's NULL */
 			vec[nv++] = v;
 		} else if (!strcmp(p, "v1_join"))
-			r = cfg.njoin < HF_MAX_JOIN && hf_copy_bounded(cfg.join[cfg.njoin++], sizeof cfg.join[0], v) == 0 ? 1 : -1;
+			r = cfg.njoin < HF_MAX_JOIN && snprintf(cfg.join[cfg.njoin++], sizeof cfg.join[0], "%s", v) < (int)sizeof cfg.join[0] ? 1 : -1;
 		else if ((r = hf_set_key(keys, p, v)) == 0)
 			hf_log("release: unknown key %.64s", p);
 		if (r <= 0)

@@ -98,7 +98,6 @@ struct hf_key {
 	const char *eq;
 };
 int hf_set_key(const struct hf_key *keys, const char *key, const char *val);
-int hf_copy_bounded(char *dst, size_t cap, const char *src);
 
 /* A length-framed message (protocol.go): its length (uint32, native byte
  * order), then that many bytes of "key=value\0" strings. */

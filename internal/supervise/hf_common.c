@@ -166,15 +166,6 @@ int64_t hf_read_deadline(int dirfd, const char *path)
 	return n > 0 && hf_parse_i64(b, &v) == 0 && v > 0 ? v : -1;
 }
 
-int hf_copy_bounded(char *dst, size_t cap, const char *src)
-{
-	size_t n = strlen(src);
-	if (n >= cap)
-		return -1;
-	memcpy(dst, src, n + 1);
-	return 0;
-}
-
 /* hf_read_stat counts fields from the last ')', since the command name may
  * contain spaces and parentheses. */
 int hf_read_stat(pid_t pid, struct hf_stat *st)
@@ -205,7 +196,7 @@ int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
 		if (strcmp(k->name, key))
 			continue;
 		found = 1;
-		if (k->kind == 's' && hf_copy_bounded(k->dst, k->arg, val) < 0)
+		if (k->kind == 's' && snprintf(k->dst, k->arg, "%s", val) >= (int)k->arg)
 			return -1;
 		if (k->kind == 'p')
 			*(const char **)k->dst = val;

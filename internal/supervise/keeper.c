@@ -197,7 +197,7 @@ static int resolve(const char *path, int mk)
 	if (!mk)
 		return (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
 	char p[PATH_MAX];
-	if (hf_copy_bounded(p, sizeof p, path) < 0) {
+	if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
 		errno = ENAMETOOLONG;
 		return -1;
 	}
@@ -248,7 +248,7 @@ static int mkpoint(int fd, const char *target)
 	}
 	/* The parent keeps its final slash ("/a/b/" resolves as "/a/b"). */
 	const char *name = strrchr(target, '/') + 1; /* absolute: parse_config */
-	if (fstat(fd, &st) < 0 || hf_copy_bounded(parent, sizeof parent, target) < 0)
+	if (fstat(fd, &st) < 0 || snprintf(parent, sizeof parent, "%s", target) >= (int)sizeof parent)
 		return -1;
 	parent[name - target] = 0;
 	int dir = resolve(parent, 1);
