@@ -96,7 +96,8 @@ static struct hf_tree tree;
 /* The receipt (protocol.go, Receipt). */
 static struct {
 	char boot_id[64];
-	uint64_t dev, ino, workload_start;
+	struct stat proof; /* the receipt file's: device and inode */
+	uint64_t workload_start;
 	char start_error[ERRMSG_MAX];
 	int code, signal, complete; /* code -1, signal 0: none */
 	int after_stop, outsiders, unstable;
@@ -166,8 +167,8 @@ void hf_guardian_receipt(void)
 	kv("env_id", cfg.env_id);
 	kv("boot_id", R.boot_id);
 	kvf("guardian_pid", "%d", (int)self_pid);
-	kvf("proof_dev", "%llu", (unsigned long long)R.dev);
-	kvf("proof_ino", "%llu", (unsigned long long)R.ino);
+	kvf("proof_dev", "%llu", (unsigned long long)R.proof.st_dev);
+	kvf("proof_ino", "%llu", (unsigned long long)R.proof.st_ino);
 	if (leader_pid > 0)
 		kvf("workload_pid", "%d", (int)leader_pid);
 	if (R.workload_start)
@@ -1045,17 +1046,10 @@ int hf_guardian_main(void)
 	tree.roots[0] = self_pid;
 	tree.nroots = 1;
 
-	char boot[64];
-	int n = hf_read_file("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
-	while (n > 0 && (boot[n - 1] == '\n' || boot[n - 1] == ' '))
-		boot[--n] = 0;
-	if (n > 0)
-		memcpy(R.boot_id, boot, (size_t)n + 1);
-	struct stat st;
-	if (fstat(HF_FD_RECEIPT, &st) == 0) {
-		R.dev = (uint64_t)st.st_dev;
-		R.ino = (uint64_t)st.st_ino;
-	}
+	int n = hf_read_file("/proc/sys/kernel/random/boot_id", R.boot_id, sizeof R.boot_id);
+	while (n > 0 && (R.boot_id[n - 1] == '\n' || R.boot_id[n - 1] == ' '))
+		R.boot_id[--n] = 0;
+	fstat(HF_FD_RECEIPT, &R.proof);
 	/* Released: the receipt is never empty from here on (an empty receipt
 	 * of a guardian that is gone proves it never started anything). */
 	hf_guardian_receipt();

@@ -363,13 +363,11 @@ static int apply_ops(void)
 }
 
 /* ready reports "ok", or "error MESSAGE" (keeper.go), on the ready
- * channel: one line. */
+ * channel: one line (b holds the longest: a prefix and errmsg). */
 static void ready(const char *prefix, const char *msg)
 {
 	char b[2200];
 	int n = snprintf(b, sizeof b, "%s%s\n", prefix, msg);
-	if (n > (int)sizeof b - 1)
-		n = (int)sizeof b - 1, b[n - 1] = '\n';
 	hf_write_all(HF_KFD_READY, b, (size_t)n);
 }
 
