@@ -480,10 +480,7 @@ void hf_session_events(struct pollfd *p, int n)
 			on_writable(c);
 	}
 	if (p[0].revents & POLLIN)
-		on_accept();
-	for (int i = 0; i < MAXC; i++) /* new output, new clients */
-		if (cl[i].fd >= 0 && !cl[i].full && wants_out(&cl[i]))
-			on_writable(&cl[i]);
+		on_accept(); /* a new client has nothing to send before its hello */
 	if (receipt_due && hf_mono_now() >= receipt_due) {
 		receipt_due = 0;
 		hf_guardian_receipt();
