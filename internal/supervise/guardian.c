@@ -595,9 +595,7 @@ static int64_t soft_deadline(void)
 
 static void arm_timer(void)
 {
-	int64_t next = INT64_MAX;
-	if (!soft_fired)
-		next = soft_deadline();
+	int64_t next = soft_fired ? INT64_MAX : soft_deadline();
 	if (cfg.timeout_ns > 0 && !timeout_fired && cfg.timeout_ns < next)
 		next = cfg.timeout_ns;
 	int64_t idle = idle_check_at();

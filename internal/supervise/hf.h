@@ -140,8 +140,8 @@ struct hf_tree {
  * returns how many it listed. */
 int hf_tree_list(struct hf_tree *t, pid_t *out, int max);
 /* hf_tree_signal sends sig to every member through a pidfd, re-checking
- * membership after the open; returns the number signalled. */
-int hf_tree_signal(struct hf_tree *t, int sig);
+ * membership after the open. */
+void hf_tree_signal(struct hf_tree *t, int sig);
 /* hf_tree_kill writes cgroup.kill, stops (SIGSTOP) the members outside
  * the cgroup until two listings agree and SIGKILLs them; returns the
  * number of members it found. */

@@ -80,18 +80,17 @@ int hf_arm_timer(int tfd, int64_t at)
 
 int hf_log_dirfd = -1;
 static int log_fd = 2;
-static int log_opened;
 
 void hf_log(const char *fmt, ...)
 {
 	static char b[1024];
 	int saved = errno;
-	if (!log_opened && hf_log_dirfd >= 0) {
+	if (hf_log_dirfd >= 0) {
 		/* The log is made on first use: most commands never write one. */
 		int fd = openat(hf_log_dirfd, "guardian.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (fd >= 0)
 			log_fd = fd;
-		log_opened = 1;
+		hf_log_dirfd = -1; /* one try */
 	}
 	int n = snprintf(b, sizeof b, "hostfork: ");
 	va_list ap;

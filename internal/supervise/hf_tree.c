@@ -249,22 +249,20 @@ static pid_t members[HF_MAX_MEMBERS], again[HF_MAX_MEMBERS];
 
 /* signal_member signals pid through a pidfd if it is still a member after
  * the open (the pidfd pins the PID, so the check is about this process). */
-static int signal_member(struct hf_tree *t, pid_t pid, int sig)
+static void signal_member(struct hf_tree *t, pid_t pid, int sig)
 {
 	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (fd < 0)
-		return 0;
-	int ok = is_member(t, pid) && syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0) == 0;
-	close(fd);
-	return ok;
+	if (fd >= 0 && is_member(t, pid))
+		syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0);
+	if (fd >= 0)
+		close(fd);
 }
 
-int hf_tree_signal(struct hf_tree *t, int sig)
+void hf_tree_signal(struct hf_tree *t, int sig)
 {
-	int n = hf_tree_list(t, members, HF_MAX_MEMBERS), done = 0;
+	int n = hf_tree_list(t, members, HF_MAX_MEMBERS);
 	for (int i = 0; i < n; i++)
-		done += signal_member(t, members[i], sig);
-	return done;
+		signal_member(t, members[i], sig);
 }
 
 /* outside lists the members outside the cgroup (all of them without one)

@@ -429,8 +429,7 @@ int hf_keeper_main(void)
 	hf_helper_start(&mask, 0, HF_KFD_RUNDIR);
 	for (int i = 0; i < MAX_SLOTS; i++)
 		slots[i] = -1;
-	int r = hf_read_msg(HF_KFD_CONFIG, &cfgmsg);
-	if (r <= 0 || parse_config(&cfgmsg) < 0) {
+	if (hf_read_msg(HF_KFD_CONFIG, &cfgmsg) <= 0 || parse_config(&cfgmsg) < 0) {
 		ready("error ", "reading the keeper's configuration");
 		return 125;
 	}
