@@ -464,18 +464,15 @@ static int start_failed(const char *msg, int code)
 static void kill_round(void)
 {
 	stop_phase = 2;
-	int n = hf_tree_kill(&tree);
+	rekill = hf_tree_kill(&tree) > 0;
 	if (tree.outsiders > R.outsiders)
 		R.outsiders = tree.outsiders;
 	if (!tree.stable)
 		R.unstable = 1;
-	if (n == 0) {
-		rekill = 0;
-		return;
+	if (rekill) {
+		rekill_rounds++;
+		rekill_at = hf_mono_now() + (rekill_rounds < 100 ? 5 : 100) * NS_PER_MS;
 	}
-	rekill = 1;
-	rekill_rounds++;
-	rekill_at = hf_mono_now() + (rekill_rounds < 100 ? 5 : 100) * NS_PER_MS;
 }
 
 /* stop_tree: SIGTERM to every member, then at kill_at (the grace) the kill

@@ -63,7 +63,7 @@ static void each_pid(const char *buf, void (*fn)(pid_t))
 
 /* each_entry calls fn with the name of every entry of the directory at
  * path that is a number, or (dirs) a subdirectory. */
-static int each_entry(const char *path, int dirs, void (*fn)(const char *))
+static void each_entry(const char *path, int dirs, void (*fn)(const char *))
 {
 	char buf[8192];
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -83,7 +83,6 @@ static int each_entry(const char *path, int dirs, void (*fn)(const char *))
 	}
 	if (fd >= 0)
 		close(fd);
-	return fd;
 }
 
 /* A listing in progress. */
