@@ -79,12 +79,12 @@ const char *hf_errstr(int err);
 int hf_read_file(const char *path, char *buf, size_t cap);
 int hf_write_file(const char *path, const char *val);
 int hf_parse_i64(const char *s, int64_t *out);
-struct hf_stat {
+struct hf_stat { /* in sscanf's types */
 	char state;
-	pid_t ppid;
+	int ppid;
 	unsigned flags;
 	int threads;
-	uint64_t start;
+	unsigned long long start;
 };
 int hf_read_stat(pid_t pid, struct hf_stat *st);
 /* A key of a message and where its value goes: 's' copied into dst (arg

@@ -174,14 +174,10 @@ int hf_read_stat(pid_t pid, struct hf_stat *st)
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	int n = hf_read_file(path, b, sizeof b);
 	char *p = n > 0 ? memrchr(b, ')', (size_t)n) : NULL;
-	int ppid;
-	unsigned long long start;
 	/* Fields 3 (state), 4 (ppid), 9 (flags), 20 (threads), 22 (start). */
 	if (!p || sscanf(p + 1, " %c %d %*s %*s %*s %*s %u %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %d %*s %llu",
-	              &st->state, &ppid, &st->flags, &st->threads, &start) != 5)
+	              &st->state, &st->ppid, &st->flags, &st->threads, &st->start) != 5)
 		return -1;
-	st->ppid = (pid_t)ppid;
-	st->start = (uint64_t)start;
 	return 0;
 }
 
