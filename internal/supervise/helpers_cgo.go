@@ -32,7 +32,6 @@ const (
 	_ = uint(msgStop-C.HF_MSG_STOP) + uint(C.HF_MSG_STOP-msgStop)
 	_ = uint(maxID-C.HF_MAX_ID) + uint(C.HF_MAX_ID-maxID)
 	_ = uint(maxPath-C.HF_MAX_PATH) + uint(C.HF_MAX_PATH-maxPath)
-	_ = uint(maxReason-C.HF_MAX_REASON) + uint(C.HF_MAX_REASON-maxReason)
 	_ = uint(maxRelease-C.HF_MAX_RELEASE) + uint(C.HF_MAX_RELEASE-maxRelease)
 	_ = uint(maxJoin-C.HF_MAX_JOIN) + uint(C.HF_MAX_JOIN-maxJoin)
 	_ = uint(stopNotice-C.HF_STOP_NOTICE) + uint(C.HF_STOP_NOTICE-stopNotice)

@@ -42,7 +42,6 @@ int64_t hf_read_deadline(int dirfd, const char *path);
 /* Limits the launcher checks before release (protocol.go, max*). */
 #define HF_MAX_ID 255        /* command_id, env_id */
 #define HF_MAX_PATH 4095     /* cgroup paths */
-#define HF_MAX_REASON 255    /* stop reasons */
 #define HF_MAX_RELEASE (16 << 20) /* whole release message */
 #define HF_MAX_JOIN 8        /* v1_join entries */
 

@@ -87,7 +87,6 @@ const (
 
 	maxID      = 255
 	maxPath    = 4095
-	maxReason  = 255
 	maxRelease = 16 << 20
 	maxJoin    = 8
 
