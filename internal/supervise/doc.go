@@ -13,7 +13,7 @@
 // of a static C program and supervises in well under 1 MiB. It is
 // single-threaded: one poll loop over a signalfd (SIGCHLD, SIGTERM), a
 // timerfd (deadline, stop grace), the control pipe and the tee pipes; it
-// uses no heap. Its wire protocol (a NUL-framed release, then one-line
+// uses no heap. Its wire protocol (a length-framed release, then one-line
 // control messages; key=value events and receipt out, read by one parser
 // in fields.go) is documented in protocol.go: the C side never reads or
 // writes JSON.

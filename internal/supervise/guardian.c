@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +46,6 @@ struct hf_clone_args {
 static struct {
 	char command_id[HF_MAX_ID + 1];
 	char env_id[HF_MAX_ID + 1];
-	char cgroup[HF_MAX_PATH + 1];    /* workload cgroup; "" = subreaper tier */
-	char mount[HF_MAX_PATH + 1];     /* the cgroup2 mount */
 	char guardians[HF_MAX_PATH + 1]; /* the environment's guardians group */
 	char join[HF_MAX_JOIN][HF_MAX_PATH + 1]; /* v1 groups the workload joins */
 	int njoin;
@@ -97,13 +96,15 @@ static struct hf_tree tree;
 /* The receipt (protocol.go, Receipt). */
 static struct {
 	char boot_id[64];
-	uint64_t dev, ino, workload_start;
+	struct stat proof; /* the receipt file's: device and inode */
+	uint64_t workload_start;
 	char start_error[ERRMSG_MAX];
-	int has_leader, has_code, code, has_signal, signal, has_tree, complete;
+	int code, signal, complete; /* code -1, signal 0: none */
 	int after_stop, outsiders, unstable;
-	struct timespec leader_at, tree_at;
-} R;
-static size_t rec_len; /* length of the last receipt written */
+	struct timespec leader_at, tree_at; /* zero: not yet */
+} R = {.code = -1};
+static char rec_buf[16 << 10];
+static size_t rec_len, rec_end; /* the last receipt written; the one being built */
 /* The artifact files may be shorter than the output: a write to them
  * failed (pipe mode), or their filesystem was full when the tree exited
  * (files mode: the workload writes them itself and gets the error). */
@@ -119,8 +120,6 @@ static struct tee {
 	char buf[128 << 10];
 } tees[2];
 
-static char rec_buf[16 << 10];
-
 /* hf_guardian_receipt rewrites the receipt in place (the file keeps the identity
  * registered by the launcher), padded with spaces so it never shrinks (and
  * to at least RECEIPT_MIN bytes). The complete receipt is fsynced when no
@@ -129,73 +128,104 @@ static char rec_buf[16 << 10];
  * before it returns. */
 static int64_t ns_of(const struct timespec *ts) { return (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec; }
 
+static const char *reason_names[HF_R_MAX + 1] = {"", "user", "deadline", "idle", "owner-exit", "timeout", "cancelled",
+	"completed", "keeper-lost", "limit", "abandoned"};
+
+/* kv appends "key=value\n" to the receipt being built, the value
+ * percent-encoded (fields.go); a field that does not fit is left out. */
+static void kv(const char *key, const char *val)
+{
+	size_t n = strlen(key);
+	if (rec_end + n + 3 * strlen(val) + 3 > sizeof rec_buf)
+		return;
+	memcpy(rec_buf + rec_end, key, n);
+	rec_end += n;
+	rec_buf[rec_end++] = '=';
+	for (const unsigned char *s = (const unsigned char *)val; *s; s++) {
+		if (*s <= ' ' || *s == '%' || *s == 0x7f)
+			rec_end += (size_t)snprintf(rec_buf + rec_end, 4, "%%%02X", *s);
+		else
+			rec_buf[rec_end++] = (char)*s;
+	}
+	rec_buf[rec_end++] = '\n';
+}
+
+__attribute__((format(printf, 2, 3))) static void kvf(const char *key, const char *fmt, ...)
+{
+	char t[32];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(t, sizeof t, fmt, ap);
+	va_end(ap);
+	kv(key, t);
+}
+
 void hf_guardian_receipt(void)
 {
-	struct hf_kv b = {rec_buf, 0, sizeof rec_buf, '\n'};
-	hf_kv(&b, "command_id", cfg.command_id);
-	hf_kv(&b, "env_id", cfg.env_id);
-	hf_kv(&b, "boot_id", R.boot_id);
-	hf_kvf(&b, "guardian_pid", "%d", (int)self_pid);
-	hf_kvf(&b, "proof_dev", "%llu", (unsigned long long)R.dev);
-	hf_kvf(&b, "proof_ino", "%llu", (unsigned long long)R.ino);
+	rec_end = 0;
+	kv("command_id", cfg.command_id);
+	kv("env_id", cfg.env_id);
+	kv("boot_id", R.boot_id);
+	kvf("guardian_pid", "%d", (int)self_pid);
+	kvf("proof_dev", "%llu", (unsigned long long)R.proof.st_dev);
+	kvf("proof_ino", "%llu", (unsigned long long)R.proof.st_ino);
 	if (leader_pid > 0)
-		hf_kvf(&b, "workload_pid", "%d", (int)leader_pid);
+		kvf("workload_pid", "%d", (int)leader_pid);
 	if (R.workload_start)
-		hf_kvf(&b, "workload_start", "%llu", (unsigned long long)R.workload_start);
+		kvf("workload_start", "%llu", (unsigned long long)R.workload_start);
 	if (R.start_error[0])
-		hf_kv(&b, "start_error", R.start_error);
-	if (R.has_leader)
-		hf_kvf(&b, "leader_exited_at", "%lld", (long long)ns_of(&R.leader_at));
-	if (R.has_code)
-		hf_kvf(&b, "exit_code", "%d", (int)R.code);
-	if (R.has_signal)
-		hf_kvf(&b, "signal", "%d", (int)R.signal);
+		kv("start_error", R.start_error);
+	if (R.leader_at.tv_sec)
+		kvf("leader_exited_at", "%lld", (long long)ns_of(&R.leader_at));
+	if (R.code >= 0)
+		kvf("exit_code", "%d", (int)R.code);
+	if (R.signal)
+		kvf("signal", "%d", (int)R.signal);
 	if (stop_reason)
-		hf_kv(&b, "stop_reason", hf_reason_name(stop_reason));
+		kv("stop_reason", reason_names[stop_reason]);
 	if (R.after_stop)
-		hf_kv(&b, "stopped_by_hostfork", "true");
+		kv("stopped_by_hostfork", "true");
 	if (R.outsiders)
-		hf_kvf(&b, "outside_cgroup", "%d", (int)R.outsiders);
+		kvf("outside_cgroup", "%d", (int)R.outsiders);
 	if (R.unstable)
-		hf_kv(&b, "membership_unstable", "true");
+		kv("membership_unstable", "true");
 	if (hf_output_truncated)
-		hf_kv(&b, "output_truncated", "true");
+		kv("output_truncated", "true");
 	if (leader_oom >= 0)
-		hf_kv(&b, "leader_oom", leader_oom ? "true" : "false");
+		kv("leader_oom", leader_oom ? "true" : "false");
 	if (leader_oom_stale_ms > 0)
-		hf_kvf(&b, "leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
-	struct timespec s_in, s_out;
-	hf_session_times(&s_in, &s_out);
-	if (s_in.tv_sec)
-		hf_kvf(&b, "last_input_at", "%lld", (long long)ns_of(&s_in));
-	if (s_out.tv_sec)
-		hf_kvf(&b, "last_output_at", "%lld", (long long)ns_of(&s_out));
-	if (R.has_tree)
-		hf_kvf(&b, "tree_exited_at", "%lld", (long long)ns_of(&R.tree_at));
-	hf_kv(&b, "complete", R.complete ? "true" : "false");
-	hf_kv_end(&b);
+		kvf("leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
+	if (hf_sess_last_in.tv_sec)
+		kvf("last_input_at", "%lld", (long long)ns_of(&hf_sess_last_in));
+	if (hf_sess_last_out.tv_sec)
+		kvf("last_output_at", "%lld", (long long)ns_of(&hf_sess_last_out));
+	if (R.tree_at.tv_sec)
+		kvf("tree_exited_at", "%lld", (long long)ns_of(&R.tree_at));
+	kv("complete", R.complete ? "true" : "false");
+	/* "end=" and the FNV-1a hash of the text before it. */
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < rec_end; i++)
+		h = (h ^ (unsigned char)rec_buf[i]) * 16777619u;
+	if (rec_end + 14 <= sizeof rec_buf)
+		rec_end += (size_t)snprintf(rec_buf + rec_end, 15, "end=%08x\n", h);
 	/* Padding: the text never shrinks, and from the first write on it
 	 * rarely grows, so a concurrent reader does not see new text cut at an
 	 * old file size (ReadReceipt retries a torn read anyway). */
 	size_t pad = rec_len > RECEIPT_MIN ? rec_len : RECEIPT_MIN;
-	while (b.len < pad && b.len < b.cap)
-		b.p[b.len++] = ' ';
-	rec_len = b.len;
+	while (rec_end < pad && rec_end < sizeof rec_buf)
+		rec_buf[rec_end++] = ' ';
+	rec_len = rec_end;
 	size_t off = 0;
-	while (off < b.len) {
-		ssize_t w = pwrite(HF_FD_RECEIPT, b.p + off, b.len - off, (off_t)off);
+	while (off < rec_len) {
+		ssize_t w = pwrite(HF_FD_RECEIPT, rec_buf + off, rec_len - off, (off_t)off);
 		if (w < 0) {
-			if (errno == EINTR)
-				continue;
 			hf_log("writing the receipt: %s", hf_errstr(errno));
 			return;
 		}
 		off += (size_t)w;
 	}
-	if (R.complete && !ctl_open) {
-		while (fsync(HF_FD_RECEIPT) < 0 && errno == EINTR)
-			;
-	}
+	if (R.complete && !ctl_open)
+		fsync(HF_FD_RECEIPT);
 }
 
 /* emit writes one event line, "ev=KIND" (protocol.go, Event), once the
@@ -214,19 +244,11 @@ static void emit(const char *kind)
 static int parse_release(struct hf_msg *m)
 {
 	char *buf = m->buf;
-	size_t nargv = 0, nenv = 0;
-	for (char *p = buf + 1; *p; p += strlen(p) + 1) {
-		if (!strncmp(p, "argv=", 5))
-			nargv++;
-		else if (!strncmp(p, "env=", 4))
-			nenv++;
-	}
-	size_t at = (m->len + 1 + 15) & ~(size_t)15;
-	size_t need = (nargv + 1 + nenv + 1) * sizeof(char *);
-	if (at + need > m->map)
-		return -1;
-	cfg.argv = (char **)(void *)(buf + at);
-	cfg.envp = cfg.argv + nargv + 1;
+	/* argv, then env (encodeRelease sends every argv first), each ended
+	 * by a NULL, go after the message, where hf_read_msg left zeroed room. */
+	char **vec = (char **)(void *)(buf + ((m->len + 1 + 15) & ~(size_t)15));
+	size_t nv = 0;
+	cfg.argv = vec;
 	static const struct hf_key keys[] = {
 		{"command_id", 's', cfg.command_id, sizeof cfg.command_id, 0},
 		{"env_id", 's', cfg.env_id, sizeof cfg.env_id, 0},
@@ -234,8 +256,8 @@ static int parse_release(struct hf_msg *m)
 		{"cwd", 'p', &cfg.cwd, 0, 0},
 		{"output", 'f', &cfg.pipe_mode, 0, "pipe"},
 		{"output", 'f', &cfg.inherit_mode, 0, "inherit"},
-		{"workload_cgroup", 's', cfg.cgroup, sizeof cfg.cgroup, 0},
-		{"cgroup_mount", 's', cfg.mount, sizeof cfg.mount, 0},
+		{"workload_cgroup", 's', tree.cgroup, sizeof tree.cgroup, 0}, /* "": the subreaper tier */
+		{"cgroup_mount", 's', tree.mount, sizeof tree.mount, 0},
 		{"guardians_cgroup", 's', cfg.guardians, sizeof cfg.guardians, 0},
 		{"oom_file", 's', cfg.oom_file, sizeof cfg.oom_file, 0},
 		{"run_dir", 's', cfg.run_dir, sizeof cfg.run_dir, 0},
@@ -255,9 +277,8 @@ static int parse_release(struct hf_msg *m)
 		{"tty_rows", 'i', &hf_sess_rows, 65535, 0},
 		{0, 0, 0, 0, 0},
 	};
-	size_t ia = 0, ie = 0;
 	char *next;
-	for (char *p = buf + 1; *p; p = next) {
+	for (char *p = buf; p < buf + m->len; p = next) {
 		next = p + strlen(p) + 1;
 		char *v = strchr(p, '=');
 		if (!v) {
@@ -266,31 +287,26 @@ static int parse_release(struct hf_msg *m)
 		}
 		*v++ = 0;
 		int r = 1;
-		if (!strcmp(p, "argv"))
-			cfg.argv[ia++] = v;
-		else if (!strcmp(p, "env"))
-			cfg.envp[ie++] = v;
-		else if (!strcmp(p, "v1_join"))
-			r = cfg.njoin < HF_MAX_JOIN && hf_copy_bounded(cfg.join[cfg.njoin++], sizeof cfg.join[0], v) == 0 ? 1 : -1;
+		if (!strcmp(p, "argv") && !cfg.envp)
+			vec[nv++] = v;
+		else if (!strcmp(p, "env")) {
+			if (!cfg.envp)
+				cfg.envp = vec + ++nv; /* after argv's NULL */
+			vec[nv++] = v;
+		} else if (!strcmp(p, "v1_join"))
+			r = cfg.njoin < HF_MAX_JOIN && snprintf(cfg.join[cfg.njoin++], sizeof cfg.join[0], "%s", v) < (int)sizeof cfg.join[0] ? 1 : -1;
 		else if ((r = hf_set_key(keys, p, v)) == 0)
 			hf_log("release: unknown key %.64s", p);
 		if (r <= 0)
 			return -1;
 	}
-	cfg.argv[ia] = NULL;
-	cfg.envp[ie] = NULL;
+	if (!cfg.envp)
+		cfg.envp = vec + nv + 1;
 	if (!cfg.path || !cfg.path[0]) {
 		hf_log("release: no path");
 		return -1;
 	}
 	return 0;
-}
-
-static void release_done(void)
-{
-	hf_free_msg(&rel);
-	cfg.path = cfg.cwd = NULL;
-	cfg.argv = cfg.envp = NULL;
 }
 
 /* ---- starting the workload ---- */
@@ -318,23 +334,7 @@ static void reset_signals(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-static int dup_onto(int from, int to)
-{
-	if (from == to)
-		return fcntl(to, F_SETFD, 0);
-	for (;;) {
-		if (dup2(from, to) >= 0)
-			return 0;
-		if (errno != EINTR && errno != EBUSY)
-			return -1;
-	}
-}
-
 /* child_exec runs in the new child; it never returns. */
-/* The oom_score_adj the guardian inherited, which the workload gets back
- * (the guardian itself is protected: hf_helper_start). */
-static char oom_adj[HF_OOM_ADJ_LEN];
-
 static void child_exec(int in, int out, int err, int nsfd, int report)
 {
 	struct child_err ce = {STEP_START, 0};
@@ -354,7 +354,8 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 			goto fail;
 		}
 	}
-	if (dup_onto(in, 0) < 0 || dup_onto(out, 1) < 0 || dup_onto(err, 2) < 0)
+	/* Never onto themselves: 0, 1 and 2 are the guardian's own. */
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		goto fail;
 	/* Nothing but 0, 1 and 2 reaches the workload: not the receipt, not
 	 * the control or event pipes. */
@@ -370,13 +371,12 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	if (cfg.cwd && cfg.cwd[0] && chdir(cfg.cwd) < 0)
 		goto fail;
 	reset_signals();
-	if (oom_adj[0])
-		hf_write_file("/proc/self/oom_score_adj", oom_adj);
+	if (hf_oom_adj[0]) /* the guardian's own is -1000 (hf_helper_start) */
+		hf_write_file("/proc/self/oom_score_adj", hf_oom_adj);
 	execve(cfg.path, cfg.argv, cfg.envp);
 fail:
 	ce.err = errno;
-	while (write(report, &ce, sizeof ce) < 0 && errno == EINTR)
-		;
+	(void)!write(report, &ce, sizeof ce);
 	_exit(127);
 }
 
@@ -393,30 +393,8 @@ static int keeper_pidfd(void)
 		close(fd);
 		fd = -1;
 	}
-	if (fd >= 0)
-		fcntl(fd, F_SETFD, FD_CLOEXEC);
-	return fd;
+	return fd; /* close-on-exec, as pidfd_open makes it */
 }
-
-/* ---- the workload's clone ---- */
-struct child_args {
-	int in, out, err, nsfd, report;
-};
-
-/* fork_workload starts child_exec in a new process, cloned into the
- * cgroup cgfd when >= 0 (clone3 CLONE_INTO_CGROUP, so it is a member from
- * birth), and returns its PID, or -1 with errno. Like a plain fork
- * otherwise, portable to every architecture (decision 67, retired: the
- * CLONE_VM|CLONE_VFORK clone in assembly saved page faults on x86-64 only). */
-static pid_t fork_workload(int cgfd, struct child_args *ca)
-{
-	struct hf_clone_args a = {.flags = cgfd >= 0 ? HF_CLONE_INTO_CGROUP : 0, .exit_signal = SIGCHLD, .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0};
-	pid_t pid = (pid_t)syscall(SYS_clone3, &a, sizeof a);
-	if (pid == 0)
-		child_exec(ca->in, ca->out, ca->err, ca->nsfd, ca->report);
-	return pid;
-}
-
 
 /* start_workload starts the leader. On failure it returns -1 with the
  * message in msg and the errno in *err. */
@@ -425,7 +403,7 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 	int cgfd = -1, nsfd = -1, p[2];
 	pid_t pid = -1;
 	struct child_err ce = {STEP_START, 0};
-	if (cfg.cgroup[0] && (cgfd = open(cfg.cgroup, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+	if (tree.cgroup[0] && (cgfd = open(tree.cgroup, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		ce = (struct child_err){STEP_CGROUP, errno};
 	} else if (cfg.view_pid > 0 && (nsfd = keeper_pidfd()) < 0) {
 		ce.step = 0; /* said here */
@@ -434,18 +412,21 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 	} else if (pipe2(p, O_CLOEXEC) < 0) {
 		ce.err = errno;
 	} else {
-		struct child_args ca = {in, out, errfd, nsfd, p[1]};
-		pid = fork_workload(cgfd, &ca);
+		/* clone3 with CLONE_INTO_CGROUP: a member of cgfd's group from
+		 * birth. Like a plain fork otherwise, portable to every
+		 * architecture (decision 67, retired: the CLONE_VM|CLONE_VFORK
+		 * clone in assembly saved page faults on x86-64 only). */
+		struct hf_clone_args a = {.flags = cgfd >= 0 ? HF_CLONE_INTO_CGROUP : 0, .exit_signal = SIGCHLD, .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0};
+		pid = (pid_t)syscall(SYS_clone3, &a, sizeof a);
+		if (pid == 0)
+			child_exec(in, out, errfd, nsfd, p[1]);
 		ce.err = errno;
 		close(p[1]);
 		/* EOF: the exec succeeded (the pipe is close-on-exec). */
-		ssize_t n = 0;
-		while (pid > 0 && (n = read(p[0], &ce, sizeof ce)) < 0 && errno == EINTR)
-			;
+		ssize_t n = pid > 0 ? read(p[0], &ce, sizeof ce) : 0;
 		close(p[0]);
 		if (n == (ssize_t)sizeof ce) {
-			while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-				;
+			waitpid(pid, NULL, 0);
 			pid = -1;
 		}
 	}
@@ -466,11 +447,9 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 static int start_failed(const char *msg, int code)
 {
 	snprintf(R.start_error, sizeof R.start_error, "%s", msg);
-	R.has_code = 1;
 	R.code = code;
 	clock_gettime(CLOCK_REALTIME, &R.leader_at);
 	R.tree_at = R.leader_at;
-	R.has_leader = R.has_tree = 1;
 	R.complete = 1;
 	hf_guardian_receipt();
 	emit("exec-failed");
@@ -485,18 +464,15 @@ static int start_failed(const char *msg, int code)
 static void kill_round(void)
 {
 	stop_phase = 2;
-	int n = hf_tree_kill(&tree);
+	rekill = hf_tree_kill(&tree) > 0;
 	if (tree.outsiders > R.outsiders)
 		R.outsiders = tree.outsiders;
 	if (!tree.stable)
 		R.unstable = 1;
-	if (n == 0) {
-		rekill = 0;
-		return;
+	if (rekill) {
+		rekill_rounds++;
+		rekill_at = hf_mono_now() + (rekill_rounds < 100 ? 5 : 100) * NS_PER_MS;
 	}
-	rekill = 1;
-	rekill_rounds++;
-	rekill_at = hf_mono_now() + (rekill_rounds < 100 ? 5 : 100) * NS_PER_MS;
 }
 
 /* stop_tree: SIGTERM to every member, then at kill_at (the grace) the kill
@@ -514,6 +490,22 @@ static void stop_tree(int reason, int64_t when)
 	}
 	if (stop_phase == 1 && hf_mono_now() >= kill_at)
 		kill_round();
+}
+
+/* hf_keyed finds the line of buf that starts with key and parses the
+ * number after it (base 10 or 16). */
+static int hf_keyed(const char *buf, const char *key, int base, uint64_t *out)
+{
+	size_t n = strlen(key);
+	for (const char *l = buf; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		if (!strncmp(l, key, n)) {
+			char *end;
+			errno = 0;
+			*out = strtoull(l + n, &end, base);
+			return end == l + n || errno ? -1 : 0;
+		}
+	}
+	return -1;
 }
 
 /* io_total sums the tree's read and write counters (/proc/PID/io rchar +
@@ -555,10 +547,9 @@ static int64_t idle_check_at(void)
 static void idle_poll(void)
 {
 	if (!cfg.pipe_mode) {
-		int fds[2] = {HF_FD_STDOUT, HF_FD_STDERR};
 		for (int i = 0; i < 2; i++) {
 			struct stat st;
-			if (fstat(fds[i], &st) == 0 && (int64_t)st.st_size != idle_sizes[i]) {
+			if (fstat(HF_FD_STDOUT + i, &st) == 0 && (int64_t)st.st_size != idle_sizes[i]) {
 				idle_sizes[i] = (int64_t)st.st_size;
 				last_activity = hf_mono_now();
 			}
@@ -601,9 +592,7 @@ static int64_t soft_deadline(void)
 
 static void arm_timer(void)
 {
-	int64_t next = INT64_MAX;
-	if (!soft_fired)
-		next = soft_deadline();
+	int64_t next = soft_fired ? INT64_MAX : soft_deadline();
 	if (cfg.timeout_ns > 0 && !timeout_fired && cfg.timeout_ns < next)
 		next = cfg.timeout_ns;
 	int64_t idle = idle_check_at();
@@ -624,8 +613,7 @@ static void arm_timer(void)
 static void on_timer(void)
 {
 	uint64_t ticks;
-	while (read(tfd, &ticks, sizeof ticks) < 0 && errno == EINTR)
-		;
+	(void)!read(tfd, &ticks, sizeof ticks);
 	timer_armed = INT64_MAX; /* one-shot: disarmed now */
 	int64_t now = hf_mono_now();
 	if (!soft_fired && now >= soft_deadline()) {
@@ -710,13 +698,11 @@ static void oom_sample(void)
 static void leader_exited(int status)
 {
 	clock_gettime(CLOCK_REALTIME, &R.leader_at);
-	R.has_leader = 1;
 	leader_alive = 0;
 	hf_session_leader_exited(status);
 	oom_next = INT64_MAX;
 	R.after_stop = stop_phase > 0 || notified;
 	if (WIFSIGNALED(status)) {
-		R.has_signal = 1;
 		R.signal = WTERMSIG(status);
 		if (R.signal == SIGKILL && cfg.oom_file[0]) {
 			/* oom_last_at is the workload's start until a sample is
@@ -731,7 +717,6 @@ static void leader_exited(int status)
 				leader_oom_stale_ms = age / NS_PER_MS > 0 ? age / NS_PER_MS : 1;
 		}
 	} else {
-		R.has_code = 1;
 		R.code = WEXITSTATUS(status);
 	}
 	hf_guardian_receipt();
@@ -748,8 +733,6 @@ static void reap(void)
 		if (p == 0)
 			return;
 		if (p < 0) {
-			if (errno == EINTR)
-				continue;
 			if (errno == ECHILD)
 				no_children = 1;
 			else
@@ -798,24 +781,15 @@ static void on_stop_request(const struct signalfd_siginfo *si)
 
 static void on_signals(void)
 {
-	struct signalfd_siginfo si[16];
+	struct signalfd_siginfo si;
 	int chld = 0, moved = 0;
-	for (;;) {
-		ssize_t n = read(sfd, si, sizeof si);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		for (size_t i = 0; i < (size_t)n / sizeof si[0]; i++) {
-			if (si[i].ssi_signo == SIGCHLD)
-				chld = 1;
-			else if (si[i].ssi_signo == HF_SIG_DEADLINE)
-				moved = 1;
-			else if (si[i].ssi_signo == SIGTERM)
-				on_stop_request(&si[i]);
-		}
-		if ((size_t)n < sizeof si)
-			break;
+	while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+		if (si.ssi_signo == SIGCHLD)
+			chld = 1;
+		else if (si.ssi_signo == HF_SIG_DEADLINE)
+			moved = 1;
+		else if (si.ssi_signo == SIGTERM)
+			on_stop_request(&si);
 	}
 	if (moved)
 		deadline_reload();
@@ -824,10 +798,6 @@ static void on_signals(void)
 }
 
 /* ---- control messages after release ---- */
-
-static char ctl_line[HF_MAX_REASON + 16];
-static size_t ctl_len;
-static int ctl_overflow;
 
 static void ctl_handle(char *line)
 {
@@ -846,34 +816,11 @@ static void ctl_handle(char *line)
 	}
 }
 
-static void ctl_feed(const char *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (p[i] == '\n') {
-			if (!ctl_overflow) {
-				ctl_line[ctl_len] = 0;
-				ctl_handle(ctl_line);
-			}
-			ctl_len = 0;
-			ctl_overflow = 0;
-		} else if (ctl_len < sizeof ctl_line - 1) {
-			ctl_line[ctl_len++] = p[i];
-		} else {
-			ctl_overflow = 1;
-		}
-	}
-}
-
 static void on_control(void)
 {
-	char b[512];
-	ssize_t n = read(HF_FD_CONTROL, b, sizeof b);
-	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+	static struct hf_lines ctl;
+	if (hf_read_lines(HF_FD_CONTROL, &ctl, ctl_handle) == 0)
 		return;
-	if (n > 0) {
-		ctl_feed(b, (size_t)n);
-		return;
-	}
 	/* EOF (or an error): the owner is gone. */
 	close(HF_FD_CONTROL);
 	ctl_open = 0;
@@ -896,8 +843,6 @@ static void tee_flush(struct tee *t)
 	while (t->off < t->len) {
 		ssize_t w = write(t->fwd, t->buf + t->off, t->len - t->off);
 		if (w < 0) {
-			if (errno == EINTR)
-				continue;
 			if (errno == EAGAIN)
 				return; /* wait for POLLOUT */
 			tee_close_fwd(t); /* EPIPE: the reader is gone */
@@ -924,7 +869,7 @@ static int fs_full(int fd)
 static void tee_read(struct tee *t)
 {
 	ssize_t n = read(t->src, t->buf, sizeof t->buf);
-	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+	if (n < 0 && errno == EAGAIN)
 		return;
 	if (n > 0) {
 		last_activity = hf_mono_now();
@@ -983,7 +928,7 @@ static int tees_done(void)
 static void finish_environment(void)
 {
 	if (cfg.guardians[0])
-		hf_stop_guardians(cfg.mount, cfg.guardians, self_pid, HF_R_COMPLETED, cfg.grace_ns, NULL);
+		hf_stop_guardians(tree.mount, cfg.guardians, self_pid, HF_R_COMPLETED, cfg.grace_ns, NULL);
 	int fd = cfg.view_pid > 0 ? keeper_pidfd() : -1;
 	if (fd >= 0) {
 		hf_queue_stop(fd, HF_R_COMPLETED, 0, cfg.grace_ns);
@@ -1007,15 +952,12 @@ static void open_late_dir(void)
 	errno = EINVAL; /* not a single path component */
 	if (id[0] && strcmp(id, ".") && strcmp(id, "..") && !strchr(id, '/'))
 		fd = openat(HF_FD_PARENT, id, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
+	if (fd < 0)
 		hf_log("guardian: opening the command's directory %.64s: %s", id, hf_errstr(errno));
-	} else if (fd == HF_FD_DIR) {
+	else if (fd == HF_FD_DIR || dup3(fd, HF_FD_DIR, O_CLOEXEC) >= 0)
 		hf_log_dirfd = HF_FD_DIR;
-	} else {
-		if (dup3(fd, HF_FD_DIR, O_CLOEXEC) >= 0)
-			hf_log_dirfd = HF_FD_DIR;
+	if (fd >= 0 && fd != HF_FD_DIR)
 		close(fd);
-	}
 	close(HF_FD_PARENT);
 }
 
@@ -1038,11 +980,8 @@ static int gate_wait(void)
 {
 	for (;;) {
 		struct pollfd p[2] = {{.fd = HF_FD_CONTROL, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
+		if (poll(p, 2, -1) < 0)
 			return 0; /* the blocking read decides */
-		}
 		if ((p[1].revents & POLLIN) && stop_pending())
 			return 1;
 		if (p[0].revents)
@@ -1056,7 +995,7 @@ int hf_guardian_main(void)
 	 * a SIGTERM that arrives at the gate ends the guardian there, before
 	 * anything starts (see the gate below). */
 	sigset_t mask;
-	hf_helper_start(&mask, 1, HF_FD_PARENT, oom_adj);
+	hf_helper_start(&mask, 1, HF_FD_PARENT);
 	self_pid = getpid(); /* 0, 1 and 2 are open: the launcher's (launch.go) */
 	if (fcntl(HF_FD_DIR, F_GETFD) >= 0)
 		hf_log_dirfd = HF_FD_DIR;
@@ -1099,22 +1038,13 @@ int hf_guardian_main(void)
 	if (stop_pending())
 		return 0;
 	deadline_reload();
-	snprintf(tree.cgroup, sizeof tree.cgroup, "%s", cfg.cgroup);
-	snprintf(tree.mount, sizeof tree.mount, "%s", cfg.mount);
 	tree.roots[0] = self_pid;
 	tree.nroots = 1;
 
-	char boot[64];
-	int n = hf_read_file("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
-	while (n > 0 && (boot[n - 1] == '\n' || boot[n - 1] == ' '))
-		boot[--n] = 0;
-	if (n > 0)
-		memcpy(R.boot_id, boot, (size_t)n + 1);
-	struct stat st;
-	if (fstat(HF_FD_RECEIPT, &st) == 0) {
-		R.dev = (uint64_t)st.st_dev;
-		R.ino = (uint64_t)st.st_ino;
-	}
+	int n = hf_read_file("/proc/sys/kernel/random/boot_id", R.boot_id, sizeof R.boot_id);
+	while (n > 0 && (R.boot_id[n - 1] == '\n' || R.boot_id[n - 1] == ' '))
+		R.boot_id[--n] = 0;
+	fstat(HF_FD_RECEIPT, &R.proof);
 	/* Released: the receipt is never empty from here on (an empty receipt
 	 * of a guardian that is gone proves it never started anything). */
 	hf_guardian_receipt();
@@ -1146,9 +1076,11 @@ int hf_guardian_main(void)
 	if (hf_session_setup(&in, &out, &err, msg, sizeof msg) < 0)
 		return start_failed(msg, 125);
 	pid_t pid = start_workload(in, out, err, msg, sizeof msg, &serr);
-	hf_session_started();
-	release_done();
+	hf_free_msg(&rel); /* cfg.path, cwd, argv and envp pointed into it */
+	/* The workload holds its ends now (the session's pty or stdin pipe). */
 	close(HF_FD_STDIN);
+	if (in != HF_FD_STDIN)
+		close(in);
 	if (cfg.pipe_mode) {
 		close(out);
 		close(err);
@@ -1162,12 +1094,11 @@ int hf_guardian_main(void)
 		return start_failed(msg, code);
 	}
 	if (cfg.pipe_mode) {
-		int fwd[2] = {HF_FD_FWDOUT, HF_FD_FWDERR}, file[2] = {HF_FD_STDOUT, HF_FD_STDERR};
 		for (int i = 0; i < 2; i++) {
 			struct tee *t = &tees[i];
 			t->src = tp[i][0];
-			t->file = file[i];
-			t->fwd = fwd[i];
+			t->file = HF_FD_STDOUT + i; /* and HF_FD_STDERR */
+			t->fwd = HF_FD_FWDOUT + i;  /* and HF_FD_FWDERR */
 			fcntl(t->src, F_SETFL, fcntl(t->src, F_GETFL) | O_NONBLOCK);
 			int fl = fcntl(t->fwd, F_GETFL);
 			if (fl < 0)
@@ -1191,61 +1122,42 @@ int hf_guardian_main(void)
 	hf_guardian_receipt();
 	emit("started");
 
-	if (rel.nextra)
-		ctl_feed(rel.extra, rel.nextra);
-	oom_sample();
 	for (;;) {
 		if (no_children && tees_done())
 			break;
 		oom_sample();
 		arm_timer();
-		struct pollfd pfd[7 + HF_SESS_MAXC + 3];
-		int np = 0, ip_sig, ip_tim, ip_ctl = -1, ip_src[2] = {-1, -1}, ip_fwd[2] = {-1, -1};
-		ip_sig = np;
-		pfd[np++] = (struct pollfd){sfd, POLLIN, 0};
-		ip_tim = np;
-		pfd[np++] = (struct pollfd){tfd, POLLIN, 0};
-		if (ctl_open) {
-			ip_ctl = np;
-			pfd[np++] = (struct pollfd){HF_FD_CONTROL, POLLIN, 0};
-		}
-		for (int i = 0; cfg.pipe_mode && i < 2; i++) {
+		/* Fixed slots, -1 when unused: signals, timer, control, the two
+		 * tees (the forward pipe while data waits for it, else the
+		 * source), then the session's. */
+		struct pollfd pfd[5 + HF_SESS_MAXC + 3] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}, {ctl_open ? HF_FD_CONTROL : -1, POLLIN, 0}};
+		for (int i = 0; i < 2; i++) {
 			struct tee *t = &tees[i];
-			if (t->off < t->len && t->fwd >= 0) {
-				ip_fwd[i] = np;
-				pfd[np++] = (struct pollfd){t->fwd, POLLOUT, 0};
-			} else if (!t->eof) {
-				ip_src[i] = np;
-				pfd[np++] = (struct pollfd){t->src, POLLIN, 0};
-			}
+			int held = t->off < t->len && t->fwd >= 0;
+			pfd[3 + i] = (struct pollfd){!cfg.pipe_mode ? -1 : held ? t->fwd : t->eof ? -1 : t->src, held ? POLLOUT : POLLIN, 0};
 		}
-		int ip_sess = np;
-		np += hf_session_pollfds(pfd + np, HF_SESS_MAXC + 3);
+		int np = 5 + hf_session_pollfds(pfd + 5, HF_SESS_MAXC + 3);
 		if (poll(pfd, (nfds_t)np, hf_session_poll_ms()) < 0) {
-			if (errno != EINTR)
-				hf_log("guardian: poll: %s", hf_errstr(errno));
+			hf_log("guardian: poll: %s", hf_errstr(errno));
 			continue;
 		}
-		if (pfd[ip_sig].revents)
+		if (pfd[0].revents)
 			on_signals();
-		if (pfd[ip_tim].revents)
+		if (pfd[1].revents)
 			on_timer();
-		if (ip_ctl >= 0 && pfd[ip_ctl].revents)
+		if (pfd[2].revents)
 			on_control();
 		for (int i = 0; i < 2; i++) {
-			if (ip_src[i] >= 0 && pfd[ip_src[i]].revents)
-				tee_read(&tees[i]);
-			if (ip_fwd[i] >= 0 && pfd[ip_fwd[i]].revents)
-				tee_flush(&tees[i]);
+			if (pfd[3 + i].revents)
+				(pfd[3 + i].events == POLLOUT ? tee_flush : tee_read)(&tees[i]);
 		}
-		hf_session_events(pfd + ip_sess, np - ip_sess);
+		hf_session_events(pfd + 5, np - 5);
 	}
 	hf_session_end();
 	clock_gettime(CLOCK_REALTIME, &R.tree_at);
 	/* Files mode: the artifacts are beside the receipt. */
 	if (!cfg.pipe_mode && !cfg.inherit_mode && fs_full(HF_FD_RECEIPT))
 		hf_output_truncated = 1;
-	R.has_tree = 1;
 	R.complete = 1;
 	hf_guardian_receipt();
 	emit("tree");

@@ -27,12 +27,11 @@ const (
 	_ = uint(kfdConfig-C.HF_KFD_CONFIG) + uint(C.HF_KFD_CONFIG-kfdConfig)
 	_ = uint(kfdReady-C.HF_KFD_READY) + uint(C.HF_KFD_READY-kfdReady)
 	_ = uint(kfdOwner-C.HF_KFD_OWNER) + uint(C.HF_KFD_OWNER-kfdOwner)
-	_ = uint(msgRelease-C.HF_MSG_RELEASE) + uint(C.HF_MSG_RELEASE-msgRelease)
+	_ = uint(kfdRunDir-C.HF_KFD_RUNDIR) + uint(C.HF_KFD_RUNDIR-kfdRunDir)
 	_ = uint(msgSignal-C.HF_MSG_SIGNAL) + uint(C.HF_MSG_SIGNAL-msgSignal)
 	_ = uint(msgStop-C.HF_MSG_STOP) + uint(C.HF_MSG_STOP-msgStop)
 	_ = uint(maxID-C.HF_MAX_ID) + uint(C.HF_MAX_ID-maxID)
 	_ = uint(maxPath-C.HF_MAX_PATH) + uint(C.HF_MAX_PATH-maxPath)
-	_ = uint(maxReason-C.HF_MAX_REASON) + uint(C.HF_MAX_REASON-maxReason)
 	_ = uint(maxRelease-C.HF_MAX_RELEASE) + uint(C.HF_MAX_RELEASE-maxRelease)
 	_ = uint(maxJoin-C.HF_MAX_JOIN) + uint(C.HF_MAX_JOIN-maxJoin)
 	_ = uint(stopNotice-C.HF_STOP_NOTICE) + uint(C.HF_STOP_NOTICE-stopNotice)
@@ -43,7 +42,7 @@ const (
 
 // cGuardianMode is the guardian's mode string compiled into the C
 // constructor.
-func cGuardianMode() string { return C.GoString(C.hf_guardian_mode()) }
+func cGuardianMode() string { return C.HF_GUARDIAN_MODE }
 
 // NotDispatched is what runs if argv[1] names a helper mode and yet the Go
 // runtime started: the C constructor (hf_ctor.c) did not run (a libc that

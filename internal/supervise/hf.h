@@ -20,12 +20,9 @@
  * (keeper.go, kfd*). */
 enum { HF_FD_CONTROL = 3, HF_FD_EVENTS, HF_FD_RECEIPT, HF_FD_STDIN, HF_FD_STDOUT, HF_FD_STDERR,
 	HF_FD_FWDOUT, HF_FD_FWDERR, HF_FD_DIR, HF_FD_PARENT };
-enum { HF_KFD_CONFIG = 3, HF_KFD_READY, HF_KFD_OWNER };
-/* After the configuration is read: the run directory (HF_DEADLINE_FILE). */
-#define HF_KFD_RUNDIR HF_KFD_CONFIG
+enum { HF_KFD_CONFIG = 3, HF_KFD_READY, HF_KFD_OWNER, HF_KFD_RUNDIR };
 
-/* Control messages (protocol.go, msg*). */
-#define HF_MSG_RELEASE 'R'
+/* Control messages after the release (protocol.go, msg*). */
 #define HF_MSG_SIGNAL 's'
 #define HF_MSG_STOP 't'
 
@@ -45,7 +42,6 @@ int64_t hf_read_deadline(int dirfd, const char *path);
 /* Limits the launcher checks before release (protocol.go, max*). */
 #define HF_MAX_ID 255        /* command_id, env_id */
 #define HF_MAX_PATH 4095     /* cgroup paths */
-#define HF_MAX_REASON 255    /* stop reasons */
 #define HF_MAX_RELEASE (16 << 20) /* whole release message */
 #define HF_MAX_JOIN 8        /* v1_join entries */
 
@@ -61,19 +57,17 @@ int64_t hf_read_deadline(int dirfd, const char *path);
 /* Stop reasons (protocol.go, reasonCodes). */
 enum { HF_R_NONE, HF_R_USER, HF_R_DEADLINE, HF_R_IDLE, HF_R_OWNER_EXIT, HF_R_TIMEOUT, HF_R_CANCELLED,
 	HF_R_COMPLETED, HF_R_KEEPER_LOST, HF_R_LIMIT, HF_R_ABANDONED, HF_R_MAX = HF_R_ABANDONED };
-const char *hf_reason_name(int code);
-
-/* Exposed for the Go-side consistency test. */
-const char *hf_guardian_mode(void);
 
 /* ---- common helpers (hf_common.c) ---- */
 #define NS_PER_MS 1000000LL
 int64_t hf_mono_now(void);
 /* hf_helper_start blocks SIGTERM, HF_SIG_DEADLINE (and SIGCHLD with
  * chld) for a signalfd on mask, ignores the signals of a terminal or a
- * gone reader, and makes descriptors 3 to last close-on-exec. */
-#define HF_OOM_ADJ_LEN 16
-void hf_helper_start(sigset_t *mask, int chld, int last, char oom_orig[HF_OOM_ADJ_LEN]);
+ * gone reader (the helpers install no handler, and run before the Go
+ * runtime, so no system call of theirs returns EINTR: signal(7)), makes descriptors 3 to last close-on-exec, and keeps the
+ * inherited oom_score_adj in hf_oom_adj (the workload gets it back). */
+void hf_helper_start(sigset_t *mask, int chld, int last);
+extern char hf_oom_adj[16];
 int hf_write_all(int fd, const char *p, size_t n); /* 0, or -1 with errno */
 /* hf_arm_timer sets timerfd tfd to CLOCK_MONOTONIC time at (INT64_MAX:
  * disarmed). */
@@ -84,15 +78,14 @@ const char *hf_errstr(int err);
 int hf_read_file(const char *path, char *buf, size_t cap);
 int hf_write_file(const char *path, const char *val);
 int hf_parse_i64(const char *s, int64_t *out);
-struct hf_stat {
+struct hf_stat { /* in sscanf's types */
 	char state;
-	pid_t ppid;
+	int ppid;
 	unsigned flags;
 	int threads;
-	uint64_t start;
+	unsigned long long start;
 };
 int hf_read_stat(pid_t pid, struct hf_stat *st);
-int hf_keyed(const char *buf, const char *key, int base, uint64_t *out);
 /* A key of a message and where its value goes: 's' copied into dst (arg
  * bytes), 'p' pointed to, 'f' a flag set when the value is eq, 'i' an
  * int64 (between 0 and arg when arg is not 0). */
@@ -104,30 +97,27 @@ struct hf_key {
 	const char *eq;
 };
 int hf_set_key(const struct hf_key *keys, const char *key, const char *val);
-int hf_copy_bounded(char *dst, size_t cap, const char *src);
 
-/* A NUL-framed message: 'R' then "key=value\0" strings, ended by "\0". */
+/* A length-framed message (protocol.go): its length (uint32, native byte
+ * order), then that many bytes of "key=value\0" strings. */
 struct hf_msg {
-	char *buf;      /* the mapping */
-	size_t map;     /* its size */
-	size_t len;     /* bytes of the message proper */
-	char extra[4096]; /* bytes that followed the message */
-	size_t nextra;
+	char *buf;  /* the mapping: the message, NUL-terminated */
+	size_t map; /* its size */
+	size_t len; /* bytes of the message proper */
 };
 /* hf_read_msg reads one message from fd: 1 read, 0 EOF first, -1 bad. */
 int hf_read_msg(int fd, struct hf_msg *m);
 void hf_free_msg(struct hf_msg *m);
 
-/* key=value fields into a fixed buffer, each followed by sep; values are
- * percent-encoded (fields.go). A field that does not fit is left out. */
-struct hf_kv {
-	char *p;
-	size_t len, cap;
-	char sep;
+/* A line reader: hf_read_lines reads what fd holds and calls fn with each
+ * whole line, its newline cut (a line longer than buf is dropped). It
+ * returns -1 at EOF or on an error, else 0. */
+struct hf_lines {
+	char buf[2 * HF_MAX_PATH + 64];
+	size_t len;
+	int overflow;
 };
-void hf_kv(struct hf_kv *b, const char *key, const char *val);
-void hf_kvf(struct hf_kv *b, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-void hf_kv_end(struct hf_kv *b);
+int hf_read_lines(int fd, struct hf_lines *l, void (*fn)(char *line));
 
 /* ---- the tree stop (hf_tree.c; internal/tree has the same rules) ---- */
 #define HF_MAX_ROOTS 1024
@@ -145,15 +135,12 @@ struct hf_tree {
 	 * and this many members were outside the cgroup. */
 	int stable, outsiders;
 };
-/* hf_in_cgroup: 1 when pid's cgroup2 group is group (under mount), 2 when
- * it is below group, else 0. */
-int hf_in_cgroup(pid_t pid, const char *mount, const char *group);
 /* hf_tree_list lists the members into out (at most max), sorted, and
  * returns how many it listed. */
 int hf_tree_list(struct hf_tree *t, pid_t *out, int max);
 /* hf_tree_signal sends sig to every member through a pidfd, re-checking
- * membership after the open; returns the number signalled. */
-int hf_tree_signal(struct hf_tree *t, int sig);
+ * membership after the open. */
+void hf_tree_signal(struct hf_tree *t, int sig);
 /* hf_tree_kill writes cgroup.kill, stops (SIGSTOP) the members outside
  * the cgroup until two listings agree and SIGKILLs them; returns the
  * number of members it found. */
@@ -181,13 +168,13 @@ extern int hf_sess_tty, hf_sess_stdin;
 extern int64_t hf_sess_cols, hf_sess_rows;
 int hf_session_setup(int *in, int *out, int *err, char *msg, size_t cap);
 int hf_session_child(void);
-void hf_session_started(void);
 int hf_session_pollfds(struct pollfd *p, int max);
 void hf_session_events(struct pollfd *p, int n);
 int hf_session_poll_ms(void);
 void hf_session_leader_exited(int status);
 int64_t hf_session_activity(int64_t now);
-void hf_session_times(struct timespec *in, struct timespec *out);
+/* The last input and output (CLOCK_REALTIME; zero: none), for the receipt. */
+extern struct timespec hf_sess_last_in, hf_sess_last_out;
 void hf_session_end(void);
 /* guardian.c, for the session loop: rewrite the receipt; the output
  * files were cut (a write failed). */

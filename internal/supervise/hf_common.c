@@ -19,20 +19,6 @@
 
 #include "hf.h"
 
-const char *hf_guardian_mode(void) { return HF_GUARDIAN_MODE; }
-
-static const char *reason_names[HF_R_MAX + 1] = {
-	"", "user", "deadline", "idle", "owner-exit", "timeout", "cancelled",
-	"completed", "keeper-lost", "limit", "abandoned",
-};
-
-const char *hf_reason_name(int code)
-{
-	if (code < 0 || code > HF_R_MAX)
-		return "";
-	return reason_names[code];
-}
-
 int64_t hf_mono_now(void)
 {
 	struct timespec ts;
@@ -44,8 +30,6 @@ int hf_write_all(int fd, const char *p, size_t n)
 {
 	while (n > 0) {
 		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
 		if (w < 0)
 			return -1;
 		p += w;
@@ -54,13 +38,15 @@ int hf_write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-void hf_helper_start(sigset_t *mask, int chld, int last, char oom_orig[HF_OOM_ADJ_LEN])
+char hf_oom_adj[16];
+
+void hf_helper_start(sigset_t *mask, int chld, int last)
 {
 	/* Out of the OOM killer's choice (-1000; it takes CAP_SYS_RESOURCE,
 	 * so unprivileged it stays): a cgroup's OOM must take a workload,
 	 * never its witness. The inherited value is kept for the workload. */
-	if (hf_read_file("/proc/self/oom_score_adj", oom_orig, HF_OOM_ADJ_LEN) < 0)
-		oom_orig[0] = 0;
+	if (hf_read_file("/proc/self/oom_score_adj", hf_oom_adj, sizeof hf_oom_adj) < 0)
+		hf_oom_adj[0] = 0;
 	hf_write_file("/proc/self/oom_score_adj", "-1000");
 	static const int ignored[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2, SIGWINCH};
 	struct sigaction ign;
@@ -94,18 +80,17 @@ int hf_arm_timer(int tfd, int64_t at)
 
 int hf_log_dirfd = -1;
 static int log_fd = 2;
-static int log_opened;
 
 void hf_log(const char *fmt, ...)
 {
 	static char b[1024];
 	int saved = errno;
-	if (!log_opened && hf_log_dirfd >= 0) {
+	if (hf_log_dirfd >= 0) {
 		/* The log is made on first use: most commands never write one. */
 		int fd = openat(hf_log_dirfd, "guardian.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (fd >= 0)
 			log_fd = fd;
-		log_opened = 1;
+		hf_log_dirfd = -1; /* one try */
 	}
 	int n = snprintf(b, sizeof b, "hostfork: ");
 	va_list ap;
@@ -135,8 +120,8 @@ int hf_read_file(const char *path, char *buf, size_t cap)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t n = 0;
 	size_t len = 0;
-	while (fd >= 0 && len < cap - 1 && ((n = read(fd, buf + len, cap - 1 - len)) > 0 || (n < 0 && errno == EINTR)))
-		len += n > 0 ? (size_t)n : 0;
+	while (fd >= 0 && len < cap - 1 && (n = read(fd, buf + len, cap - 1 - len)) > 0)
+		len += (size_t)n;
 	if (fd >= 0)
 		close(fd);
 	buf[len] = 0;
@@ -149,9 +134,7 @@ int hf_write_file(const char *path, const char *val)
 	if (fd < 0)
 		return -1;
 	size_t n = strlen(val);
-	ssize_t w;
-	while ((w = write(fd, val, n)) < 0 && errno == EINTR)
-		;
+	ssize_t w = write(fd, val, n);
 	int saved = errno;
 	close(fd);
 	errno = saved;
@@ -171,28 +154,15 @@ int hf_parse_i64(const char *s, int64_t *out)
 
 int64_t hf_read_deadline(int dirfd, const char *path)
 {
-	char b[32];
+	char b[32] = {0};
 	int64_t v;
 	int fd = openat(dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	int n = fd < 0 ? -1 : (int)read(fd, b, sizeof b - 1);
+	ssize_t n = fd < 0 ? -1 : read(fd, b, sizeof b - 1);
 	if (fd >= 0)
 		close(fd);
-	if (n >= 0)
-		b[n] = 0;
-	while (n > 0 && b[n - 1] == '\n')
-		b[--n] = 0;
-	if (n <= 0 || hf_parse_i64(b, &v) < 0 || v <= 0)
-		return -1;
-	return v;
-}
-
-int hf_copy_bounded(char *dst, size_t cap, const char *src)
-{
-	size_t n = strlen(src);
-	if (n >= cap)
-		return -1;
-	memcpy(dst, src, n + 1);
-	return 0;
+	if (n > 0 && b[n - 1] == '\n') /* MoveDeadline's one newline */
+		b[n - 1] = 0;
+	return n > 0 && hf_parse_i64(b, &v) == 0 && v > 0 ? v : -1;
 }
 
 /* hf_read_stat counts fields from the last ')', since the command name may
@@ -204,31 +174,11 @@ int hf_read_stat(pid_t pid, struct hf_stat *st)
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	int n = hf_read_file(path, b, sizeof b);
 	char *p = n > 0 ? memrchr(b, ')', (size_t)n) : NULL;
-	int ppid;
-	unsigned long long start;
 	/* Fields 3 (state), 4 (ppid), 9 (flags), 20 (threads), 22 (start). */
 	if (!p || sscanf(p + 1, " %c %d %*s %*s %*s %*s %u %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %d %*s %llu",
-	              &st->state, &ppid, &st->flags, &st->threads, &start) != 5)
+	              &st->state, &st->ppid, &st->flags, &st->threads, &st->start) != 5)
 		return -1;
-	st->ppid = (pid_t)ppid;
-	st->start = (uint64_t)start;
 	return 0;
-}
-
-/* hf_keyed finds the line of buf that starts with key and parses the
- * number after it (base 10 or 16). */
-int hf_keyed(const char *buf, const char *key, int base, uint64_t *out)
-{
-	size_t n = strlen(key);
-	for (const char *l = buf; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
-		if (!strncmp(l, key, n)) {
-			char *end;
-			errno = 0;
-			*out = strtoull(l + n, &end, base);
-			return end == l + n || errno ? -1 : 0;
-		}
-	}
-	return -1;
 }
 
 /* hf_set_key stores val where the entries of keys named key say; it
@@ -241,7 +191,7 @@ int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
 		if (strcmp(k->name, key))
 			continue;
 		found = 1;
-		if (k->kind == 's' && hf_copy_bounded(k->dst, k->arg, val) < 0)
+		if (k->kind == 's' && snprintf(k->dst, k->arg, "%s", val) >= (int)k->arg)
 			return -1;
 		if (k->kind == 'p')
 			*(const char **)k->dst = val;
@@ -255,13 +205,34 @@ int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
 	return found;
 }
 
-/* ---- NUL-framed messages ---- */
+/* ---- length-framed messages ---- */
+
+/* read_full reads n bytes unless EOF or an error comes first; it returns
+ * the number read. */
+static size_t read_full(int fd, void *p, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(fd, (char *)p + got, n - got);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
+}
 
 int hf_read_msg(int fd, struct hf_msg *m)
 {
-	/* Room for the message plus the pointer arrays its reader builds after
-	 * it (at most one 8-byte pointer per 5 bytes). Only touched pages
-	 * count. */
+	uint32_t len;
+	if (read_full(fd, &len, sizeof len) < sizeof len)
+		return 0;
+	if (len > HF_MAX_RELEASE) {
+		hf_log("message too large");
+		return -1;
+	}
+	/* Room for the message, the NUL after it, and the pointer arrays its
+	 * reader builds after it (at most one 8-byte pointer per 5 bytes).
+	 * Only touched pages count. */
 	m->map = (size_t)HF_MAX_RELEASE * 3;
 	m->buf = mmap(NULL, m->map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m->buf == MAP_FAILED) {
@@ -269,42 +240,8 @@ int hf_read_msg(int fd, struct hf_msg *m)
 		m->buf = NULL;
 		return -1;
 	}
-	size_t len = 0, scan = 1, cur = 1;
-	for (;;) {
-		if (len >= (size_t)HF_MAX_RELEASE) {
-			hf_log("message too large");
-			return -1;
-		}
-		ssize_t n = read(fd, m->buf + len, (size_t)HF_MAX_RELEASE - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return 0;
-		}
-		if (n == 0)
-			return 0;
-		len += (size_t)n;
-		if (m->buf[0] != HF_MSG_RELEASE) {
-			hf_log("bad message");
-			return -1;
-		}
-		for (; scan < len; scan++) {
-			if (m->buf[scan])
-				continue;
-			if (scan == cur) {
-				/* The empty string: the end of the message. */
-				size_t extra = len - scan - 1;
-				if (extra > sizeof m->extra)
-					extra = sizeof m->extra;
-				memcpy(m->extra, m->buf + scan + 1, extra);
-				m->nextra = extra;
-				m->buf[scan] = 0;
-				m->len = scan;
-				return 1;
-			}
-			cur = scan + 1;
-		}
-	}
+	m->len = len;
+	return read_full(fd, m->buf, len) == len;
 }
 
 void hf_free_msg(struct hf_msg *m)
@@ -314,41 +251,24 @@ void hf_free_msg(struct hf_msg *m)
 	m->buf = NULL;
 }
 
-/* ---- key=value fields (protocol.go, fields.go) ---- */
-
-void hf_kv(struct hf_kv *b, const char *key, const char *val)
+int hf_read_lines(int fd, struct hf_lines *l, void (*fn)(char *line))
 {
-	size_t n = strlen(key);
-	if (b->len + n + 3 * strlen(val) + 3 > b->cap)
-		return;
-	memcpy(b->p + b->len, key, n);
-	b->len += n;
-	b->p[b->len++] = '=';
-	for (const unsigned char *s = (const unsigned char *)val; *s; s++) {
-		if (*s <= ' ' || *s == '%' || *s == 0x7f)
-			b->len += (size_t)snprintf(b->p + b->len, 4, "%%%02X", *s);
-		else
-			b->p[b->len++] = (char)*s;
+	char b[512];
+	ssize_t n = read(fd, b, sizeof b);
+	if (n < 0 && errno == EAGAIN)
+		return 0;
+	for (ssize_t i = 0; i < n; i++) {
+		if (b[i] != '\n') {
+			l->overflow |= l->len == sizeof l->buf - 1;
+			if (!l->overflow)
+				l->buf[l->len++] = b[i];
+			continue;
+		}
+		l->buf[l->len] = 0;
+		if (!l->overflow)
+			fn(l->buf);
+		l->len = 0;
+		l->overflow = 0;
 	}
-	b->p[b->len++] = b->sep;
-}
-
-void hf_kvf(struct hf_kv *b, const char *key, const char *fmt, ...)
-{
-	char t[32];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(t, sizeof t, fmt, ap);
-	va_end(ap);
-	hf_kv(b, key, t);
-}
-
-/* hf_kv_end appends "end=" and the FNV-1a hash of the text before it. */
-void hf_kv_end(struct hf_kv *b)
-{
-	uint32_t h = 2166136261u;
-	for (size_t i = 0; i < b->len; i++)
-		h = (h ^ (unsigned char)b->p[i]) * 16777619u;
-	if (b->len + 14 <= b->cap)
-		b->len += (size_t)snprintf(b->p + b->len, 15, "end=%08x\n", h);
+	return n > 0 ? 0 : -1;
 }

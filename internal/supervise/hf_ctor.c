@@ -16,9 +16,8 @@
 
 #include "hf.h"
 
-__attribute__((constructor)) static void hf_ctor(int argc, char **argv, char **envp)
+__attribute__((constructor)) static void hf_ctor(int argc, char **argv)
 {
-	(void)envp;
 	const char *mode = argc >= 2 && argv ? argv[1] : NULL;
 	if (!mode || mode[0] != '_')
 		return;

@@ -46,7 +46,7 @@
 static int mode; /* 0 none, HF_SESS_TTY, HF_SESS_STDIN */
 int hf_sess_tty, hf_sess_stdin;
 int64_t hf_sess_cols = 80, hf_sess_rows = 24;
-static int master = -1, slave = -1, pin = -1; /* pty; stdin pipe's read end */
+static int master = -1, slave = -1; /* the pty */
 static int inw = -1;                          /* where input goes */
 static int logw = -1, logr = -1, lsock = -1;
 static char pts[64]; /* the terminal's name */
@@ -54,7 +54,7 @@ static int64_t log_end;
 static int pty_eof, leader_done, exit_code = -1, exit_sig;
 static int64_t exit_at; /* when the exit frame may go: the leader's output is in */
 #define SETTLE (200 * NS_PER_MS) /* at most this long after the leader */
-static struct timespec last_in, last_out;
+struct timespec hf_sess_last_in, hf_sess_last_out;
 static int64_t act_mono, receipt_due;
 static char obuf[CHUNK];
 
@@ -117,10 +117,9 @@ int hf_session_setup(int *in, int *out, int *err, char *msg, size_t cap)
 			snprintf(msg, cap, "session: creating the stdin pipe: %s", hf_errstr(errno));
 			return -1;
 		}
-		pin = fds[0];
 		inw = fds[1];
 		fcntl(inw, F_SETFL, O_WRONLY | O_NONBLOCK);
-		*in = pin;
+		*in = fds[0];
 	}
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	snprintf(a.sun_path, sizeof a.sun_path, "/proc/self/fd/%d/" SOCK_NAME, HF_FD_DIR);
@@ -147,13 +146,6 @@ int hf_session_child(void)
 	if (setsid() < 0)
 		return -1;
 	return ioctl(slave, TIOCSCTTY, 0);
-}
-
-/* hf_session_started: the workload holds its ends now. */
-void hf_session_started(void)
-{
-	close(slave), close(pin); /* -1 when unused: EBADF */
-	slave = pin = -1;
 }
 
 static void activity(struct timespec *t)
@@ -201,7 +193,7 @@ static void refresh_end(void)
 	struct stat st;
 	if (mode == HF_SESS_STDIN && fstat(logr, &st) == 0 && st.st_size > log_end) {
 		log_end = st.st_size;
-		activity(&last_out);
+		activity(&hf_sess_last_out);
 	}
 }
 
@@ -210,8 +202,6 @@ static void write_input(struct client *c)
 {
 	while (c->in_off < c->in_len) {
 		ssize_t w = write(inw, c->in + c->in_off, c->in_len - c->in_off);
-		if (w < 0 && errno == EINTR)
-			continue;
 		if (w < 0 && errno == EAGAIN) {
 			busy = (int)(c - cl);
 			return;
@@ -223,7 +213,7 @@ static void write_input(struct client *c)
 		c->in_off += (uint32_t)w;
 	}
 	busy = -1;
-	activity(&last_in);
+	activity(&hf_sess_last_in);
 }
 
 static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
@@ -264,7 +254,7 @@ static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
 		if (n != 4 || !ws.ws_col || !ws.ws_row) /* p has IN_MAX bytes: read before the check */
 			return fail(c, "bad resize frame: give columns and rows above 0");
 		ioctl(master, TIOCSWINSZ, &ws);
-		return activity(&last_in);
+		return activity(&hf_sess_last_in);
 	}
 	case 'e':
 		if (mode == HF_SESS_STDIN && inw >= 0) {
@@ -278,7 +268,7 @@ static void frame(struct client *c, unsigned char type, char *p, uint32_t n)
 				write_input(c);
 			}
 		}
-		return activity(&last_in);
+		return activity(&hf_sess_last_in);
 	case 's':
 		return ctl_frame(c, 's', "", 0);
 	}
@@ -293,8 +283,6 @@ static void on_readable(struct client *c)
 			r = read(c->fd, c->ih + c->ih_len, (size_t)(5 - c->ih_len));
 		else
 			r = read(c->fd, c->in + c->in_len, c->in_need - c->in_len);
-		if (r < 0 && errno == EINTR)
-			continue;
 		if (r < 0 && errno == EAGAIN)
 			return;
 		if (r <= 0) {
@@ -386,7 +374,7 @@ static void on_writable(struct client *c)
 		return;
 	}
 blocked:
-	if (errno != EAGAIN && errno != EINTR)
+	if (errno != EAGAIN)
 		drop(c);
 	else
 		c->full = 1;
@@ -403,12 +391,10 @@ static void read_pty(void)
 {
 	for (;;) { /* the pty gives 4 KiB a read: gather up to CHUNK a write */
 		ssize_t n = 0, r = 0;
-		while (n < CHUNK && ((r = read(master, obuf + n, (size_t)(CHUNK - n))) > 0 || (r < 0 && errno == EINTR)))
-			n += r > 0 ? r : 0;
+		while (n < CHUNK && (r = read(master, obuf + n, (size_t)(CHUNK - n))) > 0)
+			n += r;
 		for (ssize_t off = 0; off < n && logw >= 0;) {
 			ssize_t w = write(logw, obuf + off, (size_t)(n - off));
-			if (w < 0 && errno == EINTR)
-				continue;
 			if (w < 0) {
 				hf_log("writing the session's log: %s; it is cut here", hf_errstr(errno));
 				hf_output_truncated = 1;
@@ -420,7 +406,7 @@ static void read_pty(void)
 			log_end += w;
 		}
 		if (n > 0)
-			activity(&last_out);
+			activity(&hf_sess_last_out);
 		if (r == 0 || (r < 0 && errno != EAGAIN))
 			pty_eof = 1; /* EIO: no process holds the terminal any more */
 		if (n < CHUNK)
@@ -494,10 +480,7 @@ void hf_session_events(struct pollfd *p, int n)
 			on_writable(c);
 	}
 	if (p[0].revents & POLLIN)
-		on_accept();
-	for (int i = 0; i < MAXC; i++) /* new output, new clients */
-		if (cl[i].fd >= 0 && !cl[i].full && wants_out(&cl[i]))
-			on_writable(&cl[i]);
+		on_accept(); /* a new client has nothing to send before its hello */
 	if (receipt_due && hf_mono_now() >= receipt_due) {
 		receipt_due = 0;
 		hf_guardian_receipt();
@@ -538,17 +521,6 @@ void hf_session_leader_exited(int status)
 	exit_at = hf_mono_now() + SETTLE;
 }
 
-/* drain_pty reads what the terminal still holds once no process has it
- * open (its last bytes may still be on their way: bounded wait for EIO). */
-static void drain_pty(void)
-{
-	for (int64_t until = hf_mono_now() + 2000 * NS_PER_MS; master >= 0 && !pty_eof && hf_mono_now() < until;) {
-		struct pollfd p = {master, POLLIN, 0};
-		if (poll(&p, 1, 100) > 0)
-			read_pty();
-	}
-}
-
 /* hf_session_activity is the last session activity (monotonic), or now
  * while an attached client waits on a workload that waits for typing:
  * the terminal's foreground process group leader has the terminal as
@@ -576,44 +548,40 @@ int64_t hf_session_activity(int64_t now)
 	return act_mono;
 }
 
-/* hf_session_times: the last input and output (CLOCK_REALTIME; zero:
- * none), for the receipt. */
-void hf_session_times(struct timespec *in, struct timespec *out)
-{
-	*in = last_in, *out = last_out;
-}
-
-/* hf_session_end: the tree is gone. What the pty still holds goes to the
- * log; clients get the rest and the exit frame, for at most 2 s. */
+/* hf_session_end: the tree is gone. In two rounds of at most 2 s each:
+ * what the pty still holds goes to the log (its last bytes may still be on
+ * their way: wait for EIO), then clients get the rest and the exit frame. */
 void hf_session_end(void)
 {
 	if (!mode)
 		return;
 	if (!leader_done)
 		hf_session_leader_exited(0);
-	drain_pty();
-	pty_eof = 1;
 	close(lsock);
 	unlinkat(HF_FD_DIR, SOCK_NAME, 0);
-	int64_t until = hf_mono_now() + 2000 * NS_PER_MS;
-	for (;;) {
-		struct pollfd p[MAXC];
-		int n = 0;
-		for (int i = 0; i < MAXC; i++) {
-			busy = -1;
-			if (cl[i].fd >= 0 && !wants_out(&cl[i]))
-				drop(&cl[i]);
-			p[i] = (struct pollfd){cl[i].fd, POLLOUT, 0};
-			n += cl[i].fd >= 0;
-		}
-		int64_t left = (until - hf_mono_now()) / NS_PER_MS;
-		if (!n || left <= 0 || poll(p, MAXC, (int)left) < 0)
-			break;
-		for (int i = 0; i < MAXC; i++)
-			if (cl[i].fd >= 0 && p[i].revents) {
-				cl[i].full = 0;
-				on_writable(&cl[i]);
+	for (int round = 0; round < 2; round++) {
+		int64_t until = hf_mono_now() + 2000 * NS_PER_MS, left;
+		while ((left = (until - hf_mono_now()) / NS_PER_MS) > 0) {
+			struct pollfd p[MAXC + 1];
+			int n = 0;
+			for (int i = 0; i < MAXC; i++) {
+				if (round && cl[i].fd >= 0 && !wants_out(&cl[i]))
+					drop(&cl[i]);
+				p[i] = (struct pollfd){round ? cl[i].fd : -1, POLLOUT, 0};
+				n += p[i].fd >= 0;
 			}
+			p[MAXC] = (struct pollfd){round || pty_eof ? -1 : master, POLLIN, 0};
+			if ((!n && p[MAXC].fd < 0) || poll(p, MAXC + 1, (int)left) < 0)
+				break;
+			if (p[MAXC].revents)
+				read_pty();
+			for (int i = 0; i < MAXC; i++)
+				if (cl[i].fd >= 0 && p[i].revents) {
+					cl[i].full = 0;
+					on_writable(&cl[i]);
+				}
+		}
+		pty_eof = 1;
 	}
 	for (int i = 0; i < MAXC; i++)
 		if (cl[i].fd >= 0)

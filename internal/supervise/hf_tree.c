@@ -22,7 +22,9 @@
 
 #include "hf.h"
 
-int hf_in_cgroup(pid_t pid, const char *mount, const char *group)
+/* hf_in_cgroup: 1 when pid's cgroup2 group is group (under mount), 2 when
+ * it is below group, else 0. */
+static int hf_in_cgroup(pid_t pid, const char *mount, const char *group)
 {
 	static char b[8192];
 	char path[48];
@@ -61,14 +63,12 @@ static void each_pid(const char *buf, void (*fn)(pid_t))
 
 /* each_entry calls fn with the name of every entry of the directory at
  * path that is a number, or (dirs) a subdirectory. */
-static int each_entry(const char *path, int dirs, void (*fn)(const char *))
+static void each_entry(const char *path, int dirs, void (*fn)(const char *))
 {
 	char buf[8192];
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	for (; fd >= 0;) {
 		long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
-		if (n < 0 && errno == EINTR)
-			continue;
 		if (n <= 0)
 			break;
 		for (long off = 0; off < n;) {
@@ -83,7 +83,6 @@ static int each_entry(const char *path, int dirs, void (*fn)(const char *))
 	}
 	if (fd >= 0)
 		close(fd);
-	return fd;
 }
 
 /* A listing in progress. */
@@ -249,22 +248,20 @@ static pid_t members[HF_MAX_MEMBERS], again[HF_MAX_MEMBERS];
 
 /* signal_member signals pid through a pidfd if it is still a member after
  * the open (the pidfd pins the PID, so the check is about this process). */
-static int signal_member(struct hf_tree *t, pid_t pid, int sig)
+static void signal_member(struct hf_tree *t, pid_t pid, int sig)
 {
 	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (fd < 0)
-		return 0;
-	int ok = is_member(t, pid) && syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0) == 0;
-	close(fd);
-	return ok;
+	if (fd >= 0 && is_member(t, pid))
+		syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0);
+	if (fd >= 0)
+		close(fd);
 }
 
-int hf_tree_signal(struct hf_tree *t, int sig)
+void hf_tree_signal(struct hf_tree *t, int sig)
 {
-	int n = hf_tree_list(t, members, HF_MAX_MEMBERS), done = 0;
+	int n = hf_tree_list(t, members, HF_MAX_MEMBERS);
 	for (int i = 0; i < n; i++)
-		done += signal_member(t, members[i], sig);
-	return done;
+		signal_member(t, members[i], sig);
 }
 
 /* outside lists the members outside the cgroup (all of them without one)
@@ -320,35 +317,23 @@ int hf_queue_stop(int pidfd, int reason, int notice, int64_t grace_ns)
 	return (int)syscall(SYS_pidfd_send_signal, pidfd, SIGTERM, &si, 0);
 }
 
-/* stop_one queues a stop to one process of the guardians group. */
-static struct {
-	const char *mount, *group;
-	pid_t skip;
-	int reason;
-	int64_t grace;
-	struct hf_tree *roots;
-} G;
-
-static void stop_one(pid_t pid)
-{
-	int fd = pid == G.skip ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
-	if (fd < 0)
-		return;
-	/* Still a guardian of this environment after the open. */
-	if (hf_in_cgroup(pid, G.mount, G.group) == 1) {
-		hf_queue_stop(fd, G.reason, 0, G.grace);
-		if (G.roots && G.roots->nroots < HF_MAX_ROOTS)
-			G.roots->roots[G.roots->nroots++] = pid;
-	}
-	close(fd);
-}
-
 void hf_stop_guardians(const char *mount, const char *group, pid_t skip, int reason, int64_t grace, struct hf_tree *roots)
 {
 	static char procs[65536];
 	char p[HF_MAX_PATH + 32];
-	G.mount = mount, G.group = group, G.skip = skip, G.reason = reason, G.grace = grace, G.roots = roots;
 	snprintf(p, sizeof p, "%s/cgroup.procs", group);
-	if (hf_read_file(p, procs, sizeof procs) >= 0)
-		each_pid(procs, stop_one);
+	if (hf_read_file(p, procs, sizeof procs) < 0)
+		return;
+	for (char *s = procs, *end; *s; s = end + (*end != 0)) {
+		pid_t pid = (pid_t)strtol(s, &end, 10);
+		int fd = pid > 0 && pid != skip ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+		/* Still a guardian of this environment after the open. */
+		if (fd >= 0 && hf_in_cgroup(pid, mount, group) == 1) {
+			hf_queue_stop(fd, reason, 0, grace);
+			if (roots && roots->nroots < HF_MAX_ROOTS)
+				roots->roots[roots->nroots++] = pid;
+		}
+		if (fd >= 0)
+			close(fd);
+	}
 }

@@ -62,15 +62,14 @@ static int slots[MAX_SLOTS];
 
 static struct {
 	char env_id[HF_MAX_ID + 1];
-	char mount[HF_MAX_PATH + 1];
-	char commands[HF_MAX_PATH + 1];
 	char guardians[HF_MAX_PATH + 1];
 	int owner_stop, slave;
 	int userns; /* a user namespace first: a rootless view (keeper.go) */
-	int files; /* trees' descriptors handed over, from HF_KFD_OWNER + 1 */
+	int files; /* trees' descriptors handed over, from HF_KFD_RUNDIR + 1 */
 	int64_t deadline_ns, grace_ns;
-	char run_dir[HF_MAX_PATH + 1]; /* where a moved deadline is (HF_DEADLINE_FILE) */
 } kc;
+/* The environment's commands group (and the cgroup2 mount), stopped as one tree. */
+static struct hf_tree commands;
 
 static struct hf_msg cfgmsg;
 static char errmsg[2048];
@@ -91,8 +90,8 @@ static int parse_config(struct hf_msg *m)
 	static int64_t files;
 	static const struct hf_key keys[] = {
 		{"env_id", 's', kc.env_id, sizeof kc.env_id, 0},
-		{"cgroup_mount", 's', kc.mount, sizeof kc.mount, 0},
-		{"commands_cgroup", 's', kc.commands, sizeof kc.commands, 0},
+		{"cgroup_mount", 's', commands.mount, sizeof commands.mount, 0},
+		{"commands_cgroup", 's', commands.cgroup, sizeof commands.cgroup, 0},
 		{"guardians_cgroup", 's', kc.guardians, sizeof kc.guardians, 0},
 		{"owner_exit", 'f', &kc.owner_stop, 0, "stop"},
 		{"propagation", 'f', &kc.slave, 0, "slave"},
@@ -100,56 +99,40 @@ static int parse_config(struct hf_msg *m)
 		{"deadline_mono_ns", 'i', &kc.deadline_ns, 0, 0},
 		{"grace_ns", 'i', &kc.grace_ns, 0, 0},
 		{"files", 'i', &files, 256, 0},
-		{"run_dir", 's', kc.run_dir, sizeof kc.run_dir, 0},
 		{0, 0, 0, 0, 0},
 	};
-	struct op *o = NULL;
-	char *next;
-	for (char *p = m->buf + 1; *p; p = next) {
+	char *next, *end = m->buf + m->len;
+	for (char *p = m->buf; p < end; p = next) {
 		next = p + strlen(p) + 1;
 		char *v = strchr(p, '=');
 		if (!v)
 			return -1;
 		*v++ = 0;
-		int64_t n;
 		if (!strcmp(p, "op")) {
-			if (nops >= MAX_OPS)
+			/* Then always six strings: target, source, fstype, data,
+			 * flags and slot (keeper.go, encodeKeeper). The mapping is
+			 * zeroed past the message, so a short one ends past end. */
+			char *f[6];
+			for (int j = 0; j < 6; j++) {
+				f[j] = next;
+				next += strlen(next) + 1;
+			}
+			int64_t fl, sl;
+			if (next > end || nops >= MAX_OPS || f[0][0] != '/' || hf_parse_i64(f[4], &fl) < 0 || fl < 0 ||
+			    hf_parse_i64(f[5], &sl) < 0 || sl < 0 || sl >= MAX_SLOTS)
 				return -1;
-			o = &ops[nops++];
-			memset(o, 0, sizeof *o);
-			o->slot = -1;
+			struct op *o = &ops[nops++];
+			*o = (struct op){0, f[1], f[0], f[2], f[3], (unsigned long)fl, (int)sl};
 			for (int k = 1; kinds[k] && !o->kind; k++)
 				o->kind = strcmp(v, kinds[k]) ? 0 : k;
 			if (!o->kind)
 				return -1;
-		} else if (o && !strcmp(p, "source")) {
-			o->source = v;
-		} else if (o && !strcmp(p, "target")) {
-			o->target = v;
-		} else if (o && !strcmp(p, "fstype")) {
-			o->fstype = v;
-		} else if (o && !strcmp(p, "data")) {
-			o->data = v;
-		} else if (o && (!strcmp(p, "flags") || !strcmp(p, "slot"))) {
-			if (hf_parse_i64(v, &n) < 0 || n < 0 || (p[0] == 's' && n >= MAX_SLOTS))
-				return -1;
-			if (p[0] == 's')
-				o->slot = (int)n;
-			else
-				o->flags = (unsigned long)n;
 		} else if (hf_set_key(keys, p, v) <= 0) {
 			hf_log("keeper: bad or unknown key %.64s", p);
 			return -1;
 		}
 	}
 	kc.files = (int)files;
-	for (int i = 0; i < nops; i++) {
-		o = &ops[i];
-		if (!o->target || o->target[0] != '/')
-			return -1;
-		if ((o->kind == OP_CAPTURE || o->kind == OP_MKPOINT || o->kind == OP_MOVE) && o->slot < 0)
-			return -1;
-	}
 	return 0;
 }
 
@@ -165,7 +148,7 @@ static int parse_config(struct hf_msg *m)
 static int pin_files(void)
 {
 	for (int i = 0; i < kc.files; i++) {
-		int fd = HF_KFD_OWNER + 1 + i;
+		int fd = HF_KFD_RUNDIR + 1 + i;
 		char link[64], path[HF_MAX_PATH];
 		snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
 		ssize_t n = readlink(link, path, sizeof path - 1);
@@ -214,7 +197,7 @@ static int resolve(const char *path, int mk)
 	if (!mk)
 		return (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
 	char p[PATH_MAX];
-	if (hf_copy_bounded(p, sizeof p, path) < 0) {
+	if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
 		errno = ENAMETOOLONG;
 		return -1;
 	}
@@ -256,40 +239,26 @@ static const char *fdpath(char b[32], int fd)
 static int mkpoint(int fd, const char *target)
 {
 	struct stat st;
+	char parent[PATH_MAX];
 	int t = resolve(target, 0);
 	if (t >= 0 || errno != ENOENT) {
 		if (t >= 0)
 			close(t);
 		return t >= 0 ? 0 : -1;
 	}
-	if (fstat(fd, &st) < 0)
+	/* The parent keeps its final slash ("/a/b/" resolves as "/a/b"). */
+	const char *name = strrchr(target, '/') + 1; /* absolute: parse_config */
+	if (fstat(fd, &st) < 0 || snprintf(parent, sizeof parent, "%s", target) >= (int)sizeof parent)
 		return -1;
-	char parent[PATH_MAX];
-	if (hf_copy_bounded(parent, sizeof parent, target) < 0)
-		return -1;
-	char *slash = strrchr(parent, '/');
-	char name[NAME_MAX + 1];
-	if (!slash || hf_copy_bounded(name, sizeof name, slash + 1) < 0) {
-		errno = EINVAL;
-		return -1;
-	}
-	slash[slash == parent ? 1 : 0] = 0;
+	parent[name - target] = 0;
 	int dir = resolve(parent, 1);
 	if (dir < 0)
 		return -1;
 	int r;
-	if (S_ISDIR(st.st_mode)) {
+	if (S_ISDIR(st.st_mode))
 		r = mkdirat(dir, name, st.st_mode & 07777);
-	} else {
-		/* An O_PATH parent can't create a file: open it for that. */
-		char b[32];
-		int d = open(fdpath(b, dir), O_DIRECTORY | O_RDONLY | O_CLOEXEC);
-		r = d < 0 ? -1 : openat(d, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (r >= 0)
-			close(r), r = 0;
-		if (d >= 0)
-			close(d);
-	}
+	else if ((r = openat(dir, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600)) >= 0)
+		r = close(r);
 	int e = errno;
 	close(dir);
 	errno = e;
@@ -394,13 +363,11 @@ static int apply_ops(void)
 }
 
 /* ready reports "ok", or "error MESSAGE" (keeper.go), on the ready
- * channel: one line. */
+ * channel: one line (b holds the longest: a prefix and errmsg). */
 static void ready(const char *prefix, const char *msg)
 {
 	char b[2200];
 	int n = snprintf(b, sizeof b, "%s%s\n", prefix, msg);
-	if (n > (int)sizeof b - 1)
-		n = (int)sizeof b - 1, b[n - 1] = '\n';
 	hf_write_all(HF_KFD_READY, b, (size_t)n);
 }
 
@@ -410,49 +377,59 @@ static void ready(const char *prefix, const char *msg)
  * carries the reason); what is left after the grace is killed. */
 static void stop_commands(int reason, int64_t grace)
 {
-	static struct hf_tree t;
-	if (!kc.commands[0])
+	struct hf_tree *t = &commands; /* called once: the keeper exits after it */
+	if (!t->cgroup[0])
 		return;
-	memset(&t, 0, sizeof t);
-	snprintf(t.cgroup, sizeof t.cgroup, "%s", kc.commands);
-	snprintf(t.mount, sizeof t.mount, "%s", kc.mount);
 	if (kc.guardians[0])
-		hf_stop_guardians(kc.mount, kc.guardians, 0, reason, grace, &t);
+		hf_stop_guardians(t->mount, kc.guardians, 0, reason, grace, t);
+	/* Every 10 ms: has the tree gone? After the grace and 1 s more, a
+	 * kill round each time, at most 200 (2 s). */
 	int64_t end = hf_mono_now() + grace + 1000 * NS_PER_MS;
-	while (hf_mono_now() < end && hf_tree_populated(&t)) {
+	for (int kills = 0; kills < 200 && hf_tree_populated(t);) {
+		if (hf_mono_now() >= end) {
+			hf_tree_kill(t);
+			kills++;
+		}
 		struct timespec ts = {0, 10 * 1000000L};
-		nanosleep(&ts, NULL);
-	}
-	for (int round = 0; round < 40 && hf_tree_populated(&t); round++) {
-		hf_tree_kill(&t);
-		struct timespec ts = {0, 50 * 1000000L};
 		nanosleep(&ts, NULL);
 	}
 }
 
 /* arm_deadline arms the deadline timer at deadline − grace, after taking a
- * moved deadline (hf.h, HF_DEADLINE_FILE). Re-arming discards an expiry
- * not yet read. */
-static int rundir = -1; /* HF_KFD_RUNDIR once it holds the run directory */
-
+ * moved deadline (hf.h, HF_DEADLINE_FILE) from the run directory the
+ * launcher opened on the host's mounts (HF_KFD_RUNDIR; closed when there
+ * is none). Re-arming discards an expiry not yet read. */
 static void arm_deadline(int tfd)
 {
-	int64_t moved = rundir < 0 ? -1 : hf_read_deadline(rundir, HF_DEADLINE_FILE);
+	int64_t moved = hf_read_deadline(HF_KFD_RUNDIR, HF_DEADLINE_FILE);
 	if (moved > 0)
 		kc.deadline_ns = moved;
 	if (kc.deadline_ns > 0)
 		hf_arm_timer(tfd, kc.deadline_ns - kc.grace_ns);
 }
 
+/* The owner channel. The creator first writes "committed" once the
+ * registry holds our identity (optionally followed by the commands and
+ * guardians groups, known only then in the systemd tier); EOF before that
+ * is an aborted creation, EOF after it means the creator is gone. */
+static int committed;
+
+static void owner_line(char *line)
+{
+	if (strncmp(line, "committed", 9))
+		return;
+	committed = 1;
+	/* The groups: at most HF_MAX_PATH (4095) bytes each, as Commit checks. */
+	sscanf(line + 9, "%4095s %4095s", commands.cgroup, kc.guardians);
+}
+
 int hf_keeper_main(void)
 {
 	sigset_t mask;
-	char oom_adj[HF_OOM_ADJ_LEN]; /* the keeper runs nothing: unused */
-	hf_helper_start(&mask, 0, HF_KFD_OWNER, oom_adj);
+	hf_helper_start(&mask, 0, HF_KFD_RUNDIR);
 	for (int i = 0; i < MAX_SLOTS; i++)
 		slots[i] = -1;
-	int r = hf_read_msg(HF_KFD_CONFIG, &cfgmsg);
-	if (r <= 0 || parse_config(&cfgmsg) < 0) {
+	if (hf_read_msg(HF_KFD_CONFIG, &cfgmsg) <= 0 || parse_config(&cfgmsg) < 0) {
 		ready("error ", "reading the keeper's configuration");
 		return 125;
 	}
@@ -469,23 +446,10 @@ int hf_keeper_main(void)
 		}
 		ready("userns", "");
 		char c = 0;
-		ssize_t n;
-		while ((n = read(HF_KFD_CONFIG, &c, 1)) < 0 && errno == EINTR)
-			;
-		if (n != 1 || c != 'm')
+		if (read(HF_KFD_CONFIG, &c, 1) != 1 || c != 'm')
 			return 125; /* the launcher could not map our ids: it says why */
 	}
 	close(HF_KFD_CONFIG);
-	/* The run directory, opened on the host's mounts before the view can
-	 * cover it, in the slot the configuration no longer needs: a moved
-	 * deadline is read there (HF_KFD_RUNDIR). */
-	if (kc.run_dir[0]) {
-		int d = open(kc.run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-		if (d == HF_KFD_RUNDIR || (d >= 0 && dup3(d, HF_KFD_RUNDIR, O_CLOEXEC) == HF_KFD_RUNDIR))
-			rundir = HF_KFD_RUNDIR;
-		if (d >= 0 && d != HF_KFD_RUNDIR)
-			close(d);
-	}
 	/* A private mount namespace, from which nothing made in the view may
 	 * propagate back to the host. A recursive slave still receives the
 	 * host's own mounts and unmounts on every shared host mount; private
@@ -494,9 +458,9 @@ int hf_keeper_main(void)
 	    : mount(NULL, "/", NULL, MS_REC | (kc.slave ? MS_SLAVE : MS_PRIVATE), NULL) < 0
 	    ? kerr("making the view %s: %s", kc.slave ? "a slave" : "private", hf_errstr(errno))
 	    : pin_files() < 0 ? -1 : apply_ops();
-	/* The trees' descriptors (KeeperSpec.Files, from fd 6 on) were only
+	/* The trees' descriptors (KeeperSpec.Files, from fd 7 on) were only
 	 * for building the view. */
-	syscall(SYS_close_range, HF_KFD_OWNER + 1, ~0U, 0);
+	syscall(SYS_close_range, HF_KFD_RUNDIR + 1, ~0U, 0);
 	if (applied < 0) {
 		ready("error ", errmsg);
 		return 125;
@@ -510,18 +474,12 @@ int hf_keeper_main(void)
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	arm_deadline(tfd);
-	/* The owner channel. The creator first writes "committed" once the
-	 * registry holds our identity (optionally followed by the commands and
-	 * guardians groups, known only then in the systemd tier); EOF before
-	 * that is an aborted creation, EOF after it means the creator is gone. */
-	int owner_open = 1, committed = 0;
-	char line[2 * HF_MAX_PATH + 64];
-	size_t ll = 0;
+	int owner_open = 1;
+	static struct hf_lines owner;
 	for (;;) {
 		struct pollfd pfd[3] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}, {owner_open ? HF_KFD_OWNER : -1, POLLIN, 0}};
 		if (poll(pfd, 3, -1) < 0) {
-			if (errno != EINTR)
-				hf_log("keeper: poll: %s", hf_errstr(errno));
+			hf_log("keeper: poll: %s", hf_errstr(errno));
 			continue;
 		}
 		if (pfd[0].revents) {
@@ -552,37 +510,8 @@ int hf_keeper_main(void)
 			return 0;
 		}
 		if (owner_open && pfd[2].revents) {
-			char b[512];
-			ssize_t n = read(HF_KFD_OWNER, b, sizeof b);
-			if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			if (hf_read_lines(HF_KFD_OWNER, &owner, owner_line) == 0)
 				continue;
-			if (n > 0) {
-				for (ssize_t i = 0; i < n; i++) {
-					if (b[i] != '\n') {
-						if (ll < sizeof line - 1)
-							line[ll++] = b[i];
-						continue;
-					}
-					line[ll] = 0;
-					ll = 0;
-					if (strncmp(line, "committed", 9))
-						continue;
-					committed = 1;
-					char *rest = line + 9;
-					while (*rest == ' ')
-						rest++;
-					if (*rest) {
-						char *sp = strchr(rest, ' ');
-						if (sp)
-							*sp++ = 0;
-						if (hf_copy_bounded(kc.commands, sizeof kc.commands, rest) < 0)
-							kc.commands[0] = 0;
-						if (sp && *sp && hf_copy_bounded(kc.guardians, sizeof kc.guardians, sp) < 0)
-							kc.guardians[0] = 0;
-					}
-				}
-				continue;
-			}
 			close(HF_KFD_OWNER);
 			owner_open = 0;
 			if (!committed)

@@ -21,15 +21,16 @@ const KeeperMode = "__hostfork_keeper"
 
 // The keeper's descriptors.
 //
-// kfdConfig (launcher → keeper) carries one NUL-framed message like the
-// guardian's release ('R', "key=value\0" strings, a lone "\0"): env_id,
+// kfdConfig (launcher → keeper) carries one message framed like the
+// guardian's release (its length, then "key=value\0" strings): env_id,
 // owner_exit (stop | detach), deadline_mono_ns and grace_ns (decimal
-// nanoseconds), run_dir (where a moved deadline is: DeadlineFile), propagation (slave | private), cgroup_mount,
+// nanoseconds), propagation (slave | private), cgroup_mount,
 // commands_cgroup and guardians_cgroup, then the view's operations in
-// order, each opened by "op=KIND" and followed by its parameters (see
-// KeeperOp). The keeper makes a new mount namespace, makes it a slave or
-// private, applies the operations, and answers on kfdReady with one line:
-// "ok" or "error MESSAGE".
+// order, each "op=KIND" followed by six strings: its Target, Source,
+// FSType, Data, Flags and Slot (see KeeperOp; decimal numbers). The
+// keeper makes a new mount namespace, makes it a slave or private, applies
+// the operations, and answers on kfdReady with one line: "ok" or
+// "error MESSAGE".
 //
 // kfdOwner (launcher → keeper) is the owner channel. The creator writes
 // "committed [COMMANDS [GUARDIANS]]\n" once the registry holds the keeper's
@@ -49,6 +50,7 @@ const (
 	kfdConfig = 3
 	kfdReady  = 4
 	kfdOwner  = 5
+	kfdRunDir = 6 // the run directory (RunDir, opened here), closed when there is none
 )
 
 // KeeperOp is one primitive step of a view, applied by the keeper in its
@@ -98,7 +100,7 @@ type KeeperSpec struct {
 }
 
 // KeeperFirstFile is the keeper's descriptor of KeeperSpec.Files[0].
-const KeeperFirstFile = 6
+const KeeperFirstFile = 7
 
 // Keeper is the launcher's handle on a started keeper.
 type Keeper struct {
@@ -109,17 +111,15 @@ type Keeper struct {
 
 func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 	var b bytes.Buffer
-	b.WriteByte(msgRelease)
 	var bad error
-	put := func(k, v string) {
+	str := func(v string) {
 		if strings.IndexByte(v, 0) >= 0 && bad == nil {
-			bad = fmt.Errorf("keeper: %s contains a NUL byte", k)
+			bad = fmt.Errorf("keeper: %q contains a NUL byte", v)
 		}
-		b.WriteString(k)
-		b.WriteByte('=')
 		b.WriteString(v)
 		b.WriteByte(0)
 	}
+	put := func(k, v string) { str(k + "=" + v) }
 	put("env_id", s.EnvID)
 	put("owner_exit", s.OwnerExit)
 	if s.DeadlineMono > 0 {
@@ -137,7 +137,7 @@ func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 	} else {
 		put("propagation", "private")
 	}
-	for k, v := range map[string]string{"cgroup_mount": s.CgroupMount, "commands_cgroup": s.CommandsCgroup, "guardians_cgroup": s.GuardiansCgroup, "run_dir": s.RunDir} {
+	for k, v := range map[string]string{"cgroup_mount": s.CgroupMount, "commands_cgroup": s.CommandsCgroup, "guardians_cgroup": s.GuardiansCgroup} {
 		if len(v) > maxPath {
 			return nil, fmt.Errorf("keeper: %s longer than %d bytes", k, maxPath)
 		}
@@ -149,34 +149,27 @@ func encodeKeeper(s *KeeperSpec) ([]byte, error) {
 		if !strings.HasPrefix(o.Target, "/") {
 			return nil, fmt.Errorf("keeper: %s target %q is not absolute", o.Kind, o.Target)
 		}
-		put("op", o.Kind)
-		put("target", o.Target)
 		switch o.Kind {
-		case "mount":
-			put("source", o.Source)
-			put("fstype", o.FSType)
-			put("flags", strconv.FormatUint(uint64(o.Flags), 10))
-			put("data", o.Data)
-		case "remount":
-			put("flags", strconv.FormatUint(uint64(o.Flags), 10))
-		case "capture", "mkpoint", "move":
-			if o.Slot < 0 || o.Slot >= 64 {
-				return nil, fmt.Errorf("keeper: slot %d out of range", o.Slot)
-			}
-			put("slot", strconv.Itoa(o.Slot))
-		case "rdonly", "rdonly-one", "tmpfs", "mkdirs":
+		case "mount", "remount", "capture", "mkpoint", "move", "rdonly", "rdonly-one", "tmpfs", "mkdirs":
 		default:
 			return nil, fmt.Errorf("keeper: unknown operation %q", o.Kind)
 		}
+		if o.Slot < 0 || o.Slot >= 64 {
+			return nil, fmt.Errorf("keeper: slot %d out of range", o.Slot)
+		}
+		// The kind, then always six strings (keeper.c, parse_config).
+		put("op", o.Kind)
+		for _, v := range []string{o.Target, o.Source, o.FSType, o.Data, strconv.FormatUint(uint64(o.Flags), 10), strconv.Itoa(o.Slot)} {
+			str(v)
+		}
 	}
-	b.WriteByte(0)
 	if bad != nil {
 		return nil, bad
 	}
 	if b.Len() > maxRelease {
 		return nil, fmt.Errorf("keeper: the view takes %d bytes, more than %d", b.Len(), maxRelease)
 	}
-	return b.Bytes(), nil
+	return frameMsg(b.Bytes()), nil
 }
 
 // StartKeeper starts a keeper (in a new session, cloned into s.Cgroup when
@@ -222,10 +215,16 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 	if logf == nil {
 		logf = nullW
 	}
+	var runDir *os.File // nil (closed in the keeper) if it can't be opened
+	if s.RunDir != "" {
+		if runDir, _ = os.OpenFile(s.RunDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); runDir != nil {
+			defer runDir.Close()
+		}
+	}
 	sp := spawnSpec{
 		path:     s.Exe,
 		args:     []string{"hostfork-keeper", KeeperMode},
-		files:    append([]*os.File{nullR, nullW, logf, cfgR, readyW, ownR}, s.Files...),
+		files:    append([]*os.File{nullR, nullW, logf, cfgR, readyW, ownR, runDir}, s.Files...),
 		setsid:   true,
 		cgroupFD: -1,
 	}
@@ -297,6 +296,9 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 // not empty, name the environment's commands and guardians groups if they
 // were not known when the keeper started.
 func (k *Keeper) Commit(commandsCgroup, guardiansCgroup string) error {
+	if len(commandsCgroup) > maxPath || len(guardiansCgroup) > maxPath || strings.ContainsAny(commandsCgroup+guardiansCgroup, " \n") {
+		return fmt.Errorf("keeper: a group path is longer than %d bytes or holds a space or newline", maxPath)
+	}
 	line := "committed"
 	if commandsCgroup != "" {
 		line += " " + commandsCgroup

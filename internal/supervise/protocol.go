@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -38,16 +39,16 @@ const (
 // The control channel (fdControl, launcher → guardian) carries no JSON: the
 // guardian is C and parses only this framing.
 //
-// Release, exactly once, first: the byte 'R', then NUL-terminated
-// "key=value" strings, ended by an empty string (a lone NUL):
+// Release, exactly once, first: the length of the rest (uint32, native
+// byte order), then NUL-terminated "key=value" strings:
 //
-//	'R' "command_id=ID\0" "env_id=ID\0" "path=/usr/bin/sleep\0"
-//	"argv=sleep\0" "argv=60\0" "env=HOME=/root\0" ... "\0"
+//	LEN "command_id=ID\0" "env_id=ID\0" "path=/usr/bin/sleep\0"
+//	"argv=sleep\0" "argv=60\0" "env=HOME=/root\0" ...
 //
 // The value runs from the first '=' to the NUL, so it may contain '=' and
 // newlines but not NUL. Keys (the JSON names of Config's fields):
 // command_id, env_id (at most maxID bytes), path, argv (repeated, in
-// order), env (repeated, in order), cwd, output, workload_cgroup,
+// order), env (repeated, in order, after every argv), cwd, output, workload_cgroup,
 // cgroup_mount, guardians_cgroup (at most maxPath bytes), v1_join
 // (repeated, at most maxJoin), deadline_mono_ns, timeout_mono_ns, grace_ns
 // and idle_ns (decimal nanoseconds), owner_exit, foreground and auto_stop
@@ -81,13 +82,11 @@ const (
 // SIGURG (DeadlineSignal) says the environment's deadline moved: the
 // guardian reads run_dir/DeadlineFile again (deadline.go).
 const (
-	msgRelease = 'R'
-	msgSignal  = 's'
-	msgStop    = 't'
+	msgSignal = 's'
+	msgStop   = 't'
 
 	maxID      = 255
 	maxPath    = 4095
-	maxReason  = 255
 	maxRelease = 16 << 20
 	maxJoin    = 8
 
@@ -256,7 +255,6 @@ type Receipt struct {
 // guardian would reject or that execve can't carry (NUL bytes).
 func encodeRelease(cfg *Config) ([]byte, error) {
 	var b bytes.Buffer
-	b.WriteByte(msgRelease)
 	var bad error
 	put := func(key, val string) {
 		if strings.IndexByte(val, 0) >= 0 && bad == nil {
@@ -353,14 +351,19 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 		}
 		put("run_dir", cfg.RunDir)
 	}
-	b.WriteByte(0)
 	if bad != nil {
 		return nil, bad
 	}
 	if b.Len() > maxRelease {
 		return nil, fmt.Errorf("release: argv and environment take %d bytes, more than %d", b.Len(), maxRelease)
 	}
-	return b.Bytes(), nil
+	return frameMsg(b.Bytes()), nil
+}
+
+// frameMsg puts the length of a message's strings before them (hf.h,
+// struct hf_msg).
+func frameMsg(body []byte) []byte {
+	return append(binary.NativeEndian.AppendUint32(nil, uint32(len(body))), body...)
 }
 
 // encodeStop frames a stop request: the reason's code (reasonCodes).

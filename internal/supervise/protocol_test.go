@@ -37,14 +37,14 @@ func TestEncodeRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "R" + strings.Join([]string{
+	want := strings.Join([]string{
 		"command_id=c1", "env_id=e1", "path=/bin/sh",
 		"argv=sh", "argv=-c", "argv=a=b\nc", "env=X=1", "env=Y=",
 		"cwd=/tmp", "output=pipe", "workload_cgroup=/sys/fs/cgroup/x/workload",
 		"deadline_mono_ns=5000000000", "grace_ns=2000000000", "owner_exit=stop",
 		"foreground=1", "view_pid=42", "view_start=0",
-	}, "\x00") + "\x00\x00"
-	if string(b) != want {
+	}, "\x00") + "\x00"
+	if string(b) != string(frameMsg([]byte(want))) {
 		t.Fatalf("release\n%q\nwant\n%q", b, want)
 	}
 	bad := *cfg
@@ -86,7 +86,7 @@ func TestBadReleaseExits125(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, msg := range []string{"X", "Rcommand_id=c\x00bogus_key=1\x00\x00", "Rcommand_id=c\x00\x00"} {
+	for _, msg := range []string{"\xff\xff\xff\xff", string(frameMsg([]byte("command_id=c\x00bogus_key=1\x00"))), string(frameMsg([]byte("command_id=c\x00")))} {
 		g, err := Start(StartSpec{Exe: exe, Receipt: rf, Stdout: log, Stderr: log, Log: log, Setsid: true})
 		if err != nil {
 			t.Fatal(err)
@@ -139,7 +139,7 @@ func TestLateDirectoryGetsTheLog(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A release the guardian refuses after reading its command id.
-		if _, err := g.control.Write([]byte("Rcommand_id=" + tc.id + "\x00bogus_key=1\x00\x00")); err != nil {
+		if _, err := g.control.Write(frameMsg([]byte("command_id=" + tc.id + "\x00bogus_key=1\x00"))); err != nil {
 			t.Fatal(err)
 		}
 		g.Detach()
