@@ -116,18 +116,9 @@ func (r *remote) Events(ctx context.Context, since int64, follow bool) iter.Seq2
 				yield(hostfork.Event{}, last)
 				return
 			}
-			if cut.IsZero() {
-				cut = time.Now()
-				r.notice("hostfork: following events: lost %s (%s); reconnecting for up to %v\n", r.Where(), errText(last), reconnectFor)
-			} else if time.Since(cut) > reconnectFor {
-				yield(hostfork.Event{}, last)
+			if err := r.outage(ctx, &cut, "following events", last, 500*time.Millisecond); err != nil {
+				yield(hostfork.Event{}, err)
 				return
-			}
-			select {
-			case <-ctx.Done():
-				yield(hostfork.Event{}, ctx.Err())
-				return
-			case <-time.After(500 * time.Millisecond):
 			}
 		}
 	}
@@ -373,26 +364,39 @@ func transient(err error) bool {
 // retry runs fn until it succeeds, fails for good, ctx ends, or the server
 // has been unreachable for reconnectFor. The first loss is reported once.
 func (r *remote) retry(ctx context.Context, what string, fn func() error) error {
-	var since time.Time
+	var cut time.Time
 	delay := 100 * time.Millisecond
 	for {
 		err := fn()
 		if err == nil || !transient(err) || ctx.Err() != nil {
 			return err
 		}
-		if since.IsZero() {
-			since = time.Now()
-			r.notice("hostfork: %s: lost %s (%s); reconnecting for up to %v\n", what, r.Where(), errText(err), reconnectFor)
-		}
-		if time.Since(since) > reconnectFor {
+		if err := r.outage(ctx, &cut, what, err, delay); err != nil {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
 		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// outage pauses for d before the next attempt after err, the server lost
+// since *cut: the first loss sets *cut (with a notice about what, unless
+// what is ""); only its caller restarts the clock, on progress. It returns
+// err once the server has been lost for more than reconnectFor, and ctx's
+// error when ctx ends first.
+func (r *remote) outage(ctx context.Context, cut *time.Time, what string, err error, d time.Duration) error {
+	if cut.IsZero() {
+		*cut = time.Now()
+		if what != "" {
+			r.notice("hostfork: %s: lost %s (%s); reconnecting for up to %v\n", what, r.Where(), errText(err), reconnectFor)
+		}
+	} else if time.Since(*cut) > reconnectFor {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
 	}
 }
 
@@ -533,15 +537,8 @@ func (l *remoteLogs) Read(p []byte) (int, error) {
 		if n > 0 {
 			return n, nil
 		}
-		if l.cut.IsZero() {
-			l.cut = time.Now()
-		} else if time.Since(l.cut) > reconnectFor {
+		if err := l.r.outage(l.ctx, &l.cut, "", err, 200*time.Millisecond); err != nil {
 			return 0, err
-		}
-		select {
-		case <-l.ctx.Done():
-			return 0, l.ctx.Err()
-		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
