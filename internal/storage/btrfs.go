@@ -249,26 +249,7 @@ func (b Btrfs) Mounts(t Tree) ([]Mount, error) {
 }
 
 // Verify checks the destination and the snapshot's subvolume identity.
-func (b Btrfs) Verify(ctx context.Context, t Tree) error {
-	if err := b.check(t); err != nil {
-		return err
-	}
-	parent, dest, err := openDest(t)
-	if err != nil {
-		return err
-	}
-	defer parent.Close()
-	defer dest.Close()
-	snap, err := dest.OpenDir(treeDirName)
-	if err != nil {
-		if errors.Is(err, safefs.ErrSymlink) {
-			return fmt.Errorf("snapshot %s: %w: %w", t.Path, err, ErrIdentityMismatch)
-		}
-		return err
-	}
-	defer snap.Close()
-	return verifySnapshot(t, snap.Fd())
-}
+func (b Btrfs) Verify(ctx context.Context, t Tree) error { return closed(b.Open(ctx, t)) }
 
 // Remove destroys the snapshot by its recorded subvolume id, relative to
 // the verified destination's descriptor, and removes the destination. The

@@ -479,22 +479,7 @@ func (cp Copy) Mounts(t Tree) ([]Mount, error) {
 }
 
 // Verify checks the destination and the copy's directory.
-func (cp Copy) Verify(ctx context.Context, t Tree) error {
-	if err := cp.check(t); err != nil {
-		return err
-	}
-	parent, dest, err := openDest(t)
-	if err != nil {
-		return err
-	}
-	defer parent.Close()
-	defer dest.Close()
-	tree, err := openPart(dest, treeDirName, "copy", t.Copy.DirID)
-	if err != nil {
-		return err
-	}
-	return tree.Close()
-}
+func (cp Copy) Verify(ctx context.Context, t Tree) error { return closed(cp.Open(ctx, t)) }
 
 // Remove deletes the copy and the destination.
 func (cp Copy) Remove(ctx context.Context, t Tree) error {

@@ -66,15 +66,42 @@ func (b Btrfs) Open(ctx context.Context, t Tree) (*Opened, error) {
 		}
 		return nil, err
 	}
-	defer snap.Close()
 	if err := verifySnapshot(t, snap.Fd()); err != nil {
+		snap.Close()
 		return nil, err
 	}
-	return bindOpened(snap)
+	return bindOpened(snap, nil)
 }
 
-// bindOpened presents a verified tree directory by a bind mount of it.
-func bindOpened(d *safefs.Dir) (*Opened, error) {
+// closed is a Verify by Open: err, or nil after closing what was opened.
+func closed(o *Opened, err error) error {
+	o.Close()
+	return err
+}
+
+// openTreeDir checks t's record with check, then opens its tree directory
+// (treeDirName, checked against the identity id records) through the
+// verified destination; what names it in errors.
+func openTreeDir(t Tree, check func(Tree) error, what string, id func(Tree) FileID) (*safefs.Dir, error) {
+	if err := check(t); err != nil {
+		return nil, err
+	}
+	parent, dest, err := openDest(t)
+	if err != nil {
+		return nil, err
+	}
+	defer parent.Close()
+	defer dest.Close()
+	return openPart(dest, treeDirName, what, id(t))
+}
+
+// bindOpened presents a verified tree directory (d, or open's error) by a
+// bind mount of it; d is closed.
+func bindOpened(d *safefs.Dir, err error) (*Opened, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
 	f, err := pathFile(d)
 	if err != nil {
 		return nil, err
@@ -86,21 +113,7 @@ func bindOpened(d *safefs.Dir) (*Opened, error) {
 
 // Open opens the copy through the verified destination.
 func (cp Copy) Open(ctx context.Context, t Tree) (*Opened, error) {
-	if err := cp.check(t); err != nil {
-		return nil, err
-	}
-	parent, dest, err := openDest(t)
-	if err != nil {
-		return nil, err
-	}
-	defer parent.Close()
-	defer dest.Close()
-	dir, err := openPart(dest, treeDirName, "copy", t.Copy.DirID)
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	return bindOpened(dir)
+	return bindOpened(openTreeDir(t, cp.check, "copy", func(t Tree) FileID { return t.Copy.DirID }))
 }
 
 // Open opens upper and work through the verified destination, and the

@@ -120,15 +120,6 @@ func (o Overlay) Mounts(t Tree) ([]Mount, error) {
 	}}, nil
 }
 
-// checkLower verifies the borrowed lower at its recorded path.
-func checkLower(ov *OverlayTree) error {
-	d, err := openLower(ov)
-	if err != nil {
-		return err
-	}
-	return d.Close()
-}
-
 // openLower opens the borrowed lower and checks it is the recorded
 // directory.
 func openLower(ov *OverlayTree) (*safefs.Dir, error) {
@@ -147,31 +138,7 @@ func openLower(ov *OverlayTree) (*safefs.Dir, error) {
 }
 
 // Verify checks the destination, upper, work and the borrowed lower.
-func (o Overlay) Verify(ctx context.Context, t Tree) error {
-	if err := o.check(t); err != nil {
-		return err
-	}
-	parent, dest, err := openDest(t)
-	if err != nil {
-		return err
-	}
-	defer parent.Close()
-	defer dest.Close()
-	for _, c := range []struct {
-		what, name string
-		id         FileID
-	}{
-		{"upper", upperDirName, t.Overlay.UpperID},
-		{"work", workDirName, t.Overlay.WorkID},
-	} {
-		d, err := openPart(dest, c.name, c.what, c.id)
-		if err != nil {
-			return err
-		}
-		d.Close()
-	}
-	return checkLower(t.Overlay)
-}
+func (o Overlay) Verify(ctx context.Context, t Tree) error { return closed(o.Open(ctx, t)) }
 
 // Remove deletes upper, work and the destination. The lower is never
 // deleted: Remove refuses a record whose owned parts are the lower.
