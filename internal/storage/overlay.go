@@ -143,47 +143,18 @@ func (o Overlay) Verify(ctx context.Context, t Tree) error { return closed(o.Ope
 // Remove deletes upper, work and the destination. The lower is never
 // deleted: Remove refuses a record whose owned parts are the lower.
 func (o Overlay) Remove(ctx context.Context, t Tree) error {
-	if err := o.check(t); err != nil {
-		return err
-	}
-	ov := t.Overlay
-	if ov.LowerID.Same(ov.UpperID) || ov.LowerID.Same(ov.WorkID) || ov.LowerID.Same(t.DestID) ||
-		safefs.Within(t.Dest, filepath.Clean(ov.Lower)) {
-		return fmt.Errorf("removing overlay tree %s: its record names the lower %s as owned: %w", t.Dest, ov.Lower, ErrIdentityMismatch)
-	}
-	parent, dest, err := openDest(t)
-	if errors.Is(err, os.ErrNotExist) {
+	check := func(t Tree) error {
+		if err := o.check(t); err != nil {
+			return err
+		}
+		ov := t.Overlay
+		if ov.LowerID.Same(ov.UpperID) || ov.LowerID.Same(ov.WorkID) || ov.LowerID.Same(t.DestID) ||
+			safefs.Within(t.Dest, filepath.Clean(ov.Lower)) {
+			return fmt.Errorf("removing overlay tree %s: its record names the lower %s as owned: %w", t.Dest, ov.Lower, ErrIdentityMismatch)
+		}
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("removing overlay tree: %w", err)
-	}
-	defer parent.Close()
-	// Every owned part that is still there must be the recorded one
-	// before anything is deleted.
-	for _, c := range []struct {
-		what, name string
-		id         FileID
-	}{
-		{"work", workDirName, ov.WorkID},
-		{"upper", upperDirName, ov.UpperID},
-	} {
-		d, err := openPart(dest, c.name, c.what, c.id)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			dest.Close()
-			return fmt.Errorf("removing overlay tree: %w", err)
-		}
-		d.Close()
-	}
-	dest.Close()
-	if err := refuseMounts(t.Dest); err != nil {
-		return fmt.Errorf("removing overlay tree: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("removing overlay tree: %w", err)
-	}
-	if err := removeDest(parent, t); err != nil {
-		return fmt.Errorf("removing overlay tree: %w", err)
-	}
-	return nil
+	return removeTree(ctx, t, check, func(dest *safefs.Dir) error {
+		return partsThere(dest, part{"work", workDirName, t.Overlay.WorkID}, part{"upper", upperDirName, t.Overlay.UpperID})
+	}, nil)
 }
