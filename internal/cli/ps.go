@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strconv"
@@ -88,16 +89,7 @@ func newPsCmd(g *globals) *cobra.Command {
 				if r.Stoppable {
 					stop = "yes"
 				}
-				why := clean(r.Purpose)
-				if l := labelText(r.Labels); l != "" {
-					if why != "" {
-						why += " "
-					}
-					why += l
-				}
-				if why == "" {
-					why = "-"
-				}
+				why := whyText(r.Purpose, r.Labels)
 				out := clean(r.StdoutPath)
 				if out == "" {
 					out = "(inherited)"
@@ -191,16 +183,7 @@ func newEnvsCmd(g *globals) *cobra.Command {
 						trees++
 					}
 				}
-				why := clean(e.Purpose)
-				if l := labelText(e.Labels); l != "" {
-					if why != "" {
-						why += " "
-					}
-					why += l
-				}
-				if why == "" {
-					why = "-"
-				}
+				why := whyText(e.Purpose, e.Labels)
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d live / %d\t%d\t%s\n", e.ID, state, e.Tier, age(e.CreatedAt), dl, live, len(e.Commands), trees, why)
 			}
 			return tw.Flush()
@@ -213,4 +196,16 @@ func newEnvsCmd(g *globals) *cobra.Command {
 	sf.add(c, "environments")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (an array of environment records)")
 	return c
+}
+
+// whyText is a listing's PURPOSE column: the purpose and the labels ("-"
+// when neither is given).
+func whyText(purpose string, labels map[string]string) string {
+	why := clean(purpose)
+	if l := labelText(labels); l != "" && why != "" {
+		why += " " + l
+	} else if l != "" {
+		why = l
+	}
+	return cmp.Or(why, "-")
 }
