@@ -87,11 +87,11 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 	if f.tier != "" {
 		s.Tier = f.tier
 	}
-	for _, l := range f.labels {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || k == "" {
-			return s, usageErr("--label %q: write it as KEY=VALUE", l)
-		}
+	ls, err := labelsOf(f.labels)
+	if err != nil {
+		return s, err
+	}
+	for k, v := range ls {
 		if s.Labels == nil {
 			s.Labels = map[string]string{}
 		}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -46,13 +45,9 @@ the environment's expiry either.`,
 			if err != nil {
 				return err
 			}
-			lm := map[string]string{}
-			for _, l := range labels {
-				k, v, ok := strings.Cut(l, "=")
-				if !ok || k == "" {
-					return usageErr("--label %q: write it as KEY=VALUE", l)
-				}
-				lm[k] = v
+			lm, err := labelsOf(labels)
+			if err != nil {
+				return err
 			}
 			var launch spec.Launch
 			if err := lf.apply(&launch); err != nil {

@@ -5,11 +5,28 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/habemus-papadum/hostfork"
 )
+
+// labelsOf reads --label K=V flags (nil when none is given).
+func labelsOf(flags []string) (map[string]string, error) {
+	var m map[string]string
+	for _, l := range flags {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return nil, usageErr("--label %q: write it as KEY=VALUE", l)
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[k] = v
+	}
+	return m, nil
+}
 
 // selectorFlags are --label K=V filters.
 type selectorFlags struct{ labels []string }
