@@ -193,7 +193,9 @@ func (w Worktree) Mounts(t Tree) ([]Mount, error) {
 // openDir opens the worktree's directory through the verified
 // destination.
 func (w Worktree) openDir(t Tree) (*safefs.Dir, error) {
-	return openTreeDir(t, w.check, "worktree", func(t Tree) FileID { return t.Worktree.DirID })
+	return inDest(t, w.check, func(dest *safefs.Dir) (*safefs.Dir, error) {
+		return openPart(dest, treeDirName, "worktree", t.Worktree.DirID)
+	})
 }
 
 // Verify checks the destination and the worktree's directory.
