@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -91,12 +92,10 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 	if err != nil {
 		return s, err
 	}
-	for k, v := range ls {
-		if s.Labels == nil {
-			s.Labels = map[string]string{}
-		}
-		s.Labels[k] = v
+	if ls != nil && s.Labels == nil {
+		s.Labels = map[string]string{}
 	}
+	maps.Copy(s.Labels, ls)
 	for _, t := range f.trees {
 		name, rest, ok := strings.Cut(t, "=")
 		kind, src, ok2 := strings.Cut(rest, ":")

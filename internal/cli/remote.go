@@ -412,8 +412,10 @@ type remoteSession struct {
 	id string
 }
 
-func (s remoteSession) Send(ctx context.Context, p []byte) error { return s.r.Client.Send(ctx, s.id, p) }
-func (s remoteSession) CloseStdin(ctx context.Context) error     { return s.r.Client.CloseStdin(ctx, s.id) }
+func (s remoteSession) Send(ctx context.Context, p []byte) error {
+	return s.r.Client.Send(ctx, s.id, p)
+}
+func (s remoteSession) CloseStdin(ctx context.Context) error { return s.r.Client.CloseStdin(ctx, s.id) }
 func (s remoteSession) Resize(ctx context.Context, cols, rows uint16) error {
 	return s.r.Client.Resize(ctx, s.id, cols, rows)
 }
