@@ -106,7 +106,7 @@ func remoteDoctor(ctx context.Context, g *globals) (*doctor.Report, error) {
 	}
 	defer b.Close()
 	r := b.(*remote)
-	raw, err := r.c.Doctor(ctx)
+	raw, err := r.Client.Doctor(ctx)
 	if err != nil {
 		return nil, err
 	}

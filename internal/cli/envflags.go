@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -87,16 +88,14 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 	if f.tier != "" {
 		s.Tier = f.tier
 	}
-	for _, l := range f.labels {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || k == "" {
-			return s, usageErr("--label %q: write it as KEY=VALUE", l)
-		}
-		if s.Labels == nil {
-			s.Labels = map[string]string{}
-		}
-		s.Labels[k] = v
+	ls, err := labelsOf(f.labels)
+	if err != nil {
+		return s, err
 	}
+	if ls != nil && s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	maps.Copy(s.Labels, ls)
 	for _, t := range f.trees {
 		name, rest, ok := strings.Cut(t, "=")
 		kind, src, ok2 := strings.Cut(rest, ":")

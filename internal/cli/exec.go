@@ -2,8 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -14,7 +12,7 @@ import (
 func newExecCmd(g *globals) *cobra.Command {
 	var detach, asJSON, tty bool
 	af := &admitFlags{}
-	var cwd, output, purpose, stdinFlag, timeoutFlag string
+	var cwd, outputFlag, purpose, stdinFlag, timeoutFlag string
 	var labels []string
 	var lf launchEnvFlags
 	c := &cobra.Command{
@@ -36,41 +34,20 @@ the environment's expiry either.`,
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			ctx := c.Context()
-			sess, out, err := sessionMode(g, tty, stdinFlag, detach, output)
+			sess, output, stdin, err := launchMode(g, tty, stdinFlag, detach, outputFlag, false)
 			if err != nil {
 				return err
 			}
-			output = out
-			switch {
-			case output == "" && detach:
-				output = string(hostfork.OutputFiles)
-			case output == "":
-				output = string(hostfork.OutputPipe)
-			case output != string(hostfork.OutputFiles) && output != string(hostfork.OutputPipe) && output != string(hostfork.OutputInherit):
-				return usageErr("--output %q: use files, pipe or inherit", output)
-			case detach && output != string(hostfork.OutputFiles):
-				return usageErr("--detach writes output to files; drop --output %s or run in the foreground", output)
-			}
-			var stdin *os.File
-			if sess == "" {
-				if stdin, err = stdinMode(g, stdinFlag, detach); err != nil {
-					return err
-				}
-			}
-			if output == string(hostfork.OutputInherit) && g.remote() {
+			if output == hostfork.OutputInherit && g.remote() {
 				return usageErr("--output inherit can't go with --host: the server's command can't write to this process's descriptors (the default, pipe, streams its output here)")
 			}
 			timeout, err := parseTimeout(timeoutFlag)
 			if err != nil {
 				return err
 			}
-			lm := map[string]string{}
-			for _, l := range labels {
-				k, v, ok := strings.Cut(l, "=")
-				if !ok || k == "" {
-					return usageErr("--label %q: write it as KEY=VALUE", l)
-				}
-				lm[k] = v
+			lm, err := labelsOf(labels)
+			if err != nil {
+				return err
 			}
 			var launch spec.Launch
 			if err := lf.apply(&launch); err != nil {
@@ -89,7 +66,7 @@ the environment's expiry either.`,
 			if err := lf.recapture(ctx, g, h); err != nil {
 				return err
 			}
-			lr := &launchReq{argv: args[1:], output: hostfork.OutputMode(output), cwd: cwd, purpose: purpose, labels: lm,
+			lr := &launchReq{argv: args[1:], output: output, cwd: cwd, purpose: purpose, labels: lm,
 				timeout: timeout, envPolicy: launch.EnvPolicy, envSet: lf.envVars, ownerExit: hostfork.OwnerExitStop, stdin: stdin,
 				session: sess, size: termSize()}
 			if detach {
@@ -124,7 +101,7 @@ the environment's expiry either.`,
 	af.add(c)
 	c.Flags().BoolVar(&detach, "detach", false, "print the command id and return; it runs under the environment's deadline")
 	c.Flags().StringVar(&cwd, "cwd", "", "working directory, resolved inside the view")
-	c.Flags().StringVar(&output, "output", "", "files, pipe (foreground default) or inherit")
+	c.Flags().StringVar(&outputFlag, "output", "", "files, pipe (foreground default) or inherit")
 	c.Flags().StringVar(&stdinFlag, "stdin", "", "inherit (the foreground default), none, or pipe (with --detach: a pipe its guardian holds; write with 'hostfork send')")
 	c.Flags().BoolVar(&tty, "tty", false, "give the command a pseudo-terminal held by its guardian (foreground: this terminal, like ssh -t; --detach: 'hostfork attach' later)")
 	c.Flags().StringVar(&timeoutFlag, "timeout", "", "stop this command's tree this long after it starts (reason timeout, exit 124)")

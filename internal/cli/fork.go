@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,15 +38,9 @@ their ids, one a line.`, hostfork.MaxForkCount),
 				return usageErr("--count %d: give 1 to %d (the most environments one fork makes)", count, hostfork.MaxForkCount)
 			}
 			o := hostfork.ForkOptions{Count: count, OwnerExit: spec.OwnerExitDetach}
-			for _, l := range labels {
-				k, v, ok := strings.Cut(l, "=")
-				if !ok || k == "" {
-					return usageErr("--label %q: write it as KEY=VALUE", l)
-				}
-				if o.Labels == nil {
-					o.Labels = map[string]string{}
-				}
-				o.Labels[k] = v
+			var err error
+			if o.Labels, err = labelsOf(labels); err != nil {
+				return err
 			}
 			if ttl != "" {
 				d, err := spec.ParseDuration(ttl)

@@ -1,14 +1,32 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/habemus-papadum/hostfork"
 )
+
+// labelsOf reads --label K=V flags (nil when none is given).
+func labelsOf(flags []string) (map[string]string, error) {
+	var m map[string]string
+	for _, l := range flags {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return nil, usageErr("--label %q: write it as KEY=VALUE", l)
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[k] = v
+	}
+	return m, nil
+}
 
 // selectorFlags are --label K=V filters.
 type selectorFlags struct{ labels []string }
@@ -88,16 +106,7 @@ func newPsCmd(g *globals) *cobra.Command {
 				if r.Stoppable {
 					stop = "yes"
 				}
-				why := clean(r.Purpose)
-				if l := labelText(r.Labels); l != "" {
-					if why != "" {
-						why += " "
-					}
-					why += l
-				}
-				if why == "" {
-					why = "-"
-				}
+				why := whyText(r.Purpose, r.Labels)
 				out := clean(r.StdoutPath)
 				if out == "" {
 					out = "(inherited)"
@@ -191,16 +200,7 @@ func newEnvsCmd(g *globals) *cobra.Command {
 						trees++
 					}
 				}
-				why := clean(e.Purpose)
-				if l := labelText(e.Labels); l != "" {
-					if why != "" {
-						why += " "
-					}
-					why += l
-				}
-				if why == "" {
-					why = "-"
-				}
+				why := whyText(e.Purpose, e.Labels)
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d live / %d\t%d\t%s\n", e.ID, state, e.Tier, age(e.CreatedAt), dl, live, len(e.Commands), trees, why)
 			}
 			return tw.Flush()
@@ -213,4 +213,16 @@ func newEnvsCmd(g *globals) *cobra.Command {
 	sf.add(c, "environments")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (an array of environment records)")
 	return c
+}
+
+// whyText is a listing's PURPOSE column: the purpose and the labels ("-"
+// when neither is given).
+func whyText(purpose string, labels map[string]string) string {
+	why := clean(purpose)
+	if l := labelText(labels); l != "" && why != "" {
+		why += " " + l
+	} else if l != "" {
+		why = l
+	}
+	return cmp.Or(why, "-")
 }

@@ -31,9 +31,10 @@ const reconnectFor = time.Minute
 // server asks again (the API answers 429 instead of waiting).
 const admissionPoll = time.Second
 
-// remote is a running 'hostfork serve' (--host).
+// remote is a running 'hostfork serve' (--host). The client's calls that
+// answer as the backend does (Resolve, Commands, Reap, ...) serve as they are.
 type remote struct {
-	c *client.Client
+	*client.Client
 	// err receives notices (a lost server, reconnecting).
 	err  io.Writer
 	mu   sync.Mutex
@@ -42,10 +43,8 @@ type remote struct {
 	showEnv bool
 }
 
-func (r *remote) Close() error { return r.c.Close() }
-
 func (r *remote) Where() string {
-	if s := r.c.Socket(); s != "" {
+	if s := r.Client.Socket(); s != "" {
 		return "unix://" + s
 	}
 	return "the server"
@@ -66,29 +65,21 @@ func (r *remote) env() []client.ReadOption {
 	return nil
 }
 
-func (r *remote) Resolve(ctx context.Context, idPrefix string) (string, string, error) {
-	return r.c.Resolve(ctx, idPrefix)
-}
-
 func (r *remote) Status(ctx context.Context, idPrefix string) (*hostfork.EnvRecord, *hostfork.CommandRecord, error) {
-	kind, id, err := r.c.Resolve(ctx, idPrefix)
+	kind, id, err := r.Client.Resolve(ctx, idPrefix)
 	if err != nil {
 		return nil, nil, err
 	}
 	if kind == "command" {
-		c, err := r.c.Command(ctx, id)
+		c, err := r.Client.Command(ctx, id)
 		return nil, c, err
 	}
-	e, err := r.c.Env(ctx, id, r.env()...)
+	e, err := r.Client.Env(ctx, id, r.env()...)
 	return e, nil, err
 }
 
 func (r *remote) Envs(ctx context.Context, f hostfork.EnvFilter) ([]hostfork.EnvRecord, error) {
-	return r.c.Envs(ctx, f, r.env()...)
-}
-
-func (r *remote) Commands(ctx context.Context, f hostfork.CommandFilter) ([]hostfork.CommandRecord, error) {
-	return r.c.Commands(ctx, f)
+	return r.Client.Envs(ctx, f, r.env()...)
 }
 
 // Events follows the server's event log; a follow cut by the server's
@@ -99,7 +90,7 @@ func (r *remote) Events(ctx context.Context, since int64, follow bool) iter.Seq2
 		var cut time.Time
 		for {
 			var last error
-			for ev, err := range r.c.Events(ctx, since, follow) {
+			for ev, err := range r.Client.Events(ctx, since, follow) {
 				if err != nil {
 					last = err
 					break
@@ -116,25 +107,16 @@ func (r *remote) Events(ctx context.Context, since int64, follow bool) iter.Seq2
 				yield(hostfork.Event{}, last)
 				return
 			}
-			if cut.IsZero() {
-				cut = time.Now()
-				r.notice("hostfork: following events: lost %s (%s); reconnecting for up to %v\n", r.Where(), errText(last), reconnectFor)
-			} else if time.Since(cut) > reconnectFor {
-				yield(hostfork.Event{}, last)
+			if err := r.outage(ctx, &cut, "following events", last, 500*time.Millisecond); err != nil {
+				yield(hostfork.Event{}, err)
 				return
-			}
-			select {
-			case <-ctx.Done():
-				yield(hostfork.Event{}, ctx.Err())
-				return
-			case <-time.After(500 * time.Millisecond):
 			}
 		}
 	}
 }
 
 func (r *remote) Plan(ctx context.Context, s spec.Environment) (*hostfork.Plan, error) {
-	raw, err := r.c.Plan(ctx, s)
+	raw, err := r.Client.Plan(ctx, s)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +128,7 @@ func (r *remote) Plan(ctx context.Context, s spec.Environment) (*hostfork.Plan, 
 }
 
 func (r *remote) Create(ctx context.Context, p *hostfork.Plan) (*hostfork.EnvRecord, error) {
-	return r.c.CreateEnv(ctx, p.Spec, r.env()...)
+	return r.Client.CreateEnv(ctx, p.Spec, r.env()...)
 }
 
 // request is a launch request as the API takes it. The command's working
@@ -206,7 +188,7 @@ func (r *remote) Run(ctx context.Context, p *hostfork.Plan, lr *launchReq) (laun
 	}
 	var env *api.Env
 	err = r.admitted(ctx, lr, &req, func() (err error) {
-		env, err = r.c.Run(ctx, client.RunRequest{Env: p.Spec, Command: req}, r.env()...)
+		env, err = r.Client.Run(ctx, client.RunRequest{Env: p.Spec, Command: req}, r.env()...)
 		return err
 	})
 	if err != nil {
@@ -225,7 +207,7 @@ func (r *remote) Start(ctx context.Context, envPrefix string, lr *launchReq) (la
 	}
 	var cmd *api.Command
 	err = r.admitted(ctx, lr, &req, func() (err error) {
-		cmd, err = r.c.StartCommand(ctx, envPrefix, req)
+		cmd, err = r.Client.StartCommand(ctx, envPrefix, req)
 		return err
 	})
 	if err != nil {
@@ -235,10 +217,10 @@ func (r *remote) Start(ctx context.Context, envPrefix string, lr *launchReq) (la
 }
 
 func (r *remote) StopEnv(ctx context.Context, idPrefix string, o hostfork.StopOptions) (*hostfork.EnvRecord, error) {
-	rec, err := r.c.StopEnv(ctx, idPrefix, stopOpts(o), r.env()...)
+	rec, err := r.Client.StopEnv(ctx, idPrefix, stopOpts(o), r.env()...)
 	if err != nil && errors.Is(err, api.ErrUnverified) {
 		// As in-process: the record comes with the failure.
-		if e, gerr := r.c.Env(ctx, idPrefix, r.env()...); gerr == nil {
+		if e, gerr := r.Client.Env(ctx, idPrefix, r.env()...); gerr == nil {
 			return e, err
 		}
 	}
@@ -246,9 +228,9 @@ func (r *remote) StopEnv(ctx context.Context, idPrefix string, o hostfork.StopOp
 }
 
 func (r *remote) StopCommand(ctx context.Context, idPrefix string, o hostfork.StopOptions) (*hostfork.CommandRecord, error) {
-	rec, err := r.c.StopCommand(ctx, idPrefix, stopOpts(o))
+	rec, err := r.Client.StopCommand(ctx, idPrefix, stopOpts(o))
 	if err != nil && errors.Is(err, api.ErrUnverified) {
-		if c, gerr := r.c.Command(ctx, idPrefix); gerr == nil {
+		if c, gerr := r.Client.Command(ctx, idPrefix); gerr == nil {
 			return c, err
 		}
 	}
@@ -265,58 +247,34 @@ func (r *remote) Export(ctx context.Context, envPrefix, tree, dest string, o hos
 			return nil, usageErr("--to %s: %v", dest, err)
 		}
 	}
-	return r.c.ExportTree(ctx, envPrefix, client.ExportRequest{Tree: tree, Destination: abs, Commit: o.Commit})
+	return r.Client.ExportTree(ctx, envPrefix, client.ExportRequest{Tree: tree, Destination: abs, Commit: o.Commit})
 }
 
 func (r *remote) OpenFile(ctx context.Context, envPrefix, name string) (io.ReadCloser, error) {
-	return r.c.ReadFile(ctx, envPrefix, name)
+	return r.Client.ReadFile(ctx, envPrefix, name)
 }
 
 func (r *remote) WriteFile(ctx context.Context, envPrefix, name string, src io.Reader, perm os.FileMode) (hostfork.DirEntry, error) {
-	e, err := r.c.WriteFile(ctx, envPrefix, name, src, perm)
+	e, err := r.Client.WriteFile(ctx, envPrefix, name, src, perm)
 	if err != nil {
 		return hostfork.DirEntry{}, err
 	}
 	return *e, nil
-}
-
-func (r *remote) Mkdir(ctx context.Context, envPrefix, name string, perm os.FileMode) error {
-	return r.c.Mkdir(ctx, envPrefix, name, perm)
 }
 
 func (r *remote) Stat(ctx context.Context, envPrefix, name string) (hostfork.DirEntry, error) {
-	e, err := r.c.Stat(ctx, envPrefix, name)
+	e, err := r.Client.Stat(ctx, envPrefix, name)
 	if err != nil {
 		return hostfork.DirEntry{}, err
 	}
 	return *e, nil
-}
-
-func (r *remote) ReadDir(ctx context.Context, envPrefix, name string, depth int) ([]hostfork.DirEntry, error) {
-	return r.c.ReadDir(ctx, envPrefix, name, depth)
-}
-
-func (r *remote) Extend(ctx context.Context, idPrefix string, o hostfork.ExtendOptions) (*hostfork.EnvRecord, error) {
-	return r.c.Extend(ctx, idPrefix, o)
-}
-
-func (r *remote) Capacity(ctx context.Context) (*hostfork.CapacityReport, error) {
-	return r.c.Capacity(ctx)
 }
 
 func (r *remote) SetPaused(ctx context.Context, paused bool) error {
 	if paused {
-		return r.c.Pause(ctx)
+		return r.Client.Pause(ctx)
 	}
-	return r.c.Resume(ctx)
-}
-
-func (r *remote) Reap(ctx context.Context) (*hostfork.ReapReport, error) { return r.c.Reap(ctx) }
-
-func (r *remote) Usage(ctx context.Context) (*hostfork.Usage, error) { return r.c.Usage(ctx) }
-
-func (r *remote) BtrfsSizes(ctx context.Context) ([]hostfork.BtrfsSize, error) {
-	return r.c.BtrfsSizes(ctx)
+	return r.Client.Resume(ctx)
 }
 
 func (r *remote) GC(ctx context.Context, o hostfork.GCOptions) (*hostfork.GCReport, error) {
@@ -329,7 +287,7 @@ func (r *remote) GC(ctx context.Context, o hostfork.GCOptions) (*hostfork.GCRepo
 		d := api.Duration(*o.RetainEvidence)
 		req.RetainEvidence = &d
 	}
-	return r.c.GC(ctx, req)
+	return r.Client.GC(ctx, req)
 }
 
 // AddBaseline sends an absolute path: the server resolves nothing against
@@ -339,15 +297,7 @@ func (r *remote) AddBaseline(ctx context.Context, name, path string) (*hostfork.
 	if err != nil {
 		return nil, usageErr("%s: %v", path, err)
 	}
-	return r.c.AddBaseline(ctx, name, abs)
-}
-
-func (r *remote) Baselines(ctx context.Context) ([]*hostfork.Baseline, error) {
-	return r.c.Baselines(ctx)
-}
-
-func (r *remote) RemoveBaseline(ctx context.Context, name string) error {
-	return r.c.RemoveBaseline(ctx, name)
+	return r.Client.AddBaseline(ctx, name, abs)
 }
 
 func (r *remote) RecaptureHostShell(context.Context) error {
@@ -373,26 +323,39 @@ func transient(err error) bool {
 // retry runs fn until it succeeds, fails for good, ctx ends, or the server
 // has been unreachable for reconnectFor. The first loss is reported once.
 func (r *remote) retry(ctx context.Context, what string, fn func() error) error {
-	var since time.Time
+	var cut time.Time
 	delay := 100 * time.Millisecond
 	for {
 		err := fn()
 		if err == nil || !transient(err) || ctx.Err() != nil {
 			return err
 		}
-		if since.IsZero() {
-			since = time.Now()
-			r.notice("hostfork: %s: lost %s (%s); reconnecting for up to %v\n", what, r.Where(), errText(err), reconnectFor)
-		}
-		if time.Since(since) > reconnectFor {
+		if err := r.outage(ctx, &cut, what, err, delay); err != nil {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
 		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// outage pauses for d before the next attempt after err, the server lost
+// since *cut: the first loss sets *cut (with a notice about what, unless
+// what is ""); only its caller restarts the clock, on progress. It returns
+// err once the server has been lost for more than reconnectFor, and ctx's
+// error when ctx ends first.
+func (r *remote) outage(ctx context.Context, cut *time.Time, what string, err error, d time.Duration) error {
+	if cut.IsZero() {
+		*cut = time.Now()
+		if what != "" {
+			r.notice("hostfork: %s: lost %s (%s); reconnecting for up to %v\n", what, r.Where(), errText(err), reconnectFor)
+		}
+	} else if time.Since(*cut) > reconnectFor {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
 	}
 }
 
@@ -428,7 +391,7 @@ type remoteLogs struct {
 
 func (l *remoteLogs) connect() error {
 	return l.r.retry(l.ctx, "the output of command "+l.id, func() error {
-		rc, off, err := l.r.c.LogsAt(l.ctx, l.id, l.o)
+		rc, off, err := l.r.Client.LogsAt(l.ctx, l.id, l.o)
 		if err == nil {
 			// A tail's start is an offset now: a reconnection resumes
 			// from the bytes read, not from a new tail.
@@ -449,14 +412,16 @@ type remoteSession struct {
 	id string
 }
 
-func (s remoteSession) Send(ctx context.Context, p []byte) error { return s.r.c.Send(ctx, s.id, p) }
-func (s remoteSession) CloseStdin(ctx context.Context) error     { return s.r.c.CloseStdin(ctx, s.id) }
+func (s remoteSession) Send(ctx context.Context, p []byte) error {
+	return s.r.Client.Send(ctx, s.id, p)
+}
+func (s remoteSession) CloseStdin(ctx context.Context) error { return s.r.Client.CloseStdin(ctx, s.id) }
 func (s remoteSession) Resize(ctx context.Context, cols, rows uint16) error {
-	return s.r.c.Resize(ctx, s.id, cols, rows)
+	return s.r.Client.Resize(ctx, s.id, cols, rows)
 }
 
 func (s remoteSession) Attach(ctx context.Context, o hostfork.AttachOptions) (attached, error) {
-	cs, err := s.r.c.Attach(ctx, s.id, client.AttachOptions{Replay: &o.Replay, NoStdin: o.NoStdin})
+	cs, err := s.r.Client.Attach(ctx, s.id, client.AttachOptions{Replay: &o.Replay, NoStdin: o.NoStdin})
 	if err != nil {
 		return nil, err
 	}
@@ -473,7 +438,7 @@ type remoteAttached struct {
 // frame says only the code and signal; the record also says whether
 // hostfork ended it).
 func (a remoteAttached) Exit(ctx context.Context) (hostfork.CommandRecord, error) {
-	rec, err := a.s.r.c.Wait(ctx, a.s.id, client.WaitLeader)
+	rec, err := a.s.r.Client.Wait(ctx, a.s.id, client.WaitLeader)
 	if err != nil {
 		return hostfork.CommandRecord{}, err
 	}
@@ -497,7 +462,7 @@ func (r *remote) WaitUntil(ctx context.Context, id string, o hostfork.WaitOption
 	var out *hostfork.WaitOutcome
 	err := r.retry(ctx, "the wait for command "+id, func() error {
 		var err error
-		out, err = r.c.WaitFor(ctx, id, co)
+		out, err = r.Client.WaitFor(ctx, id, co)
 		return err
 	})
 	if err != nil {
@@ -533,15 +498,8 @@ func (l *remoteLogs) Read(p []byte) (int, error) {
 		if n > 0 {
 			return n, nil
 		}
-		if l.cut.IsZero() {
-			l.cut = time.Now()
-		} else if time.Since(l.cut) > reconnectFor {
+		if err := l.r.outage(l.ctx, &l.cut, "", err, 200*time.Millisecond); err != nil {
 			return 0, err
-		}
-		select {
-		case <-l.ctx.Done():
-			return 0, l.ctx.Err()
-		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
@@ -580,7 +538,7 @@ func (c *remoteCmd) set(rec *hostfork.CommandRecord) {
 func (c *remoteCmd) Signal(sig syscall.Signal) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rec, err := c.r.c.Signal(ctx, c.rec.ID, sig)
+	rec, err := c.r.Client.Signal(ctx, c.rec.ID, sig)
 	c.set(rec)
 	return err
 }
@@ -601,12 +559,12 @@ func (c *remoteCmd) StopTree(ctx context.Context, o hostfork.StopOptions) (hostf
 func (c *remoteCmd) wait(ctx context.Context, cond client.WaitCondition) (hostfork.CommandRecord, error) {
 	var rec *hostfork.CommandRecord
 	err := c.r.retry(ctx, "waiting for command "+c.rec.ID, func() (err error) {
-		rec, err = c.r.c.Wait(ctx, c.rec.ID, cond)
+		rec, err = c.r.Client.Wait(ctx, c.rec.ID, cond)
 		return err
 	})
 	if err != nil && errors.Is(err, api.ErrUnverified) {
 		// As in-process: the record comes with the failure.
-		rec, _ = c.r.c.Command(ctx, c.rec.ID)
+		rec, _ = c.r.Client.Command(ctx, c.rec.ID)
 	}
 	c.set(rec)
 	if rec == nil {
@@ -650,5 +608,5 @@ func follow(ctx context.Context, g *globals, b backend, id string) func() {
 
 // Fork forks through the server (whose children are always detached).
 func (r *remote) Fork(ctx context.Context, envPrefix string, o hostfork.ForkOptions) ([]hostfork.EnvRecord, error) {
-	return r.c.Fork(ctx, envPrefix, client.ForkRequest{Count: o.Count, Labels: o.Labels, TTL: api.Duration(o.TTL)})
+	return r.Client.Fork(ctx, envPrefix, client.ForkRequest{Count: o.Count, Labels: o.Labels, TTL: api.Duration(o.TTL)})
 }

@@ -49,7 +49,7 @@ func (g *globals) backend(ctx context.Context) (backend, error) {
 		if err != nil {
 			return nil, withCode(ExitUsage, fmt.Errorf("--host: %w", err))
 		}
-		return &remote{c: c, err: g.err, showEnv: g.showEnv}, nil
+		return &remote{Client: c, err: g.err, showEnv: g.showEnv}, nil
 	}
 	h, err := g.open(ctx)
 	if err != nil {

@@ -95,22 +95,52 @@ func stdinMode(g *globals, flag string, detach bool) (*os.File, error) {
 	return nil, usageErr("--stdin %q: use inherit or none", flag)
 }
 
-// sessionMode resolves --tty and --stdin pipe into the session to give
-// the command ("tty", "stdin" or "") and its output mode.
-func sessionMode(g *globals, tty bool, stdinFlag string, detach bool, output string) (string, string, error) {
+// launchMode resolves --tty, --stdin, --output (and run's --capture) for a
+// launch: the session to give the command ("tty", "stdin" or ""), the
+// output mode (by default files with --detach, else pipe) and the
+// command's stdin (none with a session).
+func launchMode(g *globals, tty bool, stdinFlag string, detach bool, outputFlag string, capture bool) (string, hostfork.OutputMode, *os.File, error) {
+	sess, output := "", hostfork.OutputMode(outputFlag)
 	switch {
 	case tty && stdinFlag != "":
-		return "", "", usageErr("--tty makes the terminal the command's input; drop --stdin %s", stdinFlag)
-	case tty && output != "" && output != string(hostfork.OutputFiles):
-		return "", "", usageErr("--tty writes what the terminal shows to the command's log; drop --output %s", output)
+		return "", "", nil, usageErr("--tty makes the terminal the command's input; drop --stdin %s", stdinFlag)
+	case tty && output != "" && output != hostfork.OutputFiles:
+		return "", "", nil, usageErr("--tty writes what the terminal shows to the command's log; drop --output %s", output)
 	case tty:
-		return "tty", string(hostfork.OutputFiles), nil
+		sess, output = "tty", hostfork.OutputFiles
 	case stdinFlag != "pipe":
-		return "", output, nil
 	case !detach:
-		return "", "", usageErr("--stdin pipe is for a detached command: add --detach, then write with 'hostfork send ID TEXT' and end with 'hostfork send --eof ID'")
+		return "", "", nil, usageErr("--stdin pipe is for a detached command: add --detach, then write with 'hostfork send ID TEXT' and end with 'hostfork send --eof ID'")
+	default:
+		sess = "stdin"
 	}
-	return "stdin", output, nil
+	if capture && sess != "" {
+		return "", "", nil, usageErr("--capture takes the output back in the foreground; drop --tty/--stdin pipe")
+	}
+	if capture {
+		if detach || (output != "" && output != hostfork.OutputPipe) {
+			return "", "", nil, usageErr("--capture takes the output back in the foreground; drop --detach/--output")
+		}
+		output = hostfork.OutputPipe
+	}
+	switch {
+	case output == "" && detach:
+		output = hostfork.OutputFiles
+	case output == "":
+		output = hostfork.OutputPipe
+	case output != hostfork.OutputFiles && output != hostfork.OutputPipe && output != hostfork.OutputInherit:
+		return "", "", nil, usageErr("--output %q: use files, pipe or inherit", output)
+	case detach && output != hostfork.OutputFiles:
+		return "", "", nil, usageErr("--detach writes output to files; drop --output %s or run in the foreground", output)
+	}
+	var stdin *os.File
+	if sess == "" {
+		var err error
+		if stdin, err = stdinMode(g, stdinFlag, detach); err != nil {
+			return "", "", nil, err
+		}
+	}
+	return sess, output, stdin, nil
 }
 
 // termSize is this terminal's size (zero when stdin is not a terminal).
@@ -187,35 +217,9 @@ func runRun(ctx context.Context, g *globals, f *runFlags, argv []string) error {
 	if err != nil {
 		return err
 	}
-	sess, out, err := sessionMode(g, f.tty, f.stdin, f.detach, f.output)
+	sess, output, stdin, err := launchMode(g, f.tty, f.stdin, f.detach, f.output, f.capture)
 	if err != nil {
 		return err
-	}
-	output := hostfork.OutputMode(out)
-	if f.capture && sess != "" {
-		return usageErr("--capture takes the output back in the foreground; drop --tty/--stdin pipe")
-	}
-	if f.capture {
-		if f.detach || (output != "" && output != hostfork.OutputPipe) {
-			return usageErr("--capture takes the output back in the foreground; drop --detach/--output")
-		}
-		output = hostfork.OutputPipe
-	}
-	switch {
-	case output == "" && f.detach:
-		output = hostfork.OutputFiles
-	case output == "":
-		output = hostfork.OutputPipe
-	case output != hostfork.OutputFiles && output != hostfork.OutputPipe && output != hostfork.OutputInherit:
-		return usageErr("--output %q: use files, pipe or inherit", output)
-	case f.detach && output != hostfork.OutputFiles:
-		return usageErr("--detach writes output to files; drop --output %s or run in the foreground", output)
-	}
-	var stdin *os.File
-	if sess == "" {
-		if stdin, err = stdinMode(g, f.stdin, f.detach); err != nil {
-			return err
-		}
 	}
 	if f.cwd != "" && s.View.Empty() {
 		if st, err := os.Stat(f.cwd); err != nil || !st.IsDir() {

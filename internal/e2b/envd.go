@@ -87,6 +87,21 @@ func envdOf(ctx context.Context) (*hostfork.Env, string, error) {
 	return sb.env, sb.id, nil
 }
 
+// unary answers a unary envd RPC with fn's answer, run on the request's
+// sandbox: the sandbox's failure (a wrong token, a gone sandbox) comes
+// first.
+func unary[Req, Resp any](ctx context.Context, req *connect.Request[Req], fn func(env *hostfork.Env, sb string, m *Req) (*Resp, error)) (*connect.Response[Resp], error) {
+	env, sb, err := envdOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := fn(env, sb, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
 // authErr is a failure of withSandbox as a Connect error: a missing or
 // wrong token is unauthenticated, a gone sandbox not_found, another user
 // permission_denied.

@@ -135,92 +135,69 @@ func statMade(ctx context.Context, env *hostfork.Env, abs string) (*filesystem.E
 }
 
 func (f *fsService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
-	env, _, err := envdOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	e, err := stat(ctx, env, sandboxPath(req.Msg.GetPath()))
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&filesystem.StatResponse{Entry: e}), nil
+	return unary(ctx, req, func(env *hostfork.Env, _ string, m *filesystem.StatRequest) (*filesystem.StatResponse, error) {
+		e, err := stat(ctx, env, sandboxPath(m.GetPath()))
+		return &filesystem.StatResponse{Entry: e}, err
+	})
 }
 
 func (f *fsService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
-	env, _, err := envdOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	dir, err := viewDir(ctx, env, "list", req.Msg.GetPath())
-	if err != nil {
-		return nil, err
-	}
-	depth := int(max(req.Msg.GetDepth(), 1))
-	es, err := env.ReadDir(ctx, dir, depth)
-	if err != nil {
-		return nil, rpcErr(err)
-	}
-	out := &filesystem.ListDirResponse{}
-	for _, e := range es {
-		out.Entries = append(out.Entries, entryInfo(path.Join(dir, e.Path), e))
-	}
-	return connect.NewResponse(out), nil
+	return unary(ctx, req, func(env *hostfork.Env, _ string, m *filesystem.ListDirRequest) (*filesystem.ListDirResponse, error) {
+		dir, err := viewDir(ctx, env, "list", m.GetPath())
+		if err != nil {
+			return nil, err
+		}
+		es, err := env.ReadDir(ctx, dir, int(max(m.GetDepth(), 1)))
+		if err != nil {
+			return nil, rpcErr(err)
+		}
+		out := &filesystem.ListDirResponse{}
+		for _, e := range es {
+			out.Entries = append(out.Entries, entryInfo(path.Join(dir, e.Path), e))
+		}
+		return out, nil
+	})
 }
 
 // MakeDir makes the directory and its missing parents; an existing one is
 // already_exists (the SDK's makeDir then answers false).
 func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
-	env, _, err := envdOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	dir := sandboxPath(req.Msg.GetPath())
-	made, err := mkdirAll(ctx, env, dir)
-	if err != nil {
-		return nil, rpcErr(err)
-	}
-	if !made {
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory %s already exists", dir))
-	}
-	e, err := statMade(ctx, env, dir)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: e}), nil
+	return unary(ctx, req, func(env *hostfork.Env, _ string, m *filesystem.MakeDirRequest) (*filesystem.MakeDirResponse, error) {
+		dir := sandboxPath(m.GetPath())
+		made, err := mkdirAll(ctx, env, dir)
+		if err != nil {
+			return nil, rpcErr(err)
+		}
+		if !made {
+			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory %s already exists", dir))
+		}
+		e, err := statMade(ctx, env, dir)
+		return &filesystem.MakeDirResponse{Entry: e}, err
+	})
 }
 
 // Move renames source to destination (making destination's missing
 // directories), replacing a file there.
 func (f *fsService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
-	env, _, err := envdOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	src, dst := sandboxPath(req.Msg.GetSource()), sandboxPath(req.Msg.GetDestination())
-	if _, err := mkdirAll(ctx, env, path.Dir(dst)); err != nil {
-		return nil, rpcErr(err)
-	}
-	if err := env.Rename(ctx, src, dst); err != nil {
-		return nil, rpcErr(err)
-	}
-	e, err := statMade(ctx, env, dst)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&filesystem.MoveResponse{Entry: e}), nil
+	return unary(ctx, req, func(env *hostfork.Env, _ string, m *filesystem.MoveRequest) (*filesystem.MoveResponse, error) {
+		src, dst := sandboxPath(m.GetSource()), sandboxPath(m.GetDestination())
+		if _, err := mkdirAll(ctx, env, path.Dir(dst)); err != nil {
+			return nil, rpcErr(err)
+		}
+		if err := env.Rename(ctx, src, dst); err != nil {
+			return nil, rpcErr(err)
+		}
+		e, err := statMade(ctx, env, dst)
+		return &filesystem.MoveResponse{Entry: e}, err
+	})
 }
 
 // Remove removes a file, a link (never its target) or a directory with
 // everything below it.
 func (f *fsService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
-	env, _, err := envdOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := env.Remove(ctx, sandboxPath(req.Msg.GetPath())); err != nil {
-		return nil, rpcErr(err)
-	}
-	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
+	return unary(ctx, req, func(env *hostfork.Env, _ string, m *filesystem.RemoveRequest) (*filesystem.RemoveResponse, error) {
+		return &filesystem.RemoveResponse{}, rpcErr(env.Remove(ctx, sandboxPath(m.GetPath())))
+	})
 }
 
 // fsEvent converts a library file event; nil for those E2B has no name for
@@ -459,37 +436,33 @@ func (f *fsService) watcherOf(sb, id string) (*watcher, error) {
 }
 
 func (f *fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
-	_, sb, err := envdOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	w, err := f.watcherOf(sb, req.Msg.GetWatcherId())
-	if err != nil {
-		return nil, err
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.polled = time.Now()
-	evs, werr := w.events, w.err
-	w.events = nil
-	if werr != nil && len(evs) == 0 {
-		return nil, rpcErr(fmt.Errorf("watcher %s ended: %w", req.Msg.GetWatcherId(), werr))
-	}
-	return connect.NewResponse(&filesystem.GetWatcherEventsResponse{Events: evs}), nil
+	return unary(ctx, req, func(_ *hostfork.Env, sb string, m *filesystem.GetWatcherEventsRequest) (*filesystem.GetWatcherEventsResponse, error) {
+		w, err := f.watcherOf(sb, m.GetWatcherId())
+		if err != nil {
+			return nil, err
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.polled = time.Now()
+		evs, werr := w.events, w.err
+		w.events = nil
+		if werr != nil && len(evs) == 0 {
+			return nil, rpcErr(fmt.Errorf("watcher %s ended: %w", m.GetWatcherId(), werr))
+		}
+		return &filesystem.GetWatcherEventsResponse{Events: evs}, nil
+	})
 }
 
 func (f *fsService) RemoveWatcher(ctx context.Context, req *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
-	_, sb, err := envdOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	w, err := f.watcherOf(sb, req.Msg.GetWatcherId())
-	if err != nil {
-		return nil, err
-	}
-	w.cancel()
-	f.mu.Lock()
-	delete(f.watchers, req.Msg.GetWatcherId())
-	f.mu.Unlock()
-	return connect.NewResponse(&filesystem.RemoveWatcherResponse{}), nil
+	return unary(ctx, req, func(_ *hostfork.Env, sb string, m *filesystem.RemoveWatcherRequest) (*filesystem.RemoveWatcherResponse, error) {
+		w, err := f.watcherOf(sb, m.GetWatcherId())
+		if err != nil {
+			return nil, err
+		}
+		w.cancel()
+		f.mu.Lock()
+		delete(f.watchers, m.GetWatcherId())
+		f.mu.Unlock()
+		return &filesystem.RemoveWatcherResponse{}, nil
+	})
 }

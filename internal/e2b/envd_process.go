@@ -93,7 +93,11 @@ func (p *procService) Start(ctx context.Context, req *connect.Request[process.St
 }
 
 func (p *procService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
-	c, err := findProcess(ctx, req.Msg.GetProcess())
+	env, _, err := envdOf(ctx)
+	if err != nil {
+		return err
+	}
+	c, err := findProcess(ctx, env, req.Msg.GetProcess())
 	if err != nil {
 		return err
 	}
@@ -117,57 +121,54 @@ func (p *procService) Connect(ctx context.Context, req *connect.Request[process.
 }
 
 func (p *procService) List(ctx context.Context, req *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
-	env, _, err := envdOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := env.Commands(ctx)
-	if err != nil {
-		return nil, rpcErr(err)
-	}
-	out := &process.ListResponse{}
-	for _, c := range cs {
-		rec := c.Record()
-		if !running(rec) || len(rec.Argv) == 0 {
-			continue
+	return unary(ctx, req, func(env *hostfork.Env, _ string, _ *process.ListRequest) (*process.ListResponse, error) {
+		cs, err := env.Commands(ctx)
+		if err != nil {
+			return nil, rpcErr(err)
 		}
-		info := &process.ProcessInfo{
-			// The values of a command's variables are not recorded
-			// (only their names): none are listed.
-			Config: &process.ProcessConfig{Cmd: rec.Argv[0], Args: rec.Argv[1:], Envs: map[string]string{}, Cwd: &rec.Cwd},
-			Pid:    pidOf(rec),
+		out := &process.ListResponse{}
+		for _, c := range cs {
+			rec := c.Record()
+			if !running(rec) || len(rec.Argv) == 0 {
+				continue
+			}
+			info := &process.ProcessInfo{
+				// The values of a command's variables are not recorded
+				// (only their names): none are listed.
+				Config: &process.ProcessConfig{Cmd: rec.Argv[0], Args: rec.Argv[1:], Envs: map[string]string{}, Cwd: &rec.Cwd},
+				Pid:    pidOf(rec),
+			}
+			if t, ok := rec.Labels[LabelTag]; ok {
+				info.Tag = &t
+			}
+			out.Processes = append(out.Processes, info)
 		}
-		if t, ok := rec.Labels[LabelTag]; ok {
-			info.Tag = &t
-		}
-		out.Processes = append(out.Processes, info)
-	}
-	return connect.NewResponse(out), nil
+		return out, nil
+	})
 }
 
 func (p *procService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
-	c, err := findProcess(ctx, req.Msg.GetProcess())
-	if err != nil {
-		return nil, err
-	}
-	if err := sendInput(ctx, c, req.Msg.GetInput()); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&process.SendInputResponse{}), nil
+	return unary(ctx, req, func(env *hostfork.Env, _ string, m *process.SendInputRequest) (*process.SendInputResponse, error) {
+		c, err := findProcess(ctx, env, m.GetProcess())
+		if err != nil {
+			return nil, err
+		}
+		return &process.SendInputResponse{}, sendInput(ctx, c, m.GetInput())
+	})
 }
 
 // StreamInput takes a start naming the process, then its input in order
 // (HTTP/2 clients; the SDKs over HTTP/1.1 use SendInput).
 func (p *procService) StreamInput(ctx context.Context, st *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
-	if _, _, err := envdOf(ctx); err != nil {
+	env, _, err := envdOf(ctx)
+	if err != nil {
 		return nil, err
 	}
 	var c *hostfork.Command
 	for st.Receive() {
 		switch ev := st.Msg().GetEvent().(type) {
 		case *process.StreamInputRequest_Start:
-			var err error
-			if c, err = findProcess(ctx, ev.Start.GetProcess()); err != nil {
+			if c, err = findProcess(ctx, env, ev.Start.GetProcess()); err != nil {
 				return nil, err
 			}
 		case *process.StreamInputRequest_Data:
@@ -203,59 +204,59 @@ func sendInput(ctx context.Context, c *hostfork.Command, in *process.ProcessInpu
 }
 
 func (p *procService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
-	c, err := findProcess(ctx, req.Msg.GetProcess())
-	if err != nil {
-		return nil, err
-	}
-	if err := c.CloseStdin(ctx); err != nil {
-		return nil, rpcErr(err)
-	}
-	return connect.NewResponse(&process.CloseStdinResponse{}), nil
+	return unary(ctx, req, func(env *hostfork.Env, _ string, m *process.CloseStdinRequest) (*process.CloseStdinResponse, error) {
+		c, err := findProcess(ctx, env, m.GetProcess())
+		if err != nil {
+			return nil, err
+		}
+		return &process.CloseStdinResponse{}, rpcErr(c.CloseStdin(ctx))
+	})
 }
 
 // SendSignal stops the process's whole tree: SIGKILL at once, SIGTERM
 // with the environment's grace, then SIGKILL (hostfork's tree stop).
 func (p *procService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
-	c, err := findProcess(ctx, req.Msg.GetProcess())
-	if err != nil {
-		return nil, err
-	}
-	var opts hostfork.StopOptions
-	switch req.Msg.GetSignal() {
-	case process.Signal_SIGNAL_SIGKILL:
-		opts.Grace = -1
-	case process.Signal_SIGNAL_SIGTERM:
-	default:
-		return nil, badArg("signal %v: send SIGNAL_SIGKILL or SIGNAL_SIGTERM (both stop the process's whole tree)", req.Msg.GetSignal())
-	}
-	if _, err := c.StopTree(ctx, opts); err != nil && !errors.Is(err, api.ErrUnverified) {
-		return nil, rpcErr(err)
-	} else if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
-	}
-	return connect.NewResponse(&process.SendSignalResponse{}), nil
+	return unary(ctx, req, func(env *hostfork.Env, _ string, m *process.SendSignalRequest) (*process.SendSignalResponse, error) {
+		c, err := findProcess(ctx, env, m.GetProcess())
+		if err != nil {
+			return nil, err
+		}
+		var opts hostfork.StopOptions
+		switch m.GetSignal() {
+		case process.Signal_SIGNAL_SIGKILL:
+			opts.Grace = -1
+		case process.Signal_SIGNAL_SIGTERM:
+		default:
+			return nil, badArg("signal %v: send SIGNAL_SIGKILL or SIGNAL_SIGTERM (both stop the process's whole tree)", m.GetSignal())
+		}
+		if _, err := c.StopTree(ctx, opts); err != nil && !errors.Is(err, api.ErrUnverified) {
+			return nil, rpcErr(err)
+		} else if err != nil {
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+		return &process.SendSignalResponse{}, nil
+	})
 }
 
 // Update resizes a process's terminal.
 func (p *procService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
-	c, err := findProcess(ctx, req.Msg.GetProcess())
-	if err != nil {
-		return nil, err
-	}
-	if req.Msg.GetPty().GetSize() == nil {
-		return nil, badArg("update: give pty.size")
-	}
-	sz, err := termSize(req.Msg.GetPty())
-	if err != nil {
-		return nil, err
-	}
-	if c.Record().Session != "tty" {
-		return nil, badArg("process %d has no terminal: start it with a pty to resize it", pidOf(c.Record()))
-	}
-	if err := c.Resize(ctx, sz.Cols, sz.Rows); err != nil {
-		return nil, rpcErr(err)
-	}
-	return connect.NewResponse(&process.UpdateResponse{}), nil
+	return unary(ctx, req, func(env *hostfork.Env, _ string, m *process.UpdateRequest) (*process.UpdateResponse, error) {
+		c, err := findProcess(ctx, env, m.GetProcess())
+		if err != nil {
+			return nil, err
+		}
+		if m.GetPty().GetSize() == nil {
+			return nil, badArg("update: give pty.size")
+		}
+		sz, err := termSize(m.GetPty())
+		if err != nil {
+			return nil, err
+		}
+		if c.Record().Session != "tty" {
+			return nil, badArg("process %d has no terminal: start it with a pty to resize it", pidOf(c.Record()))
+		}
+		return &process.UpdateResponse{}, rpcErr(c.Resize(ctx, sz.Cols, sz.Rows))
+	})
 }
 
 // termSize is a pty's size, at most 65535 columns and rows.
@@ -302,15 +303,10 @@ func running(rec hostfork.CommandRecord) bool {
 	return !rec.Final() && rec.LeaderState != api.PhaseExited
 }
 
-// findProcess finds the running command a selector names among the
-// request's sandbox's: by its leader's pid, or by its tag. The sandbox's
-// failure (a wrong token, a gone sandbox) comes first, before the
-// selector is looked at.
-func findProcess(ctx context.Context, sel *process.ProcessSelector) (*hostfork.Command, error) {
-	env, _, err := envdOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+// findProcess finds the running command a selector names among env's (the
+// request's sandbox, whose failure came first): by its leader's pid, or by
+// its tag.
+func findProcess(ctx context.Context, env *hostfork.Env, sel *process.ProcessSelector) (*hostfork.Command, error) {
 	var match func(hostfork.CommandRecord) bool
 	var what string
 	switch v := sel.GetSelector().(type) {

@@ -249,71 +249,33 @@ func (b Btrfs) Mounts(t Tree) ([]Mount, error) {
 }
 
 // Verify checks the destination and the snapshot's subvolume identity.
-func (b Btrfs) Verify(ctx context.Context, t Tree) error {
-	if err := b.check(t); err != nil {
-		return err
-	}
-	parent, dest, err := openDest(t)
-	if err != nil {
-		return err
-	}
-	defer parent.Close()
-	defer dest.Close()
-	snap, err := dest.OpenDir(treeDirName)
-	if err != nil {
-		if errors.Is(err, safefs.ErrSymlink) {
-			return fmt.Errorf("snapshot %s: %w: %w", t.Path, err, ErrIdentityMismatch)
-		}
-		return err
-	}
-	defer snap.Close()
-	return verifySnapshot(t, snap.Fd())
-}
+func (b Btrfs) Verify(ctx context.Context, t Tree) error { return closed(b.Open(ctx, t)) }
 
 // Remove destroys the snapshot by its recorded subvolume id, relative to
 // the verified destination's descriptor, and removes the destination. The
 // baseline is never touched.
 func (b Btrfs) Remove(ctx context.Context, t Tree) error {
-	if err := b.check(t); err != nil {
-		return err
-	}
-	parent, dest, err := openDest(t)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("removing btrfs tree: %w", err)
-	}
-	defer parent.Close()
-	defer dest.Close()
-	snap, err := dest.OpenDir(treeDirName)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		// Destroyed earlier; only the destination is left.
-	case errors.Is(err, safefs.ErrSymlink):
-		return fmt.Errorf("removing btrfs tree: snapshot %s: %w: %w", t.Path, err, ErrIdentityMismatch)
-	case err != nil:
-		return fmt.Errorf("removing btrfs tree: %w", err)
-	default:
-		verr := verifySnapshot(t, snap.Fd())
-		snap.Close()
-		if verr != nil {
-			return fmt.Errorf("removing btrfs tree: %w", verr)
+	there := false // the snapshot is still there (not destroyed earlier)
+	return removeTree(ctx, t, b.check, func(dest *safefs.Dir) error {
+		snap, err := dest.OpenDir(treeDirName)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			// Destroyed earlier; only the destination is left.
+			return nil
+		case errors.Is(err, safefs.ErrSymlink):
+			return fmt.Errorf("snapshot %s: %w: %w", t.Path, err, ErrIdentityMismatch)
+		case err != nil:
+			return err
 		}
-		if err := refuseMounts(t.Path); err != nil {
-			return fmt.Errorf("removing btrfs tree: %w", err)
+		defer snap.Close()
+		there = true
+		return verifySnapshot(t, snap.Fd())
+	}, func(dest *safefs.Dir) error {
+		if !there {
+			return nil
 		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("removing btrfs tree: %w", err)
-		}
-		if err := destroySubvolume(dest.Fd(), t.Path, treeDirName, t.Btrfs.SubvolumeID); err != nil {
-			return fmt.Errorf("removing btrfs tree: %w", err)
-		}
-	}
-	if err := removeDest(parent, t); err != nil {
-		return fmt.Errorf("removing btrfs tree: %w", err)
-	}
-	return nil
+		return destroySubvolume(dest.Fd(), t.Path, treeDirName, t.Btrfs.SubvolumeID)
+	})
 }
 
 // destroySubvolume deletes the subvolume named name in the directory

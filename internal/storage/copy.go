@@ -479,52 +479,13 @@ func (cp Copy) Mounts(t Tree) ([]Mount, error) {
 }
 
 // Verify checks the destination and the copy's directory.
-func (cp Copy) Verify(ctx context.Context, t Tree) error {
-	if err := cp.check(t); err != nil {
-		return err
-	}
-	parent, dest, err := openDest(t)
-	if err != nil {
-		return err
-	}
-	defer parent.Close()
-	defer dest.Close()
-	tree, err := openPart(dest, treeDirName, "copy", t.Copy.DirID)
-	if err != nil {
-		return err
-	}
-	return tree.Close()
-}
+func (cp Copy) Verify(ctx context.Context, t Tree) error { return closed(cp.Open(ctx, t)) }
 
 // Remove deletes the copy and the destination.
 func (cp Copy) Remove(ctx context.Context, t Tree) error {
-	if err := cp.check(t); err != nil {
-		return err
-	}
-	parent, dest, err := openDest(t)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("removing copy tree: %w", err)
-	}
-	defer parent.Close()
-	tree, err := openPart(dest, treeDirName, "copy", t.Copy.DirID)
-	dest.Close()
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing copy tree: %w", err)
-	}
-	tree.Close()
-	if err := refuseMounts(t.Dest); err != nil {
-		return fmt.Errorf("removing copy tree: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("removing copy tree: %w", err)
-	}
-	if err := removeDest(parent, t); err != nil {
-		return fmt.Errorf("removing copy tree: %w", err)
-	}
-	return nil
+	return removeTree(ctx, t, cp.check, func(dest *safefs.Dir) error {
+		return partsThere(dest, part{"copy", treeDirName, t.Copy.DirID})
+	}, nil)
 }
 
 // listXattrs returns the names of fd's extended attributes.

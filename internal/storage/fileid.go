@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -121,6 +122,67 @@ func mountsUnder(dir string) ([]string, error) {
 		out = append(out, m.Mountpoint)
 	}
 	return out, nil
+}
+
+// removeTree removes t's destination and everything in it, the one way
+// for every mechanism: the record is checked (check); a missing
+// destination is success; before anything is deleted, the parts still
+// below the destination must be the recorded ones (verify) and nothing may
+// be mounted there; destroy (when given) then deletes what removeDest
+// can't. Errors after check say "removing KIND tree".
+func removeTree(ctx context.Context, t Tree, check func(Tree) error, verify, destroy func(dest *safefs.Dir) error) error {
+	if err := check(t); err != nil {
+		return err
+	}
+	err := func() error {
+		parent, dest, err := openDest(t)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer parent.Close()
+		defer dest.Close()
+		if err := verify(dest); err != nil {
+			return err
+		}
+		if err := refuseMounts(t.Dest); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if destroy != nil {
+			if err := destroy(dest); err != nil {
+				return err
+			}
+		}
+		return removeDest(parent, t)
+	}()
+	if err != nil {
+		return fmt.Errorf("removing %s tree: %w", t.Kind, err)
+	}
+	return nil
+}
+
+// part is an owned directory below a destination, as recorded.
+type part struct {
+	what, name string
+	id         FileID
+}
+
+// partsThere checks that each part still below dest is the recorded one
+// (a missing one is fine: removed earlier).
+func partsThere(dest *safefs.Dir, parts ...part) error {
+	for _, p := range parts {
+		d, err := openPart(dest, p.name, p.what, p.id)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		d.Close()
+	}
+	return nil
 }
 
 // refuseMounts fails with ErrBusy when anything is mounted at or below dir.

@@ -50,31 +50,51 @@ func pathFile(d *safefs.Dir) (*os.File, error) {
 // Open opens the snapshot through the verified destination and checks its
 // subvolume identity.
 func (b Btrfs) Open(ctx context.Context, t Tree) (*Opened, error) {
-	if err := b.check(t); err != nil {
-		return nil, err
+	return bindOpened(inDest(t, b.check, func(dest *safefs.Dir) (*safefs.Dir, error) {
+		snap, err := dest.OpenDir(treeDirName)
+		if err != nil {
+			if errors.Is(err, safefs.ErrSymlink) {
+				return nil, fmt.Errorf("snapshot %s: %w: %w", t.Path, err, ErrIdentityMismatch)
+			}
+			return nil, err
+		}
+		if err := verifySnapshot(t, snap.Fd()); err != nil {
+			snap.Close()
+			return nil, err
+		}
+		return snap, nil
+	}))
+}
+
+// closed is a Verify by Open: err, or nil after closing what was opened.
+func closed(o *Opened, err error) error {
+	o.Close()
+	return err
+}
+
+// inDest checks t's record with check, then runs open on its verified
+// destination (openDest), closed after.
+func inDest[T any](t Tree, check func(Tree) error, open func(dest *safefs.Dir) (T, error)) (T, error) {
+	var zero T
+	if err := check(t); err != nil {
+		return zero, err
 	}
 	parent, dest, err := openDest(t)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	defer parent.Close()
 	defer dest.Close()
-	snap, err := dest.OpenDir(treeDirName)
-	if err != nil {
-		if errors.Is(err, safefs.ErrSymlink) {
-			return nil, fmt.Errorf("snapshot %s: %w: %w", t.Path, err, ErrIdentityMismatch)
-		}
-		return nil, err
-	}
-	defer snap.Close()
-	if err := verifySnapshot(t, snap.Fd()); err != nil {
-		return nil, err
-	}
-	return bindOpened(snap)
+	return open(dest)
 }
 
-// bindOpened presents a verified tree directory by a bind mount of it.
-func bindOpened(d *safefs.Dir) (*Opened, error) {
+// bindOpened presents a verified tree directory (d, or open's error) by a
+// bind mount of it; d is closed.
+func bindOpened(d *safefs.Dir, err error) (*Opened, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
 	f, err := pathFile(d)
 	if err != nil {
 		return nil, err
@@ -86,68 +106,49 @@ func bindOpened(d *safefs.Dir) (*Opened, error) {
 
 // Open opens the copy through the verified destination.
 func (cp Copy) Open(ctx context.Context, t Tree) (*Opened, error) {
-	if err := cp.check(t); err != nil {
-		return nil, err
-	}
-	parent, dest, err := openDest(t)
-	if err != nil {
-		return nil, err
-	}
-	defer parent.Close()
-	defer dest.Close()
-	dir, err := openPart(dest, treeDirName, "copy", t.Copy.DirID)
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	return bindOpened(dir)
+	return bindOpened(inDest(t, cp.check, func(dest *safefs.Dir) (*safefs.Dir, error) {
+		return openPart(dest, treeDirName, "copy", t.Copy.DirID)
+	}))
 }
 
 // Open opens upper and work through the verified destination, and the
 // borrowed lower checked against its recorded identity.
 func (o Overlay) Open(ctx context.Context, t Tree) (*Opened, error) {
-	if err := o.check(t); err != nil {
-		return nil, err
-	}
-	parent, dest, err := openDest(t)
-	if err != nil {
-		return nil, err
-	}
-	defer parent.Close()
-	defer dest.Close()
-	op := &Opened{}
-	// Upper and work under the destination, then the lower, each as an
-	// O_PATH file of its own (parts 0, 1 and 2).
-	for _, open := range []func() (*safefs.Dir, error){
-		func() (*safefs.Dir, error) { return openPart(dest, upperDirName, "upper", t.Overlay.UpperID) },
-		func() (*safefs.Dir, error) { return openPart(dest, workDirName, "work", t.Overlay.WorkID) },
-		func() (*safefs.Dir, error) { return openLower(t.Overlay) },
-	} {
-		d, err := open()
-		if err == nil {
-			var f *os.File
-			f, err = pathFile(d)
-			d.Close()
+	return inDest(t, o.check, func(dest *safefs.Dir) (*Opened, error) {
+		op := &Opened{}
+		// Upper and work under the destination, then the lower, each as an
+		// O_PATH file of its own (parts 0, 1 and 2).
+		for _, open := range []func() (*safefs.Dir, error){
+			func() (*safefs.Dir, error) { return openPart(dest, upperDirName, "upper", t.Overlay.UpperID) },
+			func() (*safefs.Dir, error) { return openPart(dest, workDirName, "work", t.Overlay.WorkID) },
+			func() (*safefs.Dir, error) { return openLower(t.Overlay) },
+		} {
+			d, err := open()
 			if err == nil {
-				op.Files = append(op.Files, f)
-				continue
+				var f *os.File
+				f, err = pathFile(d)
+				d.Close()
+				if err == nil {
+					op.Files = append(op.Files, f)
+					continue
+				}
 			}
+			op.Close()
+			return nil, err
 		}
-		op.Close()
-		return nil, err
-	}
-	op.mounts = func(part func(int) string) []Mount {
-		opts := []string{
-			"lowerdir=" + EscapeOverlayPath(part(2)),
-			"upperdir=" + EscapeOverlayPath(part(0)),
-			"workdir=" + EscapeOverlayPath(part(1)),
+		op.mounts = func(part func(int) string) []Mount {
+			opts := []string{
+				"lowerdir=" + EscapeOverlayPath(part(2)),
+				"upperdir=" + EscapeOverlayPath(part(0)),
+				"workdir=" + EscapeOverlayPath(part(1)),
+			}
+			if RootlessOverlay() {
+				opts = append(opts, "userxattr")
+			}
+			return []Mount{{Type: "overlay", Source: "overlay", Options: opts}}
 		}
-		if RootlessOverlay() {
-			opts = append(opts, "userxattr")
-		}
-		return []Mount{{Type: "overlay", Source: "overlay", Options: opts}}
-	}
-	return op, nil
+		return op, nil
+	})
 }
 
 // RootlessOverlay reports whether overlay trees are mounted in a user

@@ -120,15 +120,6 @@ func (o Overlay) Mounts(t Tree) ([]Mount, error) {
 	}}, nil
 }
 
-// checkLower verifies the borrowed lower at its recorded path.
-func checkLower(ov *OverlayTree) error {
-	d, err := openLower(ov)
-	if err != nil {
-		return err
-	}
-	return d.Close()
-}
-
 // openLower opens the borrowed lower and checks it is the recorded
 // directory.
 func openLower(ov *OverlayTree) (*safefs.Dir, error) {
@@ -147,76 +138,23 @@ func openLower(ov *OverlayTree) (*safefs.Dir, error) {
 }
 
 // Verify checks the destination, upper, work and the borrowed lower.
-func (o Overlay) Verify(ctx context.Context, t Tree) error {
-	if err := o.check(t); err != nil {
-		return err
-	}
-	parent, dest, err := openDest(t)
-	if err != nil {
-		return err
-	}
-	defer parent.Close()
-	defer dest.Close()
-	for _, c := range []struct {
-		what, name string
-		id         FileID
-	}{
-		{"upper", upperDirName, t.Overlay.UpperID},
-		{"work", workDirName, t.Overlay.WorkID},
-	} {
-		d, err := openPart(dest, c.name, c.what, c.id)
-		if err != nil {
-			return err
-		}
-		d.Close()
-	}
-	return checkLower(t.Overlay)
-}
+func (o Overlay) Verify(ctx context.Context, t Tree) error { return closed(o.Open(ctx, t)) }
 
 // Remove deletes upper, work and the destination. The lower is never
 // deleted: Remove refuses a record whose owned parts are the lower.
 func (o Overlay) Remove(ctx context.Context, t Tree) error {
-	if err := o.check(t); err != nil {
-		return err
-	}
-	ov := t.Overlay
-	if ov.LowerID.Same(ov.UpperID) || ov.LowerID.Same(ov.WorkID) || ov.LowerID.Same(t.DestID) ||
-		safefs.Within(t.Dest, filepath.Clean(ov.Lower)) {
-		return fmt.Errorf("removing overlay tree %s: its record names the lower %s as owned: %w", t.Dest, ov.Lower, ErrIdentityMismatch)
-	}
-	parent, dest, err := openDest(t)
-	if errors.Is(err, os.ErrNotExist) {
+	check := func(t Tree) error {
+		if err := o.check(t); err != nil {
+			return err
+		}
+		ov := t.Overlay
+		if ov.LowerID.Same(ov.UpperID) || ov.LowerID.Same(ov.WorkID) || ov.LowerID.Same(t.DestID) ||
+			safefs.Within(t.Dest, filepath.Clean(ov.Lower)) {
+			return fmt.Errorf("removing overlay tree %s: its record names the lower %s as owned: %w", t.Dest, ov.Lower, ErrIdentityMismatch)
+		}
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("removing overlay tree: %w", err)
-	}
-	defer parent.Close()
-	// Every owned part that is still there must be the recorded one
-	// before anything is deleted.
-	for _, c := range []struct {
-		what, name string
-		id         FileID
-	}{
-		{"work", workDirName, ov.WorkID},
-		{"upper", upperDirName, ov.UpperID},
-	} {
-		d, err := openPart(dest, c.name, c.what, c.id)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			dest.Close()
-			return fmt.Errorf("removing overlay tree: %w", err)
-		}
-		d.Close()
-	}
-	dest.Close()
-	if err := refuseMounts(t.Dest); err != nil {
-		return fmt.Errorf("removing overlay tree: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("removing overlay tree: %w", err)
-	}
-	if err := removeDest(parent, t); err != nil {
-		return fmt.Errorf("removing overlay tree: %w", err)
-	}
-	return nil
+	return removeTree(ctx, t, check, func(dest *safefs.Dir) error {
+		return partsThere(dest, part{"work", workDirName, t.Overlay.WorkID}, part{"upper", upperDirName, t.Overlay.UpperID})
+	}, nil)
 }

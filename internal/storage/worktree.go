@@ -193,35 +193,17 @@ func (w Worktree) Mounts(t Tree) ([]Mount, error) {
 // openDir opens the worktree's directory through the verified
 // destination.
 func (w Worktree) openDir(t Tree) (*safefs.Dir, error) {
-	if err := w.check(t); err != nil {
-		return nil, err
-	}
-	parent, dest, err := openDest(t)
-	if err != nil {
-		return nil, err
-	}
-	defer parent.Close()
-	defer dest.Close()
-	return openPart(dest, treeDirName, "worktree", t.Worktree.DirID)
+	return inDest(t, w.check, func(dest *safefs.Dir) (*safefs.Dir, error) {
+		return openPart(dest, treeDirName, "worktree", t.Worktree.DirID)
+	})
 }
 
 // Verify checks the destination and the worktree's directory.
-func (w Worktree) Verify(ctx context.Context, t Tree) error {
-	d, err := w.openDir(t)
-	if err != nil {
-		return err
-	}
-	return d.Close()
-}
+func (w Worktree) Verify(ctx context.Context, t Tree) error { return closed(w.Open(ctx, t)) }
 
 // Open opens the worktree through the verified destination.
 func (w Worktree) Open(ctx context.Context, t Tree) (*Opened, error) {
-	d, err := w.openDir(t)
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	return bindOpened(d)
+	return bindOpened(w.openDir(t))
 }
 
 // Dirty says what a worktree holds that its branch doesn't ("" nothing):
