@@ -24,7 +24,8 @@ const KeeperMode = "__hostfork_keeper"
 // kfdConfig (launcher → keeper) carries one message framed like the
 // guardian's release (its length, then "key=value\0" strings): env_id,
 // owner_exit (stop | detach), deadline_mono_ns and grace_ns (decimal
-// nanoseconds), propagation (slave | private), cgroup_mount,
+// nanoseconds), files (how many trees' descriptors follow kfdRunDir),
+// userns (1: a rootless view), propagation (slave | private), cgroup_mount,
 // commands_cgroup and guardians_cgroup, then the view's operations in
 // order, each "op=KIND" followed by six strings: its Target, Source,
 // FSType, Data, Flags and Slot (see KeeperOp; decimal numbers). The
