@@ -171,8 +171,10 @@ func BenchmarkSessionLogThroughput(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if st, err := os.Stat(rec.StdoutPath); err != nil || st.Size() != size {
-			b.Fatalf("the session's log: %v, %d bytes of %d", err, st.Size(), size)
+		if st, err := os.Stat(rec.StdoutPath); err != nil {
+			b.Fatal(err)
+		} else if st.Size() != size {
+			b.Fatalf("the session's log: %d bytes of %d", st.Size(), size)
 		}
 		// Emptied, as the bare pty's file is rewritten: no sample pays for
 		// an earlier one's writeback, and the disk holds one at a time.

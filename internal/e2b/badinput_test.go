@@ -95,6 +95,16 @@ func TestServeE2BBadInput(t *testing.T) {
 	alice, bob := f.Keys["alice"], f.Keys["bob"]
 	const badKey = "e2b_not-a-key-of-this-server"
 
+	// Without TLS the front speaks HTTP/2 with prior knowledge (h2c), as
+	// Connect's clients may, besides HTTP/1.1.
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true)
+	if resp, err := (&http.Client{Timeout: time.Minute, Transport: &http.Transport{Protocols: &h2c}}).Get(f.URL + "/health"); err != nil {
+		t.Errorf("h2c: %v", err)
+	} else if resp.Body.Close(); resp.ProtoMajor != 2 {
+		t.Errorf("h2c: %s, want HTTP/2", resp.Proto)
+	}
+
 	for _, k := range []string{"", badKey} {
 		code, body := r.do("POST", "/v2/sandboxes", k, "", "", "application/json", strings.NewReader(`{"templateID":"base"}`))
 		if code != 401 || !strings.Contains(body, `"code":401`) || !strings.Contains(body, "X-API-KEY") {

@@ -217,10 +217,7 @@ func (p *procService) CloseStdin(ctx context.Context, req *connect.Request[proce
 // with the environment's grace, then SIGKILL (hostfork's tree stop).
 func (p *procService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
 	return unary(ctx, req, func(env *hostfork.Env, _ string, m *process.SendSignalRequest) (*process.SendSignalResponse, error) {
-		c, err := findProcess(ctx, env, m.GetProcess())
-		if err != nil {
-			return nil, err
-		}
+		// The request is checked before the process is looked for.
 		var opts hostfork.StopOptions
 		switch m.GetSignal() {
 		case process.Signal_SIGNAL_SIGKILL:
@@ -228,6 +225,10 @@ func (p *procService) SendSignal(ctx context.Context, req *connect.Request[proce
 		case process.Signal_SIGNAL_SIGTERM:
 		default:
 			return nil, badArg("signal %v: send SIGNAL_SIGKILL or SIGNAL_SIGTERM (both stop the process's whole tree)", m.GetSignal())
+		}
+		c, err := findProcess(ctx, env, m.GetProcess())
+		if err != nil {
+			return nil, err
 		}
 		if _, err := c.StopTree(ctx, opts); err != nil && !errors.Is(err, api.ErrUnverified) {
 			return nil, rpcErr(err)
@@ -241,14 +242,15 @@ func (p *procService) SendSignal(ctx context.Context, req *connect.Request[proce
 // Update resizes a process's terminal.
 func (p *procService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
 	return unary(ctx, req, func(env *hostfork.Env, _ string, m *process.UpdateRequest) (*process.UpdateResponse, error) {
-		c, err := findProcess(ctx, env, m.GetProcess())
-		if err != nil {
-			return nil, err
-		}
+		// The request is checked before the process is looked for.
 		if m.GetPty().GetSize() == nil {
 			return nil, badArg("update: give pty.size")
 		}
 		sz, err := termSize(m.GetPty())
+		if err != nil {
+			return nil, err
+		}
+		c, err := findProcess(ctx, env, m.GetProcess())
 		if err != nil {
 			return nil, err
 		}

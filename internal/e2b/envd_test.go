@@ -486,6 +486,18 @@ func TestEnvdProcessBadInput(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("update pid 1: %v, want not_found", err)
 	}
+	// A bad request is invalid_argument before the process is looked for.
+	pid1 := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: 1}}
+	_, err = f.proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: pid1, Signal: process.Signal_SIGNAL_UNSPECIFIED}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "send SIGNAL_SIGKILL or SIGNAL_SIGTERM") {
+		t.Errorf("an unsupported signal to pid 1: %v, want invalid_argument", err)
+	}
+	for _, pty := range []*process.PTY{nil, {Size: &process.PTY_Size{Cols: 70000, Rows: 1}}} {
+		_, err = f.proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: pid1, Pty: pty}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("update pid 1 to %v: %v, want invalid_argument", pty, err)
+		}
+	}
 }
 
 // post sends a raw request to the server with the sandbox's headers.

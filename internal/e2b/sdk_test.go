@@ -463,6 +463,13 @@ func TestServeE2BTLS(t *testing.T) {
 			t.Errorf("GET /v2/sandboxes over TLS: %d (tls %v), want %d", resp.StatusCode, resp.TLS != nil, want)
 		}
 	}
+	// Over TLS the front offers HTTP/2 (ALPN h2) besides HTTP/1.1.
+	h2 := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+	if resp, err := h2.Get(f.URL + "/health"); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.ProtoMajor != 2 {
+		t.Errorf("a client offering h2 over TLS got %s, want HTTP/2", resp.Proto)
+	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(strings.Replace(f.URL, "https://", "http://", 1) + "/v2/sandboxes")
 	if err == nil {
 		resp.Body.Close()

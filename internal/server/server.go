@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -280,10 +281,15 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 	s.endStreams()
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 	defer cancel()
-	var err error
-	for _, hs := range servers {
-		err = errors.Join(err, hs.Shutdown(sctx))
+	// Every front at once: none accepts a request while another drains,
+	// and each has the whole grace.
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, hs := range servers {
+		wg.Go(func() { errs[i] = hs.Shutdown(sctx) })
 	}
+	wg.Wait()
+	err := errors.Join(errs...)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}

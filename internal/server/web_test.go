@@ -496,6 +496,15 @@ func TestWebTLS(t *testing.T) {
 	if len(r.Cookies()) != 1 || !r.Cookies()[0].Secure || r.StatusCode != http.StatusSeeOther {
 		t.Fatalf("the token over TLS: %d, cookies %+v; want 303 and a Secure cookie", r.StatusCode, r.Cookies())
 	}
+	// HTTP/1.1 only, also to a client offering h2 (its attach is a
+	// WebSocket upgrade).
+	h2 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if r, err := h2.Get(s.Web); err != nil {
+		t.Fatal(err)
+	} else if r.Body.Close(); r.ProtoMajor != 1 {
+		t.Errorf("the web view over TLS to a client offering h2: %s, want HTTP/1.1", r.Proto)
+	}
 	token := u.Query().Get("token")
 	for host, want := range map[string]int{"node.test:" + u.Port(): 200, "other.test:" + u.Port(): 403} {
 		req, _ := http.NewRequest("GET", "https://127.0.0.1:"+u.Port()+"/v1/capacity", nil)

@@ -63,9 +63,13 @@ enum { HF_R_NONE, HF_R_USER, HF_R_DEADLINE, HF_R_IDLE, HF_R_OWNER_EXIT, HF_R_TIM
 int64_t hf_mono_now(void);
 /* hf_helper_start blocks SIGTERM, HF_SIG_DEADLINE (and SIGCHLD with
  * chld) for a signalfd on mask, ignores the signals of a terminal or a
- * gone reader (the helpers install no handler, and run before the Go
- * runtime, so no system call of theirs returns EINTR: signal(7)), makes descriptors 3 to last close-on-exec, and keeps the
- * inherited oom_score_adj in hf_oom_adj (the workload gets it back). */
+ * gone reader, makes descriptors 3 to last close-on-exec, and keeps the
+ * inherited oom_score_adj in hf_oom_adj (the workload gets it back).
+ * No system call of the helpers returns EINTR (signal(7)): they install
+ * no handler and run before the Go runtime, and a stop (SIGSTOP, then
+ * SIGCONT) restarts what they call. It would not restart epoll_wait,
+ * sigtimedwait or a socket call under SO_RCVTIMEO/SO_SNDTIMEO: the
+ * helpers use none of them (poll, signalfd and non-blocking sockets). */
 void hf_helper_start(sigset_t *mask, int chld, int last);
 extern char hf_oom_adj[16];
 int hf_write_all(int fd, const char *p, size_t n); /* 0, or -1 with errno */

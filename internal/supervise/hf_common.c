@@ -191,8 +191,10 @@ int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
 		if (strcmp(k->name, key))
 			continue;
 		found = 1;
-		if (k->kind == 's' && snprintf(k->dst, k->arg, "%s", val) >= (int)k->arg)
+		if (k->kind == 's' && snprintf(k->dst, k->arg, "%s", val) >= (int)k->arg) {
+			*(char *)k->dst = 0; /* never a cut value (a command id names a directory) */
 			return -1;
+		}
 		if (k->kind == 'p')
 			*(const char **)k->dst = val;
 		if (k->kind == 'f')

@@ -49,16 +49,19 @@ static int hf_in_cgroup(pid_t pid, const char *mount, const char *group)
 
 static int in_cgroup(struct hf_tree *t, pid_t pid) { return t->cgroup[0] && hf_in_cgroup(pid, t->mount, t->cgroup); }
 
-/* each_pid calls fn for every positive number in buf (NUL-terminated). */
-static void each_pid(const char *buf, void (*fn)(pid_t))
+/* next_pid is the next positive number of a list of them (cgroup.procs,
+ * children; NUL-terminated) at *p, and moves *p past it; 0 at the end. */
+static pid_t next_pid(const char **p)
 {
-	for (const char *p = buf; *p;) {
+	while (**p) {
 		char *end;
-		long v = strtol(p, &end, 10);
-		if (end > p && v > 0 && v < 1 << 30)
-			fn((pid_t)v);
-		p = end > p ? end : p + 1;
+		long v = strtol(*p, &end, 10);
+		int ok = end > *p && v > 0 && v < 1 << 30;
+		*p = end > *p ? end : *p + 1;
+		if (ok)
+			return (pid_t)v;
 	}
+	return 0;
 }
 
 /* each_entry calls fn with the name of every entry of the directory at
@@ -114,10 +117,12 @@ static void list_cgroup(const char *path)
 {
 	static char procs[65536];
 	char p[HF_MAX_PATH + 64];
+	pid_t pid;
 	snprintf(p, sizeof p, "%s/cgroup.procs", path);
 	if (L.depth >= 16 || hf_read_file(p, procs, sizeof procs) < 0)
 		return;
-	each_pid(procs, add_out);
+	for (const char *s = procs; (pid = next_pid(&s)) > 0;)
+		add_out(pid);
 	const char *parent = L.group;
 	L.depth++, L.group = path;
 	each_entry(path, 1, list_subgroup);
@@ -174,7 +179,9 @@ static void queue_children(const char *name)
 	char p[96];
 	snprintf(p, sizeof p, "/proc/%s/task/%s/children", L.dir, name);
 	int n = hf_read_file(p, b, sizeof b);
-	each_pid(n > 0 ? b : "", queue_pid);
+	pid_t pid;
+	for (const char *s = n > 0 ? b : ""; (pid = next_pid(&s)) > 0;)
+		queue_pid(pid);
 	if (n >= (int)sizeof b - 1)
 		bfs_n = HF_MAX_MEMBERS;
 }
@@ -324,9 +331,9 @@ void hf_stop_guardians(const char *mount, const char *group, pid_t skip, int rea
 	snprintf(p, sizeof p, "%s/cgroup.procs", group);
 	if (hf_read_file(p, procs, sizeof procs) < 0)
 		return;
-	for (char *s = procs, *end; *s; s = end + (*end != 0)) {
-		pid_t pid = (pid_t)strtol(s, &end, 10);
-		int fd = pid > 0 && pid != skip ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	pid_t pid;
+	for (const char *s = procs; (pid = next_pid(&s)) > 0;) {
+		int fd = pid != skip ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 		/* Still a guardian of this environment after the open. */
 		if (fd >= 0 && hf_in_cgroup(pid, mount, group) == 1) {
 			hf_queue_stop(fd, reason, 0, grace);

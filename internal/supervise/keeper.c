@@ -397,8 +397,8 @@ static void stop_commands(int reason, int64_t grace)
 
 /* arm_deadline arms the deadline timer at deadline − grace, after taking a
  * moved deadline (hf.h, HF_DEADLINE_FILE) from the run directory the
- * launcher opened on the host's mounts (HF_KFD_RUNDIR; closed when there
- * is none). Re-arming discards an expiry not yet read. */
+ * launcher opened on the host's mounts (HF_KFD_RUNDIR; /dev/null when there
+ * is none, so the slot is never reused). Re-arming discards an expiry not yet read. */
 static void arm_deadline(int tfd)
 {
 	int64_t moved = hf_read_deadline(HF_KFD_RUNDIR, HF_DEADLINE_FILE);

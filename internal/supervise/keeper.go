@@ -24,7 +24,8 @@ const KeeperMode = "__hostfork_keeper"
 // kfdConfig (launcher → keeper) carries one message framed like the
 // guardian's release (its length, then "key=value\0" strings): env_id,
 // owner_exit (stop | detach), deadline_mono_ns and grace_ns (decimal
-// nanoseconds), propagation (slave | private), cgroup_mount,
+// nanoseconds), files (how many trees' descriptors follow kfdRunDir),
+// userns (1: a rootless view), propagation (slave | private), cgroup_mount,
 // commands_cgroup and guardians_cgroup, then the view's operations in
 // order, each "op=KIND" followed by six strings: its Target, Source,
 // FSType, Data, Flags and Slot (see KeeperOp; decimal numbers). The
@@ -39,6 +40,12 @@ const KeeperMode = "__hostfork_keeper"
 // after it is owner exit: with owner_exit "stop" the keeper stops the
 // environment's commands (reason "owner-exit") and exits.
 //
+// kfdRunDir is the environment's run directory (O_PATH), opened by the
+// launcher on the host's mounts before the view can cover it: the keeper
+// reads a moved deadline (DeadlineFile) there. It is /dev/null when there
+// is none, never an empty slot that a later descriptor would take.
+// The trees' descriptors follow it (KeeperFirstFile).
+//
 // Signals: a plain SIGTERM is an orderly environment stop (its commands are
 // handled by the stopper): the keeper exits. A queued SIGTERM (StopValue)
 // asks the keeper to stop the commands itself, with that reason and grace,
@@ -50,7 +57,7 @@ const (
 	kfdConfig = 3
 	kfdReady  = 4
 	kfdOwner  = 5
-	kfdRunDir = 6 // the run directory (RunDir, opened here), closed when there is none
+	kfdRunDir = 6 // the run directory (RunDir, opened here); /dev/null when there is none
 )
 
 // KeeperOp is one primitive step of a view, applied by the keeper in its
@@ -215,10 +222,15 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 	if logf == nil {
 		logf = nullW
 	}
-	var runDir *os.File // nil (closed in the keeper) if it can't be opened
+	// The run directory, or /dev/null when there is none (or it can't be
+	// opened): never an empty slot, which the keeper's next descriptor
+	// (its timerfd, a captured tree) would take, and be read as the run
+	// directory (keeper.c, arm_deadline).
+	runDir := nullR
 	if s.RunDir != "" {
-		if runDir, _ = os.OpenFile(s.RunDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); runDir != nil {
-			defer runDir.Close()
+		if d, err := os.OpenFile(s.RunDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			defer d.Close()
+			runDir = d
 		}
 	}
 	sp := spawnSpec{
@@ -296,8 +308,8 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 // not empty, name the environment's commands and guardians groups if they
 // were not known when the keeper started.
 func (k *Keeper) Commit(commandsCgroup, guardiansCgroup string) error {
-	if len(commandsCgroup) > maxPath || len(guardiansCgroup) > maxPath || strings.ContainsAny(commandsCgroup+guardiansCgroup, " \n") {
-		return fmt.Errorf("keeper: a group path is longer than %d bytes or holds a space or newline", maxPath)
+	if len(commandsCgroup) > maxPath || len(guardiansCgroup) > maxPath || strings.ContainsAny(commandsCgroup+guardiansCgroup, " \t\n\v\f\r") {
+		return fmt.Errorf("keeper: a group path is longer than %d bytes or holds white space", maxPath)
 	}
 	line := "committed"
 	if commandsCgroup != "" {

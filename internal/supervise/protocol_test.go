@@ -109,14 +109,18 @@ func TestBadReleaseExits125(t *testing.T) {
 
 // A guardian started with its command directory's parent (decision 56)
 // opens the directory named by the command id after the release, beneath
-// the parent, and logs there; an id that is not one path component is
-// never opened, and the diagnostics stay on its stderr.
+// the parent, and logs there; an id that is not one path component, or
+// longer than maxID, is never opened, and the diagnostics stay on its
+// stderr.
 func TestLateDirectoryGetsTheLog(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ id, made string }{{"c", "c"}, {"..", ""}, {"a/b", ""}} {
+	// An id over maxID bytes is refused whole: never cut to a name that
+	// another command's directory may have (here the one made below).
+	long := strings.Repeat("c", 255)
+	for _, tc := range []struct{ id, made string }{{"c", "c"}, {"..", ""}, {"a/b", ""}, {long + "d", ""}} {
 		dir := t.TempDir()
 		parent, err := os.Open(dir)
 		if err != nil {
@@ -138,6 +142,9 @@ func TestLateDirectoryGetsTheLog(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(dir, "c"), 0o700); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.MkdirAll(filepath.Join(dir, long), 0o700); err != nil {
+			t.Fatal(err)
+		}
 		// A release the guardian refuses after reading its command id.
 		if _, err := g.control.Write(frameMsg([]byte("command_id=" + tc.id + "\x00bogus_key=1\x00"))); err != nil {
 			t.Fatal(err)
@@ -147,6 +154,9 @@ func TestLateDirectoryGetsTheLog(t *testing.T) {
 			t.Fatalf("id %q: guardian wait status %#x (%v), want exit 125", tc.id, uint32(ws), err)
 		}
 		b, _ := os.ReadFile(filepath.Join(dir, "c", "guardian.log"))
+		if lb, _ := os.ReadFile(filepath.Join(dir, long, "guardian.log")); len(lb) != 0 {
+			t.Errorf("id %q: logged under a cut id: %q", tc.id, lb)
+		}
 		stderr, _ := os.ReadFile(filepath.Join(dir, "stderr"))
 		if tc.made != "" {
 			if !bytes.Contains(b, []byte("bad release message")) {
