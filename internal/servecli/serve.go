@@ -128,7 +128,7 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 			return err
 		}
 		defer mln.Close()
-		lns.TCP = append(lns.TCP, server.Front{Listener: mln, Handler: srv.MetricsHandler()})
+		lns.TCP = append(lns.TCP, server.Front{Name: "--metrics-listen", Listener: mln, Handler: srv.MetricsHandler()})
 	}
 	if f.Web != "" {
 		o, err := webOptions(webTLS, h.Root())
@@ -141,7 +141,7 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 		}
 		defer wln.Close()
 		_, o.Port, _ = net.SplitHostPort(wln.Addr().String())
-		lns.TCP = append(lns.TCP, server.Front{Listener: wln, Handler: srv.WebHandler(o), TLS: webTLS})
+		lns.TCP = append(lns.TCP, server.Front{Name: "--web", Listener: wln, Handler: srv.WebHandler(o), TLS: webTLS})
 	}
 	if f.E2BListen != "" {
 		front, err := newE2B(h, f, e2bKeys, logf)
@@ -153,7 +153,7 @@ func serve(c *cobra.Command, g *cli.Globals, f *cli.ServeFlags) error {
 			return err
 		}
 		defer eln.Close()
-		lns.TCP = append(lns.TCP, server.Front{Listener: eln, Handler: front, TLS: e2bTLS, MaxConns: e2bMaxConns, Idle: e2bIdleTimeout, HTTP2: true})
+		lns.TCP = append(lns.TCP, server.Front{Name: "--e2b-listen", Listener: eln, Handler: front, TLS: e2bTLS, MaxConns: e2bMaxConns, Idle: e2bIdleTimeout, HTTP2: true})
 	}
 	fmt.Fprintf(g.Out(), "hostfork serve: listening on unix://%s\n", socket)
 	if inherited != nil {

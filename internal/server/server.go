@@ -232,6 +232,9 @@ type Listeners struct {
 
 // Front is a TCP listener and the handler it serves, with its limits.
 type Front struct {
+	// Name says which it is in an error while serving (the flag that
+	// made it, e.g. "--e2b-listen").
+	Name     string
 	Listener net.Listener
 	Handler  http.Handler
 	// TLS, when not nil, is spoken on the listener.
@@ -252,7 +255,7 @@ type Front struct {
 // (Socket.Close) and the Host afterwards.
 func (s *Server) Serve(ctx context.Context, l Listeners) error {
 	sock := &limitListener{Listener: l.API, owner: s.cfg.OwnerUID, unix: true, max: MaxConns, others: MaxOtherConns, perUser: MaxConnsPerOtherUser, byUID: map[int]int{}}
-	fronts := append([]Front{{Listener: sock, Handler: s.Handler()}}, l.TCP...)
+	fronts := append([]Front{{Name: "the API socket", Listener: sock, Handler: s.Handler()}}, l.TCP...)
 	servers := make([]*http.Server, len(fronts))
 	errc := make(chan error, len(fronts))
 	for i, f := range fronts {
@@ -266,11 +269,16 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 		}
 		servers[i] = hs
 		go func() {
+			var err error
 			if f.TLS != nil {
-				errc <- hs.ServeTLS(ln, "", "")
+				err = hs.ServeTLS(ln, "", "")
 			} else {
-				errc <- hs.Serve(ln)
+				err = hs.Serve(ln)
 			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) && f.Name != "" {
+				err = fmt.Errorf("%s: %w", f.Name, err)
+			}
+			errc <- err
 		}()
 	}
 	var serveErr error

@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/habemus-papadum/hostfork"
 	"github.com/habemus-papadum/hostfork/api"
@@ -178,5 +181,36 @@ func TestPeerRefused(t *testing.T) {
 	s.Handler().ServeHTTP(rec, r)
 	if rec.Code != 200 {
 		t.Errorf("the owner: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// failingListener's Accept fails for good, as a listener whose descriptor
+// went bad does.
+type failingListener struct{ net.Listener }
+
+func (failingListener) Accept() (net.Conn, error) {
+	return nil, errors.New("accept: the listener broke")
+}
+
+// TestServeNamesTheFrontThatFailed: an error while serving says which
+// front it came from (the flag that made it), and the others are shut
+// down.
+func TestServeNamesTheFrontThatFailed(t *testing.T) {
+	s := newTestServer(t)
+	api, err := net.Listen("unix", filepath.Join(t.TempDir(), "api.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = s.Serve(ctx, Listeners{API: api, TCP: []Front{{Name: "--e2b-listen", Listener: failingListener{tcp}, Handler: http.NotFoundHandler()}}})
+	if err == nil || !strings.HasPrefix(err.Error(), "--e2b-listen: ") || ctx.Err() != nil {
+		t.Fatalf("Serve with a broken front: %v (ctx %v), want an error naming --e2b-listen", err, ctx.Err())
 	}
 }
