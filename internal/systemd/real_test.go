@@ -435,7 +435,17 @@ func TestRealSystemd(t *testing.T) {
 	})
 
 	t.Run("KillUnit", func(t *testing.T) {
-		p := startInside(t, n, "trap 'echo USR1' USR1; while :; do sleep 0.05; done")
+		// The shell says "armed" once its trap is set: a signal sent
+		// before that would end it instead.
+		p := startInside(t, n, "trap 'echo USR1' USR1; echo armed; while :; do sleep 0.05; done")
+		select {
+		case l := <-p.lines:
+			if l.text != "armed" {
+				t.Fatalf("process said %q, want armed", l.text)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the trap was not set within 10 s")
+		}
 		m, opts := p.members()
 		s, err := c.StartScope(ctx, "hf-kill.scope", m, opts)
 		if err != nil {
