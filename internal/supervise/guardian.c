@@ -31,7 +31,6 @@
 #include "hf.h"
 
 #define HF_CLONE_INTO_CGROUP 0x200000000ULL
-#define HF_CLOSE_RANGE_CLOEXEC (1U << 2)
 
 /* struct clone_args of <linux/sched.h> (CLONE_ARGS_SIZE_VER2). */
 struct hf_clone_args {
@@ -322,14 +321,9 @@ struct child_err {
 
 static void reset_signals(void)
 {
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = SIG_DFL;
-	for (int s = 1; s < NSIG; s++) {
-		if (s != SIGKILL && s != SIGSTOP)
-			sigaction(s, &sa, NULL); /* EINVAL for reserved ones: fine */
-	}
 	sigset_t none;
+	for (int s = 1; s < NSIG; s++)
+		signal(s, SIG_DFL); /* EINVAL for SIGKILL, SIGSTOP and reserved ones: fine */
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,9 +50,6 @@ void hf_helper_start(sigset_t *mask, int chld, int last)
 		hf_oom_adj[0] = 0;
 	hf_write_file("/proc/self/oom_score_adj", "-1000");
 	static const int ignored[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2, SIGWINCH};
-	struct sigaction ign;
-	memset(&ign, 0, sizeof ign);
-	ign.sa_handler = SIG_IGN;
 	sigemptyset(mask);
 	sigaddset(mask, SIGTERM);
 	sigaddset(mask, HF_SIG_DEADLINE); /* a moved deadline (hf.h) */
@@ -59,12 +57,8 @@ void hf_helper_start(sigset_t *mask, int chld, int last)
 		sigaddset(mask, SIGCHLD);
 	sigprocmask(SIG_BLOCK, mask, NULL);
 	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
-		sigaction(ignored[i], &ign, NULL);
-	for (int fd = 3; fd <= last; fd++) {
-		int fl = fcntl(fd, F_GETFD);
-		if (fl >= 0)
-			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
-	}
+		signal(ignored[i], SIG_IGN);
+	syscall(SYS_close_range, 3U, (unsigned)last, HF_CLOSE_RANGE_CLOEXEC);
 }
 
 int hf_arm_timer(int tfd, int64_t at)
