@@ -1,6 +1,7 @@
 /*
- * Helpers shared by the guardian and the keeper. No heap: static buffers
- * and one anonymous mapping per message.
+ * Helpers shared by the guardian and the keeper: static buffers and one
+ * anonymous mapping per message (the tree stop reads directories with the
+ * C library's opendir).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

@@ -10,6 +10,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -68,24 +69,13 @@ static pid_t next_pid(const char **p)
  * path that is a number, or (dirs) a subdirectory. */
 static void each_entry(const char *path, int dirs, void (*fn)(const char *))
 {
-	char buf[8192];
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	for (; fd >= 0;) {
-		long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
-		if (n <= 0)
-			break;
-		for (long off = 0; off < n;) {
-			unsigned short reclen;
-			memcpy(&reclen, buf + off + 16, sizeof reclen);
-			unsigned char type = (unsigned char)buf[off + 18];
-			const char *name = buf + off + 19;
-			off += reclen;
-			if (dirs ? type == 4 /* DT_DIR */ && name[0] != '.' : name[0] >= '1' && name[0] <= '9')
-				fn(name);
-		}
-	}
-	if (fd >= 0)
-		close(fd);
+	DIR *d = opendir(path);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (dirs ? e->d_type == DT_DIR && e->d_name[0] != '.' : e->d_name[0] >= '1' && e->d_name[0] <= '9')
+			fn(e->d_name);
+	if (d)
+		closedir(d);
 }
 
 /* A listing in progress. */
