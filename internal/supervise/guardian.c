@@ -46,10 +46,10 @@ static struct {
 	char command_id[HF_MAX_ID + 1];
 	char env_id[HF_MAX_ID + 1];
 	char guardians[HF_MAX_PATH + 1]; /* the environment's guardians group */
-	char join[HF_MAX_JOIN][HF_MAX_PATH + 1]; /* v1 groups the workload joins */
-	int njoin;
-	const char *path, *cwd; /* valid until the release is unmapped */
-	char **argv, **envp;
+	/* Valid until the release is unmapped: the executable, its directory,
+	 * argv, env and the v1 groups the workload joins. */
+	const char *path, *cwd;
+	struct hf_vec argv, envp, join;
 	int pipe_mode, inherit_mode, owner_stop, foreground, auto_stop;
 	int view_userns; /* the view is a rootless keeper's: join its user namespace too */
 	int64_t view_pid, view_start, deadline_ns, timeout_ns, grace_ns, idle_ns;
@@ -238,26 +238,29 @@ static void emit(const char *kind)
 
 /* ---- the release message ---- */
 
-/* parse_release fills cfg from the message's "key=value" strings. The argv
- * and envp arrays go to the mapping after the message. */
+/* parse_release fills cfg from the message's "key=value" strings. */
 static int parse_release(struct hf_msg *m)
 {
-	char *buf = m->buf;
-	/* argv, then env (encodeRelease sends every argv first), each ended
-	 * by a NULL, go after the message, where hf_read_msg left zeroed room. */
-	char **vec = (char **)(void *)(buf + ((m->len + 1 + 15) & ~(size_t)15));
-	size_t nv = 0;
-	cfg.argv = vec;
+	/* argv and env, each ended by a NULL, go after the message, where
+	 * hf_read_msg left zeroed room: one pointer per 5 bytes of it each
+	 * ("env=\0" is the shortest entry). */
+	static char *join[HF_MAX_JOIN + 1];
+	cfg.argv.v = (char **)(void *)(m->buf + ((m->len + 1 + 15) & ~(size_t)15));
+	cfg.envp.v = cfg.argv.v + m->len / 5 + 1;
+	cfg.join.v = join;
 	static const struct hf_key keys[] = {
 		{"command_id", 's', cfg.command_id, sizeof cfg.command_id, 0},
 		{"env_id", 's', cfg.env_id, sizeof cfg.env_id, 0},
 		{"path", 'p', &cfg.path, 0, 0},
+		{"argv", 'v', &cfg.argv, 0, 0},
+		{"env", 'v', &cfg.envp, 0, 0},
 		{"cwd", 'p', &cfg.cwd, 0, 0},
 		{"output", 'f', &cfg.pipe_mode, 0, "pipe"},
 		{"output", 'f', &cfg.inherit_mode, 0, "inherit"},
 		{"workload_cgroup", 's', tree.cgroup, sizeof tree.cgroup, 0}, /* "": the subreaper tier */
 		{"cgroup_mount", 's', tree.mount, sizeof tree.mount, 0},
 		{"guardians_cgroup", 's', cfg.guardians, sizeof cfg.guardians, 0},
+		{"v1_join", 'v', &cfg.join, HF_MAX_JOIN, 0},
 		{"oom_file", 's', cfg.oom_file, sizeof cfg.oom_file, 0},
 		{"run_dir", 's', cfg.run_dir, sizeof cfg.run_dir, 0},
 		{"deadline_mono_ns", 'i', &cfg.deadline_ns, 0, 0},
@@ -276,31 +279,8 @@ static int parse_release(struct hf_msg *m)
 		{"tty_rows", 'i', &hf_sess_rows, 65535, 0},
 		{0, 0, 0, 0, 0},
 	};
-	char *next;
-	for (char *p = buf; p < buf + m->len; p = next) {
-		next = p + strlen(p) + 1;
-		char *v = strchr(p, '=');
-		if (!v) {
-			hf_log("release: malformed entry");
-			return -1;
-		}
-		*v++ = 0;
-		int r = 1;
-		if (!strcmp(p, "argv") && !cfg.envp)
-			vec[nv++] = v;
-		else if (!strcmp(p, "env")) {
-			if (!cfg.envp)
-				cfg.envp = vec + ++nv; /* after argv's NULL */
-			vec[nv++] = v;
-		} else if (!strcmp(p, "v1_join"))
-			r = cfg.njoin < HF_MAX_JOIN && snprintf(cfg.join[cfg.njoin++], sizeof cfg.join[0], "%s", v) < (int)sizeof cfg.join[0] ? 1 : -1;
-		else if ((r = hf_set_key(keys, p, v)) == 0)
-			hf_log("release: unknown key %.64s", p);
-		if (r <= 0)
-			return -1;
-	}
-	if (!cfg.envp)
-		cfg.envp = vec + nv + 1;
+	if (hf_parse_msg(m, keys, NULL) < 0)
+		return -1;
 	if (!cfg.path || !cfg.path[0]) {
 		hf_log("release: no path");
 		return -1;
@@ -340,10 +320,8 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	/* cgroup v1 has no clone-into: the workload joins its own limit groups
 	 * (a child of the environment's, for per-command counters) before it
 	 * runs anything. */
-	for (int i = 0; i < cfg.njoin; i++) {
-		char p[HF_MAX_PATH + 32];
-		snprintf(p, sizeof p, "%s/cgroup.procs", cfg.join[i]);
-		if (hf_write_file(p, "0") < 0) {
+	for (size_t i = 0; i < cfg.join.n; i++) {
+		if (hf_write_file(cfg.join.v[i], "0") < 0) { /* the group's cgroup.procs */
 			ce.step = STEP_LIMITS;
 			goto fail;
 		}
@@ -367,7 +345,7 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	reset_signals();
 	if (hf_oom_adj[0]) /* the guardian's own is -1000 (hf_helper_start) */
 		hf_write_file("/proc/self/oom_score_adj", hf_oom_adj);
-	execve(cfg.path, cfg.argv, cfg.envp);
+	execve(cfg.path, cfg.argv.v, cfg.envp.v);
 fail:
 	ce.err = errno;
 	(void)!write(report, &ce, sizeof ce);

@@ -93,7 +93,8 @@ struct hf_stat { /* in sscanf's types */
 int hf_read_stat(pid_t pid, struct hf_stat *st);
 /* A key of a message and where its value goes: 's' copied into dst (arg
  * bytes), 'p' pointed to, 'f' a flag set when the value is eq, 'i' an
- * int64 (between 0 and arg when arg is not 0). */
+ * int64 (between 0 and arg when arg is not 0), 'v' added to the hf_vec
+ * dst (a repeated key; at most arg values when arg is not 0). */
 struct hf_key {
 	const char *name;
 	char kind;
@@ -101,7 +102,11 @@ struct hf_key {
 	size_t arg;
 	const char *eq;
 };
-int hf_set_key(const struct hf_key *keys, const char *key, const char *val);
+struct hf_vec {
+	char **v; /* room for every value and a NULL after them */
+	size_t n;
+};
+int hf_set_key(const struct hf_key *keys, const char *key, char *val);
 
 /* A length-framed message (protocol.go): its length (uint32, native byte
  * order), then that many bytes of "key=value\0" strings. */
@@ -112,6 +117,11 @@ struct hf_msg {
 };
 /* hf_read_msg reads one message from fd: 1 read, 0 EOF first, -1 bad. */
 int hf_read_msg(int fd, struct hf_msg *m);
+/* hf_parse_msg stores each "key=value" string of m as keys say. fn, when
+ * not NULL, sees each key first: it returns 1 when it took the key (it may
+ * move *next past strings that follow it), 0 when the table is to, -1 for
+ * a bad value. It returns 0, or -1 for a bad or unknown entry. */
+int hf_parse_msg(struct hf_msg *m, const struct hf_key *keys, int (*fn)(char *key, char *val, char **next));
 void hf_free_msg(struct hf_msg *m);
 
 /* A line reader: hf_read_lines reads what fd holds and calls fn with each

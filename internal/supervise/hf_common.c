@@ -178,11 +178,12 @@ int hf_read_stat(pid_t pid, struct hf_stat *st)
 
 /* hf_set_key stores val where the entries of keys named key say; it
  * returns 1 when one was set, 0 for an unknown key, -1 for a bad value. */
-int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
+int hf_set_key(const struct hf_key *keys, const char *key, char *val)
 {
 	int found = 0;
 	for (const struct hf_key *k = keys; k->name; k++) {
 		int64_t n;
+		struct hf_vec *vec = k->dst;
 		if (strcmp(k->name, key))
 			continue;
 		found = 1;
@@ -198,8 +199,33 @@ int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
 			return -1;
 		if (k->kind == 'i')
 			*(int64_t *)k->dst = n;
+		if (k->kind == 'v' && k->arg && vec->n >= k->arg)
+			return -1;
+		if (k->kind == 'v')
+			vec->v[vec->n++] = val;
 	}
 	return found;
+}
+
+int hf_parse_msg(struct hf_msg *m, const struct hf_key *keys, int (*fn)(char *key, char *val, char **next))
+{
+	char *next;
+	for (char *p = m->buf; p < m->buf + m->len; p = next) {
+		next = p + strlen(p) + 1;
+		char *v = strchr(p, '=');
+		int r = -1;
+		if (v) {
+			*v++ = 0;
+			r = fn ? fn(p, v, &next) : 0;
+		}
+		if (r == 0)
+			r = hf_set_key(keys, p, v);
+		if (r <= 0) {
+			hf_log("bad or unknown entry %.64s in a message", p);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 /* ---- length-framed messages ---- */
@@ -227,10 +253,10 @@ int hf_read_msg(int fd, struct hf_msg *m)
 		hf_log("message too large");
 		return -1;
 	}
-	/* Room for the message, the NUL after it, and the pointer arrays its
-	 * reader builds after it (at most one 8-byte pointer per 5 bytes).
-	 * Only touched pages count. */
-	m->map = (size_t)HF_MAX_RELEASE * 3;
+	/* Room for the message, the NUL after it, and two pointer arrays its
+	 * reader builds after it (each at most one 8-byte pointer per 5
+	 * bytes). Only touched pages count. */
+	m->map = (size_t)HF_MAX_RELEASE * 5;
 	m->buf = mmap(NULL, m->map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m->buf == MAP_FAILED) {
 		hf_log("mapping a message buffer: %s", hf_errstr(errno));

@@ -84,9 +84,32 @@ __attribute__((format(printf, 1, 2))) static int kerr(const char *fmt, ...)
 	return -1;
 }
 
-static int parse_config(struct hf_msg *m)
+/* op_key takes "op=KIND", then always six strings: target, source, fstype,
+ * data, flags and slot (keeper.go, encodeKeeper). The mapping is zeroed
+ * past the message, so a short one ends past its end. */
+static int op_key(char *key, char *val, char **next)
 {
 	static const char *kinds[] = {"", "mount", "remount", "rdonly", "tmpfs", "mkdirs", "capture", "mkpoint", "move", "rdonly-one", NULL};
+	if (strcmp(key, "op"))
+		return 0;
+	char *f[6];
+	for (int j = 0; j < 6; j++) {
+		f[j] = *next;
+		*next += strlen(*next) + 1;
+	}
+	int64_t fl, sl;
+	if (*next > cfgmsg.buf + cfgmsg.len || nops >= MAX_OPS || f[0][0] != '/' || hf_parse_i64(f[4], &fl) < 0 || fl < 0 ||
+	    hf_parse_i64(f[5], &sl) < 0 || sl < 0 || sl >= MAX_SLOTS)
+		return -1;
+	struct op *o = &ops[nops++];
+	*o = (struct op){0, f[1], f[0], f[2], f[3], (unsigned long)fl, (int)sl};
+	for (int k = 1; kinds[k] && !o->kind; k++)
+		o->kind = strcmp(val, kinds[k]) ? 0 : k;
+	return o->kind ? 1 : -1;
+}
+
+static int parse_config(struct hf_msg *m)
+{
 	static int64_t files;
 	static const struct hf_key keys[] = {
 		{"env_id", 's', kc.env_id, sizeof kc.env_id, 0},
@@ -101,39 +124,9 @@ static int parse_config(struct hf_msg *m)
 		{"files", 'i', &files, 256, 0},
 		{0, 0, 0, 0, 0},
 	};
-	char *next, *end = m->buf + m->len;
-	for (char *p = m->buf; p < end; p = next) {
-		next = p + strlen(p) + 1;
-		char *v = strchr(p, '=');
-		if (!v)
-			return -1;
-		*v++ = 0;
-		if (!strcmp(p, "op")) {
-			/* Then always six strings: target, source, fstype, data,
-			 * flags and slot (keeper.go, encodeKeeper). The mapping is
-			 * zeroed past the message, so a short one ends past end. */
-			char *f[6];
-			for (int j = 0; j < 6; j++) {
-				f[j] = next;
-				next += strlen(next) + 1;
-			}
-			int64_t fl, sl;
-			if (next > end || nops >= MAX_OPS || f[0][0] != '/' || hf_parse_i64(f[4], &fl) < 0 || fl < 0 ||
-			    hf_parse_i64(f[5], &sl) < 0 || sl < 0 || sl >= MAX_SLOTS)
-				return -1;
-			struct op *o = &ops[nops++];
-			*o = (struct op){0, f[1], f[0], f[2], f[3], (unsigned long)fl, (int)sl};
-			for (int k = 1; kinds[k] && !o->kind; k++)
-				o->kind = strcmp(v, kinds[k]) ? 0 : k;
-			if (!o->kind)
-				return -1;
-		} else if (hf_set_key(keys, p, v) <= 0) {
-			hf_log("keeper: bad or unknown key %.64s", p);
-			return -1;
-		}
-	}
+	int r = hf_parse_msg(m, keys, op_key);
 	kc.files = (int)files;
-	return 0;
+	return r;
 }
 
 /* pin_files re-opens each handed-over tree descriptor inside the view's

@@ -48,9 +48,10 @@ const (
 // The value runs from the first '=' to the NUL, so it may contain '=' and
 // newlines but not NUL. Keys (the JSON names of Config's fields):
 // command_id, env_id (at most maxID bytes), path, argv (repeated, in
-// order), env (repeated, in order, after every argv), cwd, output, workload_cgroup,
+// order), env (repeated, in order), cwd, output, workload_cgroup,
 // cgroup_mount, guardians_cgroup (at most maxPath bytes), v1_join
-// (repeated, at most maxJoin), deadline_mono_ns, timeout_mono_ns, grace_ns
+// (repeated, at most maxJoin: the cgroup.procs file of each v1 group the
+// workload joins), deadline_mono_ns, timeout_mono_ns, grace_ns
 // and idle_ns (decimal nanoseconds), owner_exit, foreground and auto_stop
 // ("1" or "0"), view_pid and view_start (decimal), view_userns ("1": the
 // keeper's view is rootless, so its user namespace is joined too), run_dir (the
@@ -309,7 +310,7 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 		if len(j) > maxPath {
 			return nil, fmt.Errorf("release: v1 group path longer than %d bytes", maxPath)
 		}
-		put("v1_join", j)
+		put("v1_join", j+"/cgroup.procs")
 	}
 	if cfg.DeadlineMono > 0 {
 		put("deadline_mono_ns", strconv.FormatInt(int64(cfg.DeadlineMono), 10))
