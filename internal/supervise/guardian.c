@@ -54,7 +54,11 @@ static struct {
 	int view_userns; /* the view is a rootless keeper's: join its user namespace too */
 	int64_t view_pid, view_start, deadline_ns, timeout_ns, grace_ns, idle_ns;
 	char oom_file[HF_MAX_PATH + 1]; /* the command's own file with an oom_kill line */
-	char run_dir[HF_MAX_PATH + 1];  /* the environment's: its moved deadline (HF_DEADLINE_FILE) */
+	/* The environment's moved deadline (hostfork extend): the mover
+	 * replaces this file atomically, then pokes us with HF_SIG_DEADLINE;
+	 * it is read at the release too, so a launch racing a move can't keep
+	 * the old one. The timer is re-armed by the loop. */
+	char deadline_file[HF_MAX_PATH + 1];
 } cfg;
 
 /* OOM attribution (decisions 49, 79): the command's oom_kill counter,
@@ -262,7 +266,8 @@ static int parse_release(struct hf_msg *m)
 		{"guardians_cgroup", 's', cfg.guardians, sizeof cfg.guardians, 0},
 		{"v1_join", 'v', &cfg.join, HF_MAX_JOIN, 0},
 		{"oom_file", 's', cfg.oom_file, sizeof cfg.oom_file, 0},
-		{"run_dir", 's', cfg.run_dir, sizeof cfg.run_dir, 0},
+		{"deadline_file", 's', cfg.deadline_file, sizeof cfg.deadline_file, 0},
+		{"boot_id", 's', R.boot_id, sizeof R.boot_id, 0},
 		{"deadline_mono_ns", 'i', &cfg.deadline_ns, 0, 0},
 		{"timeout_mono_ns", 'i', &cfg.timeout_ns, 0, 0},
 		{"grace_ns", 'i', &cfg.grace_ns, 0, 0},
@@ -541,21 +546,6 @@ static void idle_poll(void)
 	}
 }
 
-/* deadline_reload takes a moved deadline (hostfork extend): the mover
- * replaces RUN_DIR/deadline atomically, then pokes us with HF_SIG_DEADLINE;
- * it is read at the release too, so a launch racing a move can't keep the
- * old one. The timer is re-armed by the loop. */
-static void deadline_reload(void)
-{
-	char p[HF_MAX_PATH + 32];
-	if (!cfg.run_dir[0])
-		return;
-	snprintf(p, sizeof p, "%s/%s", cfg.run_dir, HF_DEADLINE_FILE);
-	int64_t v = hf_read_deadline(AT_FDCWD, p);
-	if (v > 0)
-		cfg.deadline_ns = v;
-}
-
 /* soft_deadline is when the environment's deadline starts its stop. */
 static int64_t soft_deadline(void)
 {
@@ -764,7 +754,7 @@ static void on_signals(void)
 			on_stop_request(&si);
 	}
 	if (moved)
-		deadline_reload();
+		hf_read_deadline(AT_FDCWD, cfg.deadline_file, &cfg.deadline_ns);
 	if (chld)
 		reap();
 }
@@ -1009,13 +999,10 @@ int hf_guardian_main(void)
 	}
 	if (stop_pending())
 		return 0;
-	deadline_reload();
+	hf_read_deadline(AT_FDCWD, cfg.deadline_file, &cfg.deadline_ns);
 	tree.roots[0] = self_pid;
 	tree.nroots = 1;
 
-	int n = hf_read_file("/proc/sys/kernel/random/boot_id", R.boot_id, sizeof R.boot_id);
-	while (n > 0 && (R.boot_id[n - 1] == '\n' || R.boot_id[n - 1] == ' '))
-		R.boot_id[--n] = 0;
 	fstat(HF_FD_RECEIPT, &R.proof);
 	/* Released: the receipt is never empty from here on (an empty receipt
 	 * of a guardian that is gone proves it never started anything). */

@@ -36,8 +36,9 @@ enum { HF_KFD_CONFIG = 3, HF_KFD_READY, HF_KFD_OWNER, HF_KFD_RUNDIR };
  */
 #define HF_DEADLINE_FILE "deadline"
 #define HF_SIG_DEADLINE SIGURG
-/* hf_read_deadline reads a deadline file: its value, or -1. */
-int64_t hf_read_deadline(int dirfd, const char *path);
+/* hf_read_deadline takes a moved deadline: a deadline file's value, when
+ * it holds one, replaces *deadline. */
+void hf_read_deadline(int dirfd, const char *path, int64_t *deadline);
 
 /* Limits the launcher checks before release (protocol.go, max*). */
 #define HF_MAX_ID 255        /* command_id, env_id */

@@ -147,7 +147,7 @@ int hf_parse_i64(const char *s, int64_t *out)
 	return 0;
 }
 
-int64_t hf_read_deadline(int dirfd, const char *path)
+void hf_read_deadline(int dirfd, const char *path, int64_t *deadline)
 {
 	char b[32] = {0};
 	int64_t v;
@@ -157,7 +157,8 @@ int64_t hf_read_deadline(int dirfd, const char *path)
 		close(fd);
 	if (n > 0 && b[n - 1] == '\n') /* MoveDeadline's one newline */
 		b[n - 1] = 0;
-	return n > 0 && hf_parse_i64(b, &v) == 0 && v > 0 ? v : -1;
+	if (n > 0 && hf_parse_i64(b, &v) == 0 && v > 0)
+		*deadline = v;
 }
 
 /* hf_read_stat counts fields from the last ')', since the command name may

@@ -394,9 +394,7 @@ static void stop_commands(int reason, int64_t grace)
  * is none, so the slot is never reused). Re-arming discards an expiry not yet read. */
 static void arm_deadline(int tfd)
 {
-	int64_t moved = hf_read_deadline(HF_KFD_RUNDIR, HF_DEADLINE_FILE);
-	if (moved > 0)
-		kc.deadline_ns = moved;
+	hf_read_deadline(HF_KFD_RUNDIR, HF_DEADLINE_FILE, &kc.deadline_ns);
 	if (kc.deadline_ns > 0)
 		hf_arm_timer(tfd, kc.deadline_ns - kc.grace_ns);
 }

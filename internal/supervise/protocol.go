@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // GuardianMode is the hidden argv[1] that selects the guardian. The
@@ -54,8 +56,9 @@ const (
 // workload joins), deadline_mono_ns, timeout_mono_ns, grace_ns
 // and idle_ns (decimal nanoseconds), owner_exit, foreground and auto_stop
 // ("1" or "0"), view_pid and view_start (decimal), view_userns ("1": the
-// keeper's view is rootless, so its user namespace is joined too), run_dir (the
-// environment's run directory, where a moved deadline is: DeadlineFile).
+// keeper's view is rootless, so its user namespace is joined too),
+// deadline_file (DeadlineFile in the environment's run directory, where a
+// moved deadline is), boot_id (the launcher's, for the receipt).
 // An unknown key or a
 // message longer than maxRelease makes the guardian exit 125 without
 // starting anything; EOF before the terminator is an aborted launch (exit
@@ -81,7 +84,7 @@ const (
 // gate, a stop takes effect right after the release.
 //
 // SIGURG (DeadlineSignal) says the environment's deadline moved: the
-// guardian reads run_dir/DeadlineFile again (deadline.go).
+// guardian reads deadline_file again (deadline.go).
 const (
 	msgSignal = 's'
 	msgStop   = 't'
@@ -347,10 +350,14 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 		put("tty_rows", strconv.Itoa(int(cfg.TTYRows)))
 	}
 	if cfg.RunDir != "" {
-		if len(cfg.RunDir) > maxPath {
-			return nil, fmt.Errorf("release: run_dir longer than %d bytes", maxPath)
+		file := filepath.Join(cfg.RunDir, DeadlineFile)
+		if len(file) > maxPath {
+			return nil, fmt.Errorf("release: run_dir longer than %d bytes", maxPath-len(DeadlineFile)-1)
 		}
-		put("run_dir", cfg.RunDir)
+		put("deadline_file", file)
+	}
+	if boot, err := linux.BootID(); err == nil {
+		put("boot_id", boot)
 	}
 	if bad != nil {
 		return nil, bad
