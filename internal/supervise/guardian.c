@@ -130,6 +130,7 @@ static struct tee {
  * closed): a launcher that is alive commits the result to the registry
  * before it returns. */
 static int64_t ns_of(const struct timespec *ts) { return (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec; }
+static int64_t earliest(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static const char *reason_names[HF_R_MAX + 1] = {"", "user", "deadline", "idle", "owner-exit", "timeout", "cancelled",
 	"completed", "keeper-lost", "limit", "abandoned"};
@@ -172,32 +173,25 @@ void hf_guardian_receipt(void)
 	kvf("guardian_pid", "%d", (int)self_pid);
 	kvf("proof_dev", "%llu", (unsigned long long)R.proof.st_dev);
 	kvf("proof_ino", "%llu", (unsigned long long)R.proof.st_ino);
-	if (leader_pid > 0)
-		kvf("workload_pid", "%d", (int)leader_pid);
-	if (R.workload_start)
-		kvf("workload_start", "%llu", (unsigned long long)R.workload_start);
-	if (R.start_error[0])
-		kv("start_error", R.start_error);
+	/* Where zero is none the field is always written (0, "" or false);
+	 * the others only once they are known. */
+	kvf("workload_pid", "%d", (int)leader_pid);
+	kvf("workload_start", "%llu", (unsigned long long)R.workload_start);
+	kv("start_error", R.start_error);
 	if (R.leader_at.tv_sec)
 		kvf("leader_exited_at", "%lld", (long long)ns_of(&R.leader_at));
 	if (R.code >= 0)
 		kvf("exit_code", "%d", (int)R.code);
 	if (R.signal)
 		kvf("signal", "%d", (int)R.signal);
-	if (stop_reason)
-		kv("stop_reason", reason_names[stop_reason]);
-	if (R.after_stop)
-		kv("stopped_by_hostfork", "true");
-	if (R.outsiders)
-		kvf("outside_cgroup", "%d", (int)R.outsiders);
-	if (R.unstable)
-		kv("membership_unstable", "true");
-	if (hf_output_truncated)
-		kv("output_truncated", "true");
+	kv("stop_reason", reason_names[stop_reason]);
+	kv("stopped_by_hostfork", R.after_stop ? "true" : "false");
+	kvf("outside_cgroup", "%d", (int)R.outsiders);
+	kv("membership_unstable", R.unstable ? "true" : "false");
+	kv("output_truncated", hf_output_truncated ? "true" : "false");
 	if (leader_oom >= 0)
 		kv("leader_oom", leader_oom ? "true" : "false");
-	if (leader_oom_stale_ms > 0)
-		kvf("leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
+	kvf("leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
 	if (hf_sess_last_in.tv_sec)
 		kvf("last_input_at", "%lld", (long long)ns_of(&hf_sess_last_in));
 	if (hf_sess_last_out.tv_sec)
@@ -218,16 +212,12 @@ void hf_guardian_receipt(void)
 	while (rec_end < pad && rec_end < sizeof rec_buf)
 		rec_buf[rec_end++] = ' ';
 	rec_len = rec_end;
-	size_t off = 0;
-	while (off < rec_len) {
-		ssize_t w = pwrite(HF_FD_RECEIPT, rec_buf + off, rec_len - off, (off_t)off);
-		if (w < 0) {
-			hf_log("writing the receipt: %s", hf_errstr(errno));
-			return;
-		}
-		off += (size_t)w;
-	}
-	if (R.complete && !ctl_open)
+	/* A regular file takes a write whole or fails (a short write: out of
+	 * space). */
+	ssize_t w = pwrite(HF_FD_RECEIPT, rec_buf, rec_len, 0);
+	if (w != (ssize_t)rec_len)
+		hf_log("writing the receipt: %s", w < 0 ? hf_errstr(errno) : "short write");
+	else if (R.complete && !ctl_open)
 		fsync(HF_FD_RECEIPT);
 }
 
@@ -459,12 +449,9 @@ static void stop_tree(int reason, int64_t when)
 	if (!stop_reason && reason)
 		stop_reason = reason;
 	hf_tree_signal(&tree, SIGTERM);
-	if (stop_phase == 0) {
+	kill_at = stop_phase == 0 ? when : earliest(kill_at, when);
+	if (stop_phase == 0)
 		stop_phase = 1;
-		kill_at = when;
-	} else if (stop_phase == 1 && when < kill_at) {
-		kill_at = when;
-	}
 	if (stop_phase == 1 && hf_mono_now() >= kill_at)
 		kill_round();
 }
@@ -510,13 +497,8 @@ static int64_t idle_check_at(void)
 	int64_t sa = hf_session_activity(hf_mono_now());
 	if (sa > last_activity)
 		last_activity = sa;
-	int64_t at = last_activity + cfg.idle_ns;
-	int64_t step = cfg.idle_ns / 8;
-	if (step < 100 * NS_PER_MS)
-		step = 100 * NS_PER_MS;
-	if (hf_mono_now() + step < at)
-		at = hf_mono_now() + step;
-	return at;
+	int64_t step = cfg.idle_ns / 8 > 100 * NS_PER_MS ? cfg.idle_ns / 8 : 100 * NS_PER_MS;
+	return earliest(last_activity + cfg.idle_ns, hf_mono_now() + step);
 }
 
 /* idle_poll notices output written straight to the artifact files and any
@@ -554,20 +536,11 @@ static int64_t soft_deadline(void)
 
 static void arm_timer(void)
 {
-	int64_t next = soft_fired ? INT64_MAX : soft_deadline();
-	if (cfg.timeout_ns > 0 && !timeout_fired && cfg.timeout_ns < next)
-		next = cfg.timeout_ns;
-	int64_t idle = idle_check_at();
-	if (idle < next)
-		next = idle;
-	if (stop_phase == 1 && kill_at < next)
-		next = kill_at;
-	if (rekill && rekill_at < next)
-		next = rekill_at;
-	if (backup_at < next)
-		next = backup_at;
-	if (oom_next < next)
-		next = oom_next;
+	int64_t next = earliest(soft_fired ? INT64_MAX : soft_deadline(), idle_check_at());
+	next = earliest(next, cfg.timeout_ns > 0 && !timeout_fired ? cfg.timeout_ns : INT64_MAX);
+	next = earliest(next, stop_phase == 1 ? kill_at : INT64_MAX);
+	next = earliest(next, rekill ? rekill_at : INT64_MAX);
+	next = earliest(next, earliest(backup_at, oom_next));
 	if (next != timer_armed && hf_arm_timer(tfd, next) == 0)
 		timer_armed = next;
 }
@@ -726,9 +699,7 @@ static void on_stop_request(const struct signalfd_siginfo *si)
 			if (!stop_reason)
 				stop_reason = reason;
 			notified = 1;
-			int64_t at = now + grace + 2000 * NS_PER_MS;
-			if (at < backup_at)
-				backup_at = at;
+			backup_at = earliest(backup_at, now + grace + 2000 * NS_PER_MS);
 			hf_guardian_receipt();
 			return;
 		}

@@ -201,7 +201,8 @@ type Event struct {
 // kernel reported that the guardian has no children left (ECHILD). The
 // guardian rewrites it in place (pwrite at offset 0, so the file keeps the
 // device and inode registered at launch): one key=value field a line,
-// keyed by the JSON names below, ended by a line with the hash of the text
+// keyed by the JSON names below (a field whose zero value means none is
+// always written; the others once known), ended by a line with the hash of the text
 // (fields.go, ParseReceipt), padded with spaces to at least 512 bytes and
 // never shorter than the previous text. It is fsynced when it becomes
 // complete.
