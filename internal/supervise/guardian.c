@@ -456,20 +456,19 @@ static void stop_tree(int reason, int64_t when)
 		kill_round();
 }
 
-/* hf_keyed finds the line of buf that starts with key and parses the
- * number after it (base 10 or 16). */
+/* hf_keyed parses the number (base 10 or 16) after key in buf. Each key
+ * used here stands once in its file, at a line's start ("oom_kill " is
+ * not "oom_kill_disable " nor "oom_group_kill "). */
 static int hf_keyed(const char *buf, const char *key, int base, uint64_t *out)
 {
-	size_t n = strlen(key);
-	for (const char *l = buf; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
-		if (!strncmp(l, key, n)) {
-			char *end;
-			errno = 0;
-			*out = strtoull(l + n, &end, base);
-			return end == l + n || errno ? -1 : 0;
-		}
-	}
-	return -1;
+	const char *v = strstr(buf, key);
+	char *end;
+	if (!v)
+		return -1;
+	v += strlen(key);
+	errno = 0;
+	*out = strtoull(v, &end, base);
+	return end == v || errno ? -1 : 0;
 }
 
 /* io_total sums the tree's read and write counters (/proc/PID/io rchar +
@@ -1015,26 +1014,18 @@ int hf_guardian_main(void)
 		close(out);
 		close(err);
 	}
-	if (pid < 0) {
-		int code = 125;
-		if (serr == ENOENT)
-			code = 127;
-		else if (serr == EACCES || serr == ENOEXEC || serr == EISDIR)
-			code = 126;
-		return start_failed(msg, code);
-	}
+	if (pid < 0) /* the shell's codes: 127 not found, 126 not runnable */
+		return start_failed(msg, serr == ENOENT ? 127 : serr == EACCES || serr == ENOEXEC || serr == EISDIR ? 126 : 125);
 	if (cfg.pipe_mode) {
 		for (int i = 0; i < 2; i++) {
 			struct tee *t = &tees[i];
 			t->src = tp[i][0];
 			t->file = HF_FD_STDOUT + i; /* and HF_FD_STDERR */
 			t->fwd = HF_FD_FWDOUT + i;  /* and HF_FD_FWDERR */
-			fcntl(t->src, F_SETFL, fcntl(t->src, F_GETFL) | O_NONBLOCK);
-			int fl = fcntl(t->fwd, F_GETFL);
-			if (fl < 0)
+			/* Pipes: O_NONBLOCK is the only status flag they take. */
+			fcntl(t->src, F_SETFL, O_NONBLOCK);
+			if (fcntl(t->fwd, F_SETFL, O_NONBLOCK) < 0)
 				t->fwd = -1;
-			else
-				fcntl(t->fwd, F_SETFL, fl | O_NONBLOCK);
 		}
 	} else if (cfg.idle_ns <= 0) {
 		close(HF_FD_STDOUT);
