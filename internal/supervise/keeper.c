@@ -129,6 +129,15 @@ static int parse_config(struct hf_msg *m)
 	return r;
 }
 
+/* nofollow opens path beneath dir (AT_FDCWD: absolute) as an O_PATH
+ * descriptor without following any symbolic link, magic links included,
+ * in any component (RESOLVE_NO_SYMLINKS). */
+static int nofollow(int dir, const char *path, int flags)
+{
+	struct open_how how = {.flags = (uint64_t)(O_PATH | O_CLOEXEC | flags), .resolve = RESOLVE_NO_SYMLINKS};
+	return (int)syscall(SYS_openat2, dir, path, &how, sizeof how);
+}
+
 /* pin_files re-opens each handed-over tree descriptor inside the view's
  * mount namespace: a mount made here must name objects on this
  * namespace's mounts (overlayfs clones its upper privately and refuses
@@ -148,11 +157,7 @@ static int pin_files(void)
 		if (n <= 0 || path[0] != '/')
 			return kerr("view: tree descriptor %d: %s", fd, n < 0 ? hf_errstr(errno) : "not a path");
 		path[n] = 0;
-		struct open_how how;
-		memset(&how, 0, sizeof how);
-		how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-		how.resolve = RESOLVE_NO_SYMLINKS;
-		int nfd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+		int nfd = nofollow(AT_FDCWD, path, O_DIRECTORY);
 		if (nfd < 0)
 			return kerr("view: tree %.1900s: %s", path, hf_errstr(errno));
 		struct stat a, b;
@@ -174,40 +179,29 @@ static int fail_op(const char *what, const char *target)
 	return kerr("view: %s %s: %s", what, target, hf_errstr(errno));
 }
 
-/* resolve opens path (absolute) in this mount namespace as an O_PATH
- * descriptor without following any symbolic link, magic links included,
- * in any component (RESOLVE_NO_SYMLINKS): the planner resolved every
- * target on the host by descriptors, so a link here is one planted since
- * (DESIGN.md, "Trust model": both sides of every mount). Mounts then name
- * the descriptor, never the path again. With mk, missing directories on
- * the way are made (mode 0755), each relative to its opened parent. */
+/* resolve opens path (absolute) in this mount namespace with nofollow: the
+ * planner resolved every target on the host by descriptors, so a link here
+ * is one planted since (DESIGN.md, "Trust model": both sides of every
+ * mount). Mounts then name the descriptor, never the path again. With mk,
+ * missing directories on the way are made (mode 0755), each relative to
+ * its opened parent. */
 static int resolve(const char *path, int mk)
 {
-	struct open_how how;
-	memset(&how, 0, sizeof how);
-	how.flags = O_PATH | O_CLOEXEC;
-	how.resolve = RESOLVE_NO_SYMLINKS;
 	if (!mk)
-		return (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+		return nofollow(AT_FDCWD, path, 0);
 	char p[PATH_MAX];
 	if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
 		errno = ENAMETOOLONG;
 		return -1;
 	}
-	int fd = (int)syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how);
+	int fd = nofollow(AT_FDCWD, "/", 0);
 	for (char *c = p + 1, *next; fd >= 0 && *c; c = next) {
 		next = c + strcspn(c, "/");
 		if (*next)
 			*next++ = 0;
 		if (!*c)
 			continue;
-		if (mkdirat(fd, c, 0755) < 0 && errno != EEXIST) {
-			int e = errno;
-			close(fd);
-			errno = e;
-			return -1;
-		}
-		int nfd = (int)syscall(SYS_openat2, fd, c, &how, sizeof how);
+		int nfd = mkdirat(fd, c, 0755) < 0 && errno != EEXIST ? -1 : nofollow(fd, c, 0);
 		int e = errno;
 		close(fd);
 		errno = e;
@@ -356,12 +350,14 @@ static int apply_ops(void)
 }
 
 /* ready reports "ok", or "error MESSAGE" (keeper.go), on the ready
- * channel: one line (b holds the longest: a prefix and errmsg). */
-static void ready(const char *prefix, const char *msg)
+ * channel: one line (b holds the longest: a prefix and errmsg). It
+ * returns 125, the keeper's exit code after an error. */
+static int ready(const char *prefix, const char *msg)
 {
 	char b[2200];
 	int n = snprintf(b, sizeof b, "%s%s\n", prefix, msg);
 	hf_write_all(HF_KFD_READY, b, (size_t)n);
+	return 125;
 }
 
 
@@ -420,10 +416,8 @@ int hf_keeper_main(void)
 	hf_helper_start(&mask, 0, HF_KFD_RUNDIR);
 	for (int i = 0; i < MAX_SLOTS; i++)
 		slots[i] = -1;
-	if (hf_read_msg(HF_KFD_CONFIG, &cfgmsg) <= 0 || parse_config(&cfgmsg) < 0) {
-		ready("error ", "reading the keeper's configuration");
-		return 125;
-	}
+	if (hf_read_msg(HF_KFD_CONFIG, &cfgmsg) <= 0 || parse_config(&cfgmsg) < 0)
+		return ready("error ", "reading the keeper's configuration");
 	/* A rootless view: a user namespace of our own, in which we hold
 	 * every capability, whose id maps the launcher writes from outside
 	 * (only a process in the parent namespace may, and newuidmap needs
@@ -432,8 +426,7 @@ int hf_keeper_main(void)
 	if (kc.userns) {
 		if (unshare(CLONE_NEWUSER) < 0) {
 			kerr("a user namespace: unshare: %s", hf_errstr(errno));
-			ready("error ", errmsg);
-			return 125;
+			return ready("error ", errmsg);
 		}
 		ready("userns", "");
 		char c = 0;
@@ -452,10 +445,8 @@ int hf_keeper_main(void)
 	/* The trees' descriptors (KeeperSpec.Files, from fd 7 on) were only
 	 * for building the view. */
 	syscall(SYS_close_range, HF_KFD_RUNDIR + 1, ~0U, 0);
-	if (applied < 0) {
-		ready("error ", errmsg);
-		return 125;
-	}
+	if (applied < 0)
+		return ready("error ", errmsg);
 	hf_free_msg(&cfgmsg);
 	ready("ok", "");
 	close(HF_KFD_READY);
