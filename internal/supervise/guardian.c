@@ -285,9 +285,10 @@ static int parse_release(struct hf_msg *m)
 
 /* ---- starting the workload ---- */
 
-/* The steps of a start, and what a failure of each says. */
+/* The steps of a start, and what a failure of each says (the start's
+ * with the executable's path). */
 enum { STEP_START = 1, STEP_VIEW = 2, STEP_LIMITS = 3, STEP_CGROUP = 4 };
-static const char *const step_names[] = {"", "starting", "joining the view", "joining the command's limit groups",
+static const char *const step_names[] = {"", "starting ", "joining the view", "joining the command's limit groups",
 	"opening workload cgroup"};
 
 struct child_err {
@@ -399,10 +400,7 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 	}
 	if (pid < 0 && ce.step) {
 		*err = ce.err;
-		if (ce.step == STEP_START)
-			snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(ce.err));
-		else
-			snprintf(msg, cap, "%s: %s", step_names[ce.step], hf_errstr(ce.err));
+		snprintf(msg, cap, "%s%s: %s", step_names[ce.step], ce.step == STEP_START ? cfg.path : "", hf_errstr(ce.err));
 	}
 	if (cgfd >= 0)
 		close(cgfd);
@@ -774,12 +772,10 @@ static void tee_flush(struct tee *t)
 {
 	while (t->off < t->len) {
 		ssize_t w = write(t->fwd, t->buf + t->off, t->len - t->off);
-		if (w < 0) {
-			if (errno == EAGAIN)
-				return; /* wait for POLLOUT */
-			tee_close_fwd(t); /* EPIPE: the reader is gone */
-			return;
-		}
+		if (w < 0 && errno == EAGAIN)
+			return; /* wait for POLLOUT */
+		if (w < 0)
+			return tee_close_fwd(t); /* EPIPE: the reader is gone */
 		t->off += (size_t)w;
 	}
 	t->off = t->len = 0;
@@ -840,13 +836,7 @@ static void tee_read(struct tee *t)
 
 static int tees_done(void)
 {
-	if (!cfg.pipe_mode)
-		return 1;
-	for (int i = 0; i < 2; i++) {
-		if (!tees[i].eof || tees[i].fwd >= 0)
-			return 0;
-	}
-	return 1;
+	return !cfg.pipe_mode || (tees[0].eof && tees[0].fwd < 0 && tees[1].eof && tees[1].fwd < 0);
 }
 
 /* ---- the end of an environment made by run ---- */
@@ -1033,10 +1023,9 @@ int hf_guardian_main(void)
 	} /* else: kept (close-on-exec) to watch the artifacts grow */
 	leader_pid = pid;
 	leader_alive = 1;
-	oom_last_at = hf_mono_now();
-	last_activity = hf_mono_now();
 	if (cfg.idle_ns > 0)
-		idle_poll(), last_activity = hf_mono_now();
+		idle_poll(); /* the baselines: the artifacts' sizes, the tree's I/O */
+	oom_last_at = last_activity = hf_mono_now();
 	struct hf_stat wst;
 	if (hf_read_stat(pid, &wst) == 0)
 		R.workload_start = wst.start;

@@ -379,8 +379,7 @@ static void stop_commands(int reason, int64_t grace)
 			hf_tree_kill(t);
 			kills++;
 		}
-		struct timespec ts = {0, 10 * 1000000L};
-		nanosleep(&ts, NULL);
+		usleep(10 * 1000);
 	}
 }
 
