@@ -432,8 +432,7 @@ static void kill_round(void)
 	rekill = hf_tree_kill(&tree) > 0;
 	if (tree.outsiders > R.outsiders)
 		R.outsiders = tree.outsiders;
-	if (!tree.stable)
-		R.unstable = 1;
+	R.unstable |= !tree.stable;
 	if (rekill) {
 		rekill_rounds++;
 		rekill_at = hf_mono_now() + (rekill_rounds < 100 ? 5 : 100) * NS_PER_MS;
@@ -502,13 +501,11 @@ static int64_t idle_check_at(void)
  * reading or writing by the tree. */
 static void idle_poll(void)
 {
-	if (!cfg.pipe_mode) {
-		for (int i = 0; i < 2; i++) {
-			struct stat st;
-			if (fstat(HF_FD_STDOUT + i, &st) == 0 && (int64_t)st.st_size != idle_sizes[i]) {
-				idle_sizes[i] = (int64_t)st.st_size;
-				last_activity = hf_mono_now();
-			}
+	for (int i = 0; !cfg.pipe_mode && i < 2; i++) {
+		struct stat st;
+		if (fstat(HF_FD_STDOUT + i, &st) == 0 && (int64_t)st.st_size != idle_sizes[i]) {
+			idle_sizes[i] = (int64_t)st.st_size;
+			last_activity = hf_mono_now();
 		}
 	}
 	/* In inherit mode output goes straight to the inherited descriptors

@@ -228,11 +228,10 @@ static int mkpoint(int fd, const char *target)
 	struct stat st;
 	char parent[PATH_MAX];
 	int t = resolve(target, 0);
-	if (t >= 0 || errno != ENOENT) {
-		if (t >= 0)
-			close(t);
-		return t >= 0 ? 0 : -1;
-	}
+	if (t >= 0)
+		return close(t);
+	if (errno != ENOENT)
+		return -1;
 	/* The parent keeps its final slash ("/a/b/" resolves as "/a/b"). */
 	const char *name = strrchr(target, '/') + 1; /* absolute: parse_config */
 	if (fstat(fd, &st) < 0 || snprintf(parent, sizeof parent, "%s", target) >= (int)sizeof parent)
