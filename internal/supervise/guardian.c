@@ -5,9 +5,6 @@
  * pipe and, in pipe mode, the tee pipes; no heap. Its tree stops are
  * hf_tree.c's; its wire format is documented in protocol.go.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

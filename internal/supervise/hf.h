@@ -3,7 +3,8 @@
  * command) and the keeper (one per environment with a view) — shared by
  * their C files and checked against the Go side (protocol.go) at compile
  * time by helpers_cgo.go. The protocols are documented in protocol.go and
- * keeper.go.
+ * keeper.go. Every C file is compiled with _GNU_SOURCE defined
+ * (helpers_cgo.go's CFLAGS).
  */
 #ifndef HOSTFORK_HF_H
 #define HOSTFORK_HF_H

@@ -3,9 +3,6 @@
  * anonymous mapping per message (the tree stop reads directories with the
  * C library's opendir).
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>

@@ -13,9 +13,6 @@
  * marker frame. Input: one client's frame at a time is written to the
  * pty (or pipe), whole and in order. Static memory only.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

@@ -7,9 +7,6 @@
  * listings agree, then killed; nothing is frozen; the caller repeats the
  * kill while members remain.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

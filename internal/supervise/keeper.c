@@ -9,9 +9,6 @@
  * package supervise (hf_ctor.c), in C like the guardian, so it starts
  * without the Go runtime. The protocol is documented in keeper.go.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
