@@ -963,22 +963,28 @@ int hf_guardian_main(void)
 	hf_guardian_receipt();
 
 	static char msg[ERRMSG_MAX];
-	int out = HF_FD_STDOUT, err = HF_FD_STDERR;
-	int tp[2][2];
-	if (cfg.pipe_mode) {
-		/* Tee: the workload writes into pipes that the guardian copies to
-		 * the artifact files and forwards to the launcher. Losing the
-		 * launcher loses only the forward copy, never the artifact. */
-		if (pipe2(tp[0], O_CLOEXEC) < 0 || pipe2(tp[1], O_CLOEXEC) < 0) {
+	int wr[2] = {HF_FD_STDOUT, HF_FD_STDERR}; /* the workload's stdout and stderr */
+	/* Tee: the workload writes into pipes that the guardian copies to the
+	 * artifact files and forwards to the launcher. Losing the launcher
+	 * loses only the forward copy, never the artifact. */
+	for (int i = 0; cfg.pipe_mode && i < 2; i++) {
+		struct tee *t = &tees[i];
+		int p[2];
+		if (pipe2(p, O_CLOEXEC) < 0) {
 			snprintf(msg, sizeof msg, "creating output pipes: %s", hf_errstr(errno));
 			return start_failed(msg, 125);
 		}
-		out = tp[0][1];
-		err = tp[1][1];
+		t->src = p[0];
+		wr[i] = p[1];
+		t->file = HF_FD_STDOUT + i; /* and HF_FD_STDERR */
+		t->fwd = HF_FD_FWDOUT + i;  /* and HF_FD_FWDERR */
 		/* Larger pipes: fewer wakeups per byte on the hot path. Best
-		 * effort (capped by /proc/sys/fs/pipe-max-size). */
-		for (int i = 0; i < 2; i++)
-			fcntl(tp[i][0], F_SETPIPE_SZ, 1 << 20);
+		 * effort (capped by /proc/sys/fs/pipe-max-size). O_NONBLOCK is
+		 * the only status flag a pipe takes. */
+		fcntl(t->src, F_SETPIPE_SZ, 1 << 20);
+		fcntl(t->src, F_SETFL, O_NONBLOCK);
+		if (fcntl(t->fwd, F_SETFL, O_NONBLOCK) < 0)
+			t->fwd = -1;
 	}
 	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (tfd < 0) {
@@ -986,35 +992,24 @@ int hf_guardian_main(void)
 		return start_failed(msg, 125);
 	}
 	int serr = 0, in = HF_FD_STDIN;
-	if (hf_session_setup(&in, &out, &err, msg, sizeof msg) < 0)
+	if (hf_session_setup(&in, &wr[0], &wr[1], msg, sizeof msg) < 0)
 		return start_failed(msg, 125);
-	pid_t pid = start_workload(in, out, err, msg, sizeof msg, &serr);
+	pid_t pid = start_workload(in, wr[0], wr[1], msg, sizeof msg, &serr);
 	hf_free_msg(&rel); /* cfg.path, cwd, argv and envp pointed into it */
 	/* The workload holds its ends now (the session's pty or stdin pipe). */
 	close(HF_FD_STDIN);
 	if (in != HF_FD_STDIN)
 		close(in);
 	if (cfg.pipe_mode) {
-		close(out);
-		close(err);
+		close(wr[0]);
+		close(wr[1]);
 	}
 	if (pid < 0) /* the shell's codes: 127 not found, 126 not runnable */
 		return start_failed(msg, serr == ENOENT ? 127 : serr == EACCES || serr == ENOEXEC || serr == EISDIR ? 126 : 125);
-	if (cfg.pipe_mode) {
-		for (int i = 0; i < 2; i++) {
-			struct tee *t = &tees[i];
-			t->src = tp[i][0];
-			t->file = HF_FD_STDOUT + i; /* and HF_FD_STDERR */
-			t->fwd = HF_FD_FWDOUT + i;  /* and HF_FD_FWDERR */
-			/* Pipes: O_NONBLOCK is the only status flag they take. */
-			fcntl(t->src, F_SETFL, O_NONBLOCK);
-			if (fcntl(t->fwd, F_SETFL, O_NONBLOCK) < 0)
-				t->fwd = -1;
-		}
-	} else if (cfg.idle_ns <= 0) {
+	if (!cfg.pipe_mode && cfg.idle_ns <= 0) {
 		close(HF_FD_STDOUT);
 		close(HF_FD_STDERR);
-	} /* else: kept (close-on-exec) to watch the artifacts grow */
+	} /* else: the tee's, or kept (close-on-exec) to watch the artifacts grow */
 	leader_pid = pid;
 	leader_alive = 1;
 	if (cfg.idle_ns > 0)
