@@ -450,19 +450,21 @@ static void stop_tree(int reason, int64_t when)
 		kill_round();
 }
 
-/* hf_keyed parses the number (base 10 or 16) after key in buf. Each key
- * used here stands once in its file, at a line's start ("oom_kill " is
- * not "oom_kill_disable " nor "oom_group_kill "). */
+/* hf_keyed finds the line of buf that starts with key and parses the
+ * number after it (base 10 or 16). Only a line's start counts: a
+ * process's name, which it chooses, stands in /proc/PID/status too. */
 static int hf_keyed(const char *buf, const char *key, int base, uint64_t *out)
 {
-	const char *v = strstr(buf, key);
-	char *end;
-	if (!v)
-		return -1;
-	v += strlen(key);
-	errno = 0;
-	*out = strtoull(v, &end, base);
-	return end == v || errno ? -1 : 0;
+	size_t n = strlen(key);
+	for (const char *l = buf; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		if (!strncmp(l, key, n)) {
+			char *end;
+			errno = 0;
+			*out = strtoull(l + n, &end, base);
+			return end == l + n || errno ? -1 : 0;
+		}
+	}
+	return -1;
 }
 
 /* io_total sums the tree's read and write counters (/proc/PID/io rchar +
