@@ -28,6 +28,7 @@
 #include "hf.h"
 
 #define HF_CLONE_INTO_CGROUP 0x200000000ULL
+#define HF_CLOSE_RANGE_CLOEXEC (1U << 2)
 
 /* struct clone_args of <linux/sched.h> (CLONE_ARGS_SIZE_VER2). */
 struct hf_clone_args {

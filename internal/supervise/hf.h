@@ -62,7 +62,6 @@ enum { HF_R_NONE, HF_R_USER, HF_R_DEADLINE, HF_R_IDLE, HF_R_OWNER_EXIT, HF_R_TIM
 
 /* ---- common helpers (hf_common.c) ---- */
 #define NS_PER_MS 1000000LL
-#define HF_CLOSE_RANGE_CLOEXEC (1U << 2) /* linux/close_range.h */
 int64_t hf_mono_now(void);
 /* hf_helper_start blocks SIGTERM, HF_SIG_DEADLINE (and SIGCHLD with
  * chld) for a signalfd on mask, ignores the signals of a terminal or a
