@@ -188,10 +188,8 @@ static void list_descendants(struct hf_tree *t)
 {
 	static int have = -1;
 	char p[64];
-	if (have < 0) {
-		snprintf(p, sizeof p, "/proc/%d/task/%d/children", (int)getpid(), (int)getpid());
-		have = access(p, F_OK) == 0;
-	}
+	if (have < 0) /* every thread has the file when the kernel has them */
+		have = access("/proc/thread-self/children", F_OK) == 0;
 	bfs_n = 0;
 	for (int i = 0; i < t->nroots; i++)
 		queue_pid(t->roots[i]);
