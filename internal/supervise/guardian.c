@@ -550,11 +550,8 @@ static void on_timer(void)
 		stop_tree(HF_R_DEADLINE, cfg.deadline_ns);
 	}
 	if (cfg.timeout_ns > 0 && !timeout_fired && now >= cfg.timeout_ns) {
-		timeout_fired = 1;
-		int64_t hard = cfg.timeout_ns + cfg.grace_ns;
-		if (cfg.deadline_ns > 0 && cfg.deadline_ns < hard)
-			hard = cfg.deadline_ns;
-		stop_tree(HF_R_TIMEOUT, hard);
+		timeout_fired = 1; /* its kill never comes after the deadline */
+		stop_tree(HF_R_TIMEOUT, earliest(cfg.timeout_ns + cfg.grace_ns, cfg.deadline_ns > 0 ? cfg.deadline_ns : INT64_MAX));
 	}
 	if (cfg.idle_ns > 0 && !idle_fired && stop_phase == 0) {
 		idle_poll();
