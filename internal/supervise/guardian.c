@@ -5,9 +5,6 @@
  * pipe and, in pipe mode, the tee pipes; no heap. Its tree stops are
  * hf_tree.c's; its wire format is documented in protocol.go.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -47,15 +44,19 @@ static struct {
 	char command_id[HF_MAX_ID + 1];
 	char env_id[HF_MAX_ID + 1];
 	char guardians[HF_MAX_PATH + 1]; /* the environment's guardians group */
-	char join[HF_MAX_JOIN][HF_MAX_PATH + 1]; /* v1 groups the workload joins */
-	int njoin;
-	const char *path, *cwd; /* valid until the release is unmapped */
-	char **argv, **envp;
+	/* Valid until the release is unmapped: the executable, its directory,
+	 * argv, env and the v1 groups the workload joins. */
+	const char *path, *cwd;
+	struct hf_vec argv, envp, join;
 	int pipe_mode, inherit_mode, owner_stop, foreground, auto_stop;
 	int view_userns; /* the view is a rootless keeper's: join its user namespace too */
 	int64_t view_pid, view_start, deadline_ns, timeout_ns, grace_ns, idle_ns;
 	char oom_file[HF_MAX_PATH + 1]; /* the command's own file with an oom_kill line */
-	char run_dir[HF_MAX_PATH + 1];  /* the environment's: its moved deadline (HF_DEADLINE_FILE) */
+	/* The environment's moved deadline (hostfork extend): the mover
+	 * replaces this file atomically, then pokes us with HF_SIG_DEADLINE;
+	 * it is read at the release too, so a launch racing a move can't keep
+	 * the old one. The timer is re-armed by the loop. */
+	char deadline_file[HF_MAX_PATH + 1];
 } cfg;
 
 /* OOM attribution (decisions 49, 79): the command's oom_kill counter,
@@ -127,6 +128,7 @@ static struct tee {
  * closed): a launcher that is alive commits the result to the registry
  * before it returns. */
 static int64_t ns_of(const struct timespec *ts) { return (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec; }
+static int64_t earliest(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static const char *reason_names[HF_R_MAX + 1] = {"", "user", "deadline", "idle", "owner-exit", "timeout", "cancelled",
 	"completed", "keeper-lost", "limit", "abandoned"};
@@ -169,32 +171,25 @@ void hf_guardian_receipt(void)
 	kvf("guardian_pid", "%d", (int)self_pid);
 	kvf("proof_dev", "%llu", (unsigned long long)R.proof.st_dev);
 	kvf("proof_ino", "%llu", (unsigned long long)R.proof.st_ino);
-	if (leader_pid > 0)
-		kvf("workload_pid", "%d", (int)leader_pid);
-	if (R.workload_start)
-		kvf("workload_start", "%llu", (unsigned long long)R.workload_start);
-	if (R.start_error[0])
-		kv("start_error", R.start_error);
+	/* Where zero is none the field is always written (0, "" or false);
+	 * the others only once they are known. */
+	kvf("workload_pid", "%d", (int)leader_pid);
+	kvf("workload_start", "%llu", (unsigned long long)R.workload_start);
+	kv("start_error", R.start_error);
 	if (R.leader_at.tv_sec)
 		kvf("leader_exited_at", "%lld", (long long)ns_of(&R.leader_at));
 	if (R.code >= 0)
 		kvf("exit_code", "%d", (int)R.code);
 	if (R.signal)
 		kvf("signal", "%d", (int)R.signal);
-	if (stop_reason)
-		kv("stop_reason", reason_names[stop_reason]);
-	if (R.after_stop)
-		kv("stopped_by_hostfork", "true");
-	if (R.outsiders)
-		kvf("outside_cgroup", "%d", (int)R.outsiders);
-	if (R.unstable)
-		kv("membership_unstable", "true");
-	if (hf_output_truncated)
-		kv("output_truncated", "true");
+	kv("stop_reason", reason_names[stop_reason]);
+	kv("stopped_by_hostfork", R.after_stop ? "true" : "false");
+	kvf("outside_cgroup", "%d", (int)R.outsiders);
+	kv("membership_unstable", R.unstable ? "true" : "false");
+	kv("output_truncated", hf_output_truncated ? "true" : "false");
 	if (leader_oom >= 0)
 		kv("leader_oom", leader_oom ? "true" : "false");
-	if (leader_oom_stale_ms > 0)
-		kvf("leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
+	kvf("leader_oom_stale_ms", "%lld", (long long)leader_oom_stale_ms);
 	if (hf_sess_last_in.tv_sec)
 		kvf("last_input_at", "%lld", (long long)ns_of(&hf_sess_last_in));
 	if (hf_sess_last_out.tv_sec)
@@ -215,16 +210,12 @@ void hf_guardian_receipt(void)
 	while (rec_end < pad && rec_end < sizeof rec_buf)
 		rec_buf[rec_end++] = ' ';
 	rec_len = rec_end;
-	size_t off = 0;
-	while (off < rec_len) {
-		ssize_t w = pwrite(HF_FD_RECEIPT, rec_buf + off, rec_len - off, (off_t)off);
-		if (w < 0) {
-			hf_log("writing the receipt: %s", hf_errstr(errno));
-			return;
-		}
-		off += (size_t)w;
-	}
-	if (R.complete && !ctl_open)
+	/* A regular file takes a write whole or fails (a short write: out of
+	 * space). */
+	ssize_t w = pwrite(HF_FD_RECEIPT, rec_buf, rec_len, 0);
+	if (w != (ssize_t)rec_len)
+		hf_log("writing the receipt: %s", w < 0 ? hf_errstr(errno) : "short write");
+	else if (R.complete && !ctl_open)
 		fsync(HF_FD_RECEIPT);
 }
 
@@ -239,28 +230,32 @@ static void emit(const char *kind)
 
 /* ---- the release message ---- */
 
-/* parse_release fills cfg from the message's "key=value" strings. The argv
- * and envp arrays go to the mapping after the message. */
+/* parse_release fills cfg from the message's "key=value" strings. */
 static int parse_release(struct hf_msg *m)
 {
-	char *buf = m->buf;
-	/* argv, then env (encodeRelease sends every argv first), each ended
-	 * by a NULL, go after the message, where hf_read_msg left zeroed room. */
-	char **vec = (char **)(void *)(buf + ((m->len + 1 + 15) & ~(size_t)15));
-	size_t nv = 0;
-	cfg.argv = vec;
+	/* argv and env, each ended by a NULL, go after the message, where
+	 * hf_read_msg left zeroed room: one pointer per 5 bytes of it each
+	 * ("env=\0" is the shortest entry). */
+	static char *join[HF_MAX_JOIN + 1];
+	cfg.argv.v = (char **)(void *)(m->buf + ((m->len + 1 + 15) & ~(size_t)15));
+	cfg.envp.v = cfg.argv.v + m->len / 5 + 1;
+	cfg.join.v = join;
 	static const struct hf_key keys[] = {
 		{"command_id", 's', cfg.command_id, sizeof cfg.command_id, 0},
 		{"env_id", 's', cfg.env_id, sizeof cfg.env_id, 0},
 		{"path", 'p', &cfg.path, 0, 0},
+		{"argv", 'v', &cfg.argv, 0, 0},
+		{"env", 'v', &cfg.envp, 0, 0},
 		{"cwd", 'p', &cfg.cwd, 0, 0},
 		{"output", 'f', &cfg.pipe_mode, 0, "pipe"},
 		{"output", 'f', &cfg.inherit_mode, 0, "inherit"},
 		{"workload_cgroup", 's', tree.cgroup, sizeof tree.cgroup, 0}, /* "": the subreaper tier */
 		{"cgroup_mount", 's', tree.mount, sizeof tree.mount, 0},
 		{"guardians_cgroup", 's', cfg.guardians, sizeof cfg.guardians, 0},
+		{"v1_join", 'v', &cfg.join, HF_MAX_JOIN, 0},
 		{"oom_file", 's', cfg.oom_file, sizeof cfg.oom_file, 0},
-		{"run_dir", 's', cfg.run_dir, sizeof cfg.run_dir, 0},
+		{"deadline_file", 's', cfg.deadline_file, sizeof cfg.deadline_file, 0},
+		{"boot_id", 's', R.boot_id, sizeof R.boot_id, 0},
 		{"deadline_mono_ns", 'i', &cfg.deadline_ns, 0, 0},
 		{"timeout_mono_ns", 'i', &cfg.timeout_ns, 0, 0},
 		{"grace_ns", 'i', &cfg.grace_ns, 0, 0},
@@ -277,31 +272,8 @@ static int parse_release(struct hf_msg *m)
 		{"tty_rows", 'i', &hf_sess_rows, 65535, 0},
 		{0, 0, 0, 0, 0},
 	};
-	char *next;
-	for (char *p = buf; p < buf + m->len; p = next) {
-		next = p + strlen(p) + 1;
-		char *v = strchr(p, '=');
-		if (!v) {
-			hf_log("release: malformed entry");
-			return -1;
-		}
-		*v++ = 0;
-		int r = 1;
-		if (!strcmp(p, "argv") && !cfg.envp)
-			vec[nv++] = v;
-		else if (!strcmp(p, "env")) {
-			if (!cfg.envp)
-				cfg.envp = vec + ++nv; /* after argv's NULL */
-			vec[nv++] = v;
-		} else if (!strcmp(p, "v1_join"))
-			r = cfg.njoin < HF_MAX_JOIN && snprintf(cfg.join[cfg.njoin++], sizeof cfg.join[0], "%s", v) < (int)sizeof cfg.join[0] ? 1 : -1;
-		else if ((r = hf_set_key(keys, p, v)) == 0)
-			hf_log("release: unknown key %.64s", p);
-		if (r <= 0)
-			return -1;
-	}
-	if (!cfg.envp)
-		cfg.envp = vec + nv + 1;
+	if (hf_parse_msg(m, keys, NULL) < 0)
+		return -1;
 	if (!cfg.path || !cfg.path[0]) {
 		hf_log("release: no path");
 		return -1;
@@ -311,9 +283,10 @@ static int parse_release(struct hf_msg *m)
 
 /* ---- starting the workload ---- */
 
-/* The steps of a start, and what a failure of each says. */
+/* The steps of a start, and what a failure of each says (the start's
+ * with the executable's path). */
 enum { STEP_START = 1, STEP_VIEW = 2, STEP_LIMITS = 3, STEP_CGROUP = 4 };
-static const char *const step_names[] = {"", "starting", "joining the view", "joining the command's limit groups",
+static const char *const step_names[] = {"", "starting ", "joining the view", "joining the command's limit groups",
 	"opening workload cgroup"};
 
 struct child_err {
@@ -322,14 +295,9 @@ struct child_err {
 
 static void reset_signals(void)
 {
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = SIG_DFL;
-	for (int s = 1; s < NSIG; s++) {
-		if (s != SIGKILL && s != SIGSTOP)
-			sigaction(s, &sa, NULL); /* EINVAL for reserved ones: fine */
-	}
 	sigset_t none;
+	for (int s = 1; s < NSIG; s++)
+		signal(s, SIG_DFL); /* EINVAL for SIGKILL, SIGSTOP and reserved ones: fine */
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
@@ -346,10 +314,8 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	/* cgroup v1 has no clone-into: the workload joins its own limit groups
 	 * (a child of the environment's, for per-command counters) before it
 	 * runs anything. */
-	for (int i = 0; i < cfg.njoin; i++) {
-		char p[HF_MAX_PATH + 32];
-		snprintf(p, sizeof p, "%s/cgroup.procs", cfg.join[i]);
-		if (hf_write_file(p, "0") < 0) {
+	for (size_t i = 0; i < cfg.join.n; i++) {
+		if (hf_write_file(cfg.join.v[i], "0") < 0) { /* the group's cgroup.procs */
 			ce.step = STEP_LIMITS;
 			goto fail;
 		}
@@ -373,7 +339,7 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	reset_signals();
 	if (hf_oom_adj[0]) /* the guardian's own is -1000 (hf_helper_start) */
 		hf_write_file("/proc/self/oom_score_adj", hf_oom_adj);
-	execve(cfg.path, cfg.argv, cfg.envp);
+	execve(cfg.path, cfg.argv.v, cfg.envp.v);
 fail:
 	ce.err = errno;
 	(void)!write(report, &ce, sizeof ce);
@@ -432,10 +398,7 @@ static pid_t start_workload(int in, int out, int errfd, char *msg, size_t cap, i
 	}
 	if (pid < 0 && ce.step) {
 		*err = ce.err;
-		if (ce.step == STEP_START)
-			snprintf(msg, cap, "starting %s: %s", cfg.path, hf_errstr(ce.err));
-		else
-			snprintf(msg, cap, "%s: %s", step_names[ce.step], hf_errstr(ce.err));
+		snprintf(msg, cap, "%s%s: %s", step_names[ce.step], ce.step == STEP_START ? cfg.path : "", hf_errstr(ce.err));
 	}
 	if (cgfd >= 0)
 		close(cgfd);
@@ -467,8 +430,7 @@ static void kill_round(void)
 	rekill = hf_tree_kill(&tree) > 0;
 	if (tree.outsiders > R.outsiders)
 		R.outsiders = tree.outsiders;
-	if (!tree.stable)
-		R.unstable = 1;
+	R.unstable |= !tree.stable;
 	if (rekill) {
 		rekill_rounds++;
 		rekill_at = hf_mono_now() + (rekill_rounds < 100 ? 5 : 100) * NS_PER_MS;
@@ -482,18 +444,16 @@ static void stop_tree(int reason, int64_t when)
 	if (!stop_reason && reason)
 		stop_reason = reason;
 	hf_tree_signal(&tree, SIGTERM);
-	if (stop_phase == 0) {
+	kill_at = stop_phase == 0 ? when : earliest(kill_at, when);
+	if (stop_phase == 0)
 		stop_phase = 1;
-		kill_at = when;
-	} else if (stop_phase == 1 && when < kill_at) {
-		kill_at = when;
-	}
 	if (stop_phase == 1 && hf_mono_now() >= kill_at)
 		kill_round();
 }
 
 /* hf_keyed finds the line of buf that starts with key and parses the
- * number after it (base 10 or 16). */
+ * number after it (base 10 or 16). Only a line's start counts: a
+ * process's name, which it chooses, stands in /proc/PID/status too. */
 static int hf_keyed(const char *buf, const char *key, int base, uint64_t *out)
 {
 	size_t n = strlen(key);
@@ -533,26 +493,19 @@ static int64_t idle_check_at(void)
 	int64_t sa = hf_session_activity(hf_mono_now());
 	if (sa > last_activity)
 		last_activity = sa;
-	int64_t at = last_activity + cfg.idle_ns;
-	int64_t step = cfg.idle_ns / 8;
-	if (step < 100 * NS_PER_MS)
-		step = 100 * NS_PER_MS;
-	if (hf_mono_now() + step < at)
-		at = hf_mono_now() + step;
-	return at;
+	int64_t step = cfg.idle_ns / 8 > 100 * NS_PER_MS ? cfg.idle_ns / 8 : 100 * NS_PER_MS;
+	return earliest(last_activity + cfg.idle_ns, hf_mono_now() + step);
 }
 
 /* idle_poll notices output written straight to the artifact files and any
  * reading or writing by the tree. */
 static void idle_poll(void)
 {
-	if (!cfg.pipe_mode) {
-		for (int i = 0; i < 2; i++) {
-			struct stat st;
-			if (fstat(HF_FD_STDOUT + i, &st) == 0 && (int64_t)st.st_size != idle_sizes[i]) {
-				idle_sizes[i] = (int64_t)st.st_size;
-				last_activity = hf_mono_now();
-			}
+	for (int i = 0; !cfg.pipe_mode && i < 2; i++) {
+		struct stat st;
+		if (fstat(HF_FD_STDOUT + i, &st) == 0 && (int64_t)st.st_size != idle_sizes[i]) {
+			idle_sizes[i] = (int64_t)st.st_size;
+			last_activity = hf_mono_now();
 		}
 	}
 	/* In inherit mode output goes straight to the inherited descriptors
@@ -569,21 +522,6 @@ static void idle_poll(void)
 	}
 }
 
-/* deadline_reload takes a moved deadline (hostfork extend): the mover
- * replaces RUN_DIR/deadline atomically, then pokes us with HF_SIG_DEADLINE;
- * it is read at the release too, so a launch racing a move can't keep the
- * old one. The timer is re-armed by the loop. */
-static void deadline_reload(void)
-{
-	char p[HF_MAX_PATH + 32];
-	if (!cfg.run_dir[0])
-		return;
-	snprintf(p, sizeof p, "%s/%s", cfg.run_dir, HF_DEADLINE_FILE);
-	int64_t v = hf_read_deadline(AT_FDCWD, p);
-	if (v > 0)
-		cfg.deadline_ns = v;
-}
-
 /* soft_deadline is when the environment's deadline starts its stop. */
 static int64_t soft_deadline(void)
 {
@@ -592,20 +530,11 @@ static int64_t soft_deadline(void)
 
 static void arm_timer(void)
 {
-	int64_t next = soft_fired ? INT64_MAX : soft_deadline();
-	if (cfg.timeout_ns > 0 && !timeout_fired && cfg.timeout_ns < next)
-		next = cfg.timeout_ns;
-	int64_t idle = idle_check_at();
-	if (idle < next)
-		next = idle;
-	if (stop_phase == 1 && kill_at < next)
-		next = kill_at;
-	if (rekill && rekill_at < next)
-		next = rekill_at;
-	if (backup_at < next)
-		next = backup_at;
-	if (oom_next < next)
-		next = oom_next;
+	int64_t next = earliest(soft_fired ? INT64_MAX : soft_deadline(), idle_check_at());
+	next = earliest(next, cfg.timeout_ns > 0 && !timeout_fired ? cfg.timeout_ns : INT64_MAX);
+	next = earliest(next, stop_phase == 1 ? kill_at : INT64_MAX);
+	next = earliest(next, rekill ? rekill_at : INT64_MAX);
+	next = earliest(next, earliest(backup_at, oom_next));
 	if (next != timer_armed && hf_arm_timer(tfd, next) == 0)
 		timer_armed = next;
 }
@@ -621,11 +550,8 @@ static void on_timer(void)
 		stop_tree(HF_R_DEADLINE, cfg.deadline_ns);
 	}
 	if (cfg.timeout_ns > 0 && !timeout_fired && now >= cfg.timeout_ns) {
-		timeout_fired = 1;
-		int64_t hard = cfg.timeout_ns + cfg.grace_ns;
-		if (cfg.deadline_ns > 0 && cfg.deadline_ns < hard)
-			hard = cfg.deadline_ns;
-		stop_tree(HF_R_TIMEOUT, hard);
+		timeout_fired = 1; /* its kill never comes after the deadline */
+		stop_tree(HF_R_TIMEOUT, earliest(cfg.timeout_ns + cfg.grace_ns, cfg.deadline_ns > 0 ? cfg.deadline_ns : INT64_MAX));
 	}
 	if (cfg.idle_ns > 0 && !idle_fired && stop_phase == 0) {
 		idle_poll();
@@ -764,9 +690,7 @@ static void on_stop_request(const struct signalfd_siginfo *si)
 			if (!stop_reason)
 				stop_reason = reason;
 			notified = 1;
-			int64_t at = now + grace + 2000 * NS_PER_MS;
-			if (at < backup_at)
-				backup_at = at;
+			backup_at = earliest(backup_at, now + grace + 2000 * NS_PER_MS);
 			hf_guardian_receipt();
 			return;
 		}
@@ -792,7 +716,7 @@ static void on_signals(void)
 			on_stop_request(&si);
 	}
 	if (moved)
-		deadline_reload();
+		hf_read_deadline(AT_FDCWD, cfg.deadline_file, &cfg.deadline_ns);
 	if (chld)
 		reap();
 }
@@ -842,12 +766,10 @@ static void tee_flush(struct tee *t)
 {
 	while (t->off < t->len) {
 		ssize_t w = write(t->fwd, t->buf + t->off, t->len - t->off);
-		if (w < 0) {
-			if (errno == EAGAIN)
-				return; /* wait for POLLOUT */
-			tee_close_fwd(t); /* EPIPE: the reader is gone */
-			return;
-		}
+		if (w < 0 && errno == EAGAIN)
+			return; /* wait for POLLOUT */
+		if (w < 0)
+			return tee_close_fwd(t); /* EPIPE: the reader is gone */
 		t->off += (size_t)w;
 	}
 	t->off = t->len = 0;
@@ -908,13 +830,7 @@ static void tee_read(struct tee *t)
 
 static int tees_done(void)
 {
-	if (!cfg.pipe_mode)
-		return 1;
-	for (int i = 0; i < 2; i++) {
-		if (!tees[i].eof || tees[i].fwd >= 0)
-			return 0;
-	}
-	return 1;
+	return !cfg.pipe_mode || (tees[0].eof && tees[0].fwd < 0 && tees[1].eof && tees[1].fwd < 0);
 }
 
 /* ---- the end of an environment made by run ---- */
@@ -1037,35 +953,38 @@ int hf_guardian_main(void)
 	}
 	if (stop_pending())
 		return 0;
-	deadline_reload();
+	hf_read_deadline(AT_FDCWD, cfg.deadline_file, &cfg.deadline_ns);
 	tree.roots[0] = self_pid;
 	tree.nroots = 1;
 
-	int n = hf_read_file("/proc/sys/kernel/random/boot_id", R.boot_id, sizeof R.boot_id);
-	while (n > 0 && (R.boot_id[n - 1] == '\n' || R.boot_id[n - 1] == ' '))
-		R.boot_id[--n] = 0;
 	fstat(HF_FD_RECEIPT, &R.proof);
 	/* Released: the receipt is never empty from here on (an empty receipt
 	 * of a guardian that is gone proves it never started anything). */
 	hf_guardian_receipt();
 
 	static char msg[ERRMSG_MAX];
-	int out = HF_FD_STDOUT, err = HF_FD_STDERR;
-	int tp[2][2];
-	if (cfg.pipe_mode) {
-		/* Tee: the workload writes into pipes that the guardian copies to
-		 * the artifact files and forwards to the launcher. Losing the
-		 * launcher loses only the forward copy, never the artifact. */
-		if (pipe2(tp[0], O_CLOEXEC) < 0 || pipe2(tp[1], O_CLOEXEC) < 0) {
+	int wr[2] = {HF_FD_STDOUT, HF_FD_STDERR}; /* the workload's stdout and stderr */
+	/* Tee: the workload writes into pipes that the guardian copies to the
+	 * artifact files and forwards to the launcher. Losing the launcher
+	 * loses only the forward copy, never the artifact. */
+	for (int i = 0; cfg.pipe_mode && i < 2; i++) {
+		struct tee *t = &tees[i];
+		int p[2];
+		if (pipe2(p, O_CLOEXEC) < 0) {
 			snprintf(msg, sizeof msg, "creating output pipes: %s", hf_errstr(errno));
 			return start_failed(msg, 125);
 		}
-		out = tp[0][1];
-		err = tp[1][1];
+		t->src = p[0];
+		wr[i] = p[1];
+		t->file = HF_FD_STDOUT + i; /* and HF_FD_STDERR */
+		t->fwd = HF_FD_FWDOUT + i;  /* and HF_FD_FWDERR */
 		/* Larger pipes: fewer wakeups per byte on the hot path. Best
-		 * effort (capped by /proc/sys/fs/pipe-max-size). */
-		for (int i = 0; i < 2; i++)
-			fcntl(tp[i][0], F_SETPIPE_SZ, 1 << 20);
+		 * effort (capped by /proc/sys/fs/pipe-max-size). O_NONBLOCK is
+		 * the only status flag a pipe takes. */
+		fcntl(t->src, F_SETPIPE_SZ, 1 << 20);
+		fcntl(t->src, F_SETFL, O_NONBLOCK);
+		if (fcntl(t->fwd, F_SETFL, O_NONBLOCK) < 0)
+			t->fwd = -1;
 	}
 	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (tfd < 0) {
@@ -1073,49 +992,29 @@ int hf_guardian_main(void)
 		return start_failed(msg, 125);
 	}
 	int serr = 0, in = HF_FD_STDIN;
-	if (hf_session_setup(&in, &out, &err, msg, sizeof msg) < 0)
+	if (hf_session_setup(&in, &wr[0], &wr[1], msg, sizeof msg) < 0)
 		return start_failed(msg, 125);
-	pid_t pid = start_workload(in, out, err, msg, sizeof msg, &serr);
+	pid_t pid = start_workload(in, wr[0], wr[1], msg, sizeof msg, &serr);
 	hf_free_msg(&rel); /* cfg.path, cwd, argv and envp pointed into it */
 	/* The workload holds its ends now (the session's pty or stdin pipe). */
 	close(HF_FD_STDIN);
 	if (in != HF_FD_STDIN)
 		close(in);
 	if (cfg.pipe_mode) {
-		close(out);
-		close(err);
+		close(wr[0]);
+		close(wr[1]);
 	}
-	if (pid < 0) {
-		int code = 125;
-		if (serr == ENOENT)
-			code = 127;
-		else if (serr == EACCES || serr == ENOEXEC || serr == EISDIR)
-			code = 126;
-		return start_failed(msg, code);
-	}
-	if (cfg.pipe_mode) {
-		for (int i = 0; i < 2; i++) {
-			struct tee *t = &tees[i];
-			t->src = tp[i][0];
-			t->file = HF_FD_STDOUT + i; /* and HF_FD_STDERR */
-			t->fwd = HF_FD_FWDOUT + i;  /* and HF_FD_FWDERR */
-			fcntl(t->src, F_SETFL, fcntl(t->src, F_GETFL) | O_NONBLOCK);
-			int fl = fcntl(t->fwd, F_GETFL);
-			if (fl < 0)
-				t->fwd = -1;
-			else
-				fcntl(t->fwd, F_SETFL, fl | O_NONBLOCK);
-		}
-	} else if (cfg.idle_ns <= 0) {
+	if (pid < 0) /* the shell's codes: 127 not found, 126 not runnable */
+		return start_failed(msg, serr == ENOENT ? 127 : serr == EACCES || serr == ENOEXEC || serr == EISDIR ? 126 : 125);
+	if (!cfg.pipe_mode && cfg.idle_ns <= 0) {
 		close(HF_FD_STDOUT);
 		close(HF_FD_STDERR);
-	} /* else: kept (close-on-exec) to watch the artifacts grow */
+	} /* else: the tee's, or kept (close-on-exec) to watch the artifacts grow */
 	leader_pid = pid;
 	leader_alive = 1;
-	oom_last_at = hf_mono_now();
-	last_activity = hf_mono_now();
 	if (cfg.idle_ns > 0)
-		idle_poll(), last_activity = hf_mono_now();
+		idle_poll(); /* the baselines: the artifacts' sizes, the tree's I/O */
+	oom_last_at = last_activity = hf_mono_now();
 	struct hf_stat wst;
 	if (hf_read_stat(pid, &wst) == 0)
 		R.workload_start = wst.start;

@@ -1,6 +1,6 @@
 package supervise
 
-// #cgo CFLAGS: -Wall -Wextra -O2
+// #cgo CFLAGS: -Wall -Wextra -O2 -D_GNU_SOURCE
 // #include <signal.h>
 // #include "hf.h"
 import "C"

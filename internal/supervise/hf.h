@@ -3,7 +3,8 @@
  * command) and the keeper (one per environment with a view) — shared by
  * their C files and checked against the Go side (protocol.go) at compile
  * time by helpers_cgo.go. The protocols are documented in protocol.go and
- * keeper.go.
+ * keeper.go. Every C file is compiled with _GNU_SOURCE defined
+ * (helpers_cgo.go's CFLAGS).
  */
 #ifndef HOSTFORK_HF_H
 #define HOSTFORK_HF_H
@@ -36,8 +37,9 @@ enum { HF_KFD_CONFIG = 3, HF_KFD_READY, HF_KFD_OWNER, HF_KFD_RUNDIR };
  */
 #define HF_DEADLINE_FILE "deadline"
 #define HF_SIG_DEADLINE SIGURG
-/* hf_read_deadline reads a deadline file: its value, or -1. */
-int64_t hf_read_deadline(int dirfd, const char *path);
+/* hf_read_deadline takes a moved deadline: a deadline file's value, when
+ * it holds one, replaces *deadline. */
+void hf_read_deadline(int dirfd, const char *path, int64_t *deadline);
 
 /* Limits the launcher checks before release (protocol.go, max*). */
 #define HF_MAX_ID 255        /* command_id, env_id */
@@ -92,7 +94,8 @@ struct hf_stat { /* in sscanf's types */
 int hf_read_stat(pid_t pid, struct hf_stat *st);
 /* A key of a message and where its value goes: 's' copied into dst (arg
  * bytes), 'p' pointed to, 'f' a flag set when the value is eq, 'i' an
- * int64 (between 0 and arg when arg is not 0). */
+ * int64 (between 0 and arg when arg is not 0), 'v' added to the hf_vec
+ * dst (a repeated key; at most arg values when arg is not 0). */
 struct hf_key {
 	const char *name;
 	char kind;
@@ -100,7 +103,11 @@ struct hf_key {
 	size_t arg;
 	const char *eq;
 };
-int hf_set_key(const struct hf_key *keys, const char *key, const char *val);
+struct hf_vec {
+	char **v; /* room for every value and a NULL after them */
+	size_t n;
+};
+int hf_set_key(const struct hf_key *keys, const char *key, char *val);
 
 /* A length-framed message (protocol.go): its length (uint32, native byte
  * order), then that many bytes of "key=value\0" strings. */
@@ -111,6 +118,11 @@ struct hf_msg {
 };
 /* hf_read_msg reads one message from fd: 1 read, 0 EOF first, -1 bad. */
 int hf_read_msg(int fd, struct hf_msg *m);
+/* hf_parse_msg stores each "key=value" string of m as keys say. fn, when
+ * not NULL, sees each key first: it returns 1 when it took the key (it may
+ * move *next past strings that follow it), 0 when the table is to, -1 for
+ * a bad value. It returns 0, or -1 for a bad or unknown entry. */
+int hf_parse_msg(struct hf_msg *m, const struct hf_key *keys, int (*fn)(char *key, char *val, char **next));
 void hf_free_msg(struct hf_msg *m);
 
 /* A line reader: hf_read_lines reads what fd holds and calls fn with each

@@ -1,10 +1,8 @@
 /*
- * Helpers shared by the guardian and the keeper. No heap: static buffers
- * and one anonymous mapping per message.
+ * Helpers shared by the guardian and the keeper: static buffers and one
+ * anonymous mapping per message (the tree stop reads directories with the
+ * C library's opendir).
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -49,9 +47,6 @@ void hf_helper_start(sigset_t *mask, int chld, int last)
 		hf_oom_adj[0] = 0;
 	hf_write_file("/proc/self/oom_score_adj", "-1000");
 	static const int ignored[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2, SIGWINCH};
-	struct sigaction ign;
-	memset(&ign, 0, sizeof ign);
-	ign.sa_handler = SIG_IGN;
 	sigemptyset(mask);
 	sigaddset(mask, SIGTERM);
 	sigaddset(mask, HF_SIG_DEADLINE); /* a moved deadline (hf.h) */
@@ -59,7 +54,9 @@ void hf_helper_start(sigset_t *mask, int chld, int last)
 		sigaddset(mask, SIGCHLD);
 	sigprocmask(SIG_BLOCK, mask, NULL);
 	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
-		sigaction(ignored[i], &ign, NULL);
+		signal(ignored[i], SIG_IGN);
+	/* One by one, not close_range(CLOSE_RANGE_CLOEXEC): that takes Linux
+	 * 5.11, and the guardian's other calls need only 5.8. */
 	for (int fd = 3; fd <= last; fd++) {
 		int fl = fcntl(fd, F_GETFD);
 		if (fl >= 0)
@@ -152,7 +149,7 @@ int hf_parse_i64(const char *s, int64_t *out)
 	return 0;
 }
 
-int64_t hf_read_deadline(int dirfd, const char *path)
+void hf_read_deadline(int dirfd, const char *path, int64_t *deadline)
 {
 	char b[32] = {0};
 	int64_t v;
@@ -162,7 +159,8 @@ int64_t hf_read_deadline(int dirfd, const char *path)
 		close(fd);
 	if (n > 0 && b[n - 1] == '\n') /* MoveDeadline's one newline */
 		b[n - 1] = 0;
-	return n > 0 && hf_parse_i64(b, &v) == 0 && v > 0 ? v : -1;
+	if (n > 0 && hf_parse_i64(b, &v) == 0 && v > 0)
+		*deadline = v;
 }
 
 /* hf_read_stat counts fields from the last ')', since the command name may
@@ -183,11 +181,12 @@ int hf_read_stat(pid_t pid, struct hf_stat *st)
 
 /* hf_set_key stores val where the entries of keys named key say; it
  * returns 1 when one was set, 0 for an unknown key, -1 for a bad value. */
-int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
+int hf_set_key(const struct hf_key *keys, const char *key, char *val)
 {
 	int found = 0;
 	for (const struct hf_key *k = keys; k->name; k++) {
 		int64_t n;
+		struct hf_vec *vec = k->dst;
 		if (strcmp(k->name, key))
 			continue;
 		found = 1;
@@ -203,8 +202,33 @@ int hf_set_key(const struct hf_key *keys, const char *key, const char *val)
 			return -1;
 		if (k->kind == 'i')
 			*(int64_t *)k->dst = n;
+		if (k->kind == 'v' && k->arg && vec->n >= k->arg)
+			return -1;
+		if (k->kind == 'v')
+			vec->v[vec->n++] = val;
 	}
 	return found;
+}
+
+int hf_parse_msg(struct hf_msg *m, const struct hf_key *keys, int (*fn)(char *key, char *val, char **next))
+{
+	char *next;
+	for (char *p = m->buf; p < m->buf + m->len; p = next) {
+		next = p + strlen(p) + 1;
+		char *v = strchr(p, '=');
+		int r = -1;
+		if (v) {
+			*v++ = 0;
+			r = fn ? fn(p, v, &next) : 0;
+		}
+		if (r == 0)
+			r = hf_set_key(keys, p, v);
+		if (r <= 0) {
+			hf_log("bad or unknown entry %.64s in a message", p);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 /* ---- length-framed messages ---- */
@@ -232,10 +256,10 @@ int hf_read_msg(int fd, struct hf_msg *m)
 		hf_log("message too large");
 		return -1;
 	}
-	/* Room for the message, the NUL after it, and the pointer arrays its
-	 * reader builds after it (at most one 8-byte pointer per 5 bytes).
-	 * Only touched pages count. */
-	m->map = (size_t)HF_MAX_RELEASE * 3;
+	/* Room for the message, the NUL after it, and two pointer arrays its
+	 * reader builds after it (each at most one 8-byte pointer per 5
+	 * bytes). Only touched pages count. */
+	m->map = (size_t)HF_MAX_RELEASE * 5;
 	m->buf = mmap(NULL, m->map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m->buf == MAP_FAILED) {
 		hf_log("mapping a message buffer: %s", hf_errstr(errno));

@@ -10,7 +10,6 @@
  * leaves the dispatch to package supervise's init, which refuses the mode
  * with a clear error (NotDispatched).
  */
-#define _GNU_SOURCE
 #include <string.h>
 #include <unistd.h>
 

@@ -13,9 +13,6 @@
  * marker frame. Input: one client's frame at a time is written to the
  * pty (or pipe), whole and in order. Static memory only.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -96,9 +93,7 @@ int hf_session_setup(int *in, int *out, int *err, char *msg, size_t cap)
 		snprintf(msg, cap, "session: opening the log: %s", hf_errstr(errno));
 		return -1;
 	}
-	struct stat st;
-	if (fstat(logr, &st) == 0)
-		log_end = st.st_size;
+	log_end = lseek(logr, 0, SEEK_END);
 	if (mode == HF_SESS_TTY) {
 		master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
 		if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || ptsname_r(master, pts, sizeof pts) != 0 ||
@@ -188,11 +183,13 @@ static void drop(struct client *c)
 	c->fd = -1;
 }
 
+/* refresh_end takes the log's size: the workload writes it (stdin), or
+ * read_pty did. */
 static void refresh_end(void)
 {
-	struct stat st;
-	if (mode == HF_SESS_STDIN && fstat(logr, &st) == 0 && st.st_size > log_end) {
-		log_end = st.st_size;
+	off_t end = lseek(logr, 0, SEEK_END);
+	if (end > log_end) {
+		log_end = end;
 		activity(&hf_sess_last_out);
 	}
 }
@@ -393,20 +390,15 @@ static void read_pty(void)
 		ssize_t n = 0, r = 0;
 		while (n < CHUNK && (r = read(master, obuf + n, (size_t)(CHUNK - n))) > 0)
 			n += r;
-		for (ssize_t off = 0; off < n && logw >= 0;) {
-			ssize_t w = write(logw, obuf + off, (size_t)(n - off));
-			if (w < 0) {
-				hf_log("writing the session's log: %s; it is cut here", hf_errstr(errno));
-				hf_output_truncated = 1;
-				close(logw);
-				logw = -1;
-				break;
-			}
-			off += w;
-			log_end += w;
+		if (n > 0 && logw >= 0 && hf_write_all(logw, obuf, (size_t)n) < 0) {
+			hf_log("writing the session's log: %s; it is cut here", hf_errstr(errno));
+			hf_output_truncated = 1;
+			close(logw);
+			logw = -1;
 		}
 		if (n > 0)
 			activity(&hf_sess_last_out);
+		refresh_end();
 		if (r == 0 || (r < 0 && errno != EAGAIN))
 			pty_eof = 1; /* EIO: no process holds the terminal any more */
 		if (n < CHUNK)

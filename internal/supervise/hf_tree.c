@@ -7,17 +7,12 @@
  * listings agree, then killed; nothing is frozen; the caller repeats the
  * kill while members remain.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <errno.h>
-#include <fcntl.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "hf.h"
@@ -68,24 +63,13 @@ static pid_t next_pid(const char **p)
  * path that is a number, or (dirs) a subdirectory. */
 static void each_entry(const char *path, int dirs, void (*fn)(const char *))
 {
-	char buf[8192];
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	for (; fd >= 0;) {
-		long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
-		if (n <= 0)
-			break;
-		for (long off = 0; off < n;) {
-			unsigned short reclen;
-			memcpy(&reclen, buf + off + 16, sizeof reclen);
-			unsigned char type = (unsigned char)buf[off + 18];
-			const char *name = buf + off + 19;
-			off += reclen;
-			if (dirs ? type == 4 /* DT_DIR */ && name[0] != '.' : name[0] >= '1' && name[0] <= '9')
-				fn(name);
-		}
-	}
-	if (fd >= 0)
-		close(fd);
+	DIR *d = opendir(path);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (dirs ? e->d_type == DT_DIR && e->d_name[0] != '.' : e->d_name[0] >= '1' && e->d_name[0] <= '9')
+			fn(e->d_name);
+	if (d)
+		closedir(d);
 }
 
 /* A listing in progress. */
@@ -204,10 +188,8 @@ static void list_descendants(struct hf_tree *t)
 {
 	static int have = -1;
 	char p[64];
-	if (have < 0) {
-		snprintf(p, sizeof p, "/proc/%d/task/%d/children", (int)getpid(), (int)getpid());
-		have = access(p, F_OK) == 0;
-	}
+	if (have < 0) /* every thread has the file when the kernel has them */
+		have = access("/proc/thread-self/children", F_OK) == 0;
 	bfs_n = 0;
 	for (int i = 0; i < t->nroots; i++)
 		queue_pid(t->roots[i]);
@@ -232,8 +214,7 @@ static void list_descendants(struct hf_tree *t)
 
 static int cmp_pid(const void *a, const void *b)
 {
-	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
-	return x < y ? -1 : x > y;
+	return *(const pid_t *)a - *(const pid_t *)b; /* PIDs: positive, at most 2^22 */
 }
 
 int hf_tree_list(struct hf_tree *t, pid_t *out, int max)

@@ -9,9 +9,6 @@
  * package supervise (hf_ctor.c), in C like the guardian, so it starts
  * without the Go runtime. The protocol is documented in keeper.go.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -84,9 +81,32 @@ __attribute__((format(printf, 1, 2))) static int kerr(const char *fmt, ...)
 	return -1;
 }
 
-static int parse_config(struct hf_msg *m)
+/* op_key takes "op=KIND", then always six strings: target, source, fstype,
+ * data, flags and slot (keeper.go, encodeKeeper). The mapping is zeroed
+ * past the message, so a short one ends past its end. */
+static int op_key(char *key, char *val, char **next)
 {
 	static const char *kinds[] = {"", "mount", "remount", "rdonly", "tmpfs", "mkdirs", "capture", "mkpoint", "move", "rdonly-one", NULL};
+	if (strcmp(key, "op"))
+		return 0;
+	char *f[6];
+	for (int j = 0; j < 6; j++) {
+		f[j] = *next;
+		*next += strlen(*next) + 1;
+	}
+	int64_t fl, sl;
+	if (*next > cfgmsg.buf + cfgmsg.len || nops >= MAX_OPS || f[0][0] != '/' || hf_parse_i64(f[4], &fl) < 0 || fl < 0 ||
+	    hf_parse_i64(f[5], &sl) < 0 || sl < 0 || sl >= MAX_SLOTS)
+		return -1;
+	struct op *o = &ops[nops++];
+	*o = (struct op){0, f[1], f[0], f[2], f[3], (unsigned long)fl, (int)sl};
+	for (int k = 1; kinds[k] && !o->kind; k++)
+		o->kind = strcmp(val, kinds[k]) ? 0 : k;
+	return o->kind ? 1 : -1;
+}
+
+static int parse_config(struct hf_msg *m)
+{
 	static int64_t files;
 	static const struct hf_key keys[] = {
 		{"env_id", 's', kc.env_id, sizeof kc.env_id, 0},
@@ -101,39 +121,18 @@ static int parse_config(struct hf_msg *m)
 		{"files", 'i', &files, 256, 0},
 		{0, 0, 0, 0, 0},
 	};
-	char *next, *end = m->buf + m->len;
-	for (char *p = m->buf; p < end; p = next) {
-		next = p + strlen(p) + 1;
-		char *v = strchr(p, '=');
-		if (!v)
-			return -1;
-		*v++ = 0;
-		if (!strcmp(p, "op")) {
-			/* Then always six strings: target, source, fstype, data,
-			 * flags and slot (keeper.go, encodeKeeper). The mapping is
-			 * zeroed past the message, so a short one ends past end. */
-			char *f[6];
-			for (int j = 0; j < 6; j++) {
-				f[j] = next;
-				next += strlen(next) + 1;
-			}
-			int64_t fl, sl;
-			if (next > end || nops >= MAX_OPS || f[0][0] != '/' || hf_parse_i64(f[4], &fl) < 0 || fl < 0 ||
-			    hf_parse_i64(f[5], &sl) < 0 || sl < 0 || sl >= MAX_SLOTS)
-				return -1;
-			struct op *o = &ops[nops++];
-			*o = (struct op){0, f[1], f[0], f[2], f[3], (unsigned long)fl, (int)sl};
-			for (int k = 1; kinds[k] && !o->kind; k++)
-				o->kind = strcmp(v, kinds[k]) ? 0 : k;
-			if (!o->kind)
-				return -1;
-		} else if (hf_set_key(keys, p, v) <= 0) {
-			hf_log("keeper: bad or unknown key %.64s", p);
-			return -1;
-		}
-	}
+	int r = hf_parse_msg(m, keys, op_key);
 	kc.files = (int)files;
-	return 0;
+	return r;
+}
+
+/* nofollow opens path beneath dir (AT_FDCWD: absolute) as an O_PATH
+ * descriptor without following any symbolic link, magic links included,
+ * in any component (RESOLVE_NO_SYMLINKS). */
+static int nofollow(int dir, const char *path, int flags)
+{
+	struct open_how how = {.flags = (uint64_t)(O_PATH | O_CLOEXEC | flags), .resolve = RESOLVE_NO_SYMLINKS};
+	return (int)syscall(SYS_openat2, dir, path, &how, sizeof how);
 }
 
 /* pin_files re-opens each handed-over tree descriptor inside the view's
@@ -155,11 +154,7 @@ static int pin_files(void)
 		if (n <= 0 || path[0] != '/')
 			return kerr("view: tree descriptor %d: %s", fd, n < 0 ? hf_errstr(errno) : "not a path");
 		path[n] = 0;
-		struct open_how how;
-		memset(&how, 0, sizeof how);
-		how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-		how.resolve = RESOLVE_NO_SYMLINKS;
-		int nfd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+		int nfd = nofollow(AT_FDCWD, path, O_DIRECTORY);
 		if (nfd < 0)
 			return kerr("view: tree %.1900s: %s", path, hf_errstr(errno));
 		struct stat a, b;
@@ -181,40 +176,29 @@ static int fail_op(const char *what, const char *target)
 	return kerr("view: %s %s: %s", what, target, hf_errstr(errno));
 }
 
-/* resolve opens path (absolute) in this mount namespace as an O_PATH
- * descriptor without following any symbolic link, magic links included,
- * in any component (RESOLVE_NO_SYMLINKS): the planner resolved every
- * target on the host by descriptors, so a link here is one planted since
- * (DESIGN.md, "Trust model": both sides of every mount). Mounts then name
- * the descriptor, never the path again. With mk, missing directories on
- * the way are made (mode 0755), each relative to its opened parent. */
+/* resolve opens path (absolute) in this mount namespace with nofollow: the
+ * planner resolved every target on the host by descriptors, so a link here
+ * is one planted since (DESIGN.md, "Trust model": both sides of every
+ * mount). Mounts then name the descriptor, never the path again. With mk,
+ * missing directories on the way are made (mode 0755), each relative to
+ * its opened parent. */
 static int resolve(const char *path, int mk)
 {
-	struct open_how how;
-	memset(&how, 0, sizeof how);
-	how.flags = O_PATH | O_CLOEXEC;
-	how.resolve = RESOLVE_NO_SYMLINKS;
 	if (!mk)
-		return (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+		return nofollow(AT_FDCWD, path, 0);
 	char p[PATH_MAX];
 	if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
 		errno = ENAMETOOLONG;
 		return -1;
 	}
-	int fd = (int)syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how);
+	int fd = nofollow(AT_FDCWD, "/", 0);
 	for (char *c = p + 1, *next; fd >= 0 && *c; c = next) {
 		next = c + strcspn(c, "/");
 		if (*next)
 			*next++ = 0;
 		if (!*c)
 			continue;
-		if (mkdirat(fd, c, 0755) < 0 && errno != EEXIST) {
-			int e = errno;
-			close(fd);
-			errno = e;
-			return -1;
-		}
-		int nfd = (int)syscall(SYS_openat2, fd, c, &how, sizeof how);
+		int nfd = mkdirat(fd, c, 0755) < 0 && errno != EEXIST ? -1 : nofollow(fd, c, 0);
 		int e = errno;
 		close(fd);
 		errno = e;
@@ -241,11 +225,10 @@ static int mkpoint(int fd, const char *target)
 	struct stat st;
 	char parent[PATH_MAX];
 	int t = resolve(target, 0);
-	if (t >= 0 || errno != ENOENT) {
-		if (t >= 0)
-			close(t);
-		return t >= 0 ? 0 : -1;
-	}
+	if (t >= 0)
+		return close(t);
+	if (errno != ENOENT)
+		return -1;
 	/* The parent keeps its final slash ("/a/b/" resolves as "/a/b"). */
 	const char *name = strrchr(target, '/') + 1; /* absolute: parse_config */
 	if (fstat(fd, &st) < 0 || snprintf(parent, sizeof parent, "%s", target) >= (int)sizeof parent)
@@ -363,12 +346,14 @@ static int apply_ops(void)
 }
 
 /* ready reports "ok", or "error MESSAGE" (keeper.go), on the ready
- * channel: one line (b holds the longest: a prefix and errmsg). */
-static void ready(const char *prefix, const char *msg)
+ * channel: one line (b holds the longest: a prefix and errmsg). It
+ * returns 125, the keeper's exit code after an error. */
+static int ready(const char *prefix, const char *msg)
 {
 	char b[2200];
 	int n = snprintf(b, sizeof b, "%s%s\n", prefix, msg);
 	hf_write_all(HF_KFD_READY, b, (size_t)n);
+	return 125;
 }
 
 
@@ -390,8 +375,7 @@ static void stop_commands(int reason, int64_t grace)
 			hf_tree_kill(t);
 			kills++;
 		}
-		struct timespec ts = {0, 10 * 1000000L};
-		nanosleep(&ts, NULL);
+		usleep(10 * 1000);
 	}
 }
 
@@ -401,9 +385,7 @@ static void stop_commands(int reason, int64_t grace)
  * is none, so the slot is never reused). Re-arming discards an expiry not yet read. */
 static void arm_deadline(int tfd)
 {
-	int64_t moved = hf_read_deadline(HF_KFD_RUNDIR, HF_DEADLINE_FILE);
-	if (moved > 0)
-		kc.deadline_ns = moved;
+	hf_read_deadline(HF_KFD_RUNDIR, HF_DEADLINE_FILE, &kc.deadline_ns);
 	if (kc.deadline_ns > 0)
 		hf_arm_timer(tfd, kc.deadline_ns - kc.grace_ns);
 }
@@ -429,10 +411,8 @@ int hf_keeper_main(void)
 	hf_helper_start(&mask, 0, HF_KFD_RUNDIR);
 	for (int i = 0; i < MAX_SLOTS; i++)
 		slots[i] = -1;
-	if (hf_read_msg(HF_KFD_CONFIG, &cfgmsg) <= 0 || parse_config(&cfgmsg) < 0) {
-		ready("error ", "reading the keeper's configuration");
-		return 125;
-	}
+	if (hf_read_msg(HF_KFD_CONFIG, &cfgmsg) <= 0 || parse_config(&cfgmsg) < 0)
+		return ready("error ", "reading the keeper's configuration");
 	/* A rootless view: a user namespace of our own, in which we hold
 	 * every capability, whose id maps the launcher writes from outside
 	 * (only a process in the parent namespace may, and newuidmap needs
@@ -441,8 +421,7 @@ int hf_keeper_main(void)
 	if (kc.userns) {
 		if (unshare(CLONE_NEWUSER) < 0) {
 			kerr("a user namespace: unshare: %s", hf_errstr(errno));
-			ready("error ", errmsg);
-			return 125;
+			return ready("error ", errmsg);
 		}
 		ready("userns", "");
 		char c = 0;
@@ -461,10 +440,8 @@ int hf_keeper_main(void)
 	/* The trees' descriptors (KeeperSpec.Files, from fd 7 on) were only
 	 * for building the view. */
 	syscall(SYS_close_range, HF_KFD_RUNDIR + 1, ~0U, 0);
-	if (applied < 0) {
-		ready("error ", errmsg);
-		return 125;
-	}
+	if (applied < 0)
+		return ready("error ", errmsg);
 	hf_free_msg(&cfgmsg);
 	ready("ok", "");
 	close(HF_KFD_READY);

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 // GuardianMode is the hidden argv[1] that selects the guardian. The
@@ -48,13 +50,15 @@ const (
 // The value runs from the first '=' to the NUL, so it may contain '=' and
 // newlines but not NUL. Keys (the JSON names of Config's fields):
 // command_id, env_id (at most maxID bytes), path, argv (repeated, in
-// order), env (repeated, in order, after every argv), cwd, output, workload_cgroup,
+// order), env (repeated, in order), cwd, output, workload_cgroup,
 // cgroup_mount, guardians_cgroup (at most maxPath bytes), v1_join
-// (repeated, at most maxJoin), deadline_mono_ns, timeout_mono_ns, grace_ns
+// (repeated, at most maxJoin: the cgroup.procs file of each v1 group the
+// workload joins), deadline_mono_ns, timeout_mono_ns, grace_ns
 // and idle_ns (decimal nanoseconds), owner_exit, foreground and auto_stop
 // ("1" or "0"), view_pid and view_start (decimal), view_userns ("1": the
-// keeper's view is rootless, so its user namespace is joined too), run_dir (the
-// environment's run directory, where a moved deadline is: DeadlineFile).
+// keeper's view is rootless, so its user namespace is joined too),
+// deadline_file (DeadlineFile in the environment's run directory, where a
+// moved deadline is), boot_id (the launcher's, for the receipt).
 // An unknown key or a
 // message longer than maxRelease makes the guardian exit 125 without
 // starting anything; EOF before the terminator is an aborted launch (exit
@@ -80,7 +84,7 @@ const (
 // gate, a stop takes effect right after the release.
 //
 // SIGURG (DeadlineSignal) says the environment's deadline moved: the
-// guardian reads run_dir/DeadlineFile again (deadline.go).
+// guardian reads deadline_file again (deadline.go).
 const (
 	msgSignal = 's'
 	msgStop   = 't'
@@ -197,7 +201,8 @@ type Event struct {
 // kernel reported that the guardian has no children left (ECHILD). The
 // guardian rewrites it in place (pwrite at offset 0, so the file keeps the
 // device and inode registered at launch): one key=value field a line,
-// keyed by the JSON names below, ended by a line with the hash of the text
+// keyed by the JSON names below (a field whose zero value means none is
+// always written; the others once known), ended by a line with the hash of the text
 // (fields.go, ParseReceipt), padded with spaces to at least 512 bytes and
 // never shorter than the previous text. It is fsynced when it becomes
 // complete.
@@ -309,7 +314,7 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 		if len(j) > maxPath {
 			return nil, fmt.Errorf("release: v1 group path longer than %d bytes", maxPath)
 		}
-		put("v1_join", j)
+		put("v1_join", j+"/cgroup.procs")
 	}
 	if cfg.DeadlineMono > 0 {
 		put("deadline_mono_ns", strconv.FormatInt(int64(cfg.DeadlineMono), 10))
@@ -346,10 +351,14 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 		put("tty_rows", strconv.Itoa(int(cfg.TTYRows)))
 	}
 	if cfg.RunDir != "" {
-		if len(cfg.RunDir) > maxPath {
-			return nil, fmt.Errorf("release: run_dir longer than %d bytes", maxPath)
+		file := filepath.Join(cfg.RunDir, DeadlineFile)
+		if len(file) > maxPath {
+			return nil, fmt.Errorf("release: run_dir longer than %d bytes", maxPath-len(DeadlineFile)-1)
 		}
-		put("run_dir", cfg.RunDir)
+		put("deadline_file", file)
+	}
+	if boot, err := linux.BootID(); err == nil {
+		put("boot_id", boot)
 	}
 	if bad != nil {
 		return nil, bad

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 )
 
 func TestCGuardianModeMatches(t *testing.T) {
@@ -32,6 +33,12 @@ func TestEncodeRelease(t *testing.T) {
 		OwnerExit:      OwnerExitStop,
 		Foreground:     true,
 		ViewPID:        42,
+		V1Join:         []string{"/sys/fs/cgroup/memory/x"},
+		RunDir:         "/runs/e1",
+	}
+	boot, err := linux.BootID()
+	if err != nil {
+		t.Fatal(err)
 	}
 	b, err := encodeRelease(cfg)
 	if err != nil {
@@ -41,8 +48,10 @@ func TestEncodeRelease(t *testing.T) {
 		"command_id=c1", "env_id=e1", "path=/bin/sh",
 		"argv=sh", "argv=-c", "argv=a=b\nc", "env=X=1", "env=Y=",
 		"cwd=/tmp", "output=pipe", "workload_cgroup=/sys/fs/cgroup/x/workload",
+		"v1_join=/sys/fs/cgroup/memory/x/cgroup.procs",
 		"deadline_mono_ns=5000000000", "grace_ns=2000000000", "owner_exit=stop",
 		"foreground=1", "view_pid=42", "view_start=0",
+		"deadline_file=/runs/e1/deadline", "boot_id=" + boot,
 	}, "\x00") + "\x00"
 	if string(b) != string(frameMsg([]byte(want))) {
 		t.Fatalf("release\n%q\nwant\n%q", b, want)
