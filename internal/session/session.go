@@ -142,15 +142,6 @@ func ParseSkip(p []byte) (int64, error) {
 	return int64(binary.BigEndian.Uint64(p)), nil
 }
 
-// ParseExit decodes an Exit payload: the leader's exit code (-1: it did
-// not exit) and the signal that killed it (0: none).
-func ParseExit(p []byte) (code, signal int, err error) {
-	if len(p) != 8 {
-		return 0, 0, fmt.Errorf("session: exit of %d bytes, want 8", len(p))
-	}
-	return int(int32(binary.BigEndian.Uint32(p))), int(int32(binary.BigEndian.Uint32(p[4:]))), nil
-}
-
 // Conn is a connection to a session's guardian.
 type Conn struct {
 	c   *net.UnixConn
