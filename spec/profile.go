@@ -2,7 +2,9 @@ package spec
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -98,11 +100,7 @@ func (e *Environment) ApplyProfile(home string) error {
 		}
 		return nil
 	}
-	targets := make([]string, 0, len(p.View.Replace))
-	for t := range p.View.Replace {
-		targets = append(targets, t)
-	}
-	sort.Strings(targets)
+	targets := slices.Sorted(maps.Keys(p.View.Replace))
 	for _, t := range targets {
 		x, err := expand(t)
 		if err != nil {

@@ -3,7 +3,8 @@ package launchenv
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/habemus-papadum/hostfork/spec"
@@ -178,11 +179,7 @@ func clean(inherited []string, acct Account) *envList {
 // ExplicitFromMap turns a spec's env map into K=V entries in key order, so
 // the result does not depend on map iteration.
 func ExplicitFromMap(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(m))
 	out := make([]string, 0, len(keys))
 	for _, k := range keys {
 		out = append(out, k+"="+m[k])

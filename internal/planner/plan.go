@@ -7,7 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -196,11 +196,7 @@ func (e *Planner) PlanView(ctx context.Context, p *spec.Plan) (map[string]*Sourc
 	if !anyShared(mounts) {
 		p.Notes = append(p.Notes, "the host's mounts are all private here, so the view can't follow them: a filesystem the host mounts or unmounts later is not seen by the view, and one the view still covers stays busy on the host until the environment stops ('mount --make-rshared /' changes that; see 'hostfork doctor')")
 	}
-	names := make([]string, 0, len(s.Trees))
-	for n := range s.Trees {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(s.Trees))
 	targetOf := map[string]string{}
 	for _, r := range res.Rules {
 		if r.Tree != "" {

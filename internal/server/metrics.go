@@ -3,11 +3,12 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -135,11 +136,7 @@ func envInfoLabels(envs []hostfork.EnvRecord) (names, keys []string) {
 			all[k] = true
 		}
 	}
-	sorted := make([]string, 0, len(all))
-	for k := range all {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
+	sorted := slices.Sorted(maps.Keys(all))
 	seen := map[string]bool{}
 	for _, k := range sorted {
 		n := "label_" + strings.Map(func(r rune) rune {

@@ -3,7 +3,8 @@ package flow
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -426,11 +427,7 @@ func (r *runner) abandon(placed *CreateResult, idx int) {
 }
 
 func (r *runner) exports(placed *CreateResult) (string, error) {
-	trees := make([]string, 0, len(r.req.Export))
-	for t := range r.req.Export {
-		trees = append(trees, t)
-	}
-	sort.Strings(trees) // deterministic order: this is workflow code
+	trees := slices.Sorted(maps.Keys(r.req.Export)) // deterministic order: this is workflow code
 	for _, t := range trees {
 		actx := r.nodeOptions(r.ctx, placed, time.Hour, 3)
 		var out api.ExportResult
