@@ -6,6 +6,7 @@
 package spec
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -109,9 +110,7 @@ func (e *Environment) Validate() error {
 	if l.Grace == 0 {
 		l.Grace = Duration(DefaultGrace)
 	}
-	if l.OwnerExit == "" {
-		l.OwnerExit = OwnerExitStop
-	}
+	l.OwnerExit = cmp.Or(l.OwnerExit, OwnerExitStop)
 	if l.OwnerExit != OwnerExitStop && l.OwnerExit != OwnerExitDetach {
 		return fmt.Errorf("owner_exit %q: use stop or detach: %w", l.OwnerExit, ErrInvalid)
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
@@ -127,10 +128,7 @@ func printPlan(w io.Writer, p *hostfork.Plan) {
 	if len(p.Limits) > 0 {
 		fmt.Fprintln(w, "limits:")
 		for _, l := range p.Limits {
-			mech := l.Mechanism
-			if mech == "" {
-				mech = "not enforced"
-			}
+			mech := cmp.Or(l.Mechanism, "not enforced")
 			fmt.Fprintf(w, "  %s %s via %s: %s\n", l.Resource, l.Value, mech, l.Note)
 		}
 	}

@@ -8,6 +8,7 @@ package e2b
 // (decision 137).
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -458,9 +460,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k Key) error {
 	if err := q.refusals(); err != nil {
 		return err
 	}
-	if q.TemplateID == "" {
-		q.TemplateID = BaseTemplate
-	}
+	q.TemplateID = cmp.Or(q.TemplateID, BaseTemplate)
 	ttl, err := timeoutOf(q.Timeout)
 	if err != nil {
 		return err
@@ -485,14 +485,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k Key) error {
 	if sp.Labels == nil {
 		sp.Labels = map[string]string{}
 	}
-	for k := range sp.Labels {
-		if strings.HasPrefix(k, "e2b.") {
-			delete(sp.Labels, k) // the front's own labels are its to set
-		}
-	}
-	for lk, v := range labels {
-		sp.Labels[lk] = v
-	}
+	// The front's own labels are its to set.
+	maps.DeleteFunc(sp.Labels, func(k, _ string) bool { return strings.HasPrefix(k, "e2b.") })
+	maps.Copy(sp.Labels, labels)
 	sp.Labels[LabelSandbox], sp.Labels[LabelKey], sp.Labels[LabelTmpl] = id, k.Name, q.TemplateID
 	if q.AutoPause != nil && *q.AutoPause {
 		sp.Labels[LabelAutoPause] = "true"
@@ -504,9 +499,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k Key) error {
 		if sp.Env == nil {
 			sp.Env = map[string]string{}
 		}
-		for name, v := range q.EnvVars {
-			sp.Env[name] = v
-		}
+		maps.Copy(sp.Env, q.EnvVars)
 	}
 	sp.Lifetime.MaxRuntime, sp.Lifetime.UntilStopped = spec.Duration(ttl), false
 	sp.Lifetime.OwnerExit = spec.OwnerExitDetach

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -67,9 +68,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	store.EnsureConfig(root)
-	if opts.Exe == "" {
-		opts.Exe = "/proc/self/exe"
-	}
+	opts.Exe = cmp.Or(opts.Exe, "/proc/self/exe")
 	opts.Root = root
 	return &Engine{root: root, reg: records.New(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
 }

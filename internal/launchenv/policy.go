@@ -48,15 +48,7 @@ var gitRedirections = []string{
 
 // IsGitRedirection reports whether the variable named k redirects Git.
 func IsGitRedirection(k string) bool {
-	if strings.HasPrefix(k, "GIT_CONFIG") {
-		return true
-	}
-	for _, g := range gitRedirections {
-		if k == g {
-			return true
-		}
-	}
-	return false
+	return strings.HasPrefix(k, "GIT_CONFIG") || slices.Contains(gitRedirections, k)
 }
 
 // Account is the user the command runs as, as the password database

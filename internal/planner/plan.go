@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -262,12 +263,7 @@ func resolveTarget(p string, allowUntrusted bool) (plan.Resolved, error) {
 // anyShared reports whether any of the host's mounts has shared
 // propagation.
 func anyShared(mounts []view.MountEntry) bool {
-	for _, m := range mounts {
-		if m.Shared {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(mounts, func(m view.MountEntry) bool { return m.Shared })
 }
 
 // planTree checks one tree against the host and the registered baselines.
@@ -315,9 +311,7 @@ func (e *Planner) planTree(ctx context.Context, p *spec.Plan, t *spec.PlannedTre
 		if err != nil {
 			return nil, fmt.Errorf("tree %s: %w: %w", t.Name, err, api.ErrInvalid)
 		}
-		if ref == "" {
-			ref = "HEAD"
-		}
+		ref = cmp.Or(ref, "HEAD")
 		t.Ref, t.Commit = ref, commit
 		t.Consistency = "git worktree at " + ref + " (" + commit + ") on a new branch hostfork/ENV/" + t.Name + "; the repository's .git is written only by git's worktree and branch commands; stop keeps it, gc removes it (not when dirty) and keeps the branch"
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -185,7 +186,13 @@ func (s *Server) createEnv(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	rec, _, err := s.h.Status(ctx, env.ID())
+	return s.created(ctx, w, r, env.ID())
+}
+
+// created answers the record of the environment id just made, with its
+// Location.
+func (s *Server) created(ctx context.Context, w http.ResponseWriter, r *http.Request, id string) (any, error) {
+	rec, _, err := s.h.Status(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -794,16 +801,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	s.launches.Observe(time.Since(start).Seconds())
-	rec, _, err := s.h.Status(ctx, env.ID())
-	if err != nil {
-		return nil, err
-	}
-	e, err := redact(r, *rec)
-	if err != nil {
-		return nil, err
-	}
-	w.Header().Set("Location", "/v1/envs/"+e.ID)
-	return e, nil
+	return s.created(ctx, w, r, env.ID())
 }
 
 // setsPath reports whether a request may give its command another PATH
@@ -812,12 +810,7 @@ func setsPath(req *client.CommandRequest) bool {
 	if req.EnvPolicy != "" && req.EnvPolicy != spec.EnvInherit {
 		return true
 	}
-	for _, kv := range req.Env {
-		if strings.HasPrefix(kv, "PATH=") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(req.Env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") })
 }
 
 func (s *Server) btrfsSizes(w http.ResponseWriter, r *http.Request) (any, error) {

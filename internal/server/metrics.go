@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"maps"
@@ -209,10 +210,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			case api.EventOOM:
 				oom += n.Count
 			case api.EventCommandTreeExit:
-				r := string(n.Reason)
-				if r == "" {
-					r = "none"
-				}
+				r := cmp.Or(string(n.Reason), "none")
 				finished[r] += n.Count
 			}
 		}

@@ -105,9 +105,7 @@ func ReadFrame(r io.Reader, limit int, buf []byte) (Frame, error) {
 // the flags.
 func HelloPayload(replay int64, flags byte) []byte {
 	p := make([]byte, 9)
-	if replay < 0 {
-		replay = 0
-	}
+	replay = max(replay, 0)
 	binary.BigEndian.PutUint64(p, uint64(replay))
 	p[8] = flags
 	return p

@@ -2,6 +2,7 @@ package tree
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,9 +64,7 @@ func (s Sampler) Sample(ctx context.Context, targets []SampleTarget) ([]api.Samp
 	if gap == 0 {
 		gap = 2 * time.Millisecond
 	}
-	if tol == 0 {
-		tol = 0.05
-	}
+	tol = cmp.Or(tol, 0.05)
 	if slack == 0 {
 		slack = 1 << 20
 	}
