@@ -523,11 +523,7 @@ func sliceOf(buf []byte, off int64, more bool) (sl slice, cut bool) {
 func (t *tools) logs(ctx context.Context, a logsArgs) (any, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	n := a.Length
-	if n <= 0 {
-		n = defaultLogLength
-	}
-	n = min(n, maxLogLength)
+	n := readLength(a.Length)
 	stream := cmp.Or(a.Stream, "stdout")
 	if a.Tail < 0 || (a.Tail > 0 && a.Offset > 0) {
 		return nil, fmt.Errorf("tail is a number of lines and excludes offset: %w", api.ErrInvalid)
@@ -559,6 +555,15 @@ func (t *tools) logs(ctx context.Context, a logsArgs) (any, error) {
 	}
 	sl, cut := sliceOf(buf[:got], a.Offset, true)
 	return logsResult{Command: cmd.ID(), Stream: stream, slice: sl, Ended: rec.Final() && got < n && !cut, State: rec.Liveness}, nil
+}
+
+// readLength is the bytes a read returns at most: length, else the
+// default, never more than maxLogLength.
+func readLength(length int) int {
+	if length <= 0 {
+		return defaultLogLength
+	}
+	return min(length, maxLogLength)
 }
 
 // validPrefix is the length of the longest prefix of b that is valid
@@ -770,11 +775,7 @@ type readFileResult struct {
 func (t *tools) readFile(ctx context.Context, a readFileArgs) (any, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	n := a.Length
-	if n <= 0 {
-		n = defaultLogLength
-	}
-	n = min(n, maxLogLength)
+	n := readLength(a.Length)
 	f, err := t.h.ReadFile(ctx, a.Env, a.Path)
 	if err != nil {
 		return nil, err
