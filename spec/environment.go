@@ -223,8 +223,7 @@ func (e *Environment) validateView() error {
 		seen[c] = rule
 		return nil
 	}
-	targets := slices.Sorted(maps.Keys(e.View.Replace))
-	for _, t := range targets {
+	for _, t := range slices.Sorted(maps.Keys(e.View.Replace)) {
 		name := e.View.Replace[t]
 		if err := check("replace", t); err != nil {
 			return err

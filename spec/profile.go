@@ -5,7 +5,6 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -55,11 +54,8 @@ func (e *Environment) ApplyProfile(home string) error {
 		p, ok = BuiltinProfiles()[e.Profile]
 	}
 	if !ok {
-		names := []string{ProfileAgent}
-		for n := range e.Profiles {
-			names = append(names, n)
-		}
-		sort.Strings(names)
+		names := append(slices.Collect(maps.Keys(e.Profiles)), ProfileAgent)
+		slices.Sort(names)
 		return fmt.Errorf("profile %q is not defined; use one of %s, or define it under profiles: %w", e.Profile, strings.Join(names, ", "), ErrInvalid)
 	}
 	expand := func(s string) (string, error) {
@@ -100,8 +96,7 @@ func (e *Environment) ApplyProfile(home string) error {
 		}
 		return nil
 	}
-	targets := slices.Sorted(maps.Keys(p.View.Replace))
-	for _, t := range targets {
+	for _, t := range slices.Sorted(maps.Keys(p.View.Replace)) {
 		x, err := expand(t)
 		if err != nil {
 			return err

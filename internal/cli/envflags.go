@@ -129,9 +129,7 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 	s.View.ReadOnly = append(s.View.ReadOnly, f.ro...)
 	s.View.Share = append(s.View.Share, f.share...)
 	s.View.Scratch = append(s.View.Scratch, f.scratch...)
-	if f.untrusted {
-		s.View.AllowUntrustedTargets = true
-	}
+	s.View.AllowUntrustedTargets = s.View.AllowUntrustedTargets || f.untrusted
 	s.Profile = cmp.Or(f.profile, s.Profile)
 	if f.memory != "" {
 		v, err := spec.ParseSize(f.memory)
@@ -147,12 +145,8 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 		}
 		s.Limits.CPUs = v
 	}
-	if f.pids != 0 {
-		s.Limits.Pids = f.pids
-	}
-	if f.allowWeaker {
-		s.Limits.AllowWeaker = true
-	}
+	s.Limits.Pids = cmp.Or(f.pids, s.Limits.Pids)
+	s.Limits.AllowWeaker = s.Limits.AllowWeaker || f.allowWeaker
 	for _, r := range []struct {
 		flag, val string
 		dst       **spec.Duration

@@ -150,8 +150,7 @@ func commandFromV2(o *v2Command) *api.Command {
 	}
 	if len(o.Capture) > 0 {
 		c.Capture = map[string]api.StreamCapture{}
-		keys := slices.Sorted(maps.Keys(o.Capture))
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(o.Capture)) {
 			v := o.Capture[k]
 			c.Capture[k] = api.StreamCapture{State: v.State, Bytes: v.Bytes, Error: v.Error}
 		}

@@ -427,8 +427,7 @@ func (r *runner) abandon(placed *CreateResult, idx int) {
 }
 
 func (r *runner) exports(placed *CreateResult) (string, error) {
-	trees := slices.Sorted(maps.Keys(r.req.Export)) // deterministic order: this is workflow code
-	for _, t := range trees {
+	for _, t := range slices.Sorted(maps.Keys(r.req.Export)) { // deterministic order: this is workflow code
 		actx := r.nodeOptions(r.ctx, placed, time.Hour, 3)
 		var out api.ExportResult
 		err := workflow.ExecuteActivity(actx, ActivityExport, ExportRequest{Env: placed.Env, Tree: t, Dest: r.req.Export[t]}).Get(r.ctx, &out)

@@ -150,9 +150,7 @@ func (f *Front) Node(t testing.TB, r Run) string {
 
 // NodeErr runs a script like Node and returns its outputs and error.
 func (f *Front) NodeErr(r Run) (stdout, stderr string, err error) {
-	if r.Timeout == 0 {
-		r.Timeout = 3 * time.Minute
-	}
+	r.Timeout = cmp.Or(r.Timeout, 3*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), r.Timeout)
 	defer cancel()
 	cmd, err := f.NodeCmd(ctx, r)
