@@ -425,9 +425,7 @@ func (l *launch) startGuardian(env *api.Env, ss supervise.StartSpec, join bool) 
 	rec.State = api.CommandRunning
 	now := time.Now().UTC()
 	rec.StartedAt = &now
-	if notes := evidence.Unenforced(env); notes != "" {
-		rec.LimitsNote = notes
-	}
+	rec.LimitsNote = cmp.Or(evidence.Unenforced(env), rec.LimitsNote)
 	return nil
 }
 
