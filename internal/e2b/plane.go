@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -799,13 +800,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, k Key, v2 bool) er
 		return nil
 	}
 	if tok := q.Get("nextToken"); tok != "" {
-		i := -1
-		for j := range out {
-			if pageToken(out[j]) == tok {
-				i = j
-				break
-			}
-		}
+		i := slices.IndexFunc(out, func(a sandboxInfo) bool { return pageToken(a) == tok })
 		if i < 0 {
 			b, err := base64.RawURLEncoding.DecodeString(tok)
 			if err != nil || !strings.Contains(string(b), " ") {
@@ -817,15 +812,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, k Key, v2 bool) er
 			if err != nil {
 				return invalid("nextToken %q: give the x-next-token header of the previous page", tok)
 			}
-			for j := range out {
-				a := out[j]
-				after := a.StartedAt.Before(t) != asc && !a.StartedAt.Equal(t) || a.StartedAt.Equal(t) && a.SandboxID > id
-				if after {
-					i = j - 1
-					break
-				}
+			after := func(a sandboxInfo) bool {
+				return a.StartedAt.Before(t) != asc && !a.StartedAt.Equal(t) || a.StartedAt.Equal(t) && a.SandboxID > id
 			}
-			if i < 0 && len(out) > 0 {
+			if i = slices.IndexFunc(out, after) - 1; i < 0 {
 				i = len(out) - 1
 			}
 		}
