@@ -66,9 +66,7 @@ func printEnv(w io.Writer, e *hostfork.EnvRecord) {
 	fmt.Fprintf(w, "  state:        %s\n", state)
 	fmt.Fprintf(w, "  tier:         %s\n", e.Tier)
 	field(w, "  purpose:      ", e.Purpose)
-	if l := labelText(e.Labels); l != "" {
-		fmt.Fprintf(w, "  labels:       %s\n", l)
-	}
+	field(w, "  labels:       ", labelText(e.Labels))
 	fmt.Fprintf(w, "  created:      %s\n", e.CreatedAt.Local().Format(time.RFC3339))
 	switch {
 	case e.UntilStopped:
@@ -163,9 +161,7 @@ func printCommandEnv(w io.Writer, c *hostfork.CommandRecord, in string, known ma
 	fmt.Fprintf(w, "%s  state:        %s\n", in, c.Liveness)
 	fmt.Fprintf(w, "%s  record:       %s\n", in, c.State)
 	field(w, in+"  purpose:      ", c.Purpose)
-	if l := labelText(c.Labels); l != "" {
-		fmt.Fprintf(w, "%s  labels:       %s\n", in, l)
-	}
+	field(w, in+"  labels:       ", labelText(c.Labels))
 	fmt.Fprintf(w, "%s  cwd:          %s\n", in, clean(c.Cwd))
 	if len(c.EnvKeys) > 0 {
 		fmt.Fprintf(w, "%s  env set:      %s\n", in, envSetText(c.EnvKeys, known, show))
