@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -432,9 +433,7 @@ const (
 // Wait blocks until the command's leader exited (WaitLeader) or its whole
 // tree is gone and recorded (WaitTree, also for ""), or ctx ends.
 func (c *Client) Wait(ctx context.Context, id string, cond WaitCondition) (*api.Command, error) {
-	if cond == "" {
-		cond = WaitTree
-	}
+	cond = cmp.Or(cond, WaitTree)
 	q := url.Values{"condition": {string(cond)}}
 	return callPtr[api.Command](c, ctx, http.MethodGet, "/v1/commands/"+esc(id)+"/wait", q, nil)
 }

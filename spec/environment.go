@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -177,11 +178,7 @@ func DecodeStrict(data []byte, v any) error {
 // validateView checks the trees and view for what can be known without
 // looking at the host.
 func (e *Environment) validateView() error {
-	names := make([]string, 0, len(e.Trees))
-	for n := range e.Trees {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(e.Trees))
 	for _, n := range names {
 		t := e.Trees[n]
 		if !treeName.MatchString(n) {
@@ -226,12 +223,7 @@ func (e *Environment) validateView() error {
 		seen[c] = rule
 		return nil
 	}
-	targets := make([]string, 0, len(e.View.Replace))
-	for t := range e.View.Replace {
-		targets = append(targets, t)
-	}
-	sort.Strings(targets)
-	for _, t := range targets {
+	for _, t := range slices.Sorted(maps.Keys(e.View.Replace)) {
 		name := e.View.Replace[t]
 		if err := check("replace", t); err != nil {
 			return err

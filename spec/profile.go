@@ -2,8 +2,9 @@ package spec
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -53,11 +54,8 @@ func (e *Environment) ApplyProfile(home string) error {
 		p, ok = BuiltinProfiles()[e.Profile]
 	}
 	if !ok {
-		names := []string{ProfileAgent}
-		for n := range e.Profiles {
-			names = append(names, n)
-		}
-		sort.Strings(names)
+		names := append(slices.Collect(maps.Keys(e.Profiles)), ProfileAgent)
+		slices.Sort(names)
 		return fmt.Errorf("profile %q is not defined; use one of %s, or define it under profiles: %w", e.Profile, strings.Join(names, ", "), ErrInvalid)
 	}
 	expand := func(s string) (string, error) {
@@ -98,12 +96,7 @@ func (e *Environment) ApplyProfile(home string) error {
 		}
 		return nil
 	}
-	targets := make([]string, 0, len(p.View.Replace))
-	for t := range p.View.Replace {
-		targets = append(targets, t)
-	}
-	sort.Strings(targets)
-	for _, t := range targets {
+	for _, t := range slices.Sorted(maps.Keys(p.View.Replace)) {
 		x, err := expand(t)
 		if err != nil {
 			return err

@@ -6,6 +6,7 @@
 package spec
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -106,12 +107,8 @@ func (extra nameMatcher) MatchString(s string) bool {
 // Validate checks the request and fills defaults (grace, owner exit).
 func (e *Environment) Validate() error {
 	l := &e.Lifetime
-	if l.Grace == 0 {
-		l.Grace = Duration(DefaultGrace)
-	}
-	if l.OwnerExit == "" {
-		l.OwnerExit = OwnerExitStop
-	}
+	l.Grace = cmp.Or(l.Grace, Duration(DefaultGrace))
+	l.OwnerExit = cmp.Or(l.OwnerExit, OwnerExitStop)
 	if l.OwnerExit != OwnerExitStop && l.OwnerExit != OwnerExitDetach {
 		return fmt.Errorf("owner_exit %q: use stop or detach: %w", l.OwnerExit, ErrInvalid)
 	}

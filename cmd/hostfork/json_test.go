@@ -502,7 +502,7 @@ func TestJSONDoc(t *testing.T) {
 		}
 	})
 	t.Run("readers", func(t *testing.T) {
-		root, _ := cli.NewRoot(io.Discard, io.Discard)
+		root, _ := cli.NewRootWith(io.Discard, io.Discard, cli.Verbs{})
 		documented := map[string]bool{}
 		for _, r := range d.readers {
 			documented[r.path] = true

@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -110,10 +111,7 @@ func reserve(w Workload) Reservation {
 // Used counts live workloads; Free is never negative (a host that shrank
 // under its running work has zero free slots, and running work continues).
 func Compute(in Input) (Capacity, error) {
-	share := in.Share
-	if share == 0 {
-		share = DefaultShare
-	}
+	share := cmp.Or(in.Share, DefaultShare)
 	if math.IsNaN(share) || share <= 0 || share > 1 {
 		return Capacity{}, fmt.Errorf("%w: share %v must be in (0, 1]", ErrInvalid, in.Share)
 	}

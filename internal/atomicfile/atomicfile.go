@@ -12,6 +12,7 @@
 package atomicfile
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -35,9 +36,7 @@ func Replace(path string, data []byte, perm os.FileMode) error { return write(pa
 
 func write(path string, data []byte, perm os.FileMode, durable bool) error {
 	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
+	dir = cmp.Or(dir, ".")
 	var (
 		f   *os.File
 		tmp string

@@ -186,10 +186,7 @@ func modeOf(e hostfork.DirEntry) os.FileMode {
 			m |= 1 << (8 - i)
 		}
 	}
-	if m == 0 {
-		return 0o644
-	}
-	return m
+	return cmp.Or(m, 0o644)
 }
 
 // in copies the host path src to env:dst.

@@ -186,18 +186,12 @@ func printDoctor(w io.Writer, r *doctor.Report, specFile string) {
 	fmt.Fprintln(w, "\n* needed by the "+map[bool]string{true: "plan", false: "default run"}[r.Needs.Spec])
 	if p := r.Plan; p != nil {
 		fmt.Fprintf(w, "\nplan (%s):\n", specFile)
-		if p.Tier != "" {
-			fmt.Fprintf(w, "  ownership tier: %s\n", p.Tier)
-		}
-		if p.TierNote != "" {
-			fmt.Fprintf(w, "    note: %s\n", p.TierNote)
-		}
+		field(w, "  ownership tier: ", p.Tier)
+		field(w, "    note: ", p.TierNote)
 		for _, n := range p.Notes {
 			fmt.Fprintf(w, "  note: %s\n", n)
 		}
-		if p.Error != "" {
-			fmt.Fprintf(w, "  can't be planned: %s\n", p.Error)
-		}
+		field(w, "  can't be planned: ", p.Error)
 		for _, u := range p.Unsupported {
 			fmt.Fprintf(w, "  unsupported: %s\n", u)
 		}

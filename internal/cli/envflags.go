@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"maps"
 	"os"
 	"strconv"
@@ -82,12 +83,8 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 		}
 		s = *p
 	}
-	if f.purpose != "" {
-		s.Purpose = f.purpose
-	}
-	if f.tier != "" {
-		s.Tier = f.tier
-	}
+	s.Purpose = cmp.Or(f.purpose, s.Purpose)
+	s.Tier = cmp.Or(f.tier, s.Tier)
 	ls, err := labelsOf(f.labels)
 	if err != nil {
 		return s, err
@@ -132,12 +129,8 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 	s.View.ReadOnly = append(s.View.ReadOnly, f.ro...)
 	s.View.Share = append(s.View.Share, f.share...)
 	s.View.Scratch = append(s.View.Scratch, f.scratch...)
-	if f.untrusted {
-		s.View.AllowUntrustedTargets = true
-	}
-	if f.profile != "" {
-		s.Profile = f.profile
-	}
+	s.View.AllowUntrustedTargets = s.View.AllowUntrustedTargets || f.untrusted
+	s.Profile = cmp.Or(f.profile, s.Profile)
 	if f.memory != "" {
 		v, err := spec.ParseSize(f.memory)
 		if err != nil {
@@ -152,12 +145,8 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 		}
 		s.Limits.CPUs = v
 	}
-	if f.pids != 0 {
-		s.Limits.Pids = f.pids
-	}
-	if f.allowWeaker {
-		s.Limits.AllowWeaker = true
-	}
+	s.Limits.Pids = cmp.Or(f.pids, s.Limits.Pids)
+	s.Limits.AllowWeaker = s.Limits.AllowWeaker || f.allowWeaker
 	for _, r := range []struct {
 		flag, val string
 		dst       **spec.Duration
@@ -194,9 +183,7 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 		if err != nil {
 			return s, usageErr("--grace: %v", err)
 		}
-		if d == 0 {
-			d = time.Nanosecond
-		}
+		d = cmp.Or(d, time.Nanosecond)
 		s.Lifetime.Grace = spec.Duration(d)
 	}
 	if f.idle != "" {
@@ -210,9 +197,7 @@ func (f *envFlags) spec(detach bool) (spec.Environment, error) {
 		s.Lifetime.UntilStopped = true
 		s.Lifetime.MaxRuntime = 0
 	}
-	if f.ownerExit != "" {
-		s.Lifetime.OwnerExit = f.ownerExit
-	}
+	s.Lifetime.OwnerExit = cmp.Or(f.ownerExit, s.Lifetime.OwnerExit)
 	if s.Lifetime.OwnerExit == "" && (detach || s.Lifetime.UntilStopped) {
 		s.Lifetime.OwnerExit = spec.OwnerExitDetach
 	}

@@ -44,9 +44,7 @@ it on its branch (hostfork/ENV/TREE); without --to nothing is copied.`,
 					bar := ""
 					if total > 0 {
 						n := int(30 * files / total)
-						if n > 30 {
-							n = 30
-						}
+						n = min(n, 30)
 						bar = "[" + strings.Repeat("#", n) + strings.Repeat(" ", 30-n) + "] "
 					}
 					fmt.Fprintf(os.Stderr, "\r%s%d/%d files", bar, files, total)

@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -83,11 +84,7 @@ func cleanArgv(argv []string, max int) string {
 
 // labelText writes labels sorted by key, cleaned.
 func labelText(labels map[string]string) string {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(labels))
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
 		parts = append(parts, clean(k)+"="+clean(labels[k]))

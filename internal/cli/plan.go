@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
@@ -58,9 +59,7 @@ can't run here.`,
 
 func printPlan(w io.Writer, p *hostfork.Plan) {
 	fmt.Fprintf(w, "ownership tier: %s\n", p.Tier)
-	if p.TierNote != "" {
-		fmt.Fprintf(w, "  note: %s\n", p.TierNote)
-	}
+	field(w, "  note: ", p.TierNote)
 	switch {
 	case p.UntilStopped:
 		fmt.Fprintf(w, "lifetime: until stopped (no deadline), grace %s, owner exit %s\n", p.Grace, p.OwnerExit)
@@ -85,9 +84,7 @@ func printPlan(w io.Writer, p *hostfork.Plan) {
 	}
 	if p.ViewTier != "" {
 		fmt.Fprintf(w, "view tier: %s\n", p.ViewTier)
-		if p.ViewNote != "" {
-			fmt.Fprintf(w, "  note: %s\n", p.ViewNote)
-		}
+		field(w, "  note: ", p.ViewNote)
 	}
 	if p.View != nil {
 		fmt.Fprintln(w, "view (applied in this order, over the host's mounts with private propagation):")
@@ -100,9 +97,7 @@ func printPlan(w io.Writer, p *hostfork.Plan) {
 				line += " (created inside the private layer)"
 			}
 			fmt.Fprintln(w, line)
-			if r.Note != "" {
-				fmt.Fprintf(w, "     %s\n", r.Note)
-			}
+			field(w, "     ", r.Note)
 			if len(r.Hides) > 0 {
 				fmt.Fprintf(w, "     hides host mounts: %s\n", strings.Join(r.Hides, ", "))
 			}
@@ -127,10 +122,7 @@ func printPlan(w io.Writer, p *hostfork.Plan) {
 	if len(p.Limits) > 0 {
 		fmt.Fprintln(w, "limits:")
 		for _, l := range p.Limits {
-			mech := l.Mechanism
-			if mech == "" {
-				mech = "not enforced"
-			}
+			mech := cmp.Or(l.Mechanism, "not enforced")
 			fmt.Fprintf(w, "  %s %s via %s: %s\n", l.Resource, l.Value, mech, l.Note)
 		}
 	}

@@ -129,14 +129,9 @@ func (g *globals) checkRemote(c *cobra.Command) error {
 	return usageErr("'%s' can't run through a server (%s): %s; run it without --host (unset HOSTFORK_HOST)", c.CommandPath(), via, why)
 }
 
-// NewRoot builds the hostfork command tree; serve and mcp execute the
-// companion (CompanionName).
-func NewRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
-	return NewRootWith(stdout, stderr, Verbs{})
-}
-
 // NewRootWith builds the hostfork command tree with the verbs v
-// implements.
+// implements; serve and mcp execute the companion (CompanionName) when v
+// lacks them.
 func NewRootWith(stdout, stderr io.Writer, v Verbs) (*cobra.Command, *globals) {
 	return newRoot(stdout, stderr, v, "")
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,12 +65,8 @@ func printEnv(w io.Writer, e *hostfork.EnvRecord) {
 	}
 	fmt.Fprintf(w, "  state:        %s\n", state)
 	fmt.Fprintf(w, "  tier:         %s\n", e.Tier)
-	if e.Purpose != "" {
-		fmt.Fprintf(w, "  purpose:      %s\n", clean(e.Purpose))
-	}
-	if l := labelText(e.Labels); l != "" {
-		fmt.Fprintf(w, "  labels:       %s\n", l)
-	}
+	field(w, "  purpose:      ", e.Purpose)
+	field(w, "  labels:       ", labelText(e.Labels))
 	fmt.Fprintf(w, "  created:      %s\n", e.CreatedAt.Local().Format(time.RFC3339))
 	switch {
 	case e.UntilStopped:
@@ -89,32 +87,30 @@ func printEnv(w io.Writer, e *hostfork.EnvRecord) {
 	if e.StopReason != "" {
 		fmt.Fprintf(w, "  stop reason:  %s (requested %s, confirmed %s)\n", e.StopReason, tstr(e.StopRequestedAt), tstr(e.StoppedAt))
 	}
-	if e.CgroupPath != "" {
-		fmt.Fprintf(w, "  cgroup:       %s\n", clean(e.CgroupPath))
-	}
+	field(w, "  cgroup:       ", e.CgroupPath)
 	fmt.Fprintf(w, "  run dir:      %s\n", clean(e.RunDir))
 	for _, t := range e.Trees {
 		fmt.Fprintf(w, "  tree:         %s (%s, %s) %s -> %s\n", clean(t.Name), t.Kind, t.State, clean(t.HostPath), clean(t.WorkloadPath))
 	}
-	if e.Error != "" {
-		fmt.Fprintf(w, "  error:        %s\n", clean(e.Error))
-	}
+	field(w, "  error:        ", e.Error)
 	for _, a := range e.Abandoned {
 		fmt.Fprintf(w, "  abandoned:    %s\n", clean(a))
 	}
 	for _, ce := range e.CleanupErrors {
 		fmt.Fprintf(w, "  cleanup error: %s\n", clean(ce))
 	}
+	known := specEnv(e)
+	shown := len(known) > 0 && !slices.Contains(slices.Collect(maps.Values(known)), hostfork.Redacted)
 	for i := range e.Commands {
 		fmt.Fprintln(w)
-		known := specEnv(e)
-		shown := len(known) > 0
-		for _, v := range known {
-			if v == hostfork.Redacted {
-				shown = false
-			}
-		}
 		printCommandEnv(w, &e.Commands[i], "  ", known, shown)
+	}
+}
+
+// field prints label and the cleaned value v, unless v is empty.
+func field(w io.Writer, label, v string) {
+	if v != "" {
+		fmt.Fprintf(w, "%s%s\n", label, clean(v))
 	}
 }
 
@@ -164,12 +160,8 @@ func printCommandEnv(w io.Writer, c *hostfork.CommandRecord, in string, known ma
 	fmt.Fprintf(w, "%s  argv:         %s\n", in, cleanArgv(c.Argv, 0))
 	fmt.Fprintf(w, "%s  state:        %s\n", in, c.Liveness)
 	fmt.Fprintf(w, "%s  record:       %s\n", in, c.State)
-	if c.Purpose != "" {
-		fmt.Fprintf(w, "%s  purpose:      %s\n", in, clean(c.Purpose))
-	}
-	if l := labelText(c.Labels); l != "" {
-		fmt.Fprintf(w, "%s  labels:       %s\n", in, l)
-	}
+	field(w, in+"  purpose:      ", c.Purpose)
+	field(w, in+"  labels:       ", labelText(c.Labels))
 	fmt.Fprintf(w, "%s  cwd:          %s\n", in, clean(c.Cwd))
 	if len(c.EnvKeys) > 0 {
 		fmt.Fprintf(w, "%s  env set:      %s\n", in, envSetText(c.EnvKeys, known, show))
@@ -217,15 +209,11 @@ func printCommandEnv(w io.Writer, c *hostfork.CommandRecord, in string, known ma
 	for _, s := range c.Survivors {
 		fmt.Fprintf(w, "%s  survivor:     pid %d (start %d)\n", in, s.PID, s.StartTime)
 	}
-	if c.LimitsNote != "" {
-		fmt.Fprintf(w, "%s  limits:       %s\n", in, clean(c.LimitsNote))
-	}
+	field(w, in+"  limits:       ", c.LimitsNote)
 	if c.OutputTruncated {
 		fmt.Fprintf(w, "%s  output:       TRUNCATED (the store's filesystem was full)\n", in)
 	}
-	if c.Error != "" {
-		fmt.Fprintf(w, "%s  error:        %s\n", in, clean(c.Error))
-	}
+	field(w, in+"  error:        ", c.Error)
 	for _, ce := range c.CleanupErrors {
 		fmt.Fprintf(w, "%s  cleanup error: %s\n", in, clean(ce))
 	}

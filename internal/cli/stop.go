@@ -96,8 +96,7 @@ verified (its guardian was lost), recording what that gives up.`,
 				if t.kind == "env" {
 					rec, err := h.StopEnv(ctx, t.id, opts)
 					if rec != nil {
-						r := hostfork.RedactEnv(*rec)
-						out = append(out, r)
+						out = append(out, hostfork.RedactEnv(*rec))
 					}
 					if err != nil {
 						errs = append(errs, err)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -114,10 +115,7 @@ func buildSupportPlan(g *globals, f *supportFlags) (*support.Plan, error) {
 // two "(devel)" builds are told apart.
 func buildVersion(exe string) string {
 	b := ReadBuildInfo()
-	v := b.Version
-	if v == "" {
-		v = "(devel)"
-	}
+	v := cmp.Or(b.Version, "(devel)")
 	if b.Commit != "unknown" && b.Commit != "" {
 		v += " " + b.Commit[:min(12, len(b.Commit))]
 	}

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -147,9 +148,7 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 		n.TreeState = api.PhaseExited
 		n.TreeExitedAt = r.TreeExited
 		n.TreeEvidence = "guardian receipt (no children left)"
-		if n.StopReason == "" {
-			n.StopReason = r.StopReason
-		}
+		n.StopReason = cmp.Or(n.StopReason, r.StopReason)
 		n.State = api.CommandExited
 		if r.StartError != "" {
 			n.State = api.CommandFailed
@@ -159,9 +158,7 @@ func Command(c api.Command, ev Evidence) (api.Command, bool) {
 	}
 	if ev.Unreleased && ev.Receipt == nil {
 		neverReleased(&n, "never released (its receipt is empty)", now)
-		if n.StopReason == "" {
-			n.StopReason = ev.StopDecision
-		}
+		n.StopReason = cmp.Or(n.StopReason, ev.StopDecision)
 		if n.StopReason != "" {
 			// A stop reached the guardian at its gate: hostfork ended the
 			// command before it started.

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -64,10 +65,7 @@ func Env(e api.Env, f EnvFacts) EnvAction {
 		}
 		return EnvAction{AbandonCreation: true, Due: "abandon: its creator exited before it was active"}
 	case api.EnvStopping:
-		r := e.StopReason
-		if r == "" {
-			r = api.ReasonUser
-		}
+		r := cmp.Or(e.StopReason, api.ReasonUser)
 		return EnvAction{Stop: true, Reason: r, Quiet: quiet, Due: "stop: " + string(r) + " (interrupted)"}
 	}
 	stop := func(r api.StopReason, why string) EnvAction {

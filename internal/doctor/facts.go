@@ -150,12 +150,7 @@ type StorageRoot struct {
 // UserSubvolRmAllowed reports the btrfs mount option that lets a non-root
 // owner destroy subvolumes.
 func (s StorageRoot) UserSubvolRmAllowed() bool {
-	for _, o := range s.SuperOpts {
-		if o == "user_subvol_rm_allowed" {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(s.SuperOpts, "user_subvol_rm_allowed")
 }
 
 // UnitFacts describe installed support units.

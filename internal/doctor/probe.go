@@ -62,9 +62,7 @@ func RunProbes(ctx context.Context, f *Facts, n Needs) []Check {
 func probeFail(c Check, what string, err error) Check {
 	c.Status = Missing
 	c.Detail = what + ": " + err.Error()
-	if c.Missing == "" {
-		c.Missing = what
-	}
+	c.Missing = cmp.Or(c.Missing, what)
 	return c
 }
 

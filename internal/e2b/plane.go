@@ -8,6 +8,7 @@ package e2b
 // (decision 137).
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -15,11 +16,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -458,9 +461,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k Key) error {
 	if err := q.refusals(); err != nil {
 		return err
 	}
-	if q.TemplateID == "" {
-		q.TemplateID = BaseTemplate
-	}
+	q.TemplateID = cmp.Or(q.TemplateID, BaseTemplate)
 	ttl, err := timeoutOf(q.Timeout)
 	if err != nil {
 		return err
@@ -485,14 +486,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k Key) error {
 	if sp.Labels == nil {
 		sp.Labels = map[string]string{}
 	}
-	for k := range sp.Labels {
-		if strings.HasPrefix(k, "e2b.") {
-			delete(sp.Labels, k) // the front's own labels are its to set
-		}
-	}
-	for lk, v := range labels {
-		sp.Labels[lk] = v
-	}
+	// The front's own labels are its to set.
+	maps.DeleteFunc(sp.Labels, func(k, _ string) bool { return strings.HasPrefix(k, "e2b.") })
+	maps.Copy(sp.Labels, labels)
 	sp.Labels[LabelSandbox], sp.Labels[LabelKey], sp.Labels[LabelTmpl] = id, k.Name, q.TemplateID
 	if q.AutoPause != nil && *q.AutoPause {
 		sp.Labels[LabelAutoPause] = "true"
@@ -504,9 +500,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k Key) error {
 		if sp.Env == nil {
 			sp.Env = map[string]string{}
 		}
-		for name, v := range q.EnvVars {
-			sp.Env[name] = v
-		}
+		maps.Copy(sp.Env, q.EnvVars)
 	}
 	sp.Lifetime.MaxRuntime, sp.Lifetime.UntilStopped = spec.Duration(ttl), false
 	sp.Lifetime.OwnerExit = spec.OwnerExitDetach
@@ -806,13 +800,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, k Key, v2 bool) er
 		return nil
 	}
 	if tok := q.Get("nextToken"); tok != "" {
-		i := -1
-		for j := range out {
-			if pageToken(out[j]) == tok {
-				i = j
-				break
-			}
-		}
+		i := slices.IndexFunc(out, func(a sandboxInfo) bool { return pageToken(a) == tok })
 		if i < 0 {
 			b, err := base64.RawURLEncoding.DecodeString(tok)
 			if err != nil || !strings.Contains(string(b), " ") {
@@ -824,15 +812,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, k Key, v2 bool) er
 			if err != nil {
 				return invalid("nextToken %q: give the x-next-token header of the previous page", tok)
 			}
-			for j := range out {
-				a := out[j]
-				after := a.StartedAt.Before(t) != asc && !a.StartedAt.Equal(t) || a.StartedAt.Equal(t) && a.SandboxID > id
-				if after {
-					i = j - 1
-					break
-				}
+			after := func(a sandboxInfo) bool {
+				return a.StartedAt.Before(t) != asc && !a.StartedAt.Equal(t) || a.StartedAt.Equal(t) && a.SandboxID > id
 			}
-			if i < 0 && len(out) > 0 {
+			if i = slices.IndexFunc(out, after) - 1; i < 0 {
 				i = len(out) - 1
 			}
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
-	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/planner"
 	"github.com/habemus-papadum/hostfork/internal/records"
 	"github.com/habemus-papadum/hostfork/internal/registry"
@@ -67,9 +67,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	store.EnsureConfig(root)
-	if opts.Exe == "" {
-		opts.Exe = "/proc/self/exe"
-	}
+	opts.Exe = cmp.Or(opts.Exe, "/proc/self/exe")
 	opts.Root = root
 	return &Engine{root: root, reg: records.New(reg, root), opts: opts, running: map[string]*Running{}, closed: make(chan struct{})}, nil
 }
@@ -177,17 +175,11 @@ func (e *Engine) Capabilities() Capabilities {
 }
 
 // newID returns a short random id: 10 characters of lowercase base32hex,
-// 5 random bits each from the kernel's generator, read with getrandom(2)
-// directly: crypto/rand's first call in a process sets up its generator
-// state, 40–70 µs of a short CLI call, where the system call takes a few.
-// A read of at most 256 bytes is never short once the kernel's pool is
-// ready (it blocks until then); crypto/rand stays the fallback.
+// 5 random bits each.
 func newID() string {
 	const alphabet = "0123456789abcdefghijklmnopqrstuv"
 	var b [10]byte
-	if !linux.FillRandom(b[:]) {
-		_, _ = rand.Read(b[:])
-	}
+	_, _ = rand.Read(b[:])
 	for i := range b {
 		b[i] = alphabet[b[i]&31]
 	}

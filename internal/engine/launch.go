@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -116,9 +118,7 @@ func (e *Engine) newLaunch(ctx context.Context, cs *CommandSpec) (*launch, error
 	if len(cs.Argv) == 0 || cs.Argv[0] == "" {
 		return nil, fmt.Errorf("empty command: give the program to run after --: %w", api.ErrInvalid)
 	}
-	if cs.Output == "" {
-		cs.Output = api.OutputFiles
-	}
+	cs.Output = cmp.Or(cs.Output, api.OutputFiles)
 	switch cs.Output {
 	case api.OutputFiles, api.OutputPipe, api.OutputInherit:
 	default:
@@ -170,16 +170,9 @@ func (l *launch) reserve(b *registry.Batch, env *api.Env, lh *limits.Host) {
 	id := newID()
 	dir := filepath.Join(env.RunDir, "commands", id)
 	labels := map[string]string{}
-	for k, v := range env.Labels {
-		labels[k] = v
-	}
-	for k, v := range cs.Labels {
-		labels[k] = v
-	}
-	purpose := cs.Purpose
-	if purpose == "" {
-		purpose = env.Purpose
-	}
+	maps.Copy(labels, env.Labels)
+	maps.Copy(labels, cs.Labels)
+	purpose := cmp.Or(cs.Purpose, env.Purpose)
 	rec := &api.Command{
 		ID: id, Env: env.ID, State: api.CommandReserved, CreatedAt: time.Now().UTC(),
 		Purpose: purpose, Labels: labels, Argv: cs.Argv, Cwd: cs.Cwd, Output: cs.Output, Dir: dir,
@@ -432,9 +425,7 @@ func (l *launch) startGuardian(env *api.Env, ss supervise.StartSpec, join bool) 
 	rec.State = api.CommandRunning
 	now := time.Now().UTC()
 	rec.StartedAt = &now
-	if notes := evidence.Unenforced(env); notes != "" {
-		rec.LimitsNote = notes
-	}
+	rec.LimitsNote = cmp.Or(evidence.Unenforced(env), rec.LimitsNote)
 	return nil
 }
 
@@ -574,9 +565,7 @@ func (l *launch) release(ctx context.Context, env *api.Env) (*Running, error) {
 		Foreground: cs.Foreground, DeadlineMono: l.deadlineMono, AutoStop: cs.AutoStop,
 		Session: cs.Session, TTYCols: cs.TTYCols, TTYRows: cs.TTYRows,
 	}
-	if cs.OwnerExit != "" {
-		cfg.OwnerExit = cs.OwnerExit
-	}
+	cfg.OwnerExit = cmp.Or(cs.OwnerExit, cfg.OwnerExit)
 	if l.deadlineMono > 0 {
 		cfg.RunDir = env.RunDir // a moved deadline (Extend) is there
 	}

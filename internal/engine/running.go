@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -309,10 +310,7 @@ func (r *Running) finish() {
 	var envNext *api.Env
 	var envFacts envFinish
 	if r.autoStop {
-		reason := obs.StopReason
-		if reason == "" {
-			reason = api.ReasonCompleted
-		}
+		reason := cmp.Or(obs.StopReason, api.ReasonCompleted)
 		envFacts = e.finishEnv(ctx, &r.env, reason, obs.ID)
 	}
 	var err error

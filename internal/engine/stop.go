@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,14 +39,7 @@ type StopOptions struct {
 }
 
 func (e *Engine) grace(env *api.Env, opts StopOptions) time.Duration {
-	g := opts.Grace
-	if g == 0 {
-		g = env.Grace.D()
-	}
-	if g < 0 {
-		g = 0
-	}
-	return g
+	return max(cmp.Or(opts.Grace, env.Grace.D()), 0)
 }
 
 // StopCommand stops one command tree: it tells the guardian the decided
@@ -78,9 +72,7 @@ func (e *Engine) StopCommand(ctx context.Context, id string, opts StopOptions) (
 }
 
 func (e *Engine) stopCommand(ctx context.Context, env *api.Env, c *api.Command, opts StopOptions) (*api.Command, error) {
-	if opts.Reason == "" {
-		opts.Reason = api.ReasonUser
-	}
+	opts.Reason = cmp.Or(opts.Reason, api.ReasonUser)
 	grace := e.grace(env, opts)
 	unlock, err := records.StopLock(ctx, c.Dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -403,9 +395,7 @@ func (f envFinish) next(cur *api.Env) *api.Env {
 	if f.evidence != nil {
 		n.LimitEvidence = f.evidence
 	}
-	if f.result != "" {
-		n.ManagerResult = f.result
-	}
+	n.ManagerResult = cmp.Or(f.result, n.ManagerResult)
 	return &n
 }
 
@@ -421,9 +411,7 @@ func (e *Engine) StopEnv(ctx context.Context, id string, opts StopOptions) (*api
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
-	if opts.Reason == "" {
-		opts.Reason = api.ReasonUser
-	}
+	opts.Reason = cmp.Or(opts.Reason, api.ReasonUser)
 	env, err := e.reg.Env(ctx, id)
 	if err != nil {
 		return nil, err
@@ -458,9 +446,7 @@ func (e *Engine) StopEnv(ctx context.Context, id string, opts StopOptions) (*api
 // stopEnvLocked is StopEnv with the environment's lock held.
 func (e *Engine) stopEnvLocked(ctx context.Context, env *api.Env, opts StopOptions) (*api.Env, error) {
 	id := env.ID
-	if opts.Reason == "" {
-		opts.Reason = api.ReasonUser
-	}
+	opts.Reason = cmp.Or(opts.Reason, api.ReasonUser)
 	if env.State.Final() {
 		return env, nil
 	}

@@ -9,10 +9,12 @@
 package fork
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -99,19 +101,13 @@ func Fork(ctx context.Context, reg *records.Records, e Engine, id string, o Opti
 		return nil, fmt.Errorf("fork: reading the parent's spec: %w", err)
 	}
 	labels := map[string]string{}
-	for k, v := range s.Labels {
-		labels[k] = v
-	}
-	for k, v := range o.Labels {
-		labels[k] = v
-	}
+	maps.Copy(labels, s.Labels)
+	maps.Copy(labels, o.Labels)
 	s.Labels = labels
 	if o.TTL > 0 {
 		s.Lifetime.MaxRuntime, s.Lifetime.UntilStopped = spec.Duration(o.TTL), false
 	}
-	if o.OwnerExit != "" {
-		s.Lifetime.OwnerExit = o.OwnerExit
-	}
+	s.Lifetime.OwnerExit = cmp.Or(o.OwnerExit, s.Lifetime.OwnerExit)
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("fork: the children's spec (the parent's, with the fork's options): %w", err)
 	}

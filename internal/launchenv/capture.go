@@ -3,6 +3,7 @@ package launchenv
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -374,9 +375,7 @@ func HostShell(ctx context.Context, o HostShellOptions) (*Snapshot, error) {
 		return nil, fmt.Errorf("%v: %w", err, ErrCapture)
 	}
 	shell, _ := LoginShell(acct)
-	if o.MaxAge == 0 {
-		o.MaxAge = DefaultMaxAge
-	}
+	o.MaxAge = cmp.Or(o.MaxAge, DefaultMaxAge)
 	if o.CacheDir != "" && !o.Refresh {
 		if s, err := LoadCache(o.CacheDir); err == nil && s != nil {
 			if ok, _ := Fresh(s, shell, acct, time.Now(), o.MaxAge, ModTimes(StartupFiles(acct.Home, shell))); ok {

@@ -1,6 +1,7 @@
 package launchenv
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -54,13 +55,7 @@ func CommandEnv(ctx context.Context, cacheDir string, envSpec json.RawMessage, c
 		}
 		return env, "", "", keys, nil
 	}
-	policy = cs.EnvPolicy
-	if policy == "" {
-		policy = launch.EnvPolicy
-	}
-	if policy == "" {
-		policy = spec.EnvInherit
-	}
+	policy = cmp.Or(cs.EnvPolicy, launch.EnvPolicy, spec.EnvInherit)
 	if !spec.ValidEnvPolicy(policy) {
 		return nil, "", "", nil, fmt.Errorf("environment policy %q: use inherit, clean, host-shell or toolchain: %w", policy, api.ErrInvalid)
 	}

@@ -1,6 +1,7 @@
 package launchenv
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,9 +50,7 @@ func LookPath(argv0 string, env []string) (string, error) {
 		return argv0, nil
 	}
 	for _, dir := range filepath.SplitList(pathOf(env)) {
-		if dir == "" {
-			dir = "."
-		}
+		dir = cmp.Or(dir, ".")
 		p := filepath.Join(dir, argv0)
 		st, err := os.Stat(p)
 		if err != nil || st.IsDir() {

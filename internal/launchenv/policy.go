@@ -3,7 +3,8 @@ package launchenv
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/habemus-papadum/hostfork/spec"
@@ -47,15 +48,7 @@ var gitRedirections = []string{
 
 // IsGitRedirection reports whether the variable named k redirects Git.
 func IsGitRedirection(k string) bool {
-	if strings.HasPrefix(k, "GIT_CONFIG") {
-		return true
-	}
-	for _, g := range gitRedirections {
-		if k == g {
-			return true
-		}
-	}
-	return false
+	return strings.HasPrefix(k, "GIT_CONFIG") || slices.Contains(gitRedirections, k)
 }
 
 // Account is the user the command runs as, as the password database
@@ -178,11 +171,7 @@ func clean(inherited []string, acct Account) *envList {
 // ExplicitFromMap turns a spec's env map into K=V entries in key order, so
 // the result does not depend on map iteration.
 func ExplicitFromMap(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(m))
 	out := make([]string, 0, len(keys))
 	for _, k := range keys {
 		out = append(out, k+"="+m[k])

@@ -215,16 +215,6 @@ const (
 	Gone
 )
 
-func (l Liveness) String() string {
-	switch l {
-	case Alive:
-		return "alive"
-	case Gone:
-		return "gone"
-	}
-	return "unverified"
-}
-
 // Assess checks a recorded identity against the running system. A record
 // from another boot is Gone without looking at any PID.
 func Assess(id Identity) Liveness {

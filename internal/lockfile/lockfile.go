@@ -21,8 +21,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrBusy reports a lock another process holds, when the caller would not
-// (TryAcquire) or could no longer (its context ended) wait.
+// ErrBusy reports a lock another process holds, when the caller could no
+// longer wait (its context ended).
 var ErrBusy = errors.New("held by another process")
 
 // Lock is a held lock.
@@ -47,13 +47,6 @@ func Acquire(ctx context.Context, path string) (*Lock, error) {
 		return nil, err
 	}
 	return Take(ctx, f)
-}
-
-// TryAcquire takes the lock on path only if it is free now.
-func TryAcquire(path string) (*Lock, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return Acquire(ctx, path)
 }
 
 // Take takes the lock on the open file f (a lock file from Open, or a

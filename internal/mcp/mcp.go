@@ -15,6 +15,7 @@ package mcp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -64,9 +65,7 @@ func NewServer(h *hostfork.Host, o Options) *sdk.Server {
 	if o.ExitCode == nil {
 		o.ExitCode = func(error) int { return 125 }
 	}
-	if o.Version == "" {
-		o.Version = "unknown"
-	}
+	o.Version = cmp.Or(o.Version, "unknown")
 	t := &tools{h: h, o: o}
 	s := sdk.NewServer(&sdk.Implementation{Name: "hostfork", Version: o.Version}, &sdk.ServerOptions{
 		Instructions: "hostfork runs commands as owned, bounded process trees in environments on this host, with durable records and logs. " +
@@ -524,17 +523,8 @@ func sliceOf(buf []byte, off int64, more bool) (sl slice, cut bool) {
 func (t *tools) logs(ctx context.Context, a logsArgs) (any, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	n := a.Length
-	if n <= 0 {
-		n = defaultLogLength
-	}
-	if n > maxLogLength {
-		n = maxLogLength
-	}
-	stream := a.Stream
-	if stream == "" {
-		stream = "stdout"
-	}
+	n := readLength(a.Length)
+	stream := cmp.Or(a.Stream, "stdout")
 	if a.Tail < 0 || (a.Tail > 0 && a.Offset > 0) {
 		return nil, fmt.Errorf("tail is a number of lines and excludes offset: %w", api.ErrInvalid)
 	}
@@ -565,6 +555,15 @@ func (t *tools) logs(ctx context.Context, a logsArgs) (any, error) {
 	}
 	sl, cut := sliceOf(buf[:got], a.Offset, true)
 	return logsResult{Command: cmd.ID(), Stream: stream, slice: sl, Ended: rec.Final() && got < n && !cut, State: rec.Liveness}, nil
+}
+
+// readLength is the bytes a read returns at most: length, else the
+// default, never more than maxLogLength.
+func readLength(length int) int {
+	if length <= 0 {
+		return defaultLogLength
+	}
+	return min(length, maxLogLength)
 }
 
 // validPrefix is the length of the longest prefix of b that is valid
@@ -776,11 +775,7 @@ type readFileResult struct {
 func (t *tools) readFile(ctx context.Context, a readFileArgs) (any, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	n := a.Length
-	if n <= 0 {
-		n = defaultLogLength
-	}
-	n = min(n, maxLogLength)
+	n := readLength(a.Length)
 	f, err := t.h.ReadFile(ctx, a.Env, a.Path)
 	if err != nil {
 		return nil, err
@@ -844,14 +839,8 @@ type listDirArgs struct {
 func (t *tools) listDir(ctx context.Context, a listDirArgs) (any, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	depth := a.Depth
-	if depth == 0 {
-		depth = 1
-	}
-	if depth < 0 {
-		depth = 0
-	}
-	return t.h.ReadDir(ctx, a.Env, a.Path, depth)
+	// No depth lists the entries (1); a negative one the whole tree (ReadDir's 0).
+	return t.h.ReadDir(ctx, a.Env, a.Path, max(cmp.Or(a.Depth, 1), 0))
 }
 
 type exportArgs struct {
@@ -880,9 +869,7 @@ func (t *tools) fork(ctx context.Context, a forkArgs) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if a.Count == 0 {
-		a.Count = 1
-	}
+	a.Count = cmp.Or(a.Count, 1)
 	ctx, cancel := bounded(context.WithoutCancel(ctx))
 	defer cancel()
 	recs, err := t.h.Fork(ctx, a.Env, hostfork.ForkOptions{Count: a.Count, Labels: a.Labels, TTL: ttl, OwnerExit: spec.OwnerExitDetach})

@@ -1,13 +1,14 @@
 package planner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -196,11 +197,7 @@ func (e *Planner) PlanView(ctx context.Context, p *spec.Plan) (map[string]*Sourc
 	if !anyShared(mounts) {
 		p.Notes = append(p.Notes, "the host's mounts are all private here, so the view can't follow them: a filesystem the host mounts or unmounts later is not seen by the view, and one the view still covers stays busy on the host until the environment stops ('mount --make-rshared /' changes that; see 'hostfork doctor')")
 	}
-	names := make([]string, 0, len(s.Trees))
-	for n := range s.Trees {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(s.Trees))
 	targetOf := map[string]string{}
 	for _, r := range res.Rules {
 		if r.Tree != "" {
@@ -266,12 +263,7 @@ func resolveTarget(p string, allowUntrusted bool) (plan.Resolved, error) {
 // anyShared reports whether any of the host's mounts has shared
 // propagation.
 func anyShared(mounts []view.MountEntry) bool {
-	for _, m := range mounts {
-		if m.Shared {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(mounts, func(m view.MountEntry) bool { return m.Shared })
 }
 
 // planTree checks one tree against the host and the registered baselines.
@@ -319,9 +311,7 @@ func (e *Planner) planTree(ctx context.Context, p *spec.Plan, t *spec.PlannedTre
 		if err != nil {
 			return nil, fmt.Errorf("tree %s: %w: %w", t.Name, err, api.ErrInvalid)
 		}
-		if ref == "" {
-			ref = "HEAD"
-		}
+		ref = cmp.Or(ref, "HEAD")
 		t.Ref, t.Commit = ref, commit
 		t.Consistency = "git worktree at " + ref + " (" + commit + ") on a new branch hostfork/ENV/" + t.Name + "; the repository's .git is written only by git's worktree and branch commands; stop keeps it, gc removes it (not when dirty) and keeps the branch"
 	}

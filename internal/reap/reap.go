@@ -2,6 +2,7 @@ package reap
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -142,10 +143,7 @@ func (e *Reaper) reapEnv(ctx context.Context, env *api.Env, rep *api.ReapReport)
 		// progress.
 		dec := records.ReadDecision(filepath.Join(c.Dir, "stop-decision"))
 		if !c.Final() && (c.StopReason != "" || dec != "") && c.Guardian != nil && c.Guardian.BootID == boot && stopIdle(c.Dir) {
-			reason := c.StopReason
-			if reason == "" {
-				reason = dec
-			}
+			reason := cmp.Or(c.StopReason, dec)
 			err := e.eng.StopCommand(ctx, env, c, reason)
 			reportStop(rep, env.ID, c.ID, "completed-stop", string(reason), err)
 		} else if c.Final() && dec != "" {

@@ -149,13 +149,11 @@ func (d *DB) Events(ctx context.Context, since int64, limit int) ([]api.Event, e
 	for rows.Next() {
 		var e api.Event
 		var rec, at int64
-		var kind, reason string
 		var code, sig sql.NullInt64
-		if err := rows.Scan(&e.Seq, &rec, &at, &kind, &e.Env, &e.Command, &reason, &code, &sig, &e.Detail); err != nil {
+		if err := rows.Scan(&e.Seq, &rec, &at, &e.Kind, &e.Env, &e.Command, &e.Reason, &code, &sig, &e.Detail); err != nil {
 			return nil, err
 		}
 		e.RecordedAt, e.At = time.Unix(0, rec).UTC(), time.Unix(0, at).UTC()
-		e.Kind, e.Reason = api.EventKind(kind), api.StopReason(reason)
 		e.ExitCode, e.Signal = nullInt(code), nullInt(sig)
 		out = append(out, e)
 	}
@@ -182,11 +180,9 @@ func (d *DB) EventCounts(ctx context.Context) ([]api.EventCount, error) {
 	var out []api.EventCount
 	for rows.Next() {
 		var c api.EventCount
-		var kind, reason string
-		if err := rows.Scan(&kind, &reason, &c.Count); err != nil {
+		if err := rows.Scan(&c.Kind, &c.Reason, &c.Count); err != nil {
 			return nil, err
 		}
-		c.Kind, c.Reason = api.EventKind(kind), api.StopReason(reason)
 		out = append(out, c)
 	}
 	return out, rows.Err()

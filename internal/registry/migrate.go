@@ -5,7 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -149,12 +150,7 @@ func commandFromV2(o *v2Command) *api.Command {
 	}
 	if len(o.Capture) > 0 {
 		c.Capture = map[string]api.StreamCapture{}
-		keys := make([]string, 0, len(o.Capture))
-		for k := range o.Capture {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(o.Capture)) {
 			v := o.Capture[k]
 			c.Capture[k] = api.StreamCapture{State: v.State, Bytes: v.Bytes, Error: v.Error}
 		}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/habemus-papadum/hostfork/api"
+	"github.com/habemus-papadum/hostfork/internal/lockfile"
 )
 
 // Sentinel errors; compare with errors.Is. They wrap the api sentinels of
@@ -84,11 +85,11 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	// without waiting, in some of its steps.
 	held := false
 	if _, err := os.Lstat(path + "-wal"); errors.Is(err, os.ErrNotExist) {
-		unlock, err := lockFile(filepath.Join(root, "registry.lock"))
+		l, err := lockfile.Acquire(ctx, filepath.Join(root, "registry.lock"))
 		if err != nil {
 			return nil, err
 		}
-		defer unlock()
+		defer l.Release()
 		held = true
 	}
 	if err := ensurePrivate(path); err != nil {
@@ -111,10 +112,10 @@ func Open(ctx context.Context, root string) (*DB, error) {
 	sdb.SetMaxIdleConns(4)
 	sdb.SetConnMaxIdleTime(0)
 	lockPath := filepath.Join(root, "registry.lock")
-	writers, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	writers, err := lockfile.Open(lockPath)
 	if err != nil {
 		sdb.Close()
-		return nil, fmt.Errorf("opening registry lock: %w", err)
+		return nil, err
 	}
 	d := &DB{db: sdb, path: path, writing: make(chan struct{}, 1), writers: writers, lockPath: lockPath}
 	if err := d.migrate(ctx, root, held); err != nil {
@@ -342,25 +343,6 @@ func (d *DB) Version(ctx context.Context) (int, error) {
 	return v, err
 }
 
-// lockFile takes an exclusive flock on path (created 0600), waiting.
-func lockFile(path string) (func(), error) {
-	lock, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("opening registry lock: %w", err)
-	}
-	for {
-		err = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("locking registry: %w", err)
-	}
-	return func() { lock.Close() }, nil
-}
-
 // checkVersion refuses a schema this hostfork can't read: a newer one, or
 // a negative one (no hostfork writes it: the file is damaged or not ours).
 func checkVersion(path string, v int) error {
@@ -388,11 +370,11 @@ func (d *DB) migrate(ctx context.Context, root string, locked bool) error {
 		}
 	}
 	if !locked {
-		unlock, err := lockFile(filepath.Join(root, "registry.lock"))
+		l, err := lockfile.Acquire(ctx, filepath.Join(root, "registry.lock"))
 		if err != nil {
 			return err
 		}
-		defer unlock()
+		defer l.Release()
 	}
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {

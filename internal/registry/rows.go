@@ -42,16 +42,8 @@ var (
 	}()
 )
 
-func placeholders(n int) string {
-	s := make([]byte, 0, 2*n)
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			s = append(s, ',')
-		}
-		s = append(s, '?')
-	}
-	return string(s)
-}
+// placeholders is "?,?,…" for n values.
+func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
 
 func nsOf(t *time.Time) any {
 	if t == nil {

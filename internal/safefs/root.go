@@ -1,6 +1,7 @@
 package safefs
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -281,9 +282,7 @@ func (r *Root) WriteFile(name string, src io.Reader, perm os.FileMode) (Entry, e
 	case err != nil && err != unix.ENOENT:
 		return Entry{}, pathErr("stat", name, err)
 	}
-	if perm == 0 {
-		perm = 0o644
-	}
+	perm = cmp.Or(perm, 0o644)
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := "." + base + ".hostfork-" + hex.EncodeToString(rnd[:])

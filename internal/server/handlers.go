@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,6 +33,20 @@ func (s *Server) version(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, fmt.Errorf("no version information: %w", hostfork.ErrUnsupported)
 	}
 	return s.cfg.Version(), nil
+}
+
+// count reads a query parameter that counts from 0 (absent: def); what
+// says what it counts, for the message that names the fix.
+func count(r *http.Request, name string, def int64, what string) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, invalid("%s %q: give %s (0 or more)", name, v, what)
+	}
+	return n, nil
 }
 
 // flag reads a boolean query parameter: absent is def; 1/true/0/false.
@@ -185,7 +200,13 @@ func (s *Server) createEnv(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	rec, _, err := s.h.Status(ctx, env.ID())
+	return s.created(ctx, w, r, env.ID())
+}
+
+// created answers the record of the environment id just made, with its
+// Location.
+func (s *Server) created(ctx context.Context, w http.ResponseWriter, r *http.Request, id string) (any, error) {
+	rec, _, err := s.h.Status(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -415,12 +436,9 @@ func (s *Server) waitCommand(w http.ResponseWriter, r *http.Request) (any, error
 		}
 		o.For = re
 	}
-	if v := q.Get("since"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return nil, invalid("since %q: give a byte offset (0 or more)", v)
-		}
-		o.Since = n
+	var err error
+	if o.Since, err = count(r, "since", 0, "a byte offset"); err != nil {
+		return nil, err
 	}
 	var timeout time.Duration
 	for name, d := range map[string]*time.Duration{"stalled": &o.Stalled, "timeout": &timeout} {
@@ -533,12 +551,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) (any, error) {
 	if o.Stream != "" && o.Stream != "stdout" && o.Stream != "stderr" {
 		return nil, invalid("stream %q: use stdout or stderr", o.Stream)
 	}
-	if v := q.Get("offset"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return nil, invalid("offset %q: give a byte offset (0 or more)", v)
-		}
-		o.Offset = n
+	var err error
+	if o.Offset, err = count(r, "offset", 0, "a byte offset"); err != nil {
+		return nil, err
 	}
 	if v := q.Get("tail"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -550,7 +565,6 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) (any, error) {
 		}
 		o.Tail = n
 	}
-	var err error
 	if o.Follow, err = flag(r, "follow", false); err != nil {
 		return nil, err
 	}
@@ -653,13 +667,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) (any, error) {
 // events streams the event log as NDJSON, one event per line, flushed per
 // event; it follows unless follow=0.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) (any, error) {
-	var since int64
-	if v := r.URL.Query().Get("since"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return nil, invalid("since %q: give the last sequence seen (0 or more)", v)
-		}
-		since = n
+	since, err := count(r, "since", 0, "the last sequence seen")
+	if err != nil {
+		return nil, err
 	}
 	follow, err := flag(r, "follow", true)
 	if err != nil {
@@ -794,16 +804,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	s.launches.Observe(time.Since(start).Seconds())
-	rec, _, err := s.h.Status(ctx, env.ID())
-	if err != nil {
-		return nil, err
-	}
-	e, err := redact(r, *rec)
-	if err != nil {
-		return nil, err
-	}
-	w.Header().Set("Location", "/v1/envs/"+e.ID)
-	return e, nil
+	return s.created(ctx, w, r, env.ID())
 }
 
 // setsPath reports whether a request may give its command another PATH
@@ -812,12 +813,7 @@ func setsPath(req *client.CommandRequest) bool {
 	if req.EnvPolicy != "" && req.EnvPolicy != spec.EnvInherit {
 		return true
 	}
-	for _, kv := range req.Env {
-		if strings.HasPrefix(kv, "PATH=") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(req.Env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") })
 }
 
 func (s *Server) btrfsSizes(w http.ResponseWriter, r *http.Request) (any, error) {

@@ -1,13 +1,15 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -135,11 +137,7 @@ func envInfoLabels(envs []hostfork.EnvRecord) (names, keys []string) {
 			all[k] = true
 		}
 	}
-	sorted := make([]string, 0, len(all))
-	for k := range all {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
+	sorted := slices.Sorted(maps.Keys(all))
 	seen := map[string]bool{}
 	for _, k := range sorted {
 		n := "label_" + strings.Map(func(r rune) rune {
@@ -212,10 +210,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			case api.EventOOM:
 				oom += n.Count
 			case api.EventCommandTreeExit:
-				r := string(n.Reason)
-				if r == "" {
-					r = "none"
-				}
+				r := cmp.Or(string(n.Reason), "none")
 				finished[r] += n.Count
 			}
 		}

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"encoding"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -58,10 +60,7 @@ func (s *Server) OpenAPI() map[string]any {
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
 				"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(rt.body))}}}
 		}
-		ct := rt.contentType
-		if ct == "" {
-			ct = "application/json"
-		}
+		ct := cmp.Or(rt.contentType, "application/json")
 		// The media type without its parameters: clients match it against
 		// what the server negotiates (Prometheus' text format adds its
 		// version, charset and escaping).
@@ -203,9 +202,7 @@ func nullable(s map[string]any) map[string]any {
 		return s // any JSON value, null included
 	}
 	out := map[string]any{}
-	for k, v := range s {
-		out[k] = v
-	}
+	maps.Copy(out, s)
 	out["type"] = []any{typ, "null"}
 	if enum, ok := s["enum"].([]any); ok {
 		out["enum"] = append(append([]any{}, enum...), nil)
@@ -251,9 +248,7 @@ func (g *schemaGen) fields(t reflect.Type, props map[string]any, required *[]str
 		if !f.IsExported() {
 			continue
 		}
-		if name == "" {
-			name = f.Name
-		}
+		name = cmp.Or(name, f.Name)
 		omit := false
 		for _, o := range strings.Split(opts, ",") {
 			omit = omit || o == "omitempty" || o == "omitzero"

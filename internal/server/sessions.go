@@ -78,16 +78,11 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) (any, error) {
 // session outlives this connection and this server. Failures before the
 // upgrade (no session, a finished command) are ordinary error answers.
 func (s *Server) attach(w http.ResponseWriter, r *http.Request) (any, error) {
-	q := r.URL.Query()
-	o := hostfork.AttachOptions{Replay: hostfork.DefaultReplay}
-	if v := q.Get("replay"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return nil, invalid("replay %q: give a number of bytes (0 or more)", v)
-		}
-		o.Replay = n
-	}
+	var o hostfork.AttachOptions
 	var err error
+	if o.Replay, err = count(r, "replay", hostfork.DefaultReplay, "a number of bytes"); err != nil {
+		return nil, err
+	}
 	if o.NoStdin, err = flag(r, "no_stdin", false); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/habemus-papadum/hostfork"
@@ -149,12 +150,7 @@ func (o WebOptions) host(h string) bool {
 	if metricsHost(host) {
 		return true
 	}
-	for _, n := range o.Names {
-		if strings.EqualFold(n, host) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(o.Names, func(n string) bool { return strings.EqualFold(n, host) })
 }
 
 func (o WebOptions) valid(t string) bool {

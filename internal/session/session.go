@@ -105,9 +105,7 @@ func ReadFrame(r io.Reader, limit int, buf []byte) (Frame, error) {
 // the flags.
 func HelloPayload(replay int64, flags byte) []byte {
 	p := make([]byte, 9)
-	if replay < 0 {
-		replay = 0
-	}
+	replay = max(replay, 0)
 	binary.BigEndian.PutUint64(p, uint64(replay))
 	p[8] = flags
 	return p
@@ -140,15 +138,6 @@ func ParseSkip(p []byte) (int64, error) {
 		return 0, fmt.Errorf("session: skip of %d bytes, want 8", len(p))
 	}
 	return int64(binary.BigEndian.Uint64(p)), nil
-}
-
-// ParseExit decodes an Exit payload: the leader's exit code (-1: it did
-// not exit) and the signal that killed it (0: none).
-func ParseExit(p []byte) (code, signal int, err error) {
-	if len(p) != 8 {
-		return 0, 0, fmt.Errorf("session: exit of %d bytes, want 8", len(p))
-	}
-	return int(int32(binary.BigEndian.Uint32(p))), int(int32(binary.BigEndian.Uint32(p[4:]))), nil
 }
 
 // Conn is a connection to a session's guardian.

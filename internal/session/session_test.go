@@ -35,8 +35,6 @@ func FuzzReadFrame(f *testing.F) {
 				_, _ = ParseWelcome(fr.Payload)
 			case Skip:
 				_, _ = ParseSkip(fr.Payload)
-			case Exit:
-				_, _, _ = ParseExit(fr.Payload)
 			}
 		}
 		if !bytes.HasPrefix(b, out) {
@@ -53,10 +51,6 @@ func TestCodec(t *testing.T) {
 	got, err := ParseWelcome(w)
 	if err != nil || got != (Welcomed{KindTTY, 256, 512}) {
 		t.Fatalf("welcome %+v %v", got, err)
-	}
-	code, sig, err := ParseExit([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 9})
-	if err != nil || code != -1 || sig != 9 {
-		t.Fatalf("exit %d %d %v", code, sig, err)
 	}
 	if _, err := ReadFrame(bytes.NewReader([]byte{'d', 0, 1, 0, 0}), MaxClientPayload, nil); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("a 64 KiB client frame: %v", err)

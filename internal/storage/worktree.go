@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,9 +88,7 @@ func GitRepository(ctx context.Context, dir, ref string) (commit string, err err
 	if r, err := filepath.EvalSymlinks(dir); err != nil || filepath.Clean(top) != r {
 		return "", fmt.Errorf("%s is inside the git repository %s, not its top; give %s: %w", dir, top, top, ErrNotGitRepository)
 	}
-	if ref == "" {
-		ref = "HEAD"
-	}
+	ref = cmp.Or(ref, "HEAD")
 	if strings.HasPrefix(ref, "-") {
 		return "", fmt.Errorf("ref %q must not begin with '-': %w", ref, ErrInvalidRequest)
 	}

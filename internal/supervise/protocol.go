@@ -394,13 +394,7 @@ func StopValue(reason api.StopReason, notice bool, grace time.Duration) int32 {
 	if notice {
 		v |= stopNotice
 	}
-	g := grace / (10 * time.Millisecond)
-	if g < 0 {
-		g = 0
-	}
-	if g > 1<<22-1 {
-		g = 1<<22 - 1
-	}
+	g := min(max(grace/(10*time.Millisecond), 0), 1<<22-1)
 	return v | int32(g)<<graceShift
 }
 

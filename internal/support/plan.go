@@ -1,6 +1,7 @@
 package support
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -270,10 +271,7 @@ func Build(cfg Config, host Host) (*Plan, error) {
 		p.Notes = append(p.Notes, fmt.Sprintf("%s is longer than a unix socket address allows (107 bytes): %s will fail to listen; choose a shorter store root", socket, u.ServeSocket))
 	}
 	if cfg.Mode == User {
-		name := cfg.UserName
-		if name == "" {
-			name = "$USER"
-		}
+		name := cmp.Or(cfg.UserName, "$USER")
 		switch {
 		case host.Linger != nil && *host.Linger:
 			p.Notes = append(p.Notes, "lingering is enabled for "+name+": the user manager, and this reaper, keep running after logout")

@@ -186,16 +186,6 @@ func Connect(ctx context.Context, bus Bus, opts Options) (*Conn, error) {
 	return c, nil
 }
 
-// Bus is the bus this Conn talks to.
-func (c *Conn) Bus() Bus { return c.bus }
-
-// Reconnects counts how often a broken connection was replaced.
-func (c *Conn) Reconnects() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.reconnects
-}
-
 // Close closes the connection. Units it created keep running; references
 // it held (ScopeOptions.Ref) are released by the manager.
 func (c *Conn) Close() error {

@@ -331,49 +331,6 @@ func (c *Conn) StopUnit(ctx context.Context, name string) (*UnitState, error) {
 	}
 }
 
-// Who selects the processes of a unit KillUnit signals.
-type Who = sd.Who
-
-// KillUnit targets: every process of the unit, its main or its control
-// process.
-const (
-	KillAll     = sd.All
-	KillMain    = sd.Main
-	KillControl = sd.Control
-)
-
-// KillUnit sends signal to processes of the unit, without stopping it.
-func (c *Conn) KillUnit(ctx context.Context, name string, who Who, signal int32) error {
-	err := c.call(ctx, true, func(ctx context.Context, l *link) error {
-		return l.sd.KillUnitWithTarget(ctx, name, who, signal)
-	})
-	if err != nil {
-		return fmt.Errorf("signalling %s: %w", name, err)
-	}
-	return nil
-}
-
-// Unref drops a reference taken by Ref or ScopeOptions.Ref, letting the
-// manager collect the unit once it ended.
-func (c *Conn) Unref(ctx context.Context, name string) error {
-	return c.unitMethod(ctx, name, "Unref")
-}
-
-func (c *Conn) unitMethod(ctx context.Context, name, method string) error {
-	err := c.call(ctx, true, func(ctx context.Context, l *link) error {
-		var path dbus.ObjectPath
-		mgr := l.raw.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
-		if err := mgr.CallWithContext(ctx, "org.freedesktop.systemd1.Manager.GetUnit", 0, name).Store(&path); err != nil {
-			return err
-		}
-		return l.raw.Object("org.freedesktop.systemd1", path).CallWithContext(ctx, "org.freedesktop.systemd1.Unit."+method, 0).Store()
-	})
-	if err != nil {
-		return fmt.Errorf("%s of %s: %w", strings.ToLower(method), name, err)
-	}
-	return nil
-}
-
 // MoveDeadline moves a running scope's deadline (Deadline) to
 // deadlineMono on the monotonic clock the manager shares with the caller:
 // RuntimeMaxUSec counts from the unit's activation, so it becomes

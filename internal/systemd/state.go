@@ -45,15 +45,6 @@ func (s *UnitState) Gone() bool { return s.LoadState != "" && s.LoadState != "lo
 // Ended reports a unit that is inactive or failed.
 func (s *UnitState) Ended() bool { return s.ActiveState == "inactive" || s.ActiveState == "failed" }
 
-// Ran reports the monotonic time from activation to deactivation, when both
-// are known.
-func (s *UnitState) Ran() (time.Duration, bool) {
-	if s.ActiveEnterMono == 0 || s.InactiveEnterMono < s.ActiveEnterMono {
-		return 0, false
-	}
-	return s.InactiveEnterMono - s.ActiveEnterMono, true
-}
-
 // State reads a unit's evidence. A unit the manager does not know is not an
 // error: its LoadState says "not-found".
 func (c *Conn) State(ctx context.Context, name string) (*UnitState, error) {

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"cmp"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +15,7 @@ import (
 // skips (fails under HOSTFORK_TEST_STRICT=1).
 func NPMTools(t testing.TB, need ...string) string {
 	t.Helper()
-	dir := os.Getenv("HOSTFORK_NPM_TOOLS")
-	if dir == "" {
-		dir = "/var/cache/hostfork-ci/npm"
-	}
+	dir := cmp.Or(os.Getenv("HOSTFORK_NPM_TOOLS"), "/var/cache/hostfork-ci/npm")
 	for _, p := range need {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", p)); err != nil {
 			Skip(t, p+" not installed under "+filepath.Join(dir, "node_modules")+" (bash .ci/run installs .ci/npm/package.json there)")

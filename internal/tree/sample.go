@@ -2,6 +2,7 @@ package tree
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,16 +60,7 @@ type reading struct {
 // Sample samples every target and returns one sample per target, in order.
 // Only ctx ending is an error; an unreadable tree is an incomplete sample.
 func (s Sampler) Sample(ctx context.Context, targets []SampleTarget) ([]api.Sample, error) {
-	gap, tol, slack := s.Gap, s.Tolerance, s.Slack
-	if gap == 0 {
-		gap = 2 * time.Millisecond
-	}
-	if tol == 0 {
-		tol = 0.05
-	}
-	if slack == 0 {
-		slack = 1 << 20
-	}
+	gap, tol, slack := cmp.Or(s.Gap, 2*time.Millisecond), cmp.Or(s.Tolerance, 0.05), cmp.Or(s.Slack, 1<<20)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sampling workload memory: %w", err)
 	}

@@ -3,10 +3,11 @@ package usage
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,12 +68,11 @@ func (e *Meter) Usage(ctx context.Context) (*api.Usage, error) {
 		if err != nil {
 			return nil
 		}
-		key := p
-		if pu, ok := pools[key]; ok {
+		if pu, ok := pools[p]; ok {
 			return pu
 		}
 		pu := &api.PoolUsage{Path: p, FSType: storage.FSName(fs.Type), TotalBytes: fs.TotalBytes, FreeBytes: fs.FreeBytes}
-		pools[key] = pu
+		pools[p] = pu
 		return pu
 	}
 	addPool(e.root)
@@ -113,16 +113,13 @@ func (e *Meter) Usage(ctx context.Context) (*api.Usage, error) {
 		if env.State.Final() && env.StoppedAt != nil {
 			keepTrees, keepEvidence := retention.RetentionFor(env, cfg, retention.GCOptions{})
 			age := time.Since(*env.StoppedAt)
-			due := (allocated > 0 && age >= keepTrees) || age >= keepEvidence
-			if due {
+			if (allocated > 0 && age >= keepTrees) || age >= keepEvidence { // due
 				u.CleanupBacklog++
 				over := age - keepEvidence
-				if allocated > 0 && age-keepTrees > over {
-					over = age - keepTrees
+				if allocated > 0 {
+					over = max(over, age-keepTrees)
 				}
-				if over > oldest {
-					oldest = over
-				}
+				oldest = max(oldest, over)
 			}
 		}
 	}
@@ -161,10 +158,9 @@ func (e *Meter) Usage(ctx context.Context) (*api.Usage, error) {
 			u.PendingIntents++
 		}
 	}
-	for _, p := range pools {
-		u.Pools = append(u.Pools, *p)
+	for _, p := range slices.Sorted(maps.Keys(pools)) {
+		u.Pools = append(u.Pools, *pools[p])
 	}
-	sort.Slice(u.Pools, func(i, j int) bool { return u.Pools[i].Path < u.Pools[j].Path })
 	u.PendingReclamation = "none known"
 	if deletedSnapshots > 0 {
 		u.PendingReclamation = "btrfs snapshots deleted in the last day may still be freeing space in the background (acknowledged, not measured)"

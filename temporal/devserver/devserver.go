@@ -14,10 +14,12 @@
 package devserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -107,15 +109,11 @@ func defaultDynamicConfig() map[dynamicconfig.Key]any {
 // for the namespace. ctx bounds the start (schema setup, service start and
 // the readiness wait); it does not bound the server's life: call Stop.
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	if opts.Host == "" {
-		opts.Host = DefaultHost
-	}
+	opts.Host = cmp.Or(opts.Host, DefaultHost)
 	if net.ParseIP(opts.Host) == nil {
 		return nil, fmt.Errorf("devserver: host %q is not an IP address", opts.Host)
 	}
-	if opts.Namespace == "" {
-		opts.Namespace = DefaultNamespace
-	}
+	opts.Namespace = cmp.Or(opts.Namespace, DefaultNamespace)
 	if opts.Port == 0 {
 		p, err := freePort(opts.Host)
 		if err != nil {
@@ -148,9 +146,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("devserver: claim mapper: %w", err)
 	}
 	dyn := dynamicconfig.StaticClient{}
-	for k, v := range defaultDynamicConfig() {
-		dyn[k] = v
-	}
+	maps.Copy(dyn, defaultDynamicConfig())
 	for k, v := range opts.DynamicConfig {
 		dyn[dynamicconfig.MakeKey(k)] = v
 	}

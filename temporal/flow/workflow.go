@@ -3,7 +3,8 @@ package flow
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -426,12 +427,7 @@ func (r *runner) abandon(placed *CreateResult, idx int) {
 }
 
 func (r *runner) exports(placed *CreateResult) (string, error) {
-	trees := make([]string, 0, len(r.req.Export))
-	for t := range r.req.Export {
-		trees = append(trees, t)
-	}
-	sort.Strings(trees) // deterministic order: this is workflow code
-	for _, t := range trees {
+	for _, t := range slices.Sorted(maps.Keys(r.req.Export)) { // deterministic order: this is workflow code
 		actx := r.nodeOptions(r.ctx, placed, time.Hour, 3)
 		var out api.ExportResult
 		err := workflow.ExecuteActivity(actx, ActivityExport, ExportRequest{Env: placed.Env, Tree: t, Dest: r.req.Export[t]}).Get(r.ctx, &out)

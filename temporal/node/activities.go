@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -109,9 +110,7 @@ func (a *Activities) Create(ctx context.Context, req flow.CreateRequest) (*flow.
 	}
 	l.OwnerExit = api.OwnerExitStop
 	labels := make(map[string]string, len(s.Labels)+3)
-	for k, v := range s.Labels {
-		labels[k] = v
-	}
+	maps.Copy(labels, s.Labels)
 	labels[flow.LabelCreate] = key
 	labels[flow.LabelWorkflow] = activity.GetInfo(ctx).WorkflowExecution.ID
 	labels[flow.LabelNode] = a.node
@@ -293,9 +292,7 @@ func (a *Activities) startOrReattach(ctx context.Context, req flow.ExecRequest, 
 	cmd := env.Command(c.Argv...)
 	cmd.Cwd, cmd.EnvPolicy, cmd.EnvSet, cmd.Purpose = c.Cwd, c.EnvPolicy, c.EnvSet, c.Purpose
 	cmd.Labels = make(map[string]string, len(c.Labels)+1)
-	for k, v := range c.Labels {
-		cmd.Labels[k] = v
-	}
+	maps.Copy(cmd.Labels, c.Labels)
 	cmd.Labels[flow.LabelExec] = key
 	cmd.Timeout = c.Timeout.D()
 	cmd.Output = hostfork.OutputFiles

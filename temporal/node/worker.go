@@ -68,9 +68,7 @@ func (o Options) withDefaults() Options {
 	if o.MaxTTL <= 0 {
 		o.MaxTTL = DefaultMaxTTL
 	}
-	if o.DefaultTTL > o.MaxTTL {
-		o.DefaultTTL = o.MaxTTL
-	}
+	o.DefaultTTL = min(o.DefaultTTL, o.MaxTTL)
 	if o.ReapInterval <= 0 {
 		o.ReapInterval = DefaultReapInterval
 	}

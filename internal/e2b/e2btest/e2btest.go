@@ -10,6 +10,7 @@ package e2btest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -70,9 +71,7 @@ func Start(t testing.TB, o Options) *Front {
 	t.Helper()
 	npm := testutil.NPMTools(t, SDK+"/package.json", OldSDK+"/package.json")
 	env := servertest.New(t)
-	if o.Bin != "" {
-		env.Bin = o.Bin
-	}
+	env.Bin = cmp.Or(o.Bin, env.Bin)
 	f := &Front{Env: env, NPM: npm, Keys: map[string]string{"alice": randomKey(t), "bob": randomKey(t)}}
 	f.KeysFile = filepath.Join(env.Dir, "e2b-keys")
 	var b strings.Builder
@@ -151,9 +150,7 @@ func (f *Front) Node(t testing.TB, r Run) string {
 
 // NodeErr runs a script like Node and returns its outputs and error.
 func (f *Front) NodeErr(r Run) (stdout, stderr string, err error) {
-	if r.Timeout == 0 {
-		r.Timeout = 3 * time.Minute
-	}
+	r.Timeout = cmp.Or(r.Timeout, 3*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), r.Timeout)
 	defer cancel()
 	cmd, err := f.NodeCmd(ctx, r)
@@ -170,16 +167,10 @@ func (f *Front) NodeErr(r Run) (stdout, stderr string, err error) {
 // front, for a caller that talks to it while it runs (r.Timeout is not
 // used: ctx bounds it).
 func (f *Front) NodeCmd(ctx context.Context, r Run) (*exec.Cmd, error) {
-	if r.SDK == "" {
-		r.SDK = SDK
-	}
-	if r.Key == "" {
-		r.Key = "alice"
-	}
+	r.SDK = cmp.Or(r.SDK, SDK)
+	r.Key = cmp.Or(r.Key, "alice")
 	key := f.Keys[r.Key]
-	if r.RawKey != "" {
-		key = r.RawKey
-	}
+	key = cmp.Or(r.RawKey, key)
 	names, err := json.Marshal(f.Keys)
 	if err != nil {
 		return nil, err
