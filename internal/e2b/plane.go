@@ -726,6 +726,31 @@ func pageToken(sb sandboxInfo) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(sb.StartedAt.UTC().Format(time.RFC3339Nano) + " " + sb.SandboxID))
 }
 
+// pageAfter returns the sandboxes of out (sorted as list sorts them) that
+// come after the one page token tok names. When that sandbox is gone, the
+// page resumes after the position the token records.
+func pageAfter(out []sandboxInfo, tok string, asc bool) ([]sandboxInfo, error) {
+	if tok == "" {
+		return out, nil
+	}
+	if i := slices.IndexFunc(out, func(a sandboxInfo) bool { return pageToken(a) == tok }); i >= 0 {
+		return out[i+1:], nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	at, id, ok := strings.Cut(string(b), " ")
+	t, terr := time.Parse(time.RFC3339Nano, at)
+	if err != nil || !ok || terr != nil {
+		return nil, invalid("nextToken %q: give the x-next-token header of the previous page", tok)
+	}
+	after := func(a sandboxInfo) bool {
+		return a.StartedAt.Before(t) != asc && !a.StartedAt.Equal(t) || a.StartedAt.Equal(t) && a.SandboxID > id
+	}
+	if i := slices.IndexFunc(out, after); i >= 0 {
+		return out[i:], nil
+	}
+	return out[len(out):], nil
+}
+
 // list answers the caller key's sandboxes, filtered; newest first unless
 // order=asc. v1 (GET /sandboxes) lists running sandboxes without paging.
 func (s *Server) list(w http.ResponseWriter, r *http.Request, k Key, v2 bool) error {
@@ -799,27 +824,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, k Key, v2 bool) er
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	}
-	if tok := q.Get("nextToken"); tok != "" {
-		i := slices.IndexFunc(out, func(a sandboxInfo) bool { return pageToken(a) == tok })
-		if i < 0 {
-			b, err := base64.RawURLEncoding.DecodeString(tok)
-			if err != nil || !strings.Contains(string(b), " ") {
-				return invalid("nextToken %q: give the x-next-token header of the previous page", tok)
-			}
-			// The sandbox it names is gone: resume after its position.
-			at, id, _ := strings.Cut(string(b), " ")
-			t, err := time.Parse(time.RFC3339Nano, at)
-			if err != nil {
-				return invalid("nextToken %q: give the x-next-token header of the previous page", tok)
-			}
-			after := func(a sandboxInfo) bool {
-				return a.StartedAt.Before(t) != asc && !a.StartedAt.Equal(t) || a.StartedAt.Equal(t) && a.SandboxID > id
-			}
-			if i = slices.IndexFunc(out, after) - 1; i < 0 {
-				i = len(out) - 1
-			}
-		}
-		out = out[i+1:]
+	if out, err = pageAfter(out, q.Get("nextToken"), asc); err != nil {
+		return err
 	}
 	if len(out) > limit {
 		out = out[:limit]

@@ -150,3 +150,50 @@ func TestPlaneStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestPageAfter resumes a listing after the page token, also when the
+// sandbox the token names is gone.
+func TestPageAfter(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	sb := func(id string, sec int) sandboxInfo {
+		return sandboxInfo{SandboxID: id, StartedAt: t0.Add(time.Duration(sec) * time.Second)}
+	}
+	// Newest first, ties by id, as list sorts them.
+	desc := []sandboxInfo{sb("e", 40), sb("c", 30), sb("d", 30), sb("b", 20), sb("a", 10)}
+	asc := []sandboxInfo{sb("a", 10), sb("b", 20), sb("c", 30), sb("d", 30), sb("e", 40)}
+	ids := func(l []sandboxInfo) string {
+		var s []string
+		for _, a := range l {
+			s = append(s, a.SandboxID)
+		}
+		return strings.Join(s, "")
+	}
+	for _, c := range []struct {
+		name string
+		out  []sandboxInfo
+		asc  bool
+		tok  string
+		want string
+	}{
+		{"no token", desc, false, "", "ecdba"},
+		{"present", desc, false, pageToken(desc[1]), "dba"},
+		{"the last", desc, false, pageToken(desc[4]), ""},
+		{"gone between", desc, false, pageToken(sb("x", 25)), "ba"},
+		{"gone in a tie", desc, false, pageToken(sb("cc", 30)), "dba"},
+		{"gone, newer than all", desc, false, pageToken(sb("z", 50)), "ecdba"},
+		{"gone, older than all", desc, false, pageToken(sb("0", 5)), ""},
+		{"ascending, gone between", asc, true, pageToken(sb("x", 25)), "cde"},
+		{"ascending, gone before all", asc, true, pageToken(sb("0", 5)), "abcde"},
+		{"ascending, present", asc, true, pageToken(asc[2]), "de"},
+	} {
+		got, err := pageAfter(c.out, c.tok, c.asc)
+		if err != nil || ids(got) != c.want || got == nil {
+			t.Errorf("%s: %q %v (nil %v), want %q", c.name, ids(got), err, got == nil, c.want)
+		}
+	}
+	for _, tok := range []string{"!!", "bm8tc3BhY2U", "YmFkIHRpbWU"} { // not base64, "no-space", "bad time"
+		if _, err := pageAfter(desc, tok, false); !errors.Is(err, api.ErrInvalid) {
+			t.Errorf("token %q: %v, want ErrInvalid", tok, err)
+		}
+	}
+}
