@@ -97,7 +97,7 @@ static struct hf_tree tree;
 
 /* The receipt (protocol.go, Receipt). */
 static struct {
-	char boot_id[64];
+	char boot_id[HF_MAX_ID + 1];
 	struct stat proof; /* the receipt file's: device and inode */
 	uint64_t workload_start;
 	char start_error[ERRMSG_MAX];

@@ -172,7 +172,7 @@ func TestReleaseRefused(t *testing.T) {
 		{"unknown key", []string{"colour=blue"}},
 		{"no '='", []string{"junk"}},
 		{"command id too long", []string{"command_id=" + strings.Repeat("c", maxID+1)}},
-		{"boot id too long", []string{"boot_id=" + strings.Repeat("b", 64)}},
+		{"boot id too long", []string{"boot_id=" + strings.Repeat("b", maxID+1)}},
 		{"deadline file too long", []string{"deadline_file=/" + strings.Repeat("d", maxPath)}},
 		{"too many v1 groups", join},
 		{"number out of range", []string{"tty_rows=65536"}},
