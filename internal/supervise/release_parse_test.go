@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/linux"
 )
@@ -248,5 +250,42 @@ func TestReleaseReadsMovedDeadline(t *testing.T) {
 	}
 	if !rc.Complete || rc.StopReason != api.ReasonDeadline || rc.Signal == nil {
 		t.Fatalf("receipt %+v, want a tree stopped by the deadline", rc)
+	}
+}
+
+// A helper maps room for its message and the pointers it builds after it,
+// sized by the message, not by the largest one allowed (16 MiB times five,
+// committed in full where overcommit is strict): a small release is taken
+// with little address space to spare (RLIMIT_AS, set on the guardian at
+// its gate, before it maps anything).
+func TestReleaseMapsWhatTheMessageNeeds(t *testing.T) {
+	r := startRaw(t)
+	var vm uint64
+	for end := time.Now().Add(10 * time.Second); vm == 0; time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(r.g.ID.PID) + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "VmSize:" {
+				vm, _ = strconv.ParseUint(f[1], 10, 64)
+			}
+		}
+		if time.Now().After(end) {
+			t.Fatal("no VmSize for the guardian")
+		}
+	}
+	// Room for what the guardian maps after the gate (its tee buffers
+	// are static; a timerfd, pipes) and 32 MiB more: less than 80 MiB.
+	lim := unix.Rlimit{Cur: (vm << 10) + 32<<20, Max: (vm << 10) + 32<<20}
+	if err := unix.Prlimit(r.g.ID.PID, unix.RLIMIT_AS, &lim, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.send("command_id=c1", "path=/bin/echo", "argv=echo", "argv=ran")
+	if code := r.exit(); code != 0 {
+		t.Fatalf("guardian exit %d, want 0", code)
+	}
+	if got := r.file("stdout"); got != "ran\n" {
+		t.Fatalf("stdout %q", got)
 	}
 }
