@@ -13,9 +13,10 @@
 // of a static C program and supervises in well under 1 MiB. It is
 // single-threaded: one poll loop over a signalfd (SIGCHLD, SIGTERM), a
 // timerfd (deadline, stop grace), the control pipe and the tee pipes; it
-// uses no heap. Its wire protocol (a length-framed release, then one-line
-// control messages; key=value events and receipt out, read by one parser
-// in fields.go) is documented in protocol.go: the C side never reads or
+// uses no heap but the C library's opendir in a tree listing (hf_tree.c).
+// Its wire protocol (a length-framed release, then one-line control
+// messages; key=value events and receipt out, read by one parser in
+// fields.go) is documented in protocol.go: the C side never reads or
 // writes JSON.
 //
 // The guardian does not touch the registry. It reports through a pipe to

@@ -2,8 +2,9 @@
  * The guardian: one small supervisor per command, a hidden mode of every
  * binary that links package supervise (hf_ctor.c; doc.go). Single-threaded:
  * one poll loop over a signalfd (SIGCHLD, SIGTERM), a timerfd, the control
- * pipe and, in pipe mode, the tee pipes; no heap. Its tree stops are
- * hf_tree.c's; its wire format is documented in protocol.go.
+ * pipe and, in pipe mode, the tee pipes; no heap but the C library's
+ * opendir in a tree listing. Its tree stops are hf_tree.c's; its wire
+ * format is documented in protocol.go.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -96,7 +97,7 @@ static struct hf_tree tree;
 
 /* The receipt (protocol.go, Receipt). */
 static struct {
-	char boot_id[64];
+	char boot_id[HF_MAX_ID + 1];
 	struct stat proof; /* the receipt file's: device and inode */
 	uint64_t workload_start;
 	char start_error[ERRMSG_MAX];

@@ -42,7 +42,7 @@ enum { HF_KFD_CONFIG = 3, HF_KFD_READY, HF_KFD_OWNER, HF_KFD_RUNDIR };
 void hf_read_deadline(int dirfd, const char *path, int64_t *deadline);
 
 /* Limits the launcher checks before release (protocol.go, max*). */
-#define HF_MAX_ID 255        /* command_id, env_id */
+#define HF_MAX_ID 255        /* command_id, env_id, boot_id */
 #define HF_MAX_PATH 4095     /* cgroup paths */
 #define HF_MAX_RELEASE (16 << 20) /* whole release message */
 #define HF_MAX_JOIN 8        /* v1_join entries */

@@ -258,8 +258,9 @@ int hf_read_msg(int fd, struct hf_msg *m)
 	}
 	/* Room for the message, the NUL after it, and two pointer arrays its
 	 * reader builds after it (each at most one 8-byte pointer per 5
-	 * bytes). Only touched pages count. */
-	m->map = (size_t)HF_MAX_RELEASE * 5;
+	 * bytes, and its NULL): sized by this message, as strict overcommit
+	 * charges all of it. */
+	m->map = (size_t)len * 5 + 4096;
 	m->buf = mmap(NULL, m->map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m->buf == MAP_FAILED) {
 		hf_log("mapping a message buffer: %s", hf_errstr(errno));

@@ -188,6 +188,11 @@ func StartKeeper(s *KeeperSpec) (*Keeper, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startKeeper(s, msg)
+}
+
+// startKeeper starts a keeper for s with msg as its configuration.
+func startKeeper(s *KeeperSpec, msg []byte) (*Keeper, error) {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, err

@@ -58,7 +58,8 @@ const (
 // ("1" or "0"), view_pid and view_start (decimal), view_userns ("1": the
 // keeper's view is rootless, so its user namespace is joined too),
 // deadline_file (DeadlineFile in the environment's run directory, where a
-// moved deadline is), boot_id (the launcher's, for the receipt).
+// moved deadline is), boot_id (the launcher's, for the receipt; at most
+// maxID bytes).
 // An unknown key or a
 // message longer than maxRelease makes the guardian exit 125 without
 // starting anything; EOF before the terminator is an aborted launch (exit
@@ -358,6 +359,9 @@ func encodeRelease(cfg *Config) ([]byte, error) {
 		put("deadline_file", file)
 	}
 	if boot, err := linux.BootID(); err == nil {
+		if len(boot) > maxID {
+			return nil, fmt.Errorf("release: boot id longer than %d bytes", maxID)
+		}
 		put("boot_id", boot)
 	}
 	if bad != nil {

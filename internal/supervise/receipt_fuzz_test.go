@@ -43,6 +43,25 @@ func TestParseReceipt(t *testing.T) {
 	if _, err := ParseReceipt([]byte("  \n\x00")); err != ErrNoReceipt {
 		t.Errorf("an empty receipt: %v", err)
 	}
+	// Since decision 170 a field whose zero means none is always written
+	// (0, "" or false): it reads as the same receipt as one from an older
+	// guardian that left it out, and the fields written only once known
+	// (exit code, signal, leader_oom, the times) stay unknown (nil).
+	head := "command_id=c\nenv_id=e\nboot_id=b\nguardian_pid=7\nproof_dev=1\nproof_ino=2\n"
+	zeros := "workload_pid=0\nworkload_start=0\nstart_error=\nstop_reason=\nstopped_by_hostfork=false\n" +
+		"outside_cgroup=0\nmembership_unstable=false\noutput_truncated=false\nleader_oom_stale_ms=0\n"
+	older, err := ParseReceipt(sealed(head + "complete=false\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer, err := ParseReceipt(sealed(head + zeros + "complete=false\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprintf("%+v", *older) != fmt.Sprintf("%+v", *newer) || newer.ExitCode != nil || newer.Signal != nil ||
+		newer.LeaderOOM != nil || newer.LeaderExited != nil || newer.TreeExited != nil {
+		t.Fatalf("zero fields written %+v, left out %+v", *newer, *older)
+	}
 	ev, err := parseEvent([]byte("ev=exec-failed"))
 	if err != nil || ev.Kind != "exec-failed" {
 		t.Fatalf("event %+v (%v)", ev, err)
