@@ -325,7 +325,10 @@ static void child_exec(int in, int out, int err, int nsfd, int report)
 	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		goto fail;
 	/* Nothing but 0, 1 and 2 reaches the workload: not the receipt, not
-	 * the control or event pipes. */
+	 * the control or event pipes. Every descriptor the guardian opens is
+	 * close-on-exec already, and hf_helper_start marks those it was
+	 * handed; this catches what a later change might miss (Linux 5.11;
+	 * before it the call fails and changes nothing). */
 	syscall(SYS_close_range, 3U, ~0U, HF_CLOSE_RANGE_CLOEXEC);
 	/* A rootless view's mount namespace belongs to the keeper's user
 	 * namespace, which this user owns: both are joined at once through

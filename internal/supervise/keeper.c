@@ -438,8 +438,9 @@ int hf_keeper_main(void)
 	    ? kerr("making the view %s: %s", kc.slave ? "a slave" : "private", hf_errstr(errno))
 	    : pin_files() < 0 ? -1 : apply_ops();
 	/* The trees' descriptors (KeeperSpec.Files, from fd 7 on) were only
-	 * for building the view. */
-	syscall(SYS_close_range, HF_KFD_RUNDIR + 1, ~0U, 0);
+	 * for building the view (closed one by one: close_range takes 5.9). */
+	for (int i = 0; i < kc.files; i++)
+		close(HF_KFD_RUNDIR + 1 + i);
 	if (applied < 0)
 		return ready("error ", errmsg);
 	hf_free_msg(&cfgmsg);
