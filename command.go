@@ -269,6 +269,22 @@ func (c *Command) WaitTree(ctx context.Context) (CommandRecord, error) {
 	return rec, err
 }
 
+// TreeSeen is closed, for a command this process launched, once its
+// guardian has reported that no process of its tree is left: before the
+// result is recorded, which WaitTree then waits for. It is nil before
+// Start and for a command another process launched, and never closed
+// when the guardian ends without that report. It tells a
+// tree that ended with its leader from one that left processes behind
+// without waiting for the record's commit.
+func (c *Command) TreeSeen() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.r == nil {
+		return nil
+	}
+	return c.r.TreeSeen()
+}
+
 // launched is the handle's launch in this process (nil for a command
 // another process started) and its id; an error before Start.
 func (c *Command) launched() (*engine.Running, string, error) {

@@ -130,6 +130,44 @@ func TestLeaderExitBeforeTreeExit(t *testing.T) {
 	}
 }
 
+// TreeSeen says the guardian's word that the tree is gone, before the
+// result's commit: open while a process the leader left runs, closed once
+// it has ended; nil before Start.
+func TestTreeSeen(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env := newEnv(t, h, spec.Environment{})
+	done := filepath.Join(t.TempDir(), "done")
+	cmd := env.Command("sh", "-c", "sh -c 'while [ ! -e "+done+" ]; do sleep 0.01; done' & exit 0")
+	if cmd.TreeSeen() != nil {
+		t.Fatal("TreeSeen before Start is not nil")
+	}
+	if err := cmd.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmd.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The leader's child waits for the file: the tree lives.
+	select {
+	case <-cmd.TreeSeen():
+		t.Fatal("TreeSeen is closed while a process of the tree waits for a file")
+	default:
+	}
+	if err := os.WriteFile(done, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cmd.TreeSeen():
+	case <-ctx.Done():
+		t.Fatal("TreeSeen not closed after the tree's last process ended")
+	}
+	tree, err := cmd.WaitTree(ctx)
+	if err != nil || !tree.Final() || tree.TreeState != hostfork.PhaseExited || tree.StopReason != "" {
+		t.Fatalf("WaitTree: %v %+v", err, tree)
+	}
+}
+
 // The records a live handle returns (Record, Wait, WaitTree, StopTree)
 // carry the computed fields, as the records a reader gets (Status,
 // Commands) do: ps's "is it alive", "can it be stopped", the PID.

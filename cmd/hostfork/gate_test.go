@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
+	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
 )
 
@@ -21,8 +22,9 @@ func TestStopRevokesWaitingGates(t *testing.T) {
 	parent, run, env := gateEnv(t)
 	// The exec pauses with its guardian started at the gate, not yet
 	// registered; meanwhile the environment is stopped.
-	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-started~1500ms"}, "exec", env, "--", "sleep", "300"))
-	time.Sleep(500 * time.Millisecond)
+	reached := filepath.Join(t.TempDir(), "reached")
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-started~1500ms", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "sleep", "300"))
+	waitReached(t, reached)
 	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
 		t.Fatalf("stop: %v: %s", err, out)
 	}
@@ -47,8 +49,9 @@ func TestStopRevokesWaitingGates(t *testing.T) {
 // guardians group and on the command's cgroup surface as internal errors.
 func TestExecRacingItsEnvironmentsStop(t *testing.T) {
 	_, run, env := gateEnv(t)
-	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=launch-resolved~1500ms"}, "exec", env, "--", "true"))
-	time.Sleep(500 * time.Millisecond)
+	reached := filepath.Join(t.TempDir(), "reached")
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=launch-resolved~1500ms", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "true"))
+	waitReached(t, reached)
 	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
 		t.Fatalf("stop: %v: %s", err, out)
 	}
@@ -69,8 +72,9 @@ func TestExecRacingItsEnvironmentsStop(t *testing.T) {
 func TestStopAtTheGateStartsNothing(t *testing.T) {
 	_, run, env := gateEnv(t)
 	mark := filepath.Join(t.TempDir(), "ran")
-	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-registered~1500ms"}, "exec", env, "--", "sh", "-c", "touch "+mark+"; sleep 300"))
-	time.Sleep(500 * time.Millisecond)
+	reached := filepath.Join(t.TempDir(), "reached")
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-registered~1500ms", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "sh", "-c", "touch "+mark+"; sleep 300"))
+	waitReached(t, reached)
 	t0 := time.Now()
 	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
 		t.Fatalf("stop: %v: %s", err, out)
@@ -175,6 +179,21 @@ func TestGuardianKilledAtTheGate(t *testing.T) {
 	// the evidence is the same.
 	if r := recs[0]; r.State != "failed" || r.Stop != "" || r.ByHF || r.Evidence != "never released (its receipt is empty)" {
 		t.Errorf("record %+v", r)
+	}
+}
+
+// waitReached waits for the file a paused fault point makes when the
+// process gets there (fault.ReachedEnv): the pause's time is then the
+// test's, however long the start took under load.
+func waitReached(t *testing.T, path string) {
+	t.Helper()
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(end) { // a safety bound only
+			t.Fatalf("the launch never reached its paused fault point (%s)", path)
+		}
 	}
 }
 

@@ -535,12 +535,15 @@ func TestTruthEscapedTree(t *testing.T) {
 	})
 
 	// Nobody but the guardian is left at the timeout: its own tree stop
-	// (the C helpers) must find the escapee among its descendants.
+	// (the C helpers) must find the escapee among its descendants. The
+	// timeout must come after the escape (a shell, cut, grep and mv, and a
+	// cgroup move): 10 s is a safety bound for that under load, where 2 s
+	// was not (the tree was stopped before the escapee named itself).
 	t.Run("run-detach/timeout", func(t *testing.T) {
 		c := c.with(t)
 		dir := t.TempDir()
 		esc, file := escapeScript(t, dir, c.parent), filepath.Join(dir, "escapee")
-		c.mustRun("run", "--detach", "--ttl", "5m", "--timeout", "2s", "--", "sh", "-c", leaderFor(esc, file))
+		c.mustRun("run", "--detach", "--ttl", "5m", "--timeout", "10s", "--", "sh", "-c", leaderFor(esc, file))
 		pid, st := escapee(t, c, file)
 		cmdID := c.commandOf(file).ID
 		eventually(t, "the guardian's timeout stop ends the escapee", func() string {

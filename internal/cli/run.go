@@ -479,10 +479,21 @@ func commandExit(g *globals, final hostfork.CommandRecord) error {
 // treeEndsSoon waits briefly for a tree whose leader has exited to end by
 // itself, as nearly every tree does right after its leader (the
 // guardian's tree event follows its leader event): only what is still
-// there then is stopped as leftovers.
+// there then is stopped as leftovers. For a command of this process the
+// guardian's word is enough (Command.TreeSeen): recording the result can
+// take longer than the wait under load, and a stop then would be sent to
+// a tree that had ended.
 func treeEndsSoon(ctx context.Context, cmd launched) bool {
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
+	if c, ok := cmd.(interface{ TreeSeen() <-chan struct{} }); ok && c.TreeSeen() != nil {
+		select {
+		case <-c.TreeSeen():
+			return true
+		case <-wctx.Done():
+			return false
+		}
+	}
 	rec, err := cmd.WaitTree(wctx)
 	return err == nil && rec.Final()
 }

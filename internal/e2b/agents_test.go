@@ -51,7 +51,7 @@ func TestAgentsSDKSandbox(t *testing.T) {
 	}
 	f := e2btest.Start(t, e2btest.Options{})
 	const root = "/tmp/agents-ws" // in the sandbox's own /tmp
-	out := strings.TrimSpace(f.Node(t, e2btest.Run{Script: filepath.Join(dir, "agents.mjs"), Args: []string{root}, Timeout: 4 * time.Minute}))
+	out := strings.TrimSpace(f.Node(t, e2btest.Run{Script: filepath.Join(dir, "agents.mjs"), Args: []string{root}, Timeout: 8 * time.Minute}))
 	var r agentsResult
 	if err := json.Unmarshal([]byte(lastLine(out)), &r); err != nil {
 		t.Fatalf("agents.mjs: %v\n%s", err, out)

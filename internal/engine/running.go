@@ -57,6 +57,10 @@ type Running struct {
 
 	started    chan struct{} // the guardian reported the workload's start (or its failure)
 	leaderDone chan struct{}
+	// treeSeen is closed when the guardian reports that no process of the
+	// tree is left (its tree or exec-failed event), before the result is
+	// recorded; never otherwise.
+	treeSeen   chan struct{}
 	treeDone   chan struct{}
 	fwd        sync.WaitGroup
 	forwarding bool
@@ -66,7 +70,7 @@ type Running struct {
 
 func newRunning(l *launch, env *api.Env) *Running {
 	r := &Running{e: l.e, env: *env, g: l.g, lg: l.lg, intents: l.intents, autoStop: l.cs.AutoStop,
-		id: l.rec.ID, rec: l.rec, committed: *l.rec, started: make(chan struct{}), leaderDone: make(chan struct{}), treeDone: make(chan struct{})}
+		id: l.rec.ID, rec: l.rec, committed: *l.rec, started: make(chan struct{}), leaderDone: make(chan struct{}), treeSeen: make(chan struct{}), treeDone: make(chan struct{})}
 	if l.g.ForwardOut != nil {
 		r.forwarding = true
 		limit := 0
@@ -115,6 +119,11 @@ func (r *Running) Env() api.Env {
 
 // LeaderDone is closed when the leader's exit was observed.
 func (r *Running) LeaderDone() <-chan struct{} { return r.leaderDone }
+
+// TreeSeen is closed when the guardian has reported that no process of
+// the tree is left, before the result is recorded (TreeDone follows once
+// it is). A guardian that ends without that report never closes it.
+func (r *Running) TreeSeen() <-chan struct{} { return r.treeSeen }
 
 // TreeDone is closed when the tree's exit was observed and recorded.
 func (r *Running) TreeDone() <-chan struct{} { return r.treeDone }
@@ -200,6 +209,11 @@ func (r *Running) watch() {
 		}
 		r.observe(decide.Alive, ev.Kind)
 		closeStart()
+		if ev.Kind == "tree" || ev.Kind == "exec-failed" {
+			// Before the leader's wait ends, so a caller deciding
+			// whether anything was left behind finds this already.
+			close(r.treeSeen)
+		}
 		if ev.Kind == "leader" || ev.Kind == "exec-failed" || ev.Kind == "tree" {
 			closeLeader()
 		}
@@ -398,11 +412,19 @@ func (r *Running) Capture(ctx context.Context) (*api.CaptureResult, error) {
 		return nil, api.ErrClosed
 	}
 	// A tree that ends with its leader is settled within moments: give it
-	// one more drain, so the result carries the final record (its OOM and
-	// stop facts), as the stored one does. A tree that lives on returns
-	// the live record (Final() false); WaitTree gives the final one.
+	// one more drain to say so, so the result carries the final record
+	// (its OOM and stop facts), as the stored one does; once the guardian
+	// has said it, the record is waited for however long its commit takes
+	// under load. A tree that lives on returns the live record (Final()
+	// false); WaitTree gives the final one.
 	select {
 	case <-r.treeDone:
+	case <-r.treeSeen:
+		select {
+		case <-r.treeDone:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	case <-time.After(FinalDrain):
 	case <-ctx.Done():
 		return nil, ctx.Err()

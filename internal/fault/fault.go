@@ -19,6 +19,11 @@ import (
 // (for tests that must act while a process stands at that point).
 const Env = "HOSTFORK_FAULT"
 
+// ReachedEnv names a file that a pause ("name~DURATION") makes when its
+// point is reached, before it sleeps: a test waits for it instead of
+// guessing how long the process takes to get there.
+const ReachedEnv = "HOSTFORK_FAULT_REACHED"
+
 // The fault points, in the order a launch meets them.
 const (
 	CreateRecorded     = "create-recorded"     // env + intents recorded, nothing made
@@ -70,6 +75,9 @@ func Point(name string) {
 	if i := strings.IndexByte(armed, '~'); i > 0 {
 		if armed[:i] == name {
 			if d, err := time.ParseDuration(armed[i+1:]); err == nil {
+				if f := os.Getenv(ReachedEnv); f != "" {
+					_ = os.WriteFile(f, nil, 0o600)
+				}
 				time.Sleep(d)
 			}
 		}

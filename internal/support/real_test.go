@@ -104,29 +104,40 @@ func TestWithoutSystemd(t *testing.T) {
 func TestReapWatch(t *testing.T) {
 	hf := hostforkLink(t)
 	root := filepath.Join(t.TempDir(), "store")
-	var out bytes.Buffer
-	cmd := exec.Command(hf, "--root", root, "reap", "--watch", "--interval", "1s")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	// The output goes to a file, read while it runs (a pass is a line).
+	outPath := filepath.Join(t.TempDir(), "out")
+	outFile, err := os.Create(outPath)
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2500 * time.Millisecond)
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+	defer outFile.Close()
+	output := func() string { b, _ := os.ReadFile(outPath); return string(b) }
+	cmd := exec.Command(hf, "--root", root, "reap", "--watch", "--interval", "1s")
+	cmd.Stdout, cmd.Stderr = outFile, outFile
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	// Two passes seen (the second a second after the first), however
+	// long the start took under load; 30 s is a safety bound.
+	for end := time.Now().Add(30 * time.Second); strings.Count(output(), "checked 0 environment(s)") < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("reap --watch --interval 1s: fewer than 2 passes in 30 s:\n%s", output())
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case err := <-done:
+		done <- err // for the cleanup
 		if err != nil {
-			t.Fatalf("reap --watch after SIGINT: %v\n%s", err, out.String())
+			t.Fatalf("reap --watch after SIGINT: %v\n%s", err, output())
 		}
 	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("reap --watch did not stop on SIGINT\n%s", out.String())
-	}
-	if n := strings.Count(out.String(), "checked 0 environment(s)"); n < 2 {
-		t.Errorf("want at least 2 passes in 2.5 s, got %d:\n%s", n, out.String())
+		t.Fatalf("reap --watch did not stop on SIGINT\n%s", output())
 	}
 	if code := exitCode(exec.Command(hf, "--root", root, "reap", "--interval", "1s").Run()); code != 122 {
 		t.Errorf("--interval without --watch: exit %d, want 122", code)

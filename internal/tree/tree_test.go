@@ -301,23 +301,43 @@ func TestDescendantsAgree(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The shell (the root) runs the threaded forker, a sleep whose own
-	// child is an unreaped zombie, and a grandchild under a subshell.
-	mark := filepath.Join(t.TempDir(), "forked")
-	script := fmt.Sprintf(`%s=%s %q -test.run '^TestForkerHelper$' & sh -c 'sleep 0 & exec sleep 1000' & sh -c 'sleep 1000 & echo $!; wait' & while [ ! -e %s ]; do sleep 0.01; done; echo ready; wait`, helperEnv, mark, self, mark)
+	// child is an unreaped zombie, and a grandchild under a subshell. It
+	// says ready once each of them has said it is done: the forker made
+	// its mark after printing its children, the subshell after printing
+	// its sleep, and the zombie's parent wrote the zombie's PID.
+	dir := t.TempDir()
+	mark, sub, zombie := filepath.Join(dir, "forked"), filepath.Join(dir, "sub"), filepath.Join(dir, "zombie")
+	script := fmt.Sprintf(`%s=%s %q -test.run '^TestForkerHelper$' & sh -c 'sleep 0 & echo $! >%s; exec sleep 1000' & sh -c 'sleep 1000 & echo $!; : >%s; wait' & while [ ! -e %s ] || [ ! -e %s ] || [ ! -s %s ]; do sleep 0.01; done; echo ready; wait`,
+		helperEnv, mark, self, zombie, sub, mark, sub, zombie)
 	root, pids := start(t, parent, script)
 	if len(pids) != 5 || slices.Contains(pids, -1) {
 		t.Fatalf("the tree printed %v", pids)
 	}
-	roots := []int{root.Process.Pid}
-	var bfs []int
-	for try := 0; try < 50; try++ {
-		// Wait for the zombie to be one (its sleep 0 has exited).
-		bfs = descendantsOf(roots)
-		if len(bfs) == len(walkDescendants(roots)) {
+	// Wait for the zombie to be one: its sleep 0 has exited. (Its shell
+	// runs no foreground command, so nothing reaps it.)
+	b, err := os.ReadFile(zombie)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z, err := strconv.Atoi(strings.TrimSuffix(string(b), "\n"))
+	if err != nil {
+		t.Fatalf("zombie PID %q: %v", b, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := linux.ReadStat(z)
+		if err != nil {
+			t.Fatalf("the sleep 0 %d was reaped, the zombie case is not covered: %v", z, err)
+		}
+		if st.State == 'Z' {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("the sleep 0 %d has not exited after 10 s (%+v)", z, st)
+		}
 	}
+	// The tree is still now: read it both ways.
+	roots := []int{root.Process.Pid}
+	bfs := descendantsOf(roots)
 	walk := walkDescendants(roots)
 	slices.Sort(bfs)
 	slices.Sort(walk)

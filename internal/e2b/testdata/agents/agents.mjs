@@ -27,7 +27,9 @@ const exitOf = (s) => {
 };
 
 try {
-  const client = new E2BSandboxClient({ template: 'base', timeout: 300, metadata: { via: 'agents-sdk' } });
+  // requestTimeoutMs: a safety bound above the SDK's 60 s for one request
+  // (a create timed out once at load 10).
+  const client = new E2BSandboxClient({ template: 'base', timeout: 300, requestTimeoutMs: 180_000, metadata: { via: 'agents-sdk' } });
   const manifest = new Manifest({
     root,
     entries: {
@@ -74,12 +76,31 @@ try {
   // execCommand with tty: a terminal (E2B's pty.create) that the command
   // is typed into; the session stays for writeStdin.
   out.hasPty = session.supportsPty();
+  // An answer is what the terminal printed within yieldTimeMs; under load
+  // the shell may print later, so the session is read again (writeStdin
+  // without input, as an agent polls) until the awaited number is there or
+  // the shell has ended, within a safety bound of 90 s.
+  const printed = (answer) => answer.split('\nOutput:\n').slice(1).join('');
+  const sessionOf = (answer) => {
+    const m = /Process running with session ID (\d+)/.exec(answer);
+    return m ? Number(m[1]) : null;
+  };
+  const awaitPrinted = async (answer, seen) => {
+    let text = printed(answer);
+    for (const end = Date.now() + 90_000; !seen(text) && sessionOf(answer) !== null && Date.now() < end; ) {
+      answer = await session.writeStdin({ sessionId: sessionOf(answer), chars: '', yieldTimeMs: 1000 });
+      text += printed(answer);
+    }
+    return text;
+  };
+  const forty2 = (text) => /\b42\b/.test(text.replace(/echo \$\(\(6\*7\)\)/g, ''));
+  const fifty6 = (text) => /\b56\b/.test(text.replace(/echo \$\(\(7\*8\)\)/g, ''));
   const tty = await session.execCommand({ cmd: 'echo $((6*7))', tty: true, yieldTimeMs: 3000 });
-  out.tty = /\b42\b/.test(tty.replace(/echo \$\(\(6\*7\)\)/g, ''));
-  const sid = /session ID (\d+)/.exec(tty);
-  if (sid) {
-    const more = await session.writeStdin({ sessionId: Number(sid[1]), chars: 'echo $((7*8))\n', yieldTimeMs: 3000 });
-    out.ttyStdin = /\b56\b/.test(more.replace(/echo \$\(\(7\*8\)\)/g, ''));
+  out.tty = forty2(await awaitPrinted(tty, forty2));
+  const sid = sessionOf(tty);
+  if (sid !== null) {
+    const more = await session.writeStdin({ sessionId: sid, chars: 'echo $((7*8))\n', yieldTimeMs: 3000 });
+    out.ttyStdin = fifty6(await awaitPrinted(more, fifty6));
   }
 
   step = 'resume';
