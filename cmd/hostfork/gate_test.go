@@ -139,7 +139,9 @@ func gateEnv(t *testing.T) (parent string, run func(extraEnv []string, args ...s
 func TestGuardianKilledAtTheGate(t *testing.T) {
 	_, run, env := gateEnv(t)
 	mark := filepath.Join(t.TempDir(), "ran")
-	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-registered~1500ms"}, "exec", env, "--", "sh", "-c", "touch "+mark))
+	reached := filepath.Join(t.TempDir(), "reached")
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-registered~3000ms", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "sh", "-c", "touch "+mark))
+	waitReached(t, reached) // the pause's 3 s are then the test's, for one ps and a kill
 	type rec struct {
 		State    string `json:"record_state"`
 		Error    string `json:"error"`
