@@ -239,11 +239,4 @@ var pseudoFS = map[string]bool{"proc": true, "sysfs": true, "cgroup": true, "cgr
 	"debugfs": true, "tracefs": true, "securityfs": true, "pstore": true, "bpf": true, "configfs": true, "fusectl": true,
 	"hugetlbfs": true, "autofs": true, "binfmt_misc": true, "nsfs": true, "efivarfs": true, "rpc_pipefs": true, "devtmpfs": true}
 
-func hasOpt(opts, o string) bool {
-	for _, x := range strings.Split(opts, ",") {
-		if x == o {
-			return true
-		}
-	}
-	return false
-}
+func hasOpt(opts, o string) bool { return slices.Contains(strings.Split(opts, ","), o) }
