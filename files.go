@@ -47,20 +47,26 @@ func (h *Host) root(ctx context.Context, envPrefix string) (*safefs.Root, error)
 	return h.e.ViewRoot(ctx, id)
 }
 
+// inView calls fn with the view's root of environment envPrefix, closed
+// after, and adds the api sentinel to fn's error (filesErr).
+func (h *Host) inView(ctx context.Context, envPrefix string, fn func(*safefs.Root) error) error {
+	r, err := h.root(ctx, envPrefix)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return filesErr(fn(r))
+}
+
 // ReadFile opens the file name of environment envPrefix for reading: a
 // regular file (or a directory, which ReadDir lists). The caller closes
 // it; it stays readable after the environment stops.
-func (h *Host) ReadFile(ctx context.Context, envPrefix, name string) (*os.File, error) {
-	r, err := h.root(ctx, envPrefix)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	f, err := r.Open(name)
-	if err != nil {
-		return nil, filesErr(err)
-	}
-	return f, nil
+func (h *Host) ReadFile(ctx context.Context, envPrefix, name string) (f *os.File, err error) {
+	err = h.inView(ctx, envPrefix, func(r *safefs.Root) (err error) {
+		f, err = r.Open(name)
+		return err
+	})
+	return f, err
 }
 
 // WriteFile replaces the file name of environment envPrefix with what src
@@ -71,24 +77,18 @@ func (h *Host) ReadFile(ctx context.Context, envPrefix, name string) (*os.File, 
 // ErrNotFound names it and the fix otherwise). ctx is checked before the
 // copy starts; src ends it.
 func (h *Host) WriteFile(ctx context.Context, envPrefix, name string, src io.Reader, perm os.FileMode) (DirEntry, error) {
-	r, err := h.root(ctx, envPrefix)
-	if err != nil {
-		return DirEntry{}, err
-	}
-	defer r.Close()
-	e, err := r.WriteFile(name, src, perm)
-	return entry(e), filesErr(err)
+	var e safefs.Entry
+	err := h.inView(ctx, envPrefix, func(r *safefs.Root) (err error) {
+		e, err = r.WriteFile(name, src, perm)
+		return err
+	})
+	return entry(e), err
 }
 
 // Mkdir creates the directory name of environment envPrefix (its parent
 // must exist); an existing one matches ErrExists.
 func (h *Host) Mkdir(ctx context.Context, envPrefix, name string, perm os.FileMode) error {
-	r, err := h.root(ctx, envPrefix)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	return filesErr(r.Mkdir(name, perm))
+	return h.inView(ctx, envPrefix, func(r *safefs.Root) error { return r.Mkdir(name, perm) })
 }
 
 // Rename moves the file, link or directory oldName of environment
@@ -97,12 +97,7 @@ func (h *Host) Mkdir(ctx context.Context, envPrefix, name string, perm os.FileMo
 // directory only by an empty one; else ErrExists). Symbolic links are
 // moved as themselves, never followed.
 func (h *Host) Rename(ctx context.Context, envPrefix, oldName, newName string) error {
-	r, err := h.root(ctx, envPrefix)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	return filesErr(r.Rename(oldName, newName))
+	return h.inView(ctx, envPrefix, func(r *safefs.Root) error { return r.Rename(oldName, newName) })
 }
 
 // Remove removes the file or symbolic link name of environment envPrefix
@@ -111,24 +106,18 @@ func (h *Host) Rename(ctx context.Context, envPrefix, oldName, newName string) e
 // mount (ErrInvalid, nothing below it touched). A missing name matches
 // ErrNotFound.
 func (h *Host) Remove(ctx context.Context, envPrefix, name string) error {
-	r, err := h.root(ctx, envPrefix)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	return filesErr(r.Remove(name))
+	return h.inView(ctx, envPrefix, func(r *safefs.Root) error { return r.Remove(name) })
 }
 
 // Stat describes the file name of environment envPrefix (following
 // symbolic links inside the view); Path is its clean absolute name.
 func (h *Host) Stat(ctx context.Context, envPrefix, name string) (DirEntry, error) {
-	r, err := h.root(ctx, envPrefix)
-	if err != nil {
-		return DirEntry{}, err
-	}
-	defer r.Close()
-	e, err := r.Stat(name)
-	return entry(e), filesErr(err)
+	var e safefs.Entry
+	err := h.inView(ctx, envPrefix, func(r *safefs.Root) (err error) {
+		e, err = r.Stat(name)
+		return err
+	})
+	return entry(e), err
 }
 
 // ReadDir lists the directory name of environment envPrefix to depth
@@ -136,14 +125,13 @@ func (h *Host) Stat(ctx context.Context, envPrefix, name string) (DirEntry, erro
 // children, paths relative to name, symbolic links listed and not
 // followed; at most MaxListing entries.
 func (h *Host) ReadDir(ctx context.Context, envPrefix, name string, depth int) ([]DirEntry, error) {
-	r, err := h.root(ctx, envPrefix)
+	var es []safefs.Entry
+	err := h.inView(ctx, envPrefix, func(r *safefs.Root) (err error) {
+		es, err = r.ReadDir(name, depth, MaxListing)
+		return err
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer r.Close()
-	es, err := r.ReadDir(name, depth, MaxListing)
-	if err != nil {
-		return nil, filesErr(err)
 	}
 	out := make([]DirEntry, len(es))
 	for i, e := range es {

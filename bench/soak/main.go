@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -381,10 +382,7 @@ loop:
 // it then restarts).
 func (s *soak) chaos(r *rand.Rand) {
 	s.mu.Lock()
-	var pids []int
-	for pid := range s.inflight {
-		pids = append(pids, pid)
-	}
+	pids := slices.Collect(maps.Keys(s.inflight))
 	serve := s.serve
 	s.mu.Unlock()
 	if r.IntN(2) == 0 && len(pids) > 0 {

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"github.com/habemus-papadum/hostfork"
@@ -546,7 +547,7 @@ func reclaimTerminal() {
 	if !term.IsTerminal(fd) {
 		return
 	}
-	_ = tcsetpgrp(fd, syscall.Getpgrp())
+	_ = unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, syscall.Getpgrp())
 }
 
 // runCapture runs with the capture contract and prints the result as one

@@ -310,19 +310,11 @@ func supportUninstall(ctx context.Context, g *globals, f *supportFlags) error {
 			return err
 		}
 	}
-	if f.asJSON {
-		res, err := support.Uninstall(ctx, p, support.ExecRunner)
-		if err != nil {
-			return supportErr(err)
-		}
-		return printJSON(g.out, struct {
-			ActiveRuns []hostfork.CommandRecord `json:"active_runs"`
-			*support.UninstallResult
-		}{append([]hostfork.CommandRecord{}, rows...), res})
-	}
-	if len(rows) == 0 {
+	switch {
+	case f.asJSON:
+	case len(rows) == 0:
 		fmt.Fprintf(g.out, "no active runs in %s\n", p.Root)
-	} else {
+	default:
 		fmt.Fprintf(g.out, "%d active run(s) in %s lose their periodic recovery; after this, run 'hostfork --root %s reap' yourself if hostfork or the host crashes:\n", len(rows), p.Root, p.Root)
 		for _, r := range rows {
 			fmt.Fprintf(g.out, "  %s (environment %s) %s: %s\n", r.ID, r.Env, r.Liveness, cleanArgv(r.Argv, 0))
@@ -331,6 +323,12 @@ func supportUninstall(ctx context.Context, g *globals, f *supportFlags) error {
 	res, err := support.Uninstall(ctx, p, support.ExecRunner)
 	if err != nil {
 		return supportErr(err)
+	}
+	if f.asJSON {
+		return printJSON(g.out, struct {
+			ActiveRuns []hostfork.CommandRecord `json:"active_runs"`
+			*support.UninstallResult
+		}{append([]hostfork.CommandRecord{}, rows...), res})
 	}
 	for _, step := range res.Steps {
 		fmt.Fprintln(g.out, step)

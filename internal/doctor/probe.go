@@ -333,12 +333,7 @@ func (p *prober) fsOf(path string) string {
 
 func mountedAt(path string) bool {
 	b, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, m := range ParseMountinfo(string(b)) {
-		if m.Target == path {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(ParseMountinfo(string(b)), func(m Mount) bool { return m.Target == path })
 }
 
 // pidfd opens a pidfd on a child, signals through it, sees it poll

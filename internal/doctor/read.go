@@ -20,6 +20,7 @@ import (
 	"github.com/habemus-papadum/hostfork/api"
 	"github.com/habemus-papadum/hostfork/internal/cgroup"
 	"github.com/habemus-papadum/hostfork/internal/launchenv"
+	"github.com/habemus-papadum/hostfork/internal/linux"
 	"github.com/habemus-papadum/hostfork/internal/registry"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 )
@@ -70,7 +71,7 @@ func ReadFacts(ctx context.Context, o ReadOptions) *Facts {
 	} else {
 		f.PidfdErr = os.NewSyscallError("pidfd_open", err).Error()
 	}
-	f.Filesystems = readFilesystems()
+	f.Filesystems = linux.Filesystems()
 	mtxt, _ := os.ReadFile("/proc/self/mountinfo")
 	mounts := ParseMountinfo(string(mtxt))
 	f.Cgroup = readCgroup(mounts, o.CgroupParent, f.EUID)
@@ -81,20 +82,6 @@ func ReadFacts(ctx context.Context, o ReadOptions) *Facts {
 	f.Units = readUnits(ctx, o)
 	f.HostShell = readHostShell(o.Root)
 	return f
-}
-
-func readFilesystems() map[string]bool {
-	m := map[string]bool{}
-	b, err := os.ReadFile("/proc/filesystems")
-	if err != nil {
-		return m
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if fs := strings.TrimSpace(strings.TrimPrefix(line, "nodev")); fs != "" {
-			m[fs] = true
-		}
-	}
-	return m
 }
 
 func readWords(path string) []string {

@@ -125,8 +125,8 @@ func (s *Server) planeRoutes() {
 	m := s.plane
 	m.Handle("POST /v2/sandboxes", s.authed(s.create))
 	m.Handle("POST /sandboxes", s.authed(s.create))
-	m.Handle("GET /v2/sandboxes", s.authed(s.listV2))
-	m.Handle("GET /sandboxes", s.authed(s.listV1))
+	m.Handle("GET /v2/sandboxes", s.authed(func(w http.ResponseWriter, r *http.Request, k Key) error { return s.list(w, r, k, true) }))
+	m.Handle("GET /sandboxes", s.authed(func(w http.ResponseWriter, r *http.Request, k Key) error { return s.list(w, r, k, false) }))
 	m.Handle("GET /sandboxes/{id}", s.authed(s.get))
 	m.Handle("DELETE /sandboxes/{id}", s.authed(s.kill))
 	m.Handle("POST /sandboxes/{id}/timeout", s.authed(s.setTimeout))
@@ -833,13 +833,6 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, k Key, v2 bool) er
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-func (s *Server) listV2(w http.ResponseWriter, r *http.Request, k Key) error {
-	return s.list(w, r, k, true)
-}
-func (s *Server) listV1(w http.ResponseWriter, r *http.Request, k Key) error {
-	return s.list(w, r, k, false)
 }
 
 // stopCurrent stops sandbox sb's environment if it runs.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -533,13 +534,7 @@ func (e *Engine) abandonInterrupted(ctx context.Context, env *api.Env) {
 	ins, _ := e.reg.Intents(ctx, registry.IntentFilter{EnvID: env.ID, Open: true})
 	for _, in := range ins {
 		if in.Kind == registry.KindTree && in.State == registry.IntentCreated {
-			found := false
-			for _, t := range env.Trees {
-				if t.HostPath == in.Target || safefs.Within(in.Target, t.HostPath) {
-					found = true
-				}
-			}
-			if !found {
+			if !slices.ContainsFunc(env.Trees, func(t api.Tree) bool { return t.HostPath == in.Target || safefs.Within(in.Target, t.HostPath) }) {
 				// The identity is only in the intent: rebuild the record.
 				var st storage.Tree
 				if json.Unmarshal([]byte(in.Identity), &st) == nil {

@@ -67,15 +67,15 @@ func (p *Pidfd) WaitExit(ctx context.Context, limit time.Duration) bool {
 
 // Signal sends sig through the pidfd. A process that already exited gives
 // ErrNoProcess.
-func (p *Pidfd) Signal(sig syscall.Signal) error {
-	err := IgnoringEINTR(func() error { return unix.PidfdSendSignal(p.fd, sig, nil, 0) })
+func (p *Pidfd) Signal(sig syscall.Signal) error { return p.send(sig, nil) }
+
+// send is pidfd_send_signal(2) with info (nil: filled in as kill(2) does).
+func (p *Pidfd) send(sig syscall.Signal, info *unix.Siginfo) error {
+	err := IgnoringEINTR(func() error { return unix.PidfdSendSignal(p.fd, sig, info, 0) })
 	if errors.Is(err, unix.ESRCH) {
 		return ErrNoProcess
 	}
-	if err != nil {
-		return os.NewSyscallError("pidfd_send_signal", err)
-	}
-	return nil
+	return os.NewSyscallError("pidfd_send_signal", err)
 }
 
 // Fd returns the descriptor, for polling.
@@ -121,15 +121,7 @@ const siQueue = -1
 // sigqueue(3) sends; the receiver reads it from its signalfd's ssi_int).
 func (p *Pidfd) SignalValue(sig syscall.Signal, value int32) error {
 	q := siginfoQueue{Signo: int32(sig), Code: siQueue, Pid: int32(os.Getpid()), Uid: uint32(os.Getuid()), Value: int64(value)}
-	info := (*unix.Siginfo)(unsafe.Pointer(&q))
-	err := IgnoringEINTR(func() error { return unix.PidfdSendSignal(p.fd, sig, info, 0) })
-	if errors.Is(err, unix.ESRCH) {
-		return ErrNoProcess
-	}
-	if err != nil {
-		return os.NewSyscallError("pidfd_send_signal", err)
-	}
-	return nil
+	return p.send(sig, (*unix.Siginfo)(unsafe.Pointer(&q)))
 }
 
 // OpenRoot opens the process's root directory, /proc/PID/root (O_PATH):

@@ -136,13 +136,9 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 			}
 		}
 		if r.Mkdir && !onHost[r.Target] {
-			inside := false
-			for _, o := range cover[:i] {
-				if (o.Kind == Replace || o.Kind == Scratch) && under(r.Target, o.Target) && r.Target != o.Target {
-					inside = true
-				}
-			}
-			if !inside {
+			if !slices.ContainsFunc(cover[:i], func(o Rule) bool {
+				return (o.Kind == Replace || o.Kind == Scratch) && under(r.Target, o.Target) && r.Target != o.Target
+			}) {
 				return nil, fmt.Errorf("view %s: %s does not exist on the host; create the directory first (hostfork never creates host paths): %w", r.Kind, r.Target, spec.ErrInvalid)
 			}
 		}
@@ -182,13 +178,7 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 			if !under(p, c.Target) {
 				continue
 			}
-			restored := false
-			for _, s := range shares {
-				if under(p, s.Target) && under(s.Target, c.Target) {
-					restored = true
-				}
-			}
-			if !restored {
+			if !slices.ContainsFunc(shares, func(s Rule) bool { return under(p, s.Target) && under(s.Target, c.Target) }) {
 				return nil, fmt.Errorf("view %s %s would hide %s, which hostfork needs; add it under view.share (--share %s) to restore it, or choose another target: %w", c.Kind, c.Target, p, p, ErrShadowing)
 			}
 		}
@@ -201,14 +191,8 @@ func View(e *spec.Environment, f Facts) (*Result, error) {
 		if pseudoFS[m.FSType] || !hasOpt(m.Options, "rw") {
 			continue
 		}
-		covered := false
-		for _, c := range cover {
-			if under(m.Target, c.Target) {
-				covered = true
-			}
-		}
 		entry := m.Target + " (" + m.FSType + ")"
-		if covered || slices.Contains(out.InheritedWritable, entry) {
+		if slices.ContainsFunc(cover, func(c Rule) bool { return under(m.Target, c.Target) }) || slices.Contains(out.InheritedWritable, entry) {
 			continue
 		}
 		if e.View.ReadOnlyRest && !slices.ContainsFunc(rest, func(r Rule) bool { return r.Target == m.Target }) && !slices.ContainsFunc(shares, func(s Rule) bool { return under(m.Target, s.Target) }) {
@@ -239,11 +223,4 @@ var pseudoFS = map[string]bool{"proc": true, "sysfs": true, "cgroup": true, "cgr
 	"debugfs": true, "tracefs": true, "securityfs": true, "pstore": true, "bpf": true, "configfs": true, "fusectl": true,
 	"hugetlbfs": true, "autofs": true, "binfmt_misc": true, "nsfs": true, "efivarfs": true, "rpc_pipefs": true, "devtmpfs": true}
 
-func hasOpt(opts, o string) bool {
-	for _, x := range strings.Split(opts, ",") {
-		if x == o {
-			return true
-		}
-	}
-	return false
-}
+func hasOpt(opts, o string) bool { return slices.Contains(strings.Split(opts, ","), o) }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/habemus-papadum/hostfork/api"
@@ -50,21 +49,6 @@ func inspectSource(path string) (*Source, error) {
 		b.Kind = BaselineSubvolume
 	}
 	return b, nil
-}
-
-// kernelHas reports whether the running kernel lists fs in
-// /proc/filesystems.
-func kernelHas(fs string) bool {
-	b, err := os.ReadFile("/proc/filesystems")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.TrimSpace(strings.TrimPrefix(line, "nodev")) == fs {
-			return true
-		}
-	}
-	return false
 }
 
 // AddBaseline registers a prepared directory or Btrfs subvolume under name.

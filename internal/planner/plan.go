@@ -293,14 +293,14 @@ func (e *Planner) planTree(ctx context.Context, p *spec.Plan, t *spec.PlannedTre
 	switch t.Kind {
 	case spec.KindBtrfs:
 		t.Consistency = "point-in-time writable snapshot of the subvolume; independent of the source after creation"
-		if !kernelHas("btrfs") {
+		if !linux.Filesystems()["btrfs"] {
 			p.Unsupported = append(p.Unsupported, fmt.Sprintf("tree %s: the kernel has no btrfs support (load the btrfs module), and kind btrfs never falls back to another mechanism", t.Name))
 		} else if info.Kind != BaselineSubvolume {
 			p.Unsupported = append(p.Unsupported, fmt.Sprintf("tree %s: kind btrfs needs a btrfs subvolume, but %s is a directory on %s; prepare a subvolume and register it ('hostfork baseline add'), or choose kind overlay or copy explicitly", t.Name, src, info.FSType))
 		}
 	case spec.KindOverlay:
 		t.Consistency = "live overlay over the source: the source must stay unchanged while the tree is in use (operator-declared stable); reopening needs the source"
-		if !kernelHas("overlay") {
+		if !linux.Filesystems()["overlay"] {
 			p.Unsupported = append(p.Unsupported, fmt.Sprintf("tree %s: the kernel has no overlay filesystem (modprobe overlay), and kind overlay never falls back", t.Name))
 		}
 	case spec.KindCopy:

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -194,13 +195,7 @@ func (b *Batch) RequireEnv(id string, states []api.EnvState, boot string, nowMon
 		if err != nil {
 			return fmt.Errorf("registry: %w", err)
 		}
-		ok := false
-		for _, s := range states {
-			if api.EnvState(state) == s {
-				ok = true
-			}
-		}
-		if !ok {
+		if !slices.Contains(states, api.EnvState(state)) {
 			return refused{fmt.Errorf("environment %s is %s: %w", id, state, api.ErrEnvNotActive)}
 		}
 		if nowMono > 0 && dl > 0 && bootID == boot {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -249,12 +250,8 @@ func (g *schemaGen) fields(t reflect.Type, props map[string]any, required *[]str
 			continue
 		}
 		name = cmp.Or(name, f.Name)
-		omit := false
-		for _, o := range strings.Split(opts, ",") {
-			omit = omit || o == "omitempty" || o == "omitzero"
-		}
 		sch := g.schema(f.Type)
-		if !omit {
+		if o := strings.Split(opts, ","); !slices.Contains(o, "omitempty") && !slices.Contains(o, "omitzero") {
 			if k := f.Type.Kind(); k == reflect.Slice && f.Type != rawType || k == reflect.Map {
 				sch = nullable(sch)
 			}

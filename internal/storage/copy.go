@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/habemus-papadum/hostfork/internal/safefs"
@@ -499,13 +500,7 @@ func listXattrs(fd int) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		var out []string
-		for _, name := range strings.Split(string(buf[:n]), "\x00") {
-			if name != "" {
-				out = append(out, name)
-			}
-		}
-		return out, nil
+		return slices.DeleteFunc(strings.Split(string(buf[:n]), "\x00"), func(name string) bool { return name == "" }), nil
 	}
 }
 

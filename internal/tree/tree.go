@@ -109,12 +109,7 @@ func (t Target) roots() []int {
 
 // isLeader reports whether pid is one of the target's leaders now.
 func (t Target) isLeader(pid int) bool {
-	for _, l := range t.Leaders {
-		if l.PID == pid && linux.Assess(l) == linux.Alive {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(t.Leaders, func(l linux.Identity) bool { return l.PID == pid && linux.Assess(l) == linux.Alive })
 }
 
 // rel is the cgroup relative to its mount ("/hostfork/e/commands/c").

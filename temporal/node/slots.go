@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,13 +72,9 @@ func (s *admissionSlots) check(ctx context.Context, issued int) (ok bool, why st
 	}
 	waiting := 0
 	for _, e := range envs {
-		holds := false
-		for _, c := range e.Commands {
-			if c.WorkloadKind == hostfork.WorkloadAgent && c.Liveness != hostfork.Exited {
-				holds = true
-			}
-		}
-		if !holds {
+		if !slices.ContainsFunc(e.Commands, func(c hostfork.CommandRecord) bool {
+			return c.WorkloadKind == hostfork.WorkloadAgent && c.Liveness != hostfork.Exited
+		}) {
 			waiting++
 		}
 	}

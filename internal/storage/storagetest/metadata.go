@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -124,12 +125,7 @@ func parseViewStat(t testing.TB, out string) (map[string]string, map[string]stri
 // SameMetadata compares RichWant-style descriptions.
 func SameMetadata(t testing.TB, what string, want, got map[string]string) {
 	t.Helper()
-	names := make([]string, 0, len(want))
-	for n := range want {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(want)) {
 		if got[n] != want[n] {
 			t.Errorf("%s: %s is %q, the source has %q", what, n, got[n], want[n])
 		}
