@@ -555,8 +555,21 @@ func TestSignalAndStopRequests(t *testing.T) {
 	})
 	t.Run("stop", func(t *testing.T) {
 		h := launch(t, launchOpts{})
-		h.release(h.config("sleep", "60"))
+		// A child that ignores SIGTERM keeps the guardian there for the
+		// grace (2 s), so the second request finds it: with a lone sleep
+		// the tree could be gone, and the guardian with it, before the
+		// second write (EPIPE under load).
+		armed := filepath.Join(h.dir, "armed")
+		h.release(h.config("sh", "-c", `sh -c 'trap "" TERM; touch `+armed+`; exec sleep 60' & exec sleep 60`))
 		h.next("started", 10*time.Second)
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(armed); err == nil {
+				break
+			}
+			if time.Now().After(end) { // a safety bound only
+				t.Fatal("the child that ignores SIGTERM never started")
+			}
+		}
 		if err := h.g.RequestStop(api.ReasonLimit); err != nil {
 			t.Fatal(err)
 		}
