@@ -701,6 +701,7 @@ func TestTrustPlantedAllocationArea(t *testing.T) {
 		// The create stands at tree-prepared until the swap is done.
 		reached := filepath.Join(t.TempDir(), "reached")
 		cmd.Env = append(cmd.Env, "HOSTFORK_FAULT=tree-prepared~60s", fault.ReachedEnv+"="+reached)
+		t.Cleanup(func() { _ = os.Remove(reached) }) // a failed test does not hold it there
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Start(); err != nil {
