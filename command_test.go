@@ -168,6 +168,35 @@ func TestTreeSeen(t *testing.T) {
 	}
 }
 
+// An exec that fails in the guardian (a script whose interpreter is
+// missing) is a tree that is gone: TreeSeen is closed by the time the
+// leader's wait returns, so run stops no leftovers for it.
+func TestTreeSeenExecFailed(t *testing.T) {
+	h := newHost(t)
+	ctx := ctxT(t)
+	env := newEnv(t, h, spec.Environment{})
+	bad := filepath.Join(t.TempDir(), "bad")
+	if err := os.WriteFile(bad, []byte("#!/nonexistent/interpreter\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := env.Command(bad)
+	if err := cmd.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmd.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cmd.TreeSeen():
+	default:
+		t.Fatal("TreeSeen is open after the leader's wait of a failed exec")
+	}
+	tree, err := cmd.WaitTree(ctx)
+	if err != nil || tree.ExitCode == nil || *tree.ExitCode != 127 || tree.StopReason != "" {
+		t.Fatalf("WaitTree of a failed exec: %v %+v", err, tree)
+	}
+}
+
 // The records a live handle returns (Record, Wait, WaitTree, StopTree)
 // carry the computed fields, as the records a reader gets (Status,
 // Commands) do: ps's "is it alive", "can it be stopped", the PID.

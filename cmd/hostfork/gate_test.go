@@ -23,11 +23,12 @@ func TestStopRevokesWaitingGates(t *testing.T) {
 	// The exec pauses with its guardian started at the gate, not yet
 	// registered; meanwhile the environment is stopped.
 	reached := filepath.Join(t.TempDir(), "reached")
-	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-started~1500ms", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "sleep", "300"))
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-started~60s", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "sleep", "300"))
 	waitReached(t, reached)
 	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
 		t.Fatalf("stop: %v: %s", err, out)
 	}
+	release(t, reached)
 	code, err := waitExec(ex)
 	if code != 122 || !strings.Contains(exOut.String(), "launch gate is revoked") {
 		t.Fatalf("exec at a revoked gate: exit %d (%v): %s", code, err, exOut.String())
@@ -50,11 +51,12 @@ func TestStopRevokesWaitingGates(t *testing.T) {
 func TestExecRacingItsEnvironmentsStop(t *testing.T) {
 	_, run, env := gateEnv(t)
 	reached := filepath.Join(t.TempDir(), "reached")
-	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=launch-resolved~1500ms", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "true"))
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=launch-resolved~60s", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "true"))
 	waitReached(t, reached)
 	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
 		t.Fatalf("stop: %v: %s", err, out)
 	}
+	release(t, reached)
 	if code, err := waitExec(ex); code != 122 || !strings.Contains(exOut.String(), "not active") && !strings.Contains(exOut.String(), "stopped during the launch") && !strings.Contains(exOut.String(), "revoked") {
 		t.Fatalf("exec racing its environment's stop: exit %d (%v): %s", code, err, exOut.String())
 	}
@@ -73,13 +75,14 @@ func TestStopAtTheGateStartsNothing(t *testing.T) {
 	_, run, env := gateEnv(t)
 	mark := filepath.Join(t.TempDir(), "ran")
 	reached := filepath.Join(t.TempDir(), "reached")
-	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-registered~1500ms", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "sh", "-c", "touch "+mark+"; sleep 300"))
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-registered~60s", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "sh", "-c", "touch "+mark+"; sleep 300"))
 	waitReached(t, reached)
 	t0 := time.Now()
 	if out, err := run(nil, "stop", env).CombinedOutput(); err != nil {
 		t.Fatalf("stop: %v: %s", err, out)
 	}
 	stopTook := time.Since(t0)
+	release(t, reached)
 	code, err := waitExec(ex)
 	if _, err := os.Stat(mark); err == nil {
 		t.Errorf("the workload ran although its environment was stopped before its release")
@@ -140,8 +143,8 @@ func TestGuardianKilledAtTheGate(t *testing.T) {
 	_, run, env := gateEnv(t)
 	mark := filepath.Join(t.TempDir(), "ran")
 	reached := filepath.Join(t.TempDir(), "reached")
-	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-registered~3000ms", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "sh", "-c", "touch "+mark))
-	waitReached(t, reached) // the pause's 3 s are then the test's, for one ps and a kill
+	ex, exOut := startExec(t, run([]string{"HOSTFORK_FAULT=guardian-registered~60s", fault.ReachedEnv + "=" + reached}, "exec", env, "--", "sh", "-c", "touch "+mark))
+	waitReached(t, reached) // it stands there until the test removes reached
 	type rec struct {
 		State    string `json:"record_state"`
 		Error    string `json:"error"`
@@ -166,6 +169,7 @@ func TestGuardianKilledAtTheGate(t *testing.T) {
 	if err := syscall.Kill(recs[0].Guardian.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	release(t, reached)
 	err := ex.Wait()
 	if err == nil || !strings.Contains(exOut.String(), "ended at the launch gate before the release") {
 		t.Errorf("exec whose guardian was killed at its gate: %v: %q", err, exOut.String())
@@ -185,8 +189,9 @@ func TestGuardianKilledAtTheGate(t *testing.T) {
 }
 
 // waitReached waits for the file a paused fault point makes when the
-// process gets there (fault.ReachedEnv): the pause's time is then the
-// test's, however long the start took under load.
+// process gets there (fault.ReachedEnv): the launch then stands there
+// until release, however long the start and the test's next step take
+// under load.
 func waitReached(t *testing.T, path string) {
 	t.Helper()
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -196,6 +201,16 @@ func waitReached(t *testing.T, path string) {
 		if time.Now().After(end) { // a safety bound only
 			t.Fatalf("the launch never reached its paused fault point (%s)", path)
 		}
+	}
+}
+
+// release ends the pause at the fault point waitReached saw reached (the
+// pause's duration is only a bound), once the test has done what must
+// happen while the launch stands there.
+func release(t *testing.T, reached string) {
+	t.Helper()
+	if err := os.Remove(reached); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/habemus-papadum/hostfork/internal/fault"
 	"github.com/habemus-papadum/hostfork/internal/storage"
 	"github.com/habemus-papadum/hostfork/internal/supervise"
 	"github.com/habemus-papadum/hostfork/internal/testutil"
@@ -697,7 +698,10 @@ func TestTrustPlantedAllocationArea(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := c.command("create", "--tree", "w=btrfs:"+src, "--replace", tgt+"=w", "--ttl", "2m")
-		cmd.Env = append(cmd.Env, "HOSTFORK_FAULT=tree-prepared~3s")
+		// The create stands at tree-prepared until the swap is done.
+		reached := filepath.Join(t.TempDir(), "reached")
+		cmd.Env = append(cmd.Env, "HOSTFORK_FAULT=tree-prepared~60s", fault.ReachedEnv+"="+reached)
+		t.Cleanup(func() { _ = os.Remove(reached) }) // a failed test does not hold it there
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Start(); err != nil {
@@ -721,7 +725,9 @@ func TestTrustPlantedAllocationArea(t *testing.T) {
 		// The leaf is <env>-<tree>; the env id is public (the cgroup
 		// directories are world-readable). The owner of home moves
 		// hostfork's area aside and puts their own at its name.
+		waitReached(t, reached)
 		u.must(t, "sh", "-c", `mv "$1/.hostfork-trees" "$1/.moved" && mkdir -p "$1/.hostfork-trees/$2" && ln -s "$3" "$1/.hostfork-trees/$2/tree"`, "sh", home, leaf, victim)
+		release(t, reached)
 		err := <-done
 		r := cliResult{stdout: out.String(), stderr: errb.String()}
 		if err != nil {

@@ -7,6 +7,7 @@
 package fault
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"syscall"
@@ -21,7 +22,9 @@ const Env = "HOSTFORK_FAULT"
 
 // ReachedEnv names a file that a pause ("name~DURATION") makes when its
 // point is reached, before it sleeps: a test waits for it instead of
-// guessing how long the process takes to get there.
+// guessing how long the process takes to get there, and removes it to end
+// the pause (DURATION is then only a bound), so that what the test does
+// meanwhile is not raced by the pause's end however slow it is.
 const ReachedEnv = "HOSTFORK_FAULT_REACHED"
 
 // The fault points, in the order a launch meets them.
@@ -75,10 +78,7 @@ func Point(name string) {
 	if i := strings.IndexByte(armed, '~'); i > 0 {
 		if armed[:i] == name {
 			if d, err := time.ParseDuration(armed[i+1:]); err == nil {
-				if f := os.Getenv(ReachedEnv); f != "" {
-					_ = os.WriteFile(f, nil, 0o600)
-				}
-				time.Sleep(d)
+				pause(d, os.Getenv(ReachedEnv))
 			}
 		}
 		return
@@ -102,5 +102,19 @@ func Point(name string) {
 	if count == nth {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // never returns
+	}
+}
+
+// pause stands at a point for d, or, with a reached file made, until the
+// file is removed (at most d).
+func pause(d time.Duration, reached string) {
+	if reached == "" || os.WriteFile(reached, nil, 0o600) != nil {
+		time.Sleep(d)
+		return
+	}
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Lstat(reached); errors.Is(err, os.ErrNotExist) {
+			return
+		}
 	}
 }

@@ -28,8 +28,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// Another process holds the lock: an ended context says ErrBusy; a waiting Acquire gets it once that process lets go; a symbolic
-// link at the path is never followed.
+// Another process holds the lock: an ended context says ErrBusy; a
+// waiting Acquire gets it once that process lets go; a symbolic link at
+// the path is never followed.
 func TestAcrossProcesses(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "x.lock")

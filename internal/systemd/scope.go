@@ -67,8 +67,8 @@ type ScopeOptions struct {
 	// reports which membership was used and why.
 	AllowPIDs bool
 	// Ref pins the unit to this connection (AddRef=yes) so that it stays
-	// loaded, and its Result readable, after it ends, until Unref, Close
-	// or a broken connection. Without it an ended scope is collected at
+	// loaded, and its Result readable, after it ends, until Close or a
+	// broken connection. Without it an ended scope is collected at
 	// once.
 	Ref bool
 }
