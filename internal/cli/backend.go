@@ -83,6 +83,9 @@ type launched interface {
 	StopTree(ctx context.Context, o hostfork.StopOptions) (hostfork.CommandRecord, error)
 	Wait(ctx context.Context) (hostfork.CommandRecord, error)
 	WaitTree(ctx context.Context) (hostfork.CommandRecord, error)
+	// TreeSeen is the guardian's word that the tree is gone, before its
+	// record is written; nil when this process can't hear it.
+	TreeSeen() <-chan struct{}
 }
 
 // launchReq is one command to launch, as the flags of run and exec say.

@@ -581,6 +581,10 @@ func (c *remoteCmd) WaitTree(ctx context.Context) (hostfork.CommandRecord, error
 	return c.wait(ctx, client.WaitTree)
 }
 
+// TreeSeen is nil: a server's guardian reports to the server, and its
+// word reaches this process only as the record.
+func (c *remoteCmd) TreeSeen() <-chan struct{} { return nil }
+
 // follow streams a command's stdout and stderr from offset 0 to this
 // process's, until its tree has exited; the returned function waits until
 // both are written out.

@@ -487,9 +487,9 @@ func commandExit(g *globals, final hostfork.CommandRecord) error {
 func treeEndsSoon(ctx context.Context, cmd launched) bool {
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	if c, ok := cmd.(interface{ TreeSeen() <-chan struct{} }); ok && c.TreeSeen() != nil {
+	if seen := cmd.TreeSeen(); seen != nil {
 		select {
-		case <-c.TreeSeen():
+		case <-seen:
 			return true
 		case <-wctx.Done():
 			return false
